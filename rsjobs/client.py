@@ -1,0 +1,312 @@
+"""The asyncio client: submit tasks, read them, control them, wait for them.
+
+Every state change goes through a transition script (``fsm.lua``); this module only packs
+arguments, reads hashes and streams, and turns reply codes into results or exceptions.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+
+from .codec import encode_payload
+from .errors import ConfigError, InvalidTransition, TaskNotFound, WaitTimeout
+from .keys import validate_name
+from .schemas import EnqueueRequest, HistoryEntry, TaskInfo
+from .scripts import Scripts
+from .settings import Settings
+
+__all__ = ["Client", "connect", "validate_task_id"]
+
+_ID_CHARS = frozenset("0123456789abcdef")
+
+
+def validate_task_id(task_id: str) -> str:
+    """Return ``task_id`` if it has the shape of an rsjobs id (32 lowercase hex), else raise."""
+    if not isinstance(task_id, str) or len(task_id) != 32 or not set(task_id) <= _ID_CHARS:
+        raise ConfigError(f"invalid task id {task_id!r}: expected 32 lowercase hex characters")
+    return task_id
+
+
+def new_task_id() -> str:
+    return uuid.uuid4().hex
+
+
+def connect(url: str, **kwargs: Any) -> Redis:
+    """A redis-py asyncio client configured as rsjobs needs it (str replies)."""
+    kwargs.setdefault("decode_responses", True)
+    kwargs.setdefault("health_check_interval", 30)
+    # blocking reads (XREADGROUP / XREAD BLOCK) stay well under this
+    kwargs.setdefault("socket_timeout", 30)
+    return Redis.from_url(url, **kwargs)
+
+
+def _check_request(r: EnqueueRequest, limit: int) -> bytes:
+    """Validate one request before anything is written; returns its encoded payload."""
+    if not isinstance(r.type, str) or not r.type or len(r.type) > 200:
+        raise ConfigError("task type must be a non-empty string of at most 200 characters")
+    try:
+        validate_name("queue", r.queue)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if not 1 <= r.max_attempts <= 1000:
+        raise ConfigError("max_attempts must be between 1 and 1000")
+    for name in ("timeout_ms", "delay_ms", "wait_timeout_ms"):
+        if getattr(r, name) < 0:
+            raise ConfigError(f"{name} must be >= 0")
+    if r.backoff_base_ms < 0 or r.backoff_max_ms < r.backoff_base_ms:
+        raise ConfigError("backoff_base_ms must be >= 0 and backoff_max_ms >= backoff_base_ms")
+    if r.dedup_key is not None and not (0 < len(r.dedup_key) <= 256):
+        raise ConfigError("dedup_key must be 1-256 characters")
+    if r.owner is not None and not (0 < len(r.owner) <= 200):
+        raise ConfigError("owner must be 1-200 characters")
+    return encode_payload(r.payload, limit)
+
+
+class Client:
+    """Submit, inspect and control tasks of one namespace.
+
+    ``redis`` must be a ``redis.asyncio.Redis`` created with ``decode_responses=True``
+    (use :func:`connect` or :meth:`from_url`). ``source`` is what history records as the
+    actor of control commands (``api``, ``user``, ...).
+    """
+
+    def __init__(
+        self, redis: Redis, settings: Settings | None = None, *, source: str = "api"
+    ) -> None:
+        self.redis = redis
+        self.settings = settings or Settings()
+        self.source = source
+        self.scripts = Scripts(redis, self.settings)
+        self.keys = self.scripts.keys
+        self._known_queues: set[str] = set()
+
+    @classmethod
+    def from_url(cls, url: str, *, source: str = "api", **settings: Any) -> Client:
+        return cls(connect(url), Settings(**settings), source=source)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- submitting ----------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        type: str,
+        payload: Any = None,
+        *,
+        queue: str = "default",
+        max_attempts: int = 3,
+        timeout_ms: int = 0,
+        delay_ms: int = 0,
+        dedup_key: str | None = None,
+        owner: str | None = None,
+        backoff_base_ms: int = 1000,
+        backoff_max_ms: int = 300_000,
+        wait_timeout_ms: int = 0,
+    ) -> str:
+        """Submit one task; returns its id.
+
+        ``max_attempts`` bounds failed executions (failures, timeouts, lost workers);
+        ``timeout_ms`` is the execution deadline of one attempt (0 = none); ``delay_ms``
+        schedules it for later; a second submit with the same ``dedup_key`` (while the first
+        task exists) returns the first task's id and writes nothing; ``owner`` is recorded
+        for access control; ``wait_timeout_ms`` expires it if no worker starts it in time.
+        Raises :class:`ConfigError` or :class:`PayloadError` on bad input, before any write.
+        """
+        req = EnqueueRequest(
+            type=type,
+            payload=payload,
+            queue=queue,
+            max_attempts=max_attempts,
+            timeout_ms=timeout_ms,
+            delay_ms=delay_ms,
+            dedup_key=dedup_key,
+            owner=owner,
+            backoff_base_ms=backoff_base_ms,
+            backoff_max_ms=backoff_max_ms,
+            wait_timeout_ms=wait_timeout_ms,
+        )
+        return (await self.enqueue_many([req]))[0]
+
+    async def enqueue_many(
+        self, requests: Iterable[EnqueueRequest], *, chunk: int = 500
+    ) -> list[str]:
+        """Submit many tasks in few round trips (``chunk`` per script call); returns ids.
+
+        Every request is validated before the first one is written.
+        """
+        reqs = list(requests)
+        limit = self.settings.payload_limit
+        encoded = [_check_request(r, limit) for r in reqs]
+        await self._remember_queues({r.queue for r in reqs})
+        ids: list[str] = []
+        for start in range(0, len(reqs), chunk):
+            part = reqs[start : start + chunk]
+            tasks = []
+            argv: list[Any] = []
+            for r, payload in zip(part, encoded[start : start + chunk], strict=True):
+                tid = new_task_id()
+                tasks.append(self.scripts.task_keys(tid, r.queue, r.dedup_key))
+                argv += (
+                    tid,
+                    r.type,
+                    r.queue,
+                    payload,
+                    r.max_attempts,
+                    r.timeout_ms,
+                    r.delay_ms,
+                    r.dedup_key or "",
+                    r.owner or "",
+                    r.backoff_base_ms,
+                    r.backoff_max_ms,
+                    r.wait_timeout_ms,
+                )
+            replies = await self.scripts.call("enqueue", self.source, tasks, argv)
+            ids.extend(reply[0] for reply in replies)
+        return ids
+
+    async def _remember_queues(self, queues: set[str]) -> None:
+        new = queues - self._known_queues
+        if new:
+            await self.redis.sadd(self.keys.queues, *new)
+            self._known_queues |= new
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def get(self, task_id: str) -> TaskInfo:
+        """The task as stored now. Raises :class:`TaskNotFound`."""
+        validate_task_id(task_id)
+        h = await self.redis.hgetall(self.keys.task(task_id))
+        if not h:
+            raise TaskNotFound(task_id)
+        return TaskInfo.from_hash(h)
+
+    async def get_many(self, task_ids: Sequence[str]) -> list[TaskInfo | None]:
+        """Several tasks in one round trip; ``None`` for ids that name no task."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for tid in task_ids:
+                pipe.hgetall(self.keys.task(validate_task_id(tid)))
+            rows = await pipe.execute()
+        return [TaskInfo.from_hash(h) if h else None for h in rows]
+
+    async def history(
+        self, task_id: str, *, after: str = "-", count: int | None = None
+    ) -> list[HistoryEntry]:
+        """The task's history, oldest first; ``after`` is an exclusive stream id."""
+        validate_task_id(task_id)
+        start = "-" if after in ("-", "0", "") else f"({after}"
+        rows = await self.redis.xrange(self.keys.history(task_id), start, "+", count=count)
+        if not rows and after in ("-", "0", ""):
+            if not await self.redis.exists(self.keys.task(task_id)):
+                raise TaskNotFound(task_id)
+        return [HistoryEntry.from_entry(i, f, task_id) for i, f in rows]
+
+    async def wait(self, task_id: str, *, timeout_ms: int | None = None) -> TaskInfo:
+        """Block until the task is terminal; driven by its history stream (XREAD BLOCK).
+
+        Raises :class:`WaitTimeout` after ``timeout_ms`` (None = wait forever).
+        """
+        validate_task_id(task_id)
+        hkey = self.keys.history(task_id)
+        last = await self.redis.xrevrange(hkey, "+", "-", count=1)
+        last_id = last[0][0] if last else "0-0"
+        info = await self.get(task_id)
+        deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+        while not info.terminal:
+            block = 5000
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise WaitTimeout(f"task {task_id} is still {info.state}")
+                block = max(1, min(block, int(left * 1000)))
+            rows = await self.redis.xread({hkey: last_id}, block=block)
+            if rows:
+                entries = rows[0][1]
+                last_id = entries[-1][0]
+                if not any(f.get("to") != f.get("from") for _, f in entries):
+                    continue
+            info = await self.get(task_id)
+        return info
+
+    async def stats(self) -> dict[str, dict[str, int]]:
+        """Per queue: task counts per state, stream length and pending deliveries.
+
+        Counts of non-terminal states are live; terminal counts are totals since the
+        namespace was created (finished tasks expire after the retention period).
+        """
+        queues = sorted(await self.redis.smembers(self.keys.queues))
+        raw = await self.redis.hgetall(self.keys.stats)
+        out: dict[str, dict[str, int]] = {q: {} for q in queues}
+        for field, value in raw.items():
+            q, _, state = field.rpartition(":")
+            if q in out and state.isupper():
+                out[q][state] = int(value)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for q in queues:
+                pipe.xlen(self.keys.queue(q))
+            lengths = await pipe.execute()
+        for q, n in zip(queues, lengths, strict=True):
+            out[q]["stream_length"] = int(n)
+        return out
+
+    async def counters(self) -> dict[str, int]:
+        """Raw counters: transitions per event (``ev:X``) and refusals (``rej:X``)."""
+        raw = await self.redis.hgetall(self.keys.stats)
+        return {k: int(v) for k, v in raw.items() if k.startswith(("ev:", "rej:"))}
+
+    # -- control -------------------------------------------------------------------------
+
+    async def _control(self, task_id: str, event: str, reason: str) -> tuple[int, str]:
+        validate_task_id(task_id)
+        queue = await self.redis.hget(self.keys.task(task_id), "queue")
+        if queue is None:
+            raise TaskNotFound(task_id)
+        dedup = await self.redis.hget(self.keys.task(task_id), "dedup")
+        code, state = await self.scripts.call(
+            "control",
+            self.source,
+            [self.scripts.task_keys(task_id, queue, dedup)],
+            [event, reason, self.keys.control],
+        )
+        if code == -1:
+            raise TaskNotFound(task_id)
+        return int(code), str(state)
+
+    async def cancel(self, task_id: str, reason: str = "") -> str:
+        """Cancel the task from any non-terminal state; returns the state after the call.
+
+        Idempotent: cancelling a finished (or already cancelled) task changes nothing and
+        returns its current state. A running handler is told at once (pub/sub) and at its
+        next heartbeat at the latest.
+        """
+        _, state = await self._control(task_id, "CANCEL", reason)
+        return state
+
+    async def pause(self, task_id: str, reason: str = "") -> str:
+        """Hold the task back (PENDING, SCHEDULED or RUNNING -> PAUSED).
+
+        Raises :class:`InvalidTransition` when the task is terminal.
+        """
+        code, state = await self._control(task_id, "PAUSE", reason)
+        if code == -2:
+            raise InvalidTransition(task_id, "PAUSE", state)
+        return state
+
+    async def resume(self, task_id: str, reason: str = "") -> str:
+        """Put a PAUSED task back on its queue. Raises :class:`InvalidTransition` otherwise."""
+        code, state = await self._control(task_id, "RESUME", reason)
+        if code == -2:
+            raise InvalidTransition(task_id, "RESUME", state)
+        return state
+

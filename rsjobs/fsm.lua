@@ -1,0 +1,202 @@
+--[[ rsjobs/fsm.lua — the task state machine: the transition table and the helpers every
+transition script shares. The loader prepends this file to each script in scripts/, so the
+table below is the only place where a legal transition is defined.
+
+Common KEYS (every transition script):
+  KEYS[1]  events     stream  every transition of every task, trimmed with MAXLEN ~
+  KEYS[2]  stats      hash    "<queue>:<STATE>" counts, "ev:<EVENT>" / "rej:<EVENT>" counters
+  KEYS[3]  scheduled  zset    "<queue>:<id>" scored by due time (ms)
+  KEYS[4]  deadlines  zset    "<queue>:<id>" scored by execution deadline (ms)
+Per task, from KEYS[5] on, four keys each:
+  task hash, history stream, queue stream, dedup string (or the unused "dedup:" key)
+
+Common ARGV:
+  ARGV[1]  source      who acts: worker | reaper | api | user
+  ARGV[2]  events_max  approximate MAXLEN of the events stream
+  ARGV[3]  retention   ms a finished task (hash, history, dedup key) is kept; 0 = forever
+  ARGV[4]  group       the consumer group of the queue streams
+Script-specific ARGV follow from ARGV[5].
+
+Every transition, and every rejected attempt at one, is appended to the task's history
+stream and to the events stream with: ev, from, to, src, att (attempt), ts (Redis TIME, ms),
+and msg / rej=1 / extra fields where they apply. Checks come before the first write of each
+task: Redis does not roll a script back.
+]]
+
+local TERMINAL = {SUCCEEDED = true, FAILED = true, CANCELLED = true, TIMED_OUT = true}
+
+-- TRANSITIONS[from][event] = set of states the event may lead to from `from`.
+-- '' is the state of a task that does not exist yet. Terminal states accept nothing.
+local TRANSITIONS = {
+  [''] = {ENQUEUE = {PENDING = true, SCHEDULED = true}},
+  PENDING = {
+    START = {RUNNING = true},
+    PAUSE = {PAUSED = true},
+    CANCEL = {CANCELLED = true},
+    EXPIRE = {TIMED_OUT = true},
+    DEADLETTER = {FAILED = true},
+  },
+  SCHEDULED = {
+    PROMOTE = {PENDING = true},
+    PAUSE = {PAUSED = true},
+    CANCEL = {CANCELLED = true},
+    EXPIRE = {TIMED_OUT = true},
+  },
+  RUNNING = {
+    HEARTBEAT = {RUNNING = true},
+    PROGRESS = {RUNNING = true},
+    COMPLETE = {SUCCEEDED = true},
+    FAIL = {SCHEDULED = true, FAILED = true},
+    TIMEOUT = {SCHEDULED = true, TIMED_OUT = true},
+    RECLAIM = {PENDING = true, FAILED = true},
+    REQUEUE = {PENDING = true},
+    PAUSE = {PAUSED = true},
+    CANCEL = {CANCELLED = true},
+    DEADLETTER = {FAILED = true},
+  },
+  PAUSED = {
+    RESUME = {PENDING = true},
+    CANCEL = {CANCELLED = true},
+  },
+  SUCCEEDED = {},
+  FAILED = {},
+  CANCELLED = {},
+  TIMED_OUT = {},
+}
+
+local EVENTS_KEY, STATS_KEY, SCHED_KEY, DEADLINES_KEY = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local SOURCE = ARGV[1]
+local EVENTS_MAX = tonumber(ARGV[2])
+local RETENTION_MS = tonumber(ARGV[3])
+local GROUP = ARGV[4]
+local NCOMMON = 4
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local NOW = now_ms()
+
+-- Whether `event` may lead from `from` to `to`.
+local function allowed(from, event, to)
+  local row = TRANSITIONS[from]
+  if row == nil then return false end
+  local targets = row[event]
+  return targets ~= nil and targets[to] == true
+end
+
+-- Whether `event` is accepted at all in state `from`.
+local function accepts(from, event)
+  local row = TRANSITIONS[from]
+  return row ~= nil and row[event] ~= nil
+end
+
+-- The four keys of the i-th task (1-based) of this call.
+local function task_keys(i)
+  local b = NCOMMON + (i - 1) * 4
+  return KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
+end
+
+local function ntasks()
+  return (#KEYS - NCOMMON) / 4
+end
+
+local function member(t)
+  return t.queue .. ':' .. t.id
+end
+
+-- Append one entry to the task's history and to the events stream; returns the history id.
+-- `extra` is a flat array of additional field, value pairs (may be nil).
+local function record(t, from, to, event, msg, rejected, extra)
+  local f = {'ev', event, 'from', from, 'to', to, 'src', SOURCE, 'att', t.attempt or 0, 'ts', NOW}
+  if msg ~= nil and msg ~= '' then
+    f[#f + 1] = 'msg'; f[#f + 1] = msg
+  end
+  if rejected then
+    f[#f + 1] = 'rej'; f[#f + 1] = '1'
+  end
+  if extra ~= nil then
+    for j = 1, #extra do f[#f + 1] = extra[j] end
+  end
+  local hid = redis.call('XADD', t.hkey, '*', unpack(f))
+  redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*',
+    'id', t.id, 'q', t.queue, 'hid', hid, unpack(f))
+  return hid
+end
+
+-- Record a refused event: the state does not change; history says why.
+local function reject(t, event, reason)
+  redis.call('HINCRBY', STATS_KEY, 'rej:' .. event, 1)
+  return record(t, t.state, t.state, event, reason, true, nil)
+end
+
+-- Keep a finished task (hash, history, dedup key) for the retention period only.
+local function retain(t)
+  if RETENTION_MS > 0 then
+    redis.call('PEXPIRE', t.key, RETENTION_MS)
+    redis.call('PEXPIRE', t.hkey, RETENTION_MS)
+    if t.dedup and t.dedup ~= '' then
+      redis.call('PEXPIRE', t.dkey, RETENTION_MS)
+    end
+  end
+end
+
+-- Apply a transition the table allows: state field, counters, history, events, retention.
+-- `fields` is a flat array of extra hash fields to set in the same HSET.
+local function transition(t, event, to, msg, fields, extra)
+  if not allowed(t.state, event, to) then
+    error('rsjobs: illegal transition ' .. t.state .. ' -' .. event .. '-> ' .. to)
+  end
+  local from = t.state
+  local f = {'state', to, 'updated_at', NOW}
+  if fields ~= nil then
+    for j = 1, #fields do f[#f + 1] = fields[j] end
+  end
+  if TERMINAL[to] then
+    f[#f + 1] = 'finished_at'; f[#f + 1] = NOW
+  end
+  redis.call('HSET', t.key, unpack(f))
+  if from ~= to then
+    if from ~= '' then redis.call('HINCRBY', STATS_KEY, t.queue .. ':' .. from, -1) end
+    redis.call('HINCRBY', STATS_KEY, t.queue .. ':' .. to, 1)
+  end
+  redis.call('HINCRBY', STATS_KEY, 'ev:' .. event, 1)
+  t.state = to
+  local hid = record(t, from, to, event, msg, false, extra)
+  if TERMINAL[to] then retain(t) end
+  return hid
+end
+
+-- Load the i-th task of this call: keys plus the named hash fields (t.f[name]).
+-- Returns nil when the task hash does not exist.
+local function load(i, names)
+  local key, hkey, qkey, dkey = task_keys(i)
+  local q = {'state', 'id', 'queue', 'attempt', 'dedup'}
+  for j = 1, #names do q[#q + 1] = names[j] end
+  local v = redis.call('HMGET', key, unpack(q))
+  if not v[1] then return nil end
+  local t = {key = key, hkey = hkey, qkey = qkey, dkey = dkey,
+    state = v[1], id = v[2], queue = v[3], attempt = tonumber(v[4]) or 0, dedup = v[5], f = {}}
+  for j = 1, #names do t.f[names[j]] = v[5 + j] end
+  return t
+end
+
+-- Remove a delivered or undelivered work entry from the queue stream and its PEL.
+local function drop_entry(qkey, entry)
+  if entry ~= nil and entry ~= false and entry ~= '' then
+    redis.call('XACK', qkey, GROUP, entry)
+    redis.call('XDEL', qkey, entry)
+  end
+end
+
+-- Put the task on its queue stream as a new entry; returns the entry id.
+local function push_entry(t)
+  return redis.call('XADD', t.qkey, '*', 'id', t.id)
+end
+
+-- Exponential backoff with equal jitter: half fixed, half random (jitter in [0, 1)).
+local function backoff(failures, base, cap, jitter)
+  local d = base * (2 ^ (failures - 1))
+  if d > cap then d = cap end
+  return math.floor(d / 2 + (d / 2) * jitter)
+end

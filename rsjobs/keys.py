@@ -1,0 +1,105 @@
+"""Every Redis key rsjobs uses is built here, and only here.
+
+All keys of one namespace share the hash tag ``{namespace}``, so every script touches a
+single slot and the same code runs unchanged on Redis Cluster. Lua scripts never build a
+key name: they receive every key through ``KEYS``.
+
+Layout (namespace ``default``), readable with plain ``redis-cli``::
+
+    rsjobs:{default}:task:<id>            hash    the task: state, attempt, lease, payload, result
+    rsjobs:{default}:task:<id>:history    stream  every transition and rejected attempt
+    rsjobs:{default}:queue:<name>         stream  work entries (field ``id``), group ``workers``
+    rsjobs:{default}:queues               set     names of the queues ever used
+    rsjobs:{default}:scheduled            zset    ``<queue>:<id>`` by due time (ms): delay, backoff
+    rsjobs:{default}:deadlines            zset    ``<queue>:<id>`` by execution deadline (ms)
+    rsjobs:{default}:events               stream  every transition of every task (MAXLEN ~)
+    rsjobs:{default}:stats                hash    ``<queue>:<STATE>`` counts, transition counters
+    rsjobs:{default}:dedup:<key>          string  id of the task submitted with that dedup key
+    rsjobs:{default}:workers              hash    worker name -> JSON of its registration
+    rsjobs:{default}:control              pubsub  cancel / pause notices to workers
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["GROUP", "Keys", "member", "split_member", "validate_name"]
+
+#: The consumer group every queue stream is read through.
+GROUP = "workers"
+
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+def validate_name(kind: str, value: str) -> str:
+    """Return ``value`` when it is a safe namespace / queue name, else raise ValueError."""
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise ValueError(
+            f"invalid {kind} {value!r}: use 1-64 characters of letters, digits, '_', '.', '-'"
+        )
+    return value
+
+
+def member(queue: str, task_id: str) -> str:
+    """The zset member for a task: carries the queue so a sweeper can build its keys."""
+    return f"{queue}:{task_id}"
+
+
+def split_member(value: str) -> tuple[str, str]:
+    """Inverse of :func:`member`: ``(queue, task_id)``."""
+    queue, _, task_id = value.rpartition(":")
+    return queue, task_id
+
+
+class Keys:
+    """Key names for one namespace."""
+
+    __slots__ = (
+        "control",
+        "deadlines",
+        "events",
+        "namespace",
+        "nodedup",
+        "prefix",
+        "queues",
+        "scheduled",
+        "stats",
+        "workers",
+    )
+
+    def __init__(self, namespace: str = "default") -> None:
+        validate_name("namespace", namespace)
+        self.namespace = namespace
+        self.prefix = f"rsjobs:{{{namespace}}}:"
+        p = self.prefix
+        self.events = p + "events"
+        self.stats = p + "stats"
+        self.scheduled = p + "scheduled"
+        self.deadlines = p + "deadlines"
+        self.queues = p + "queues"
+        self.workers = p + "workers"
+        self.control = p + "control"
+        # Passed in KEYS where a script expects a dedup key but the task has none; never
+        # written (the script checks its flag first), it only keeps KEYS positional.
+        self.nodedup = p + "dedup:"
+
+    def task(self, task_id: str) -> str:
+        return f"{self.prefix}task:{task_id}"
+
+    def history(self, task_id: str) -> str:
+        return f"{self.prefix}task:{task_id}:history"
+
+    def queue(self, name: str) -> str:
+        return f"{self.prefix}queue:{name}"
+
+    def dedup(self, key: str) -> str:
+        return f"{self.prefix}dedup:{key}"
+
+    def common(self) -> list[str]:
+        """The four KEYS every transition script starts with (see ``fsm.lua``)."""
+        return [self.events, self.stats, self.scheduled, self.deadlines]
+
+    def task_keys(self, task_id: str, queue: str) -> tuple[str, str, str]:
+        """The per-task KEYS triple of the transition scripts."""
+        p = self.prefix
+        return (f"{p}task:{task_id}", f"{p}task:{task_id}:history", f"{p}queue:{queue}")

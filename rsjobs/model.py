@@ -1,0 +1,100 @@
+"""The task state machine as data: states, events and the transition table.
+
+This is the Python mirror of the table in ``fsm.lua`` (a test checks they are equal). The
+scripts in Redis are the only writers of task state; this module is what Python code
+(the client, the chaos checker, the property tests) reasons with.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+__all__ = ["TERMINAL", "TRANSITIONS", "Event", "State", "allowed", "is_terminal"]
+
+
+class State(str, Enum):
+    #: queued on its stream, waiting for a worker
+    PENDING = "PENDING"
+    #: waiting for a time: a delay, or the backoff before a retry
+    SCHEDULED = "SCHEDULED"
+    #: a worker holds its lease and runs the handler
+    RUNNING = "RUNNING"
+    #: held back by a user (or a shutdown); RESUME puts it back on its queue
+    PAUSED = "PAUSED"
+    #: the handler returned; the result is stored
+    SUCCEEDED = "SUCCEEDED"
+    #: the handler failed for good (attempts exhausted, non-retryable, worker lost)
+    FAILED = "FAILED"
+    #: cancelled by a user or the API
+    CANCELLED = "CANCELLED"
+    #: the execution (or queue-wait) deadline passed, attempts exhausted
+    TIMED_OUT = "TIMED_OUT"
+
+
+class Event(str, Enum):
+    ENQUEUE = "ENQUEUE"
+    PROMOTE = "PROMOTE"
+    START = "START"
+    HEARTBEAT = "HEARTBEAT"
+    PROGRESS = "PROGRESS"
+    COMPLETE = "COMPLETE"
+    FAIL = "FAIL"
+    TIMEOUT = "TIMEOUT"
+    RECLAIM = "RECLAIM"
+    REQUEUE = "REQUEUE"
+    CANCEL = "CANCEL"
+    PAUSE = "PAUSE"
+    RESUME = "RESUME"
+    EXPIRE = "EXPIRE"
+    DEADLETTER = "DEADLETTER"
+
+
+TERMINAL: frozenset[str] = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"})
+
+#: TRANSITIONS[from][event] = the states the event may lead to. "" = not yet created.
+TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
+    "": {"ENQUEUE": frozenset({"PENDING", "SCHEDULED"})},
+    "PENDING": {
+        "START": frozenset({"RUNNING"}),
+        "PAUSE": frozenset({"PAUSED"}),
+        "CANCEL": frozenset({"CANCELLED"}),
+        "EXPIRE": frozenset({"TIMED_OUT"}),
+        "DEADLETTER": frozenset({"FAILED"}),
+    },
+    "SCHEDULED": {
+        "PROMOTE": frozenset({"PENDING"}),
+        "PAUSE": frozenset({"PAUSED"}),
+        "CANCEL": frozenset({"CANCELLED"}),
+        "EXPIRE": frozenset({"TIMED_OUT"}),
+    },
+    "RUNNING": {
+        "HEARTBEAT": frozenset({"RUNNING"}),
+        "PROGRESS": frozenset({"RUNNING"}),
+        "COMPLETE": frozenset({"SUCCEEDED"}),
+        "FAIL": frozenset({"SCHEDULED", "FAILED"}),
+        "TIMEOUT": frozenset({"SCHEDULED", "TIMED_OUT"}),
+        "RECLAIM": frozenset({"PENDING", "FAILED"}),
+        "REQUEUE": frozenset({"PENDING"}),
+        "PAUSE": frozenset({"PAUSED"}),
+        "CANCEL": frozenset({"CANCELLED"}),
+        "DEADLETTER": frozenset({"FAILED"}),
+    },
+    "PAUSED": {
+        "RESUME": frozenset({"PENDING"}),
+        "CANCEL": frozenset({"CANCELLED"}),
+    },
+    "SUCCEEDED": {},
+    "FAILED": {},
+    "CANCELLED": {},
+    "TIMED_OUT": {},
+}
+
+
+def is_terminal(state: str) -> bool:
+    """Whether ``state`` is final: it accepts no event, ever."""
+    return state in TERMINAL
+
+
+def allowed(from_state: str, event: str, to_state: str) -> bool:
+    """Whether the table lets ``event`` lead from ``from_state`` to ``to_state``."""
+    return to_state in TRANSITIONS.get(from_state, {}).get(event, frozenset())

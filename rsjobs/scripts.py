@@ -1,0 +1,67 @@
+"""The transition scripts, registered once and called with their KEYS and ARGV packed here.
+
+Each script in ``scripts/`` is shipped as package data and loaded as ``fsm.lua`` (the table
+and shared helpers) followed by the script itself. redis-py's registered scripts call
+EVALSHA and fall back to loading the script on NOSCRIPT (e.g. after a Redis restart).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from redis.asyncio import Redis
+
+from .keys import GROUP, Keys
+from .settings import Settings
+
+__all__ = ["SCRIPT_NAMES", "Scripts", "script_source"]
+
+SCRIPT_NAMES = ("enqueue", "start", "finish", "heartbeat", "control", "promote", "release")
+
+
+@cache
+def script_source(name: str) -> str:
+    """The full text of a transition script: ``fsm.lua`` followed by ``scripts/<name>.lua``."""
+    pkg = resources.files("rsjobs")
+    fsm = (pkg / "fsm.lua").read_text(encoding="utf-8")
+    body = (pkg / "scripts" / f"{name}.lua").read_text(encoding="utf-8")
+    return fsm + "\n" + body
+
+
+TaskKeys = tuple[str, str, str, str]
+
+
+class Scripts:
+    """Binds the scripts to one Redis connection pool, namespace and settings."""
+
+    def __init__(self, redis: Redis, settings: Settings) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.keys = Keys(settings.namespace)
+        self._common_keys = self.keys.common()
+        self._common_argv = [str(settings.events_maxlen), str(settings.retention_ms), GROUP]
+        self._scripts = {n: redis.register_script(script_source(n)) for n in SCRIPT_NAMES}
+
+    def task_keys(self, task_id: str, queue: str, dedup: str | None = None) -> TaskKeys:
+        k = self.keys
+        return (
+            *k.task_keys(task_id, queue),
+            k.dedup(dedup) if dedup else k.nodedup,
+        )
+
+    async def call(
+        self,
+        name: str,
+        source: str,
+        tasks: Sequence[TaskKeys],
+        argv: Sequence[Any],
+    ) -> Any:
+        """Run script ``name`` for the given tasks' keys with the script-specific ``argv``."""
+        keys = list(self._common_keys)
+        for tk in tasks:
+            keys.extend(tk)
+        args: list[Any] = [source, *self._common_argv, *argv]
+        return await self._scripts[name](keys=keys, args=args)

@@ -1,0 +1,46 @@
+--[[ heartbeat.lua — HEARTBEAT / PROGRESS for a worker's running tasks (a batch).
+
+Renews each lease and, in the same step, the idle time of its stream entry (XCLAIM to the
+same consumer), so "idle longer than the lease" always means "the owner stopped beating".
+
+KEYS: common (see fsm.lua), then per task the four task keys.
+ARGV: common, then
+  ARGV[5]  consumer   the worker's consumer name
+  ARGV[6]  lease_ms   new lease duration from now
+  then per task 4 values: lease, entry id, progress ('' = no change, else 0-100), message
+Returns: per task one word the worker acts on:
+  OK        lease renewed (and progress recorded)
+  LOST      RUNNING under another lease: stop, the result would be refused
+  GONE      the task no longer exists
+  <STATE>   the task left RUNNING (CANCELLED, PAUSED, ...): stop the handler
+Events: PROGRESS (RUNNING -> RUNNING) when a progress value is given; a refused HEARTBEAT
+  or PROGRESS is recorded with rej=1.
+]]
+local consumer, lease_ms = ARGV[5], tonumber(ARGV[6])
+local PER = 4
+local out = {}
+for i = 1, ntasks() do
+  local a = NCOMMON + 2 + (i - 1) * PER
+  local lease, entry, progress, msg = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+  local event = 'HEARTBEAT'
+  if progress ~= '' then event = 'PROGRESS' end
+  local t = load(i, {'lease'})
+  if t == nil then
+    out[i] = 'GONE'
+  elseif t.state ~= 'RUNNING' then
+    reject(t, event, 'task is ' .. t.state)
+    out[i] = t.state
+  elseif t.f.lease ~= lease then
+    reject(t, event, 'lease lost: ' .. lease .. ' no longer holds the task')
+    out[i] = 'LOST'
+  else
+    redis.call('HSET', t.key, 'lease_expires_at', NOW + lease_ms)
+    redis.call('XCLAIM', t.qkey, GROUP, consumer, 0, entry, 'JUSTID')
+    if progress ~= '' then
+      redis.call('HSET', t.key, 'progress', progress, 'progress_msg', msg, 'updated_at', NOW)
+      record(t, 'RUNNING', 'RUNNING', 'PROGRESS', msg, false, {'p', progress})
+    end
+    out[i] = 'OK'
+  end
+end
+return out

@@ -1,0 +1,31 @@
+--[[ promote.lua — PROMOTE: due SCHEDULED tasks (delay or retry backoff) back to PENDING.
+
+KEYS: common (see fsm.lua), then per candidate task the four task keys.
+ARGV: common, then per candidate its zset member "<queue>:<id>".
+Candidates come from the scheduled zset; each is re-checked here against Redis TIME and
+its own state, so a stale or early candidate is harmless.
+Returns: {promoted, next_due_ms}: how many were promoted, and the score of the earliest
+  member still scheduled (-1 when none).
+Events: PROMOTE (SCHEDULED -> PENDING).
+]]
+local promoted = 0
+for i = 1, ntasks() do
+  local t = load(i, {'due_at'})
+  if t == nil then
+    redis.call('ZREM', SCHED_KEY, ARGV[NCOMMON + i])
+  else
+    if t.state == 'SCHEDULED' then
+      if (tonumber(t.f.due_at) or 0) <= NOW then
+        redis.call('ZREM', SCHED_KEY, member(t))
+        transition(t, 'PROMOTE', 'PENDING', '', {'entry', push_entry(t)}, nil)
+        promoted = promoted + 1
+      end
+    else
+      redis.call('ZREM', SCHED_KEY, member(t))
+    end
+  end
+end
+local nxt = redis.call('ZRANGE', SCHED_KEY, 0, 0, 'WITHSCORES')
+local next_due = -1
+if nxt[2] then next_due = tonumber(nxt[2]) end
+return {promoted, next_due}

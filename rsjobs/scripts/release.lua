@@ -1,0 +1,30 @@
+--[[ release.lua — hand back deliveries a worker received but never started (a batch).
+
+A worker that reads several queues at once may receive more entries than it has free
+slots; on shutdown it returns those it did not start. The task stays PENDING (no
+transition, so no history entry): its delivered entry is acked and deleted and a fresh
+entry is added for another worker. The reaper does the same for a dead worker's
+unstarted deliveries.
+
+KEYS: common (see fsm.lua), then per task the four task keys.
+ARGV: common, then per task 1 value: the delivered stream entry id.
+Returns: per task 1 when re-queued, 0 when the entry was stale (task gone, no longer
+  PENDING, or its entry already replaced: the entry is then only acked and deleted).
+]]
+local out = {}
+for i = 1, ntasks() do
+  local entry = ARGV[NCOMMON + i]
+  local t = load(i, {'entry'})
+  if t ~= nil and t.state == 'PENDING' and t.f.entry == entry then
+    drop_entry(t.qkey, entry)
+    redis.call('HSET', t.key, 'entry', push_entry(t))
+    out[i] = 1
+  else
+    if t == nil or t.state ~= 'RUNNING' or t.f.entry ~= entry then
+      local _, _, qkey = task_keys(i)
+      drop_entry(qkey, entry)
+    end
+    out[i] = 0
+  end
+end
+return out

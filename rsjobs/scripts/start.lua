@@ -1,0 +1,48 @@
+--[[ start.lua — START: claim delivered work entries (a batch) with a fencing lease.
+
+KEYS: common (see fsm.lua), then per task the four task keys.
+ARGV: common, then
+  ARGV[5]  consumer   the worker's consumer name (recorded as the lease holder)
+  ARGV[6]  lease_ms   lease duration; the worker renews it with heartbeat.lua
+  ARGV[7]  nonce      worker-unique string; lease token = "<attempt>:<nonce>"
+  then per task 1 value: the stream entry id that was delivered
+Returns: per task either
+  {1, id, type, payload, attempt, lease, deadline_at (0 = none), dedup, timeout_ms}
+  {-1}                  the task no longer exists (entry acked and deleted)
+  {-2, state}           START refused: the task is not PENDING or the entry is stale;
+                        recorded in history, stale entry acked and deleted
+Events: START (PENDING -> RUNNING); rejected START.
+]]
+local consumer, lease_ms, nonce = ARGV[5], tonumber(ARGV[6]), ARGV[7]
+local out = {}
+for i = 1, ntasks() do
+  local entry = ARGV[NCOMMON + 3 + i]
+  local t = load(i, {'entry', 'timeout_ms', 'type', 'payload'})
+  if t == nil then
+    local _, _, qkey = task_keys(i)
+    drop_entry(qkey, entry)
+    out[i] = {-1}
+  elseif t.state ~= 'PENDING' or t.f.entry ~= entry then
+    -- keep the entry only when it is the live delivery of a RUNNING task (reaper's call)
+    if not (t.state == 'RUNNING' and t.f.entry == entry) then drop_entry(t.qkey, entry) end
+    local why = 'task is ' .. t.state
+    if t.state == 'PENDING' then why = 'stale delivery ' .. entry end
+    reject(t, 'START', why)
+    out[i] = {-2, t.state}
+  else
+    local attempt = t.attempt + 1
+    t.attempt = attempt
+    local lease = attempt .. ':' .. nonce
+    local timeout = tonumber(t.f.timeout_ms) or 0
+    local deadline = 0
+    if timeout > 0 then
+      deadline = NOW + timeout
+      redis.call('ZADD', DEADLINES_KEY, deadline, member(t))
+    end
+    transition(t, 'START', 'RUNNING', '', {'attempt', attempt, 'lease', lease,
+      'consumer', consumer, 'started_at', NOW, 'lease_expires_at', NOW + lease_ms,
+      'deadline_at', deadline}, {'worker', consumer})
+    out[i] = {1, t.id, t.f.type, t.f.payload, attempt, lease, deadline, t.dedup or '', timeout}
+  end
+end
+return out

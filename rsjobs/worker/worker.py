@@ -1,0 +1,496 @@
+"""The worker: reads queue streams in batches, runs handlers with bounded concurrency,
+keeps leases alive, and ends every attempt through the transition scripts.
+
+Round trips on the hot path are batched: one XREADGROUP and one ``start.lua`` call per
+batch of deliveries, and one ``finish.lua`` call per batch of finished attempts (whatever
+finished while the previous call was in flight).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import socket
+import time
+import uuid
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ..codec import decode, encode
+from ..errors import ConfigError, NonRetryable, PayloadError
+from ..keys import split_member, validate_name
+from ..schemas import _text
+from ..scripts import Scripts, TaskKeys
+from ..settings import Settings
+from ..streams import Delivery, ensure_group, read_batch
+from .context import Context
+from .registry import Registry
+
+__all__ = ["Worker"]
+
+log = logging.getLogger("rsjobs.worker")
+
+_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+class _Job:
+    """A task this worker started: its lease, its handler task and its context."""
+
+    __slots__ = ("ctx", "dedup", "entry", "id", "keys", "lease", "progress_sent", "queue", "task")
+
+    def __init__(
+        self, tid: str, queue: str, entry: str, lease: str, dedup: str, keys: TaskKeys
+    ) -> None:
+        self.id = tid
+        self.queue = queue
+        self.entry = entry
+        self.lease = lease
+        self.dedup = dedup
+        self.keys = keys
+        self.task: asyncio.Task[None] | None = None
+        self.ctx: Context | None = None
+        self.progress_sent: float | None = None
+
+    def stop(self, reason: str) -> None:
+        """Stop the handler: the task left RUNNING (or this worker lost its lease)."""
+        if self.ctx is not None and not self.ctx.stop_reason:
+            self.ctx.stop_reason = reason
+            self.ctx.cancelled.set()
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+
+class Worker:
+    """Runs handlers of a :class:`Registry` for the tasks of some queues.
+
+    All timing settings are milliseconds. ``lease_ms`` is how long a task stays ours
+    without a heartbeat (heartbeats go every ``heartbeat_ms``, default a third of the
+    lease); ``grace_ms`` is how long a graceful stop lets running handlers finish before
+    handing their tasks back (REQUEUE).
+    """
+
+    def __init__(
+        self,
+        registry: Registry,
+        *,
+        redis: Redis | None = None,
+        url: str = "redis://127.0.0.1:6379/0",
+        settings: Settings | None = None,
+        queues: tuple[str, ...] | list[str] = ("default",),
+        concurrency: int = 16,
+        lease_ms: int = 30_000,
+        heartbeat_ms: int | None = None,
+        block_ms: int = 1000,
+        grace_ms: int = 10_000,
+        promote_ms: int = 250,
+        progress_ms: int = 200,
+        name: str | None = None,
+        handle_signals: bool = True,
+    ) -> None:
+        if not queues:
+            raise ConfigError("a worker needs at least one queue")
+        for q in queues:
+            try:
+                validate_name("queue", q)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        if concurrency < 1:
+            raise ConfigError("concurrency must be >= 1")
+        if lease_ms < 100:
+            raise ConfigError("lease_ms must be >= 100")
+        heartbeat_ms = heartbeat_ms or max(50, lease_ms // 3)
+        if heartbeat_ms >= lease_ms:
+            raise ConfigError("heartbeat_ms must be shorter than lease_ms")
+        from ..client import connect
+
+        self.registry = registry
+        self.redis = redis if redis is not None else connect(url)
+        self.settings = settings or Settings()
+        self.scripts = Scripts(self.redis, self.settings)
+        self.keys = self.scripts.keys
+        self.queues = list(queues)
+        self.streams = {self.keys.queue(q): q for q in self.queues}
+        self.concurrency = concurrency
+        self.lease_ms = lease_ms
+        self.heartbeat_ms = heartbeat_ms
+        self.block_ms = block_ms
+        self.grace_ms = grace_ms
+        self.promote_ms = promote_ms
+        self.progress_ms = progress_ms
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.nonce = f"{self.name}-{uuid.uuid4().hex[:8]}"
+        self.handle_signals = handle_signals
+
+        self.jobs: dict[str, _Job] = {}
+        self._buffer: deque[Delivery] = deque()
+        self._slot_free = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._force = False
+        self._progress_wake = asyncio.Event()
+        self._finish_items: list[tuple[TaskKeys, list[Any], str]] = []
+        self._finish_idle = asyncio.Event()
+        self._finish_idle.set()
+        self._finisher: asyncio.Task[None] | None = None
+        self._threads = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rsjobs")
+        self.processed = 0
+        self.started_at = 0.0
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def stop(self, *, force: bool = False) -> None:
+        """Ask for a graceful stop (``force``: hand running tasks back without waiting)."""
+        if self._stopping.is_set():
+            force = True  # a second signal means: now
+        self._force = self._force or force
+        self._stopping.set()
+        self._slot_free.set()
+
+    async def run(self) -> None:
+        """Run until :meth:`stop` (or SIGTERM / SIGINT); then stop gracefully."""
+        loop = asyncio.get_running_loop()
+        if self.handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+        self.started_at = time.time()
+        for stream in self.streams:
+            await ensure_group(self.redis, stream)
+        await self.redis.sadd(self.keys.queues, *self.queues)
+        await self._register()
+        helpers = [
+            asyncio.create_task(self._beat_loop(), name="rsjobs-beat"),
+            asyncio.create_task(self._control_loop(), name="rsjobs-control"),
+            asyncio.create_task(self._promote_loop(), name="rsjobs-promote"),
+        ]
+        log.info("worker %s: queues=%s concurrency=%d", self.name, self.queues, self.concurrency)
+        try:
+            await self._fetch_loop()
+            await self._drain()
+        finally:
+            for h in helpers:
+                h.cancel()
+            for h in helpers:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await h
+            await self._flush_all()
+            await self._unregister()
+            self._threads.shutdown(wait=False, cancel_futures=True)
+            if self.handle_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+            log.info("worker %s stopped after %d tasks", self.name, self.processed)
+
+    async def _drain(self) -> None:
+        """Graceful stop: let handlers finish within the grace period, hand back the rest."""
+        if self._buffer:
+            await self._release(list(self._buffer))
+            self._buffer.clear()
+        if self.jobs and not self._force:
+            pending = [j.task for j in self.jobs.values() if j.task is not None]
+            log.info("worker %s: waiting up to %d ms for %d tasks", self.name, self.grace_ms,
+                     len(pending))
+            await asyncio.wait(pending, timeout=self.grace_ms / 1000)
+        left = list(self.jobs.values())
+        for job in left:
+            job.stop("SHUTDOWN")
+        if left:
+            await asyncio.wait([j.task for j in left if j.task is not None], timeout=5)
+
+    # -- fetching ------------------------------------------------------------------------
+
+    async def _fetch_loop(self) -> None:
+        backoff = 0.1
+        while not self._stopping.is_set():
+            free = self.concurrency - len(self.jobs)
+            if free <= 0:
+                self._slot_free.clear()
+                await self._slot_free.wait()
+                continue
+            try:
+                if self._buffer:
+                    batch = [self._buffer.popleft() for _ in range(min(free, len(self._buffer)))]
+                else:
+                    batch = await read_batch(
+                        self.redis, self.name, self.streams, free, self.block_ms
+                    )
+                    if len(batch) > free:  # several queues: keep the surplus for later
+                        self._buffer.extend(batch[free:])
+                        batch = batch[:free]
+                if batch:
+                    await self._start(batch)
+                backoff = 0.1
+            except _TRANSIENT as exc:
+                log.warning("worker %s: redis unavailable (%s); retrying", self.name, exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+            except RedisError as exc:
+                if "NOGROUP" in str(exc):
+                    for stream in self.streams:
+                        await ensure_group(self.redis, stream)
+                    continue
+                raise
+
+    async def _start(self, batch: list[Delivery]) -> None:
+        s = self.scripts
+        tkeys = [s.task_keys(d.task_id, d.queue) for d in batch]
+        replies = await s.call(
+            "start",
+            "worker",
+            tkeys,
+            [self.name, self.lease_ms, self.nonce, *(d.entry for d in batch)],
+        )
+        loop = asyncio.get_running_loop()
+        now = time.monotonic()
+        for d, reply in zip(batch, replies, strict=True):
+            if reply[0] != 1:
+                continue
+            _, tid, ttype, payload, attempt, lease, _deadline_at, dedup, timeout = reply
+            keys = s.task_keys(tid, d.queue, dedup or None)
+            job = _Job(tid, d.queue, d.entry, lease, dedup, keys)
+            timeout_s = int(timeout) / 1000 if int(timeout) else None
+            ctx = Context(
+                task_id=tid,
+                type=ttype,
+                queue=d.queue,
+                payload=None,
+                attempt=int(attempt),
+                deadline=None if timeout_s is None else now + timeout_s,
+                worker=self.name,
+                loop=loop,
+                on_progress=self._progress_wake.set,
+            )
+            job.ctx = ctx
+            self.jobs[tid] = job
+            job.task = loop.create_task(self._run(job, ttype, payload, timeout_s))
+
+    async def _release(self, deliveries: list[Delivery]) -> None:
+        s = self.scripts
+        with contextlib.suppress(RedisError):
+            await s.call(
+                "release",
+                "worker",
+                [s.task_keys(d.task_id, d.queue) for d in deliveries],
+                [d.entry for d in deliveries],
+            )
+
+    # -- running -------------------------------------------------------------------------
+
+    async def _run(self, job: _Job, ttype: str, raw_payload: str, timeout_s: float | None) -> None:
+        ctx = job.ctx
+        assert ctx is not None
+        handler = self.registry.get(ttype)
+        try:
+            if handler is None:
+                self._finish(job, "FAIL", f"no handler registered for task type {ttype!r}",
+                             "NoHandler", retryable=False)
+                return
+            try:
+                ctx.payload = decode(raw_payload)
+                if timeout_s is None:
+                    result = await self._call(handler, ctx)
+                else:
+                    async with asyncio.timeout(timeout_s):
+                        result = await self._call(handler, ctx)
+            except asyncio.CancelledError:
+                if ctx.stop_reason == "SHUTDOWN":
+                    self._finish(job, "REQUEUE", "worker shutting down: task handed back", "")
+                elif not ctx.stop_reason:
+                    raise
+                # CANCELLED / PAUSED / LOST: the task already left our hands; nothing to say
+                return
+            except TimeoutError:
+                ctx.stop_reason = "TIMEOUT"
+                ctx.cancelled.set()
+                self._finish(job, "TIMEOUT", f"execution exceeded {timeout_s:g}s", "TimeoutError")
+                return
+            except Exception as exc:
+                retryable = not isinstance(exc, (NonRetryable, *handler.non_retryable))
+                self._finish(job, "FAIL", f"{type(exc).__name__}: {exc}"[:2000],
+                             type(exc).__name__, retryable=retryable)
+                return
+            try:
+                body = encode(result)
+                if len(body) > self.settings.payload_limit:
+                    raise PayloadError(f"result is {len(body)} bytes, over the limit of "
+                                       f"{self.settings.payload_limit}")
+            except PayloadError as exc:
+                self._finish(job, "FAIL", str(exc), "PayloadError", retryable=False)
+                return
+            self._finish(job, "COMPLETE", body, "")
+        finally:
+            self.jobs.pop(job.id, None)
+            self._slot_free.set()
+
+    async def _call(self, handler: Any, ctx: Context) -> Any:
+        if handler.is_async:
+            return await handler.fn(ctx, ctx.payload)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, handler.fn, ctx, ctx.payload)
+
+    # -- finishing (batched) -------------------------------------------------------------
+
+    def _finish(
+        self,
+        job: _Job,
+        event: str,
+        body: str | bytes,
+        etype: str,
+        *,
+        retryable: bool = True,
+    ) -> None:
+        args = [event, job.lease, body, etype, "1" if retryable else "0", -1, random.random()]
+        self._finish_items.append((job.keys, args, job.id))
+        self.processed += 1
+        if self._finisher is None or self._finisher.done():
+            self._finish_idle.clear()
+            self._finisher = asyncio.get_running_loop().create_task(self._flush_finishes())
+
+    async def _flush_finishes(self) -> None:
+        """Send whatever finished, in one script call per batch, until nothing is left."""
+        backoff = 0.05
+        give_up = time.monotonic() + self.lease_ms / 1000
+        while self._finish_items:
+            items, self._finish_items = self._finish_items[:500], self._finish_items[500:]
+            argv: list[Any] = []
+            for _, a, _ in items:
+                argv += a
+            try:
+                replies = await self.scripts.call(
+                    "finish", "worker", [k for k, _, _ in items], argv
+                )
+            except _TRANSIENT as exc:
+                # keep the results: the lease may still be ours when Redis is back
+                self._finish_items[:0] = items
+                if time.monotonic() > give_up:
+                    log.error("worker %s: dropping %d results after redis outage (%s); the "
+                              "reaper will recover the tasks", self.name, len(items), exc)
+                    self._finish_items.clear()
+                    break
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            for (_, a, tid), (code, state) in zip(items, replies, strict=True):
+                if code < 0:
+                    log.warning("worker %s: %s of task %s refused (task is %s)", self.name,
+                                a[0], tid, state)
+        self._finish_idle.set()
+
+    async def _flush_all(self) -> None:
+        while self._finisher is not None and not self._finisher.done():
+            await self._finisher
+        if self._finish_items:
+            await self._flush_finishes()
+
+    # -- heartbeats, progress, control ---------------------------------------------------
+
+    async def _beat_loop(self) -> None:
+        hb = self.heartbeat_ms / 1000
+        next_beat = time.monotonic() + hb
+        while True:
+            wait = next_beat - time.monotonic()
+            if wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._progress_wake.wait(), wait)
+            self._progress_wake.clear()
+            full = time.monotonic() >= next_beat
+            jobs = [j for j in self.jobs.values() if j.ctx is not None and (
+                full or j.ctx.progress_value != j.progress_sent)]
+            try:
+                if jobs:
+                    await self._beat(jobs)
+                if full:
+                    await self._register()
+            except _TRANSIENT as exc:
+                log.warning("worker %s: heartbeat failed (%s)", self.name, exc)
+            if full:
+                next_beat = time.monotonic() + hb
+            else:
+                await asyncio.sleep(self.progress_ms / 1000)  # coalesce progress bursts
+
+    async def _beat(self, jobs: list[_Job]) -> None:
+        argv: list[Any] = [self.name, self.lease_ms]
+        sent: list[float | None] = []
+        for j in jobs:
+            ctx = j.ctx
+            assert ctx is not None
+            p = ctx.progress_value
+            changed = p is not None and p != j.progress_sent
+            argv += (j.lease, j.entry, f"{p:g}" if changed and p is not None else "",
+                     ctx.progress_msg if changed else "")
+            sent.append(p)
+        replies = await self.scripts.call("heartbeat", "worker", [j.keys for j in jobs], argv)
+        for j, p, word in zip(jobs, sent, replies, strict=True):
+            j.progress_sent = p
+            if word != "OK":
+                log.info("worker %s: task %s is %s; stopping its handler", self.name, j.id, word)
+                j.stop(word)
+
+    async def _control_loop(self) -> None:
+        """Hear CANCEL / PAUSE notices at once (heartbeats are the fallback)."""
+        while True:
+            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self.keys.control)
+                async for msg in pubsub.listen():
+                    if msg.get("type") != "message":
+                        continue
+                    event, _, tid = _text(msg["data"]).partition(" ")
+                    job = self.jobs.get(tid)
+                    if job is not None:
+                        job.stop({"CANCEL": "CANCELLED", "PAUSE": "PAUSED"}.get(event, event))
+            except _TRANSIENT:
+                await asyncio.sleep(0.5)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+
+    async def _promote_loop(self) -> None:
+        """Move due SCHEDULED tasks back to their queues (the reaper does it too)."""
+        while True:
+            await asyncio.sleep(self.promote_ms / 1000)
+            with contextlib.suppress(_TRANSIENT):
+                await promote_due(self.scripts, "worker")
+
+    async def _register(self) -> None:
+        info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "queues": self.queues,
+            "concurrency": self.concurrency,
+            "started_at": int(self.started_at * 1000),
+            "beat_at": int(time.time() * 1000),
+            "lease_ms": self.lease_ms,
+            "running": list(self.jobs)[:100],
+            "processed": self.processed,
+        }
+        await self.redis.hset(self.keys.workers, self.name, encode(info))
+
+    async def _unregister(self) -> None:
+        with contextlib.suppress(RedisError, OSError):
+            await self.redis.hdel(self.keys.workers, self.name)
+
+
+async def promote_due(scripts: Scripts, source: str, limit: int = 200) -> int:
+    """Promote due SCHEDULED tasks; returns how many. Candidates come from the zset by the
+    local clock (with 1 s of slack); the script decides by Redis TIME."""
+    horizon = int(time.time() * 1000) + 1000
+    members = await scripts.redis.zrangebyscore(
+        scripts.keys.scheduled, "-inf", horizon, start=0, num=limit
+    )
+    if not members:
+        return 0
+    tkeys = []
+    for m in members:
+        queue, tid = split_member(m)
+        tkeys.append(scripts.task_keys(tid, queue))
+    promoted, _next_due = await scripts.call("promote", source, tkeys, members)
+    return int(promoted)
