@@ -243,7 +243,21 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("queues", help="queue depth and task counts per state")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=cmd_queues)
+
+    # commands of the other parts (reaper, web, workflows) live beside them
+    for module in _PLUGINS:
+        try:
+            plugin = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            continue
+        plugin.register(sub)
     return p
+
+
+#: modules with a ``register(subparsers)`` adding their commands (``rsjobs reaper`` ...)
+_PLUGINS = ("rsjobs.reaper.cli", "rsjobs.web.cli", "rsjobs.workflows.cli")
 
 
 def main(argv: list[str] | None = None) -> int:
