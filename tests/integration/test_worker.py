@@ -1,0 +1,207 @@
+"""The worker against a real Redis: cancel, timeout, retries, dedup, fencing, shutdown,
+and what a SIGKILL leaves behind."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from rsjobs import Client, Settings, Worker
+from rsjobs.model import TERMINAL
+from tests.apps import tasks
+from tests.helpers import spawn_worker, stop_process, wait_for_state
+from tests.reference import replay
+
+pytestmark = pytest.mark.integration
+
+
+@contextlib.asynccontextmanager
+async def running_worker(url: str, **kw: object) -> AsyncIterator[Worker]:
+    opts: dict[str, object] = {"concurrency": 8, "lease_ms": 2000, "handle_signals": False,
+                               "promote_ms": 20, "settings": Settings(namespace="t")}
+    opts.update(kw)
+    w = Worker(tasks, url=url, **opts)  # type: ignore[arg-type]
+    task = asyncio.create_task(w.run())
+    try:
+        yield w
+    finally:
+        w.stop()
+        await asyncio.wait_for(task, 20)
+        await w.redis.aclose()
+
+
+async def assert_valid_history(client: Client, tid: str) -> None:
+    entries = await client.history(tid)
+    assert replay(entries) == []
+    terminal = [e for e in entries if not e.rejected and e.to_state in TERMINAL
+                and e.from_state not in TERMINAL]
+    assert len(terminal) == 1
+
+
+async def test_runs_a_task_with_progress_and_result(client: Client, redis_url: str) -> None:
+    async with running_worker(redis_url):
+        tid = await client.enqueue("sleep", {"s": 0.3, "steps": 3})
+        info = await client.wait(tid, timeout_ms=10_000)
+    assert info.state == "SUCCEEDED" and info.result["attempt"] == 1
+    events = [e.event for e in await client.history(tid)]
+    assert events[:2] == ["ENQUEUE", "START"] and events[-1] == "COMPLETE"
+    assert "PROGRESS" in events
+    await assert_valid_history(client, tid)
+
+
+async def test_cancel_of_running_task_stops_the_handler_and_frees_the_slot(
+    client: Client, redis_url: str
+) -> None:
+    async with running_worker(redis_url, concurrency=1) as w:
+        tid = await client.enqueue("sleep", {"s": 30})
+        await wait_for_state(client, tid, "RUNNING")
+        t0 = time.monotonic()
+        assert await client.cancel(tid, "user clicked cancel") == "CANCELLED"
+        while w.jobs:
+            await asyncio.sleep(0.01)
+            assert time.monotonic() - t0 < 2.0, "handler not stopped"
+        # the freed slot takes the next task at once
+        nxt = await client.enqueue("noop", {"x": 1})
+        assert (await client.wait(nxt, timeout_ms=5000)).state == "SUCCEEDED"
+        # a repeated cancel answers the same and changes nothing
+        assert await client.cancel(tid) == "CANCELLED"
+    info = await client.get(tid)
+    assert info.state == "CANCELLED" and info.result is None
+    await assert_valid_history(client, tid)
+
+
+async def test_cancel_reaches_a_sync_handler(client: Client, redis_url: str) -> None:
+    async with running_worker(redis_url) as w:
+        tid = await client.enqueue("sync_sleep", {"s": 30})
+        await wait_for_state(client, tid, "RUNNING")
+        await client.cancel(tid)
+        t0 = time.monotonic()
+        while w.jobs:
+            await asyncio.sleep(0.01)
+            assert time.monotonic() - t0 < 2.0
+    assert (await client.get(tid)).state == "CANCELLED"
+
+
+async def test_timeout_retries_then_timed_out(client: Client, redis_url: str) -> None:
+    async with running_worker(redis_url):
+        tid = await client.enqueue("sleep", {"s": 5}, timeout_ms=200, max_attempts=2,
+                                   backoff_base_ms=10, backoff_max_ms=20)
+        info = await client.wait(tid, timeout_ms=10_000)
+    assert info.state == "TIMED_OUT" and info.attempt == 2 and info.failures == 2
+    events = [(e.event, e.to_state) for e in await client.history(tid) if not e.rejected]
+    assert ("TIMEOUT", "SCHEDULED") in events and events[-1] == ("TIMEOUT", "TIMED_OUT")
+    await assert_valid_history(client, tid)
+
+
+async def test_retries_with_backoff_then_failed(client: Client, redis_url: str) -> None:
+    async with running_worker(redis_url):
+        tid = await client.enqueue("fail", {}, max_attempts=3, backoff_base_ms=100,
+                                   backoff_max_ms=1000)
+        info = await client.wait(tid, timeout_ms=10_000)
+        ok = await client.enqueue("fail", {"until": 2}, max_attempts=3, backoff_base_ms=10)
+        assert (await client.wait(ok, timeout_ms=10_000)).state == "SUCCEEDED"
+    assert info.state == "FAILED" and info.attempt == 3 and info.failures == 3
+    hist = await client.history(tid)
+    delays = [int(e.extra["retry_in_ms"]) for e in hist if "retry_in_ms" in e.extra]
+    assert len(delays) == 2
+    assert 50 <= delays[0] <= 100 and 100 <= delays[1] <= 200  # equal jitter around 2^n
+    starts = [e.ts for e in hist if e.event == "START"]
+    assert starts[1] - starts[0] >= delays[0] and starts[2] - starts[1] >= delays[1]
+    assert "attempts exhausted (3/3)" in hist[-1].message
+    await assert_valid_history(client, tid)
+
+
+async def test_non_retryable_and_unknown_types_fail_once(client: Client, redis_url: str) -> None:
+    async with running_worker(redis_url):
+        fatal = await client.enqueue("fatal", {}, max_attempts=5)
+        verr = await client.enqueue("value_error", {}, max_attempts=5)
+        unknown = await client.enqueue("no.such.type", {}, max_attempts=5)
+        infos = [await client.wait(t, timeout_ms=5000) for t in (fatal, verr, unknown)]
+    for info in infos:
+        assert info.state == "FAILED" and info.attempt == 1, info
+    assert infos[2].error_type == "NoHandler" and "no handler" in infos[2].error
+
+
+async def test_dedup_returns_the_first_task(client: Client) -> None:
+    a = await client.enqueue("noop", {"n": 1}, dedup_key="render-42")
+    b = await client.enqueue("noop", {"n": 2}, dedup_key="render-42")
+    assert a == b
+    assert (await client.get(a)).payload == {"n": 1}
+    assert (await client.stats())["default"]["stream_length"] == 1
+
+
+async def test_fencing_rejects_a_late_result_from_a_lost_lease(
+    client: Client, redis_url: str
+) -> None:
+    """A zombie started the task, lost it (pause/resume gives it to a new owner); its late
+    completion is refused and recorded, and the result is the new owner's."""
+    s = client.scripts
+    tid = await client.enqueue("noop", {"who": "owner"})
+    await client.redis.xgroup_create(client.keys.queue("default"), "workers", id="0")
+    rows = await client.redis.xreadgroup("workers", "zombie", {client.keys.queue("default"): ">"})
+    entry = rows[0][1][0][0]
+    keys = [s.task_keys(tid, "default")]
+    started = await s.call("start", "worker", keys, ["zombie", 60_000, "z", entry])
+    zombie_lease = started[0][5]
+    await client.pause(tid)
+    await client.resume(tid)
+    async with running_worker(redis_url):
+        info = await client.wait(tid, timeout_ms=5000)
+    assert info.state == "SUCCEEDED" and info.result == {"who": "owner"}
+    late = await s.call("finish", "worker", keys,
+                        ["COMPLETE", zombie_lease, '{"who":"zombie"}', "", "1", -1, 0.1])
+    assert list(late[0]) == [-2, "SUCCEEDED"]
+    info = await client.get(tid)
+    assert info.result == {"who": "owner"} and info.attempt == 2
+    refused = [e for e in await client.history(tid) if e.rejected]
+    assert refused and refused[-1].event == "COMPLETE" and "1:z" in refused[-1].message
+    await assert_valid_history(client, tid)
+
+
+async def test_graceful_shutdown_hands_back_in_flight_work(client: Client, redis_url: str) -> None:
+    proc = spawn_worker(redis_url, "t", "--grace-ms", "1000", "--lease-ms", "3000")
+    try:
+        short = await client.enqueue("sleep", {"s": 0.5, "steps": 2})
+        long = await client.enqueue("sleep", {"s": 60})
+        await wait_for_state(client, short, "RUNNING", timeout=15)
+        await wait_for_state(client, long, "RUNNING", timeout=15)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+    finally:
+        stop_process(proc)
+    assert (await client.get(short)).state == "SUCCEEDED"
+    handed = await client.get(long)
+    assert handed.state == "PENDING" and handed.failures == 0
+    assert [e.event for e in await client.history(long)][-1] == "REQUEUE"
+    # nothing lost: a new worker picks the handed-back task up (short run this time)
+    await client.redis.hset(client.keys.task(long), "payload", '{"s": 0.1}')
+    async with running_worker(redis_url):
+        info = await client.wait(long, timeout_ms=5000)
+    assert info.state == "SUCCEEDED" and info.attempt == 2
+    await assert_valid_history(client, long)
+
+
+async def test_sigkilled_worker_leaves_task_running_with_an_expiring_lease(
+    client: Client, redis_url: str
+) -> None:
+    proc = spawn_worker(redis_url, "t", "--lease-ms", "1000")
+    try:
+        tid = await client.enqueue("sleep", {"s": 60})
+        info = await wait_for_state(client, tid, "RUNNING", timeout=15)
+    finally:
+        stop_process(proc, signal.SIGKILL)
+    now_ms = int((await client.redis.time())[0]) * 1000
+    assert info.lease_expires_at > 0
+    await asyncio.sleep(1.2)
+    info = await client.get(tid)
+    now_ms = int((await client.redis.time())[0]) * 1000
+    assert info.state == "RUNNING" and info.lease_expires_at < now_ms + 1000
+    pending = await client.redis.xpending(client.keys.queue("default"), "workers")
+    assert pending["pending"] == 1 and pending["consumers"][0]["name"] == info.worker
+    # the history says who had it and when; recovery is the reaper's job
+    assert [e.event for e in await client.history(tid)] == ["ENQUEUE", "START"]
