@@ -19,8 +19,8 @@ from .worker import Context, Registry, Worker
 
 __all__ = [
     "Client",
-    "Context",
     "ConfigError",
+    "Context",
     "EnqueueRequest",
     "Event",
     "HistoryEntry",
@@ -28,8 +28,8 @@ __all__ = [
     "LeaseLost",
     "NonRetryable",
     "PayloadError",
-    "Registry",
     "RedisUnavailable",
+    "Registry",
     "RsjobsError",
     "Settings",
     "State",

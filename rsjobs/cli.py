@@ -139,8 +139,10 @@ async def cmd_history(args: argparse.Namespace) -> int:
         mark = "REFUSED " if e.rejected else ""
         arrow = f"{e.from_state or '-'} -> {e.to_state}"
         extra = " ".join(f"{k}={v}" for k, v in e.extra.items())
-        print(f"{_ms(e.ts)}  {mark}{e.event:<10} {arrow:<24} att={e.attempt} src={e.source}"
-              f"  {e.message} {extra}".rstrip())
+        print(
+            f"{_ms(e.ts)}  {mark}{e.event:<10} {arrow:<24} att={e.attempt} src={e.source}"
+            f"  {e.message} {extra}".rstrip()
+        )
     return 0
 
 
@@ -180,8 +182,13 @@ async def cmd_dev(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(message)s")
     with EmbeddedRedis(port=args.port, appendonly=True) as server:
         print(f"rsjobs dev: redis at {server.url} (data in {server.data_dir})", flush=True)
-        worker = Worker(registry, url=server.url, settings=_settings(args),
-                        queues=args.queue or ["default"], concurrency=args.concurrency)
+        worker = Worker(
+            registry,
+            url=server.url,
+            settings=_settings(args),
+            queues=args.queue or ["default"],
+            concurrency=args.concurrency,
+        )
         await worker.run()
     return 0
 
@@ -191,8 +198,11 @@ async def cmd_dev(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rsjobs", description="rsjobs: Redis-Streams job system")
-    p.add_argument("--url", default=os.environ.get("RSJOBS_URL", DEFAULT_URL),
-                   help="Redis URL (env RSJOBS_URL)")
+    p.add_argument(
+        "--url",
+        default=os.environ.get("RSJOBS_URL", DEFAULT_URL),
+        help="Redis URL (env RSJOBS_URL)",
+    )
     p.add_argument("--namespace", default=os.environ.get("RSJOBS_NAMESPACE", "default"))
     p.add_argument("--log-level", default=os.environ.get("RSJOBS_LOG_LEVEL", "INFO"))
     sub = p.add_subparsers(dest="command", required=True)
@@ -264,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return asyncio.run(args.func(args))
+        return int(asyncio.run(args.func(args)))
     except KeyboardInterrupt:
         return 130
     except RedisConnectionError as exc:

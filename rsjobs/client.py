@@ -207,9 +207,8 @@ class Client:
         validate_task_id(task_id)
         start = "-" if after in ("-", "0", "") else f"({after}"
         rows = await self.redis.xrange(self.keys.history(task_id), start, "+", count=count)
-        if not rows and after in ("-", "0", ""):
-            if not await self.redis.exists(self.keys.task(task_id)):
-                raise TaskNotFound(task_id)
+        if not rows and not await self.redis.exists(self.keys.task(task_id)):
+            raise TaskNotFound(task_id)
         return [HistoryEntry.from_entry(i, f, task_id) for i, f in rows]
 
     async def wait(self, task_id: str, *, timeout_ms: int | None = None) -> TaskInfo:
@@ -309,4 +308,3 @@ class Client:
         if code == -2:
             raise InvalidTransition(task_id, "RESUME", state)
         return state
-

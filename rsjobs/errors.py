@@ -58,5 +58,5 @@ class RedisUnavailable(RsjobsError, ConnectionError):
     """Raised when Redis cannot be reached (after the retries the caller allowed)."""
 
 
-class NonRetryable(RsjobsError):  # noqa: N818 - it reads as what the handler means
+class NonRetryable(RsjobsError):
     """Raised by a handler to fail its task at once, skipping the remaining attempts."""

@@ -17,6 +17,14 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
     rsjobs:{default}:dedup:<key>          string  id of the task submitted with that dedup key
     rsjobs:{default}:workers              hash    worker name -> JSON of its registration
     rsjobs:{default}:control              pubsub  cancel / pause notices to workers
+    rsjobs:{default}:deadletter           stream  dead-lettered tasks (MAXLEN ~), by the reaper
+    rsjobs:{default}:workers:dead         hash    worker name -> JSON {beat_at, since}: reaper marks
+    rsjobs:{default}:reaper:guard         string  name of the reaper sweeping now (SET NX PX)
+
+The ``deadlines`` zset also holds the queue-wait deadline (``expires_at``) of a task that
+was enqueued with ``wait_timeout_ms`` and has not started yet; ``start.lua`` replaces that
+score with the execution deadline. The reaper (``scripts/deadline.lua``) tells them apart
+by the task's state.
 """
 
 from __future__ import annotations
@@ -56,15 +64,18 @@ class Keys:
 
     __slots__ = (
         "control",
+        "deadletter",
         "deadlines",
         "events",
         "namespace",
         "nodedup",
         "prefix",
         "queues",
+        "reaper_guard",
         "scheduled",
         "stats",
         "workers",
+        "workers_dead",
     )
 
     def __init__(self, namespace: str = "default") -> None:
@@ -79,6 +90,9 @@ class Keys:
         self.queues = p + "queues"
         self.workers = p + "workers"
         self.control = p + "control"
+        self.deadletter = p + "deadletter"
+        self.workers_dead = p + "workers:dead"
+        self.reaper_guard = p + "reaper:guard"
         # Passed in KEYS where a script expects a dedup key but the task has none; never
         # written (the script checks its flag first), it only keeps KEYS positional.
         self.nodedup = p + "dedup:"

@@ -7,12 +7,12 @@ scripts in Redis are the only writers of task state; this module is what Python 
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 __all__ = ["TERMINAL", "TRANSITIONS", "Event", "State", "allowed", "is_terminal"]
 
 
-class State(str, Enum):
+class State(StrEnum):
     #: queued on its stream, waiting for a worker
     PENDING = "PENDING"
     #: waiting for a time: a delay, or the backoff before a retry
@@ -31,7 +31,7 @@ class State(str, Enum):
     TIMED_OUT = "TIMED_OUT"
 
 
-class Event(str, Enum):
+class Event(StrEnum):
     ENQUEUE = "ENQUEUE"
     PROMOTE = "PROMOTE"
     START = "START"

@@ -18,7 +18,7 @@ def _text(v: bytes | str | None) -> str:
 
 
 def _int(v: bytes | str | None) -> int:
-    return int(v) if v not in (None, b"", "") else 0  # type: ignore[arg-type]
+    return int(v) if v else 0
 
 
 class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -107,7 +107,9 @@ class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
     extra: dict[str, str] = msgspec.field(default_factory=dict)
 
     @classmethod
-    def from_entry(cls, entry_id: bytes | str, fields: dict[Any, Any], task_id: str = "") -> HistoryEntry:
+    def from_entry(
+        cls, entry_id: bytes | str, fields: dict[Any, Any], task_id: str = ""
+    ) -> HistoryEntry:
         f = {_text(k): _text(v) for k, v in fields.items()}
         return cls(
             id=_text(entry_id),

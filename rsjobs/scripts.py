@@ -19,7 +19,20 @@ from .settings import Settings
 
 __all__ = ["SCRIPT_NAMES", "Scripts", "script_source"]
 
-SCRIPT_NAMES = ("enqueue", "start", "finish", "heartbeat", "control", "promote", "release")
+SCRIPT_NAMES = (
+    "enqueue",
+    "start",
+    "finish",
+    "heartbeat",
+    "control",
+    "promote",
+    "release",
+    # the reaper's (rsjobs/reaper/)
+    "reclaim",
+    "deadline",
+    "workers",
+    "link",
+)
 
 
 @cache

@@ -15,13 +15,26 @@ from rsjobs import Client, TaskInfo
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def spawn_worker(url: str, namespace: str = "t", *args: str,
-                 app: str = "tests.apps:tasks") -> subprocess.Popen[bytes]:
+def spawn_worker(
+    url: str, namespace: str = "t", *args: str, app: str = "tests.apps:tasks"
+) -> subprocess.Popen[bytes]:
     """Start ``rsjobs worker`` as a child process (its own process group)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-m", "rsjobs", "--url", url, "--namespace", namespace,
-           "--log-level", "WARNING", "worker", app, *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rsjobs",
+        "--url",
+        url,
+        "--namespace",
+        namespace,
+        "--log-level",
+        "WARNING",
+        "worker",
+        app,
+        *args,
+    ]
     return subprocess.Popen(cmd, env=env, cwd=ROOT, start_new_session=True)
 
 
@@ -39,8 +52,9 @@ def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> No
             proc.wait(5)
 
 
-async def wait_for_state(client: Client, task_id: str, states: Sequence[str] | str,
-                         timeout: float = 10.0) -> TaskInfo:
+async def wait_for_state(
+    client: Client, task_id: str, states: Sequence[str] | str, timeout: float = 10.0
+) -> TaskInfo:
     """Poll until the task is in one of ``states`` (for non-terminal states; use
     Client.wait for terminal ones)."""
     wanted = {states} if isinstance(states, str) else set(states)

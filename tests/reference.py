@@ -88,8 +88,10 @@ def replay(entries: Iterable[HistoryEntry]) -> list[str]:
     for e in entries:
         if e.rejected:
             if e.from_state != state or e.to_state != state:
-                problems.append(f"{e.id}: refused {e.event} records {e.from_state}->"
-                                f"{e.to_state} while the task was {state!r}")
+                problems.append(
+                    f"{e.id}: refused {e.event} records {e.from_state}->"
+                    f"{e.to_state} while the task was {state!r}"
+                )
             continue
         if state in TERMINAL:
             problems.append(f"{e.id}: {e.event} accepted after terminal state {state}")

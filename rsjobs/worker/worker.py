@@ -196,8 +196,12 @@ class Worker:
             self._buffer.clear()
         if self.jobs and not self._force:
             pending = [j.task for j in self.jobs.values() if j.task is not None]
-            log.info("worker %s: waiting up to %d ms for %d tasks", self.name, self.grace_ms,
-                     len(pending))
+            log.info(
+                "worker %s: waiting up to %d ms for %d tasks",
+                self.name,
+                self.grace_ms,
+                len(pending),
+            )
             await asyncio.wait(pending, timeout=self.grace_ms / 1000)
         left = list(self.jobs.values())
         for job in left:
@@ -290,8 +294,13 @@ class Worker:
         handler = self.registry.get(ttype)
         try:
             if handler is None:
-                self._finish(job, "FAIL", f"no handler registered for task type {ttype!r}",
-                             "NoHandler", retryable=False)
+                self._finish(
+                    job,
+                    "FAIL",
+                    f"no handler registered for task type {ttype!r}",
+                    "NoHandler",
+                    retryable=False,
+                )
                 return
             try:
                 ctx.payload = decode(raw_payload)
@@ -314,14 +323,21 @@ class Worker:
                 return
             except Exception as exc:
                 retryable = not isinstance(exc, (NonRetryable, *handler.non_retryable))
-                self._finish(job, "FAIL", f"{type(exc).__name__}: {exc}"[:2000],
-                             type(exc).__name__, retryable=retryable)
+                self._finish(
+                    job,
+                    "FAIL",
+                    f"{type(exc).__name__}: {exc}"[:2000],
+                    type(exc).__name__,
+                    retryable=retryable,
+                )
                 return
             try:
                 body = encode(result)
                 if len(body) > self.settings.payload_limit:
-                    raise PayloadError(f"result is {len(body)} bytes, over the limit of "
-                                       f"{self.settings.payload_limit}")
+                    raise PayloadError(
+                        f"result is {len(body)} bytes, over the limit of "
+                        f"{self.settings.payload_limit}"
+                    )
             except PayloadError as exc:
                 self._finish(job, "FAIL", str(exc), "PayloadError", retryable=False)
                 return
@@ -371,8 +387,13 @@ class Worker:
                 # keep the results: the lease may still be ours when Redis is back
                 self._finish_items[:0] = items
                 if time.monotonic() > give_up:
-                    log.error("worker %s: dropping %d results after redis outage (%s); the "
-                              "reaper will recover the tasks", self.name, len(items), exc)
+                    log.error(
+                        "worker %s: dropping %d results after redis outage (%s); the "
+                        "reaper will recover the tasks",
+                        self.name,
+                        len(items),
+                        exc,
+                    )
                     self._finish_items.clear()
                     break
                 await asyncio.sleep(backoff)
@@ -380,8 +401,9 @@ class Worker:
                 continue
             for (_, a, tid), (code, state) in zip(items, replies, strict=True):
                 if code < 0:
-                    log.warning("worker %s: %s of task %s refused (task is %s)", self.name,
-                                a[0], tid, state)
+                    log.warning(
+                        "worker %s: %s of task %s refused (task is %s)", self.name, a[0], tid, state
+                    )
         self._finish_idle.set()
 
     async def _flush_all(self) -> None:
@@ -402,8 +424,11 @@ class Worker:
                     await asyncio.wait_for(self._progress_wake.wait(), wait)
             self._progress_wake.clear()
             full = time.monotonic() >= next_beat
-            jobs = [j for j in self.jobs.values() if j.ctx is not None and (
-                full or j.ctx.progress_value != j.progress_sent)]
+            jobs = [
+                j
+                for j in self.jobs.values()
+                if j.ctx is not None and (full or j.ctx.progress_value != j.progress_sent)
+            ]
             try:
                 if jobs:
                     await self._beat(jobs)
@@ -424,8 +449,12 @@ class Worker:
             assert ctx is not None
             p = ctx.progress_value
             changed = p is not None and p != j.progress_sent
-            argv += (j.lease, j.entry, f"{p:g}" if changed and p is not None else "",
-                     ctx.progress_msg if changed else "")
+            argv += (
+                j.lease,
+                j.entry,
+                f"{p:g}" if changed and p is not None else "",
+                ctx.progress_msg if changed else "",
+            )
             sent.append(p)
         replies = await self.scripts.call("heartbeat", "worker", [j.keys for j in jobs], argv)
         for j, p, word in zip(jobs, sent, replies, strict=True):
@@ -457,7 +486,7 @@ class Worker:
         """Move due SCHEDULED tasks back to their queues (the reaper does it too)."""
         while True:
             await asyncio.sleep(self.promote_ms / 1000)
-            with contextlib.suppress(_TRANSIENT):
+            with contextlib.suppress(*_TRANSIENT):
                 await promote_due(self.scripts, "worker")
 
     async def _register(self) -> None:

@@ -22,8 +22,13 @@ pytestmark = pytest.mark.integration
 
 @contextlib.asynccontextmanager
 async def running_worker(url: str, **kw: object) -> AsyncIterator[Worker]:
-    opts: dict[str, object] = {"concurrency": 8, "lease_ms": 2000, "handle_signals": False,
-                               "promote_ms": 20, "settings": Settings(namespace="t")}
+    opts: dict[str, object] = {
+        "concurrency": 8,
+        "lease_ms": 2000,
+        "handle_signals": False,
+        "promote_ms": 20,
+        "settings": Settings(namespace="t"),
+    }
     opts.update(kw)
     w = Worker(tasks, url=url, **opts)  # type: ignore[arg-type]
     task = asyncio.create_task(w.run())
@@ -38,8 +43,11 @@ async def running_worker(url: str, **kw: object) -> AsyncIterator[Worker]:
 async def assert_valid_history(client: Client, tid: str) -> None:
     entries = await client.history(tid)
     assert replay(entries) == []
-    terminal = [e for e in entries if not e.rejected and e.to_state in TERMINAL
-                and e.from_state not in TERMINAL]
+    terminal = [
+        e
+        for e in entries
+        if not e.rejected and e.to_state in TERMINAL and e.from_state not in TERMINAL
+    ]
     assert len(terminal) == 1
 
 
@@ -89,8 +97,9 @@ async def test_cancel_reaches_a_sync_handler(client: Client, redis_url: str) -> 
 
 async def test_timeout_retries_then_timed_out(client: Client, redis_url: str) -> None:
     async with running_worker(redis_url):
-        tid = await client.enqueue("sleep", {"s": 5}, timeout_ms=200, max_attempts=2,
-                                   backoff_base_ms=10, backoff_max_ms=20)
+        tid = await client.enqueue(
+            "sleep", {"s": 5}, timeout_ms=200, max_attempts=2, backoff_base_ms=10, backoff_max_ms=20
+        )
         info = await client.wait(tid, timeout_ms=10_000)
     assert info.state == "TIMED_OUT" and info.attempt == 2 and info.failures == 2
     events = [(e.event, e.to_state) for e in await client.history(tid) if not e.rejected]
@@ -100,8 +109,9 @@ async def test_timeout_retries_then_timed_out(client: Client, redis_url: str) ->
 
 async def test_retries_with_backoff_then_failed(client: Client, redis_url: str) -> None:
     async with running_worker(redis_url):
-        tid = await client.enqueue("fail", {}, max_attempts=3, backoff_base_ms=100,
-                                   backoff_max_ms=1000)
+        tid = await client.enqueue(
+            "fail", {}, max_attempts=3, backoff_base_ms=100, backoff_max_ms=1000
+        )
         info = await client.wait(tid, timeout_ms=10_000)
         ok = await client.enqueue("fail", {"until": 2}, max_attempts=3, backoff_base_ms=10)
         assert (await client.wait(ok, timeout_ms=10_000)).state == "SUCCEEDED"
@@ -153,8 +163,9 @@ async def test_fencing_rejects_a_late_result_from_a_lost_lease(
     async with running_worker(redis_url):
         info = await client.wait(tid, timeout_ms=5000)
     assert info.state == "SUCCEEDED" and info.result == {"who": "owner"}
-    late = await s.call("finish", "worker", keys,
-                        ["COMPLETE", zombie_lease, '{"who":"zombie"}', "", "1", -1, 0.1])
+    late = await s.call(
+        "finish", "worker", keys, ["COMPLETE", zombie_lease, '{"who":"zombie"}', "", "1", -1, 0.1]
+    )
     assert list(late[0]) == [-2, "SUCCEEDED"]
     info = await client.get(tid)
     assert info.result == {"who": "owner"} and info.attempt == 2
@@ -204,4 +215,5 @@ async def test_sigkilled_worker_leaves_task_running_with_an_expiring_lease(
     pending = await client.redis.xpending(client.keys.queue("default"), "workers")
     assert pending["pending"] == 1 and pending["consumers"][0]["name"] == info.worker
     # the history says who had it and when; recovery is the reaper's job
-    assert [e.event for e in await client.history(tid)] == ["ENQUEUE", "START"]
+    events = [e.event for e in await client.history(tid) if e.event != "PROGRESS"]
+    assert events == ["ENQUEUE", "START"]

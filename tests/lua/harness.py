@@ -28,10 +28,31 @@ class LuaHarness:
             keys += t
         return self.scripts[name](keys=keys, args=[source, *self.common_argv, *argv])
 
-    def enqueue(self, tid: str, *, queue: str = "q", delay_ms: int = 0, max_attempts: int = 3,
-                timeout_ms: int = 0, dedup: str | None = None, backoff: int = 0) -> Any:
-        argv = [tid, "img", queue, '{"p":1}', max_attempts, timeout_ms, delay_ms, dedup or "",
-                "", backoff, backoff, 0]
+    def enqueue(
+        self,
+        tid: str,
+        *,
+        queue: str = "q",
+        delay_ms: int = 0,
+        max_attempts: int = 3,
+        timeout_ms: int = 0,
+        dedup: str | None = None,
+        backoff: int = 0,
+    ) -> Any:
+        argv = [
+            tid,
+            "img",
+            queue,
+            '{"p":1}',
+            max_attempts,
+            timeout_ms,
+            delay_ms,
+            dedup or "",
+            "",
+            backoff,
+            backoff,
+            0,
+        ]
         return self.call("enqueue", "api", [self.tk(tid, queue, dedup)], argv)[0]
 
     def group(self, queue: str = "q") -> None:
@@ -45,21 +66,40 @@ class LuaHarness:
         rows = self.r.xreadgroup(GROUP, consumer, {self.k.queue(queue): ">"}, count=100)
         return [eid for _, entries in rows for eid, _ in entries]
 
-    def start(self, tid: str, entry: str, nonce: str = "n1", queue: str = "q",
-              lease_ms: int = 30_000) -> Any:
-        return self.call("start", "worker", [self.tk(tid, queue)],
-                         ["w1", lease_ms, nonce, entry])[0]
+    def start(
+        self, tid: str, entry: str, nonce: str = "n1", queue: str = "q", lease_ms: int = 30_000
+    ) -> Any:
+        return self.call("start", "worker", [self.tk(tid, queue)], ["w1", lease_ms, nonce, entry])[
+            0
+        ]
 
-    def finish(self, tid: str, event: str, lease: str, body: str = "", retryable: bool = True,
-               queue: str = "q", dedup: str | None = None) -> Any:
-        argv = [event, lease, body, "E" if event != "COMPLETE" else "", "1" if retryable else "0",
-                -1, 0.5]
+    def finish(
+        self,
+        tid: str,
+        event: str,
+        lease: str,
+        body: str = "",
+        retryable: bool = True,
+        queue: str = "q",
+        dedup: str | None = None,
+    ) -> Any:
+        argv = [
+            event,
+            lease,
+            body,
+            "E" if event != "COMPLETE" else "",
+            "1" if retryable else "0",
+            -1,
+            0.5,
+        ]
         return self.call("finish", "worker", [self.tk(tid, queue, dedup)], argv)[0]
 
-    def heartbeat(self, tid: str, lease: str, entry: str, progress: str = "",
-                  queue: str = "q") -> Any:
-        return self.call("heartbeat", "worker", [self.tk(tid, queue)],
-                         ["w1", 30_000, lease, entry, progress, ""])[0]
+    def heartbeat(
+        self, tid: str, lease: str, entry: str, progress: str = "", queue: str = "q"
+    ) -> Any:
+        return self.call(
+            "heartbeat", "worker", [self.tk(tid, queue)], ["w1", 30_000, lease, entry, progress, ""]
+        )[0]
 
     def control(self, tid: str, event: str, queue: str = "q") -> Any:
         return self.call("control", "user", [self.tk(tid, queue)], [event, "", self.k.control])

@@ -32,8 +32,9 @@ class TaskMachine(RuleBasedStateMachine):
 
     @initialize(max_attempts=st.integers(1, 3), delayed=st.booleans())
     def create(self, max_attempts: int, delayed: bool) -> None:
-        _, state, dup = self.h.enqueue(TID, delay_ms=1 if delayed else 0,
-                                       max_attempts=max_attempts, timeout_ms=60_000)
+        _, state, dup = self.h.enqueue(
+            TID, delay_ms=1 if delayed else 0, max_attempts=max_attempts, timeout_ms=60_000
+        )
         self.model = TaskModel(max_attempts, delayed)
         assert (state, dup) == (self.model.state, 0)
         self.expect_history(1)
@@ -78,8 +79,9 @@ class TaskMachine(RuleBasedStateMachine):
         self.note(event)
         attempt, lease = self.lease_for(which)
         reply = self.h.finish(TID, event, lease, body='"r"', retryable=retryable)
-        expected = self.model.finish(event, attempt if lease in self.leases.values() else -1,
-                                     retryable)
+        expected = self.model.finish(
+            event, attempt if lease in self.leases.values() else -1, retryable
+        )
         assert list(reply) == [expected[0], expected[1]]
         self.expect_history(0 if expected[0] == 2 else 1)
 
@@ -131,8 +133,9 @@ class TaskMachine(RuleBasedStateMachine):
         member = f"q:{TID}"
         assert (h.r.zscore(h.k.scheduled, member) is not None) == (state == "SCHEDULED")
         assert (h.r.zscore(h.k.deadlines, member) is not None) == (state == "RUNNING")
-        counts = {k.split(":")[1]: int(v) for k, v in h.r.hgetall(h.k.stats).items()
-                  if k.startswith("q:")}
+        counts = {
+            k.split(":")[1]: int(v) for k, v in h.r.hgetall(h.k.stats).items() if k.startswith("q:")
+        }
         live = {s: n for s, n in counts.items() if s not in TERMINAL and n}
         assert live == ({} if state in TERMINAL else {state: 1})
 
@@ -147,7 +150,9 @@ class TaskMachine(RuleBasedStateMachine):
 
 TestTaskMachine = TaskMachine.TestCase
 TestTaskMachine.settings = settings(
-    max_examples=150, stateful_step_count=25, deadline=None,
+    max_examples=150,
+    stateful_step_count=25,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 
@@ -158,21 +163,34 @@ PATHS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "SCHEDULED": [],
     "RUNNING": [("start", {"stale": False})],
     "PAUSED": [("control", {"event": "PAUSE"})],
-    "SUCCEEDED": [("start", {"stale": False}),
-                  ("finish", {"event": "COMPLETE", "which": 0, "retryable": True})],
-    "FAILED": [("start", {"stale": False}),
-               ("finish", {"event": "FAIL", "which": 0, "retryable": False})],
+    "SUCCEEDED": [
+        ("start", {"stale": False}),
+        ("finish", {"event": "COMPLETE", "which": 0, "retryable": True}),
+    ],
+    "FAILED": [
+        ("start", {"stale": False}),
+        ("finish", {"event": "FAIL", "which": 0, "retryable": False}),
+    ],
     "CANCELLED": [("control", {"event": "CANCEL"})],
-    "TIMED_OUT": [("start", {"stale": False}),
-                  ("finish", {"event": "TIMEOUT", "which": 0, "retryable": True})],
+    "TIMED_OUT": [
+        ("start", {"stale": False}),
+        ("finish", {"event": "TIMEOUT", "which": 0, "retryable": True}),
+    ],
 }
 PROBES: list[tuple[str, dict[str, Any]]] = [
-    ("start", {"stale": False}), ("start", {"stale": True}),
-    *[("finish", {"event": e, "which": w, "retryable": r})
-      for e in WORKER_EVENTS for w in (0, 3) for r in (True, False)],
-    ("heartbeat", {"which": 0, "progress": False}), ("heartbeat", {"which": 0, "progress": True}),
+    ("start", {"stale": False}),
+    ("start", {"stale": True}),
+    *[
+        ("finish", {"event": e, "which": w, "retryable": r})
+        for e in WORKER_EVENTS
+        for w in (0, 3)
+        for r in (True, False)
+    ],
+    ("heartbeat", {"which": 0, "progress": False}),
+    ("heartbeat", {"which": 0, "progress": True}),
     ("heartbeat", {"which": 3, "progress": False}),
-    ("control", {"event": "CANCEL"}), ("control", {"event": "PAUSE"}),
+    ("control", {"event": "CANCEL"}),
+    ("control", {"event": "PAUSE"}),
     ("control", {"event": "RESUME"}),
 ]
 
@@ -199,8 +217,18 @@ def test_every_state_event_pair_agrees_with_the_model() -> None:
             m.indexes_match_state()
             m.history_is_a_valid_path()
             m.teardown()
-    state_events = {"START", "COMPLETE", "FAIL", "TIMEOUT", "REQUEUE", "HEARTBEAT", "PROGRESS",
-                    "CANCEL", "PAUSE", "RESUME"}
+    state_events = {
+        "START",
+        "COMPLETE",
+        "FAIL",
+        "TIMEOUT",
+        "REQUEUE",
+        "HEARTBEAT",
+        "PROGRESS",
+        "CANCEL",
+        "PAUSE",
+        "RESUME",
+    }
     wanted = {(s, e) for s in TRANSITIONS if s for e in state_events}
     wanted |= {("SCHEDULED", "PROMOTE"), ("", "ENQUEUE")}
     missing = wanted - COVERED

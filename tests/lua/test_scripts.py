@@ -40,8 +40,10 @@ def test_late_completion_from_an_old_lease_is_refused_and_recorded() -> None:
     assert list(h.finish(A, "COMPLETE", lease1, body='"zombie"')) == [-2, "SUCCEEDED"]
     assert h.task(A)["result"] == '"owner"'
     refused = [e for e in h.history(A) if e.rejected]
-    assert [(e.event, e.to_state) for e in refused] == [("COMPLETE", "RUNNING"),
-                                                         ("COMPLETE", "SUCCEEDED")]
+    assert [(e.event, e.to_state) for e in refused] == [
+        ("COMPLETE", "RUNNING"),
+        ("COMPLETE", "SUCCEEDED"),
+    ]
     assert "lease lost" in refused[0].message
 
 

@@ -13,9 +13,11 @@ def _lua_table() -> tuple[dict[str, dict[str, set[str]]], set[str]]:
     lua = lupa.LuaRuntime(unpack_returned_tuples=True)
     src = (resources.files("rsjobs") / "fsm.lua").read_text(encoding="utf-8")
     # run the library with stand-ins for the Redis globals, then hand its tables back
-    lua.execute("KEYS = {'e','s','c','d'}; ARGV = {'test','1000','0','workers'}\n"
-                "redis = {call = function() return {'1700000000', '0'} end}\n"
-                "unpack = unpack or table.unpack\n")
+    lua.execute(
+        "KEYS = {'e','s','c','d'}; ARGV = {'test','1000','0','workers'}\n"
+        "redis = {call = function() return {'1700000000', '0'} end}\n"
+        "unpack = unpack or table.unpack\n"
+    )
     fn = lua.execute(f"return function()\n{src}\nreturn TRANSITIONS, TERMINAL\nend")
     trans, term = fn()
     table = {

@@ -36,21 +36,35 @@ def test_every_state_is_reachable_from_creation() -> None:
 
 
 def _h(i: int, ev: str, f: str, t: str, rej: bool = False) -> HistoryEntry:
-    return HistoryEntry(id=f"{i}-0", event=ev, from_state=f, to_state=t, source="test",
-                        attempt=0, ts=i, rejected=rej)
+    return HistoryEntry(
+        id=f"{i}-0",
+        event=ev,
+        from_state=f,
+        to_state=t,
+        source="test",
+        attempt=0,
+        ts=i,
+        rejected=rej,
+    )
 
 
 def test_replay_accepts_a_valid_path() -> None:
-    path = [_h(1, "ENQUEUE", "", "PENDING"), _h(2, "START", "PENDING", "RUNNING"),
-            _h(3, "COMPLETE", "RUNNING", "RUNNING", rej=True),
-            _h(4, "COMPLETE", "RUNNING", "SUCCEEDED"),
-            _h(5, "CANCEL", "SUCCEEDED", "SUCCEEDED", rej=True)]
+    path = [
+        _h(1, "ENQUEUE", "", "PENDING"),
+        _h(2, "START", "PENDING", "RUNNING"),
+        _h(3, "COMPLETE", "RUNNING", "RUNNING", rej=True),
+        _h(4, "COMPLETE", "RUNNING", "SUCCEEDED"),
+        _h(5, "CANCEL", "SUCCEEDED", "SUCCEEDED", rej=True),
+    ]
     assert replay(path) == []
 
 
 def test_replay_catches_corrupted_histories() -> None:
-    after_terminal = [_h(1, "ENQUEUE", "", "PENDING"), _h(2, "CANCEL", "PENDING", "CANCELLED"),
-                      _h(3, "RESUME", "CANCELLED", "PENDING")]
+    after_terminal = [
+        _h(1, "ENQUEUE", "", "PENDING"),
+        _h(2, "CANCEL", "PENDING", "CANCELLED"),
+        _h(3, "RESUME", "CANCELLED", "PENDING"),
+    ]
     assert replay(after_terminal)
     gap = [_h(1, "ENQUEUE", "", "PENDING"), _h(2, "COMPLETE", "RUNNING", "SUCCEEDED")]
     assert replay(gap)
