@@ -67,6 +67,24 @@ def _check_request(r: EnqueueRequest, limit: int) -> bytes:
     return encode_payload(r.payload, limit)
 
 
+def _enqueue_argv(tid: str, r: EnqueueRequest, payload: bytes) -> list[Any]:
+    """The 12 per-task ARGV of enqueue.lua, in its header's order."""
+    return [
+        tid,
+        r.type,
+        r.queue,
+        payload,
+        r.max_attempts,
+        r.timeout_ms,
+        r.delay_ms,
+        r.dedup_key or "",
+        r.owner or "",
+        r.backoff_base_ms,
+        r.backoff_max_ms,
+        r.wait_timeout_ms,
+    ]
+
+
 class Client:
     """Submit, inspect and control tasks of one namespace.
 
@@ -137,7 +155,17 @@ class Client:
             backoff_max_ms=backoff_max_ms,
             wait_timeout_ms=wait_timeout_ms,
         )
-        return (await self.enqueue_many([req]))[0]
+        encoded = _check_request(req, self.settings.payload_limit)
+        if queue not in self._known_queues:
+            await self._remember_queues({queue})
+        tid = new_task_id()
+        replies = await self.scripts.call(
+            "enqueue",
+            self.source,
+            [self.scripts.task_keys(tid, queue, dedup_key)],
+            _enqueue_argv(tid, req, encoded),
+        )
+        return str(replies[0][0])
 
     async def enqueue_many(
         self, requests: Iterable[EnqueueRequest], *, chunk: int = 500
@@ -158,20 +186,7 @@ class Client:
             for r, payload in zip(part, encoded[start : start + chunk], strict=True):
                 tid = new_task_id()
                 tasks.append(self.scripts.task_keys(tid, r.queue, r.dedup_key))
-                argv += (
-                    tid,
-                    r.type,
-                    r.queue,
-                    payload,
-                    r.max_attempts,
-                    r.timeout_ms,
-                    r.delay_ms,
-                    r.dedup_key or "",
-                    r.owner or "",
-                    r.backoff_base_ms,
-                    r.backoff_max_ms,
-                    r.wait_timeout_ms,
-                )
+                argv += _enqueue_argv(tid, r, payload)
             replies = await self.scripts.call("enqueue", self.source, tasks, argv)
             ids.extend(reply[0] for reply in replies)
         return ids

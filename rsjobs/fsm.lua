@@ -25,43 +25,40 @@ task: Redis does not roll a script back.
 
 local TERMINAL = {SUCCEEDED = true, FAILED = true, CANCELLED = true, TIMED_OUT = true}
 
--- TRANSITIONS[from][event] = set of states the event may lead to from `from`.
+-- The transition table: "FROM|EVENT|TO" for every allowed transition, one per line.
 -- '' is the state of a task that does not exist yet. Terminal states accept nothing.
+-- (A flat set of constant strings: cheap to build on every script call.)
 local TRANSITIONS = {
-  [''] = {ENQUEUE = {PENDING = true, SCHEDULED = true}},
-  PENDING = {
-    START = {RUNNING = true},
-    PAUSE = {PAUSED = true},
-    CANCEL = {CANCELLED = true},
-    EXPIRE = {TIMED_OUT = true},
-    DEADLETTER = {FAILED = true},
-  },
-  SCHEDULED = {
-    PROMOTE = {PENDING = true},
-    PAUSE = {PAUSED = true},
-    CANCEL = {CANCELLED = true},
-    EXPIRE = {TIMED_OUT = true},
-  },
-  RUNNING = {
-    HEARTBEAT = {RUNNING = true},
-    PROGRESS = {RUNNING = true},
-    COMPLETE = {SUCCEEDED = true},
-    FAIL = {SCHEDULED = true, FAILED = true},
-    TIMEOUT = {SCHEDULED = true, TIMED_OUT = true},
-    RECLAIM = {PENDING = true, FAILED = true},
-    REQUEUE = {PENDING = true},
-    PAUSE = {PAUSED = true},
-    CANCEL = {CANCELLED = true},
-    DEADLETTER = {FAILED = true},
-  },
-  PAUSED = {
-    RESUME = {PENDING = true},
-    CANCEL = {CANCELLED = true},
-  },
-  SUCCEEDED = {},
-  FAILED = {},
-  CANCELLED = {},
-  TIMED_OUT = {},
+  ['|ENQUEUE|PENDING'] = true,
+  ['|ENQUEUE|SCHEDULED'] = true,
+
+  ['PENDING|START|RUNNING'] = true,
+  ['PENDING|PAUSE|PAUSED'] = true,
+  ['PENDING|CANCEL|CANCELLED'] = true,
+  ['PENDING|EXPIRE|TIMED_OUT'] = true,
+  ['PENDING|DEADLETTER|FAILED'] = true,
+
+  ['SCHEDULED|PROMOTE|PENDING'] = true,
+  ['SCHEDULED|PAUSE|PAUSED'] = true,
+  ['SCHEDULED|CANCEL|CANCELLED'] = true,
+  ['SCHEDULED|EXPIRE|TIMED_OUT'] = true,
+
+  ['RUNNING|HEARTBEAT|RUNNING'] = true,
+  ['RUNNING|PROGRESS|RUNNING'] = true,
+  ['RUNNING|COMPLETE|SUCCEEDED'] = true,
+  ['RUNNING|FAIL|SCHEDULED'] = true,
+  ['RUNNING|FAIL|FAILED'] = true,
+  ['RUNNING|TIMEOUT|SCHEDULED'] = true,
+  ['RUNNING|TIMEOUT|TIMED_OUT'] = true,
+  ['RUNNING|RECLAIM|PENDING'] = true,
+  ['RUNNING|RECLAIM|FAILED'] = true,
+  ['RUNNING|REQUEUE|PENDING'] = true,
+  ['RUNNING|PAUSE|PAUSED'] = true,
+  ['RUNNING|CANCEL|CANCELLED'] = true,
+  ['RUNNING|DEADLETTER|FAILED'] = true,
+
+  ['PAUSED|RESUME|PENDING'] = true,
+  ['PAUSED|CANCEL|CANCELLED'] = true,
 }
 
 local EVENTS_KEY, STATS_KEY, SCHED_KEY, DEADLINES_KEY = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -79,16 +76,7 @@ local NOW = now_ms()
 
 -- Whether `event` may lead from `from` to `to`.
 local function allowed(from, event, to)
-  local row = TRANSITIONS[from]
-  if row == nil then return false end
-  local targets = row[event]
-  return targets ~= nil and targets[to] == true
-end
-
--- Whether `event` is accepted at all in state `from`.
-local function accepts(from, event)
-  local row = TRANSITIONS[from]
-  return row ~= nil and row[event] ~= nil
+  return TRANSITIONS[from .. '|' .. event .. '|' .. to] == true
 end
 
 -- The four keys of the i-th task (1-based) of this call.

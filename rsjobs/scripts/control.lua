@@ -19,7 +19,7 @@ local t = load(1, {'entry'})
 if t == nil then return {-1, ''} end
 local to = TARGET[event]
 if to == nil then return redis.error_reply('rsjobs: unknown control event ' .. tostring(event)) end
-if not accepts(t.state, event) then
+if not allowed(t.state, event, to) then
   if t.state == to and event ~= 'RESUME' then
     reject(t, event, 'already ' .. t.state)
     return {0, t.state}

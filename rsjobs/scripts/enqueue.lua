@@ -40,7 +40,11 @@ for i = 1, ntasks() do
       fields[#fields + 1] = 'dedup'; fields[#fields + 1] = dedup
       redis.call('SET', dkey, id)
     end
-    if wait_ms > 0 then fields[#fields + 1] = 'expires_at'; fields[#fields + 1] = NOW + wait_ms end
+    if wait_ms > 0 then
+      fields[#fields + 1] = 'expires_at'; fields[#fields + 1] = NOW + wait_ms
+      -- indexed for the reaper, which expires the task if no worker started it in time
+      redis.call('ZADD', DEADLINES_KEY, NOW + wait_ms, member(t))
+    end
     local to = 'PENDING'
     if delay_ms > 0 then
       to = 'SCHEDULED'

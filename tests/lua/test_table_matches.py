@@ -20,10 +20,12 @@ def _lua_table() -> tuple[dict[str, dict[str, set[str]]], set[str]]:
     )
     fn = lua.execute(f"return function()\n{src}\nreturn TRANSITIONS, TERMINAL\nend")
     trans, term = fn()
-    table = {
-        str(state): {str(ev): {str(t) for t in targets} for ev, targets in row.items()}
-        for state, row in trans.items()
-    }
+    table: dict[str, dict[str, set[str]]] = {}
+    for key in trans.keys():
+        state, event, target = str(key).split("|")
+        table.setdefault(state, {}).setdefault(event, set()).add(target)
+    for state in term.keys():
+        table.setdefault(str(state), {})
     return table, {str(s) for s in term}
 
 

@@ -1,0 +1,98 @@
+--[[ deadline.lua — TIMEOUT / EXPIRE: enforce deadlines that passed (a batch), by the reaper.
+
+Candidates come from the deadlines zset (members "<queue>:<id>"), which holds:
+  * the execution deadline of a RUNNING attempt (start.lua: deadline_at), and
+  * the queue-wait deadline of a task not started yet (enqueue.lua: expires_at, when the
+    task was submitted with wait_timeout_ms > 0).
+Each candidate is re-checked here against its hash and Redis TIME, so an early or stale
+member is harmless:
+  * RUNNING and deadline_at + grace_ms <= now: TIMEOUT, the same retry policy as a worker's
+    TIMEOUT in finish.lua (RUNNING -> SCHEDULED with backoff while failures < max_attempts,
+    else TIMED_OUT). This catches a hung or frozen worker whose own timer cannot fire; the
+    grace lets a live worker report its own timeout first. Its late result is refused by
+    finish.lua; its next heartbeat tells it to stop.
+  * PENDING or SCHEDULED, never started (attempt 0), expires_at <= now: EXPIRE -> TIMED_OUT.
+  * due later than the member's score: the member is re-scored to that time.
+  * anything else (task gone, PAUSED, finished, started without a deadline): ZREM.
+
+KEYS: common (see fsm.lua), then per candidate the four task keys (with the task's real
+      dedup key, so a TIMED_OUT task's dedup key expires with it).
+ARGV: common, then
+  ARGV[5]  grace_ms   how long past deadline_at a RUNNING attempt is left to its worker
+  then per candidate 2 values: its zset member, and a random number in [0, 1) (backoff jitter)
+Returns: per candidate one word:
+  RETRY      TIMEOUT -> SCHEDULED (a new attempt after the backoff)
+  TIMED_OUT  TIMEOUT -> TIMED_OUT (attempts exhausted)
+  EXPIRED    EXPIRE -> TIMED_OUT (not started within its queue-wait deadline)
+  LATER      not due yet: member re-scored
+  STALE      member removed, nothing else done
+Events: TIMEOUT (RUNNING -> SCHEDULED | TIMED_OUT), EXPIRE (PENDING | SCHEDULED -> TIMED_OUT).
+]]
+local NARG, PER = 5, 2
+local grace = tonumber(ARGV[5])
+local out = {}
+for i = 1, ntasks() do
+  local a = NARG + (i - 1) * PER
+  local m, jitter = ARGV[a + 1], tonumber(ARGV[a + 2])
+  local t = load(i, {'entry', 'deadline_at', 'expires_at', 'failures', 'max_attempts',
+    'backoff_base_ms', 'backoff_max_ms', 'consumer', 'started_at', 'created_at'})
+  if t == nil then
+    redis.call('ZREM', DEADLINES_KEY, m)
+    out[i] = 'STALE'
+  elseif t.state == 'RUNNING' and (tonumber(t.f.deadline_at) or 0) > 0 then
+    local deadline = tonumber(t.f.deadline_at)
+    if deadline + grace > NOW then
+      redis.call('ZADD', DEADLINES_KEY, deadline + grace, m)
+      out[i] = 'LATER'
+    else
+      local failures = (tonumber(t.f.failures) or 0) + 1
+      local max_attempts = tonumber(t.f.max_attempts) or 1
+      local worker = t.f.consumer or ''
+      local body = 'execution deadline passed ' .. (NOW - deadline) .. ' ms ago (ran '
+        .. (NOW - (tonumber(t.f.started_at) or NOW)) .. ' ms); worker ' .. worker
+        .. ' did not end the attempt'
+      local retry = failures < max_attempts
+      if not retry then
+        body = 'attempts exhausted (' .. failures .. '/' .. max_attempts .. '): ' .. body
+      end
+      local fields = {'error', body, 'error_type', 'TimeoutError', 'failures', failures}
+      drop_entry(t.qkey, t.f.entry)
+      redis.call('ZREM', DEADLINES_KEY, m)
+      if retry then
+        local delay = backoff(failures, tonumber(t.f.backoff_base_ms) or 1000,
+          tonumber(t.f.backoff_max_ms) or 300000, jitter)
+        fields[#fields + 1] = 'due_at'; fields[#fields + 1] = NOW + delay
+        redis.call('ZADD', SCHED_KEY, NOW + delay, member(t))
+        transition(t, 'TIMEOUT', 'SCHEDULED', body, fields,
+          {'retry_in_ms', delay, 'worker', worker})
+        out[i] = 'RETRY'
+      else
+        transition(t, 'TIMEOUT', 'TIMED_OUT', body, fields, {'worker', worker})
+        out[i] = 'TIMED_OUT'
+      end
+    end
+  elseif (t.state == 'PENDING' or t.state == 'SCHEDULED') and t.attempt == 0
+      and (tonumber(t.f.expires_at) or 0) > 0 then
+    local expires = tonumber(t.f.expires_at)
+    if expires > NOW then
+      redis.call('ZADD', DEADLINES_KEY, expires, m)
+      out[i] = 'LATER'
+    else
+      local waited = NOW - (tonumber(t.f.created_at) or NOW)
+      local why = 'expired: no worker started it within its queue-wait deadline (waited '
+        .. waited .. ' ms; deadline passed ' .. (NOW - expires) .. ' ms ago)'
+      if t.state == 'PENDING' then
+        drop_entry(t.qkey, t.f.entry)
+      else
+        redis.call('ZREM', SCHED_KEY, member(t))
+      end
+      redis.call('ZREM', DEADLINES_KEY, m)
+      transition(t, 'EXPIRE', 'TIMED_OUT', why, {'error', why, 'error_type', 'WaitTimeout'}, nil)
+      out[i] = 'EXPIRED'
+    end
+  else
+    redis.call('ZREM', DEADLINES_KEY, m)
+    out[i] = 'STALE'
+  end
+end
+return out

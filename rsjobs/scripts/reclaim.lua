@@ -1,0 +1,152 @@
+--[[ reclaim.lua — RECLAIM / DEADLETTER: recover idle deliveries of lost consumers (a batch).
+
+The reaper lists idle entries of a queue's pending list (XPENDING ... IDLE min_idle) and
+passes them here. Nothing is taken on trust: for each entry this script re-reads the
+pending list and the task hash and acts only when the owner is provably gone:
+  * RUNNING task, entry is its live delivery: the lease must have expired by Redis TIME
+    (lease_expires_at < now). A heartbeat renews both the lease and the entry's idle time,
+    so a healthy task that runs far longer than the lease is never taken. Then
+    RECLAIM: RUNNING -> PENDING (a new attempt, new entry) while failures < max_attempts,
+    else RUNNING -> FAILED ("attempts exhausted ... worker lost").
+  * PENDING task, entry is its delivery, never STARTed: the consumer that holds it must be
+    missing from the workers registry or its beat older than dead_leases of its leases (a
+    live worker may hold deliveries it has no free slot for yet). The entry is
+    replaced by a fresh one (as release.lua does for a live worker); no transition.
+  * Poison: the task's `deliveries` counter adds up the XPENDING delivery counts of every
+    entry recovered here (each one a delivery whose consumer died). When it reaches
+    max_deliveries the task is dead-lettered instead: DEADLETTER -> FAILED, and an entry is
+    added to the dead-letter stream.
+  * Anything else (task gone, entry stale, task in another state): the entry is garbage
+    and is acked and deleted.
+A second reaper passing the same entry finds it no longer pending (or no longer the
+task's entry, or the task no longer RUNNING under that lease) and does nothing. A lost
+worker that was only frozen learns at its next heartbeat that the task left its hands;
+its late COMPLETE / FAIL is refused by finish.lua and recorded.
+
+KEYS: common (see fsm.lua), then per entry the four task keys (the task named by the
+      entry's `id` field; its real dedup key, so FAILED tasks expire with it), then
+  KEYS[-2]  deadletter  stream  dead-lettered tasks, trimmed with MAXLEN ~
+  KEYS[-1]  workers     hash    worker name -> JSON registration (beat_at, lease_ms)
+ARGV: common, then
+  ARGV[5]   min_idle_ms       an entry idle for less is left alone
+  ARGV[6]   max_deliveries    lost deliveries after which a task is dead-lettered
+  ARGV[7]   dead_leases       a consumer whose registration beat is older than this many of
+                              its leases (lease_ms in its registration) is gone
+  ARGV[8]   default_lease_ms  the lease assumed when a registration does not say
+  ARGV[9]   deadletter_max    approximate MAXLEN of the dead-letter stream
+  then per entry 1 value: the stream entry id
+Returns: per entry one word:
+  RETRIED       RECLAIM -> PENDING (new attempt)
+  FAILED        RECLAIM -> FAILED (attempts exhausted)
+  DEADLETTERED  DEADLETTER -> FAILED, added to the dead-letter stream
+  REDELIVERED   unstarted delivery of a lost consumer put back on the queue
+  ALIVE         the owner still holds the lease / the consumer still beats: untouched
+  BUSY          the entry is no longer pending, or no longer idle enough: untouched
+  STALE         the entry named no live delivery: acked and deleted
+Events: RECLAIM (RUNNING -> PENDING | FAILED), DEADLETTER (RUNNING | PENDING -> FAILED),
+  with extra fields worker (the lost consumer), idle_ms and deliveries.
+]]
+local NARG = 9
+local min_idle, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6])
+local dead_leases, default_lease = tonumber(ARGV[7]), tonumber(ARGV[8])
+local dl_max = tonumber(ARGV[9])
+local n = #ARGV - NARG
+local DEADLETTER_KEY = KEYS[NCOMMON + 4 * n + 1]
+local WORKERS_KEY = KEYS[NCOMMON + 4 * n + 2]
+
+-- Whether `consumer` beat recently enough to count as alive (registration JSON).
+local function consumer_alive(consumer)
+  local raw = redis.call('HGET', WORKERS_KEY, consumer)
+  if not raw then return false end
+  local ok, reg = pcall(cjson.decode, raw)
+  if not ok or type(reg) ~= 'table' then return false end
+  local lease = tonumber(reg.lease_ms) or default_lease
+  return (tonumber(reg.beat_at) or 0) + dead_leases * lease >= NOW
+end
+
+-- Dead-letter the task: DEADLETTER -> FAILED, plus an entry on the dead-letter stream.
+local function deadletter(t, entry, consumer, deliveries, why)
+  drop_entry(t.qkey, entry)
+  redis.call('ZREM', DEADLINES_KEY, member(t))
+  local from = t.state
+  local reason = 'poison: delivered ' .. deliveries .. ' times, each time its consumer was '
+    .. 'lost (last: ' .. consumer .. ', ' .. why .. ')'
+  local dl = redis.call('XADD', DEADLETTER_KEY, 'MAXLEN', '~', dl_max, '*',
+    'id', t.id, 'q', t.queue, 'type', t.f.type or '', 'from', from, 'worker', consumer,
+    'deliveries', deliveries, 'att', t.attempt, 'ts', NOW, 'reason', reason)
+  transition(t, 'DEADLETTER', 'FAILED', reason, {'error', reason, 'error_type', 'DeadLetter',
+    'deliveries', deliveries, 'deadletter', dl},
+    {'worker', consumer, 'deliveries', deliveries, 'dl', dl})
+end
+
+-- RECLAIM under the retry policy: a new attempt while failures < max_attempts, else FAILED.
+local function reclaim(t, entry, consumer, idle, deliveries, why)
+  local failures = (tonumber(t.f.failures) or 0) + 1
+  local max_attempts = tonumber(t.f.max_attempts) or 1
+  local lost = 'worker ' .. consumer .. ' lost: ' .. why
+  local to, msg = 'PENDING', lost .. '; retrying (failures ' .. failures .. '/'
+    .. max_attempts .. ')'
+  if failures >= max_attempts then
+    to, msg = 'FAILED', 'attempts exhausted (' .. failures .. '/' .. max_attempts .. '): '
+      .. lost
+  end
+  drop_entry(t.qkey, entry)
+  redis.call('ZREM', DEADLINES_KEY, member(t))
+  local fields = {'failures', failures, 'deliveries', deliveries, 'error', msg,
+    'error_type', 'WorkerLost'}
+  if to == 'PENDING' then
+    fields[#fields + 1] = 'entry'; fields[#fields + 1] = push_entry(t)
+  end
+  transition(t, 'RECLAIM', to, msg, fields,
+    {'worker', consumer, 'idle_ms', idle, 'deliveries', deliveries})
+  return to
+end
+
+local out = {}
+for i = 1, n do
+  local entry = ARGV[NARG + i]
+  local _, _, qkey = task_keys(i)
+  local pel = redis.call('XPENDING', qkey, GROUP, 'IDLE', min_idle, entry, entry, 1)
+  if #pel == 0 then
+    out[i] = 'BUSY'
+  else
+    local consumer, idle, count = pel[1][2], tonumber(pel[1][3]), tonumber(pel[1][4])
+    local t = load(i, {'entry', 'lease_expires_at', 'failures', 'max_attempts', 'deliveries',
+      'type'})
+    if t == nil or t.f.entry ~= entry or (t.state ~= 'RUNNING' and t.state ~= 'PENDING') then
+      drop_entry(qkey, entry)
+      out[i] = 'STALE'
+    elseif t.state == 'RUNNING' then
+      local expires = tonumber(t.f.lease_expires_at) or 0
+      if expires >= NOW then
+        out[i] = 'ALIVE'
+      else
+        local deliveries = (tonumber(t.f.deliveries) or 0) + count
+        local why = 'lease expired ' .. (NOW - expires) .. ' ms ago, idle ' .. idle .. ' ms'
+        if deliveries >= max_deliveries then
+          deadletter(t, entry, consumer, deliveries, why)
+          out[i] = 'DEADLETTERED'
+        elseif reclaim(t, entry, consumer, idle, deliveries, why) == 'PENDING' then
+          out[i] = 'RETRIED'
+        else
+          out[i] = 'FAILED'
+        end
+      end
+    else -- PENDING, delivered to `consumer`, never started
+      if consumer_alive(consumer) then
+        out[i] = 'ALIVE'
+      else
+        local deliveries = (tonumber(t.f.deliveries) or 0) + count
+        if deliveries >= max_deliveries then
+          deadletter(t, entry, consumer, deliveries, 'never started, idle ' .. idle .. ' ms')
+          out[i] = 'DEADLETTERED'
+        else
+          drop_entry(qkey, entry)
+          redis.call('HSET', t.key, 'entry', push_entry(t), 'deliveries', deliveries)
+          out[i] = 'REDELIVERED'
+        end
+      end
+    end
+  end
+end
+return out
