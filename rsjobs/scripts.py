@@ -8,8 +8,8 @@ scripts do, without their per-call overhead.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import hashlib
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from typing import Any

@@ -21,10 +21,10 @@ def _lua_table() -> tuple[dict[str, dict[str, set[str]]], set[str]]:
     fn = lua.execute(f"return function()\n{src}\nreturn TRANSITIONS, TERMINAL\nend")
     trans, term = fn()
     table: dict[str, dict[str, set[str]]] = {}
-    for key in trans.keys():
+    for key in trans:
         state, event, target = str(key).split("|")
         table.setdefault(state, {}).setdefault(event, set()).add(target)
-    for state in term.keys():
+    for state in term:
         table.setdefault(str(state), {})
     return table, {str(s) for s in term}
 
