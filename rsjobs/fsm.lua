@@ -188,3 +188,68 @@ local function backoff(failures, base, cap, jitter)
   if d > cap then d = cap end
   return math.floor(d / 2 + (d / 2) * jitter)
 end
+
+-- Hash fields load() must fetch for check_lease() and end_attempt().
+local ATTEMPT_FIELDS = {'lease', 'entry', 'failures', 'max_attempts', 'backoff_base_ms',
+  'backoff_max_ms'}
+
+-- Fencing: nil when `lease` holds the RUNNING task; otherwise the reply {code, state}
+-- (2: repeated COMPLETE of the lease holder, nothing written; -3: RUNNING under another
+-- lease; -2: no longer RUNNING), with the refusal recorded.
+local function check_lease(t, event, lease)
+  if t.state == 'RUNNING' and t.f.lease == lease then return nil end
+  if event == 'COMPLETE' and t.state == 'SUCCEEDED' and t.f.lease == lease then
+    return {2, t.state}
+  end
+  if t.state == 'RUNNING' then
+    reject(t, event, 'lease lost: ' .. lease .. ' no longer holds the task')
+    return {-3, t.state}
+  end
+  reject(t, event, 'task is ' .. t.state .. ' (lease ' .. lease .. ')')
+  return {-2, t.state}
+end
+
+-- End the running attempt of `t` (loaded with ATTEMPT_FIELDS): COMPLETE -> SUCCEEDED,
+-- REQUEUE -> PENDING, FAIL / TIMEOUT / RECLAIM -> a retry under the task's policy or the
+-- terminal state. The work entry is acked and deleted, the deadline dropped.
+-- RECLAIM retries at once (PENDING); FAIL and TIMEOUT after the backoff (SCHEDULED).
+-- delay < 0 means "use the task's exponential backoff" (jitter in [0, 1)).
+local function end_attempt(t, event, body, etype, retryable, delay, jitter)
+  drop_entry(t.qkey, t.f.entry)
+  redis.call('ZREM', DEADLINES_KEY, member(t))
+  if event == 'COMPLETE' then
+    transition(t, 'COMPLETE', 'SUCCEEDED', '', {'result', body, 'progress', 100}, nil)
+    return
+  end
+  if event == 'REQUEUE' then
+    transition(t, 'REQUEUE', 'PENDING', body, {'entry', push_entry(t)}, nil)
+    return
+  end
+  local failures = (tonumber(t.f.failures) or 0) + 1
+  local max_attempts = tonumber(t.f.max_attempts) or 1
+  local fields = {'error', body, 'error_type', etype, 'failures', failures}
+  if (retryable or event ~= 'FAIL') and failures < max_attempts then
+    if event == 'RECLAIM' then
+      fields[#fields + 1] = 'entry'; fields[#fields + 1] = push_entry(t)
+      transition(t, event, 'PENDING', body, fields, nil)
+      return
+    end
+    if delay < 0 then
+      delay = backoff(failures, tonumber(t.f.backoff_base_ms), tonumber(t.f.backoff_max_ms),
+        jitter)
+    end
+    fields[#fields + 1] = 'due_at'; fields[#fields + 1] = NOW + delay
+    redis.call('ZADD', SCHED_KEY, NOW + delay, member(t))
+    transition(t, event, 'SCHEDULED', body, fields, {'retry_in_ms', delay})
+    return
+  end
+  local to = 'FAILED'
+  if event == 'TIMEOUT' then to = 'TIMED_OUT' end
+  local why = body
+  if not retryable and event == 'FAIL' then
+    why = 'non-retryable: ' .. body
+  elseif failures >= max_attempts then
+    why = 'attempts exhausted (' .. failures .. '/' .. max_attempts .. '): ' .. body
+  end
+  transition(t, event, to, why, fields, nil)
+end
