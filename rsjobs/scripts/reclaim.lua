@@ -69,8 +69,10 @@ local function deadletter(t, entry, consumer, deliveries, why)
   drop_entry(t.qkey, entry)
   redis.call('ZREM', DEADLINES_KEY, member(t))
   local from = t.state
-  local reason = 'poison: delivered ' .. deliveries .. ' times, each time its consumer was '
-    .. 'lost (last: ' .. consumer .. ', ' .. why .. ')'
+  local times = deliveries .. ' times'
+  if deliveries == 1 then times = 'once' end
+  local reason = 'poison: delivered ' .. times .. ', each time its consumer was lost (last: '
+    .. consumer .. ', ' .. why .. ')'
   local dl = redis.call('XADD', DEADLETTER_KEY, 'MAXLEN', '~', dl_max, '*',
     'id', t.id, 'q', t.queue, 'type', t.f.type or '', 'from', from, 'worker', consumer,
     'deliveries', deliveries, 'att', t.attempt, 'ts', NOW, 'reason', reason)

@@ -1,0 +1,252 @@
+"""The reaper sidecar: one sweep recovers lost deliveries, enforces deadlines, promotes
+delayed work and keeps the workers registry honest; :meth:`Reaper.run` sweeps forever.
+
+Any number of reapers may run beside the workers. A guard key (``SET NX PX``) lets one
+of them do a given sweep and the others skip it, which only saves work: every change is
+made by a script that re-checks the task first, so two reapers sweeping at once are as
+safe as one. Redis restarts and failovers are ridden out with reconnects and backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from collections import Counter
+
+import msgspec
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ..scripts import Scripts
+from ..settings import Settings
+from ..worker import promote_due
+from .calls import ReaperScripts
+from .config import ReaperConfig
+from .deadlines import enforce_deadlines
+from .recovery import recover
+from .registry import sweep_workers
+
+__all__ = ["Reaper", "SweepReport"]
+
+log = logging.getLogger("rsjobs.reaper")
+
+#: errors after which the next sweep may well succeed (restart, failover, network)
+TRANSIENT: tuple[type[BaseException], ...] = (
+    RedisConnectionError,  # includes BusyLoadingError (a restarted server loading its data)
+    RedisTimeoutError,
+    ReadOnlyError,  # connected to a replica: the primary moved
+    OSError,
+)
+
+
+#: longest pause between two attempts while Redis is unreachable (seconds)
+MAX_BACKOFF = 2.0
+
+
+class SweepReport(msgspec.Struct, kw_only=True):
+    """What one sweep did (logged as one JSON line)."""
+
+    reaper: str
+    sweep: int
+    #: True when another reaper held the guard key: nothing was done
+    skipped: bool = False
+    guard_holder: str = ""
+    queues: int = 0
+    #: recovery (reclaim.lua): RECLAIM -> PENDING / FAILED, DEADLETTER, re-delivered
+    retried: int = 0
+    failed: int = 0
+    deadlettered: int = 0
+    redelivered: int = 0
+    #: idle entries left alone: lease still held / no longer idle; garbage entries dropped
+    alive: int = 0
+    busy: int = 0
+    stale_entries: int = 0
+    #: deadlines (deadline.lua): TIMEOUT -> SCHEDULED / TIMED_OUT, EXPIRE -> TIMED_OUT
+    timeout_retried: int = 0
+    timed_out: int = 0
+    expired: int = 0
+    #: delayed or backed-off tasks moved to their queues
+    promoted: int = 0
+    workers_dead: list[str] = msgspec.field(default_factory=list)
+    workers_forgotten: list[str] = msgspec.field(default_factory=list)
+    consumers_deleted: int = 0
+    ms: int = 0
+
+    @property
+    def changed(self) -> int:
+        """How many tasks this sweep moved (or re-delivered)."""
+        return (
+            self.retried
+            + self.failed
+            + self.deadlettered
+            + self.redelivered
+            + self.timeout_retried
+            + self.timed_out
+            + self.expired
+            + self.promoted
+        )
+
+
+class Reaper:
+    """Sweeps one namespace: recovery, deadlines, promotion, workers registry.
+
+    Pass a ``redis`` client (``decode_responses=True``, e.g. :func:`rsjobs.connect`) or
+    a ``url``. ``settings`` must match the workers' (namespace, retention). All timings
+    are in :class:`ReaperConfig`, in milliseconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        redis: Redis | None = None,
+        url: str = "redis://127.0.0.1:6379/0",
+        settings: Settings | None = None,
+        config: ReaperConfig | None = None,
+        name: str | None = None,
+        handle_signals: bool = False,
+    ) -> None:
+        from ..client import connect
+
+        self.redis = redis if redis is not None else connect(url)
+        self._own_redis = redis is None
+        self.settings = settings or Settings()
+        self.config = config or ReaperConfig()
+        self.scripts = ReaperScripts(self.redis, self.settings)
+        self.keys = self.scripts.keys
+        self._core = Scripts(self.redis, self.settings)
+        self.name = name or f"reaper-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.handle_signals = handle_signals
+        #: sweeps completed (skipped ones included: the guard said another reaper did it)
+        self.sweeps = 0
+        #: running sums of the numeric fields of every sweep report (for tests, metrics)
+        self.totals: Counter[str] = Counter()
+        self._stopping = asyncio.Event()
+
+    async def close(self) -> None:
+        if self._own_redis:
+            await self.redis.aclose()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return after the current sweep."""
+        self._stopping.set()
+
+    # -- one sweep ---------------------------------------------------------------------
+
+    async def _take_guard(self) -> str:
+        """'' when this reaper may sweep now, else the name of the reaper that does."""
+        g = self.keys.reaper_guard
+        if await self.redis.set(g, self.name, nx=True, px=self.config.guard_ms):
+            return ""
+        holder = await self.redis.get(g)
+        return "" if holder in (None, self.name) else str(holder)
+
+    async def sweep_once(self) -> SweepReport:
+        """One full sweep now (unless another reaper holds the guard); returns its report."""
+        cfg = self.config
+        t0 = time.monotonic()
+        report = SweepReport(reaper=self.name, sweep=self.sweeps + 1)
+        if cfg.guard:
+            holder = await self._take_guard()
+            if holder:
+                report.skipped, report.guard_holder = True, holder
+                self.sweeps += 1
+                return report
+        queues = sorted(await self.redis.smembers(self.keys.queues))
+        report.queues = len(queues)
+
+        rec: Counter[str] = await recover(self.scripts, queues, cfg)
+        report.retried, report.failed = rec["RETRIED"], rec["FAILED"]
+        report.deadlettered, report.redelivered = rec["DEADLETTERED"], rec["REDELIVERED"]
+        report.alive, report.busy, report.stale_entries = rec["ALIVE"], rec["BUSY"], rec["STALE"]
+
+        secs, micros = await self.redis.time()
+        now_ms = int(secs) * 1000 + int(micros) // 1000
+        dl = await enforce_deadlines(self.scripts, cfg, now_ms)
+        report.timeout_retried, report.timed_out = dl["RETRY"], dl["TIMED_OUT"]
+        report.expired = dl["EXPIRED"]
+
+        for _ in range(cfg.max_batches):
+            n = await promote_due(self._core, "reaper", limit=cfg.batch)
+            report.promoted += n
+            if n < cfg.batch:
+                break
+
+        ws = await sweep_workers(self.scripts, queues, cfg)
+        report.workers_dead, report.workers_forgotten = ws.newly_dead, ws.forgotten
+        report.consumers_deleted = ws.consumers_deleted
+        report.ms = int((time.monotonic() - t0) * 1000)
+        self.sweeps += 1
+        self.totals.update(
+            {
+                k: v
+                for k, v in msgspec.structs.asdict(report).items()
+                if type(v) is int and k != "sweep"
+            }
+        )
+        return report
+
+    # -- forever -----------------------------------------------------------------------
+
+    def _log(self, event: str, level: int = logging.INFO, **fields: object) -> None:
+        line = {"ts": round(time.time(), 3), "event": event, **fields}
+        log.log(level, json.dumps(line, separators=(",", ":"), default=str))
+
+    async def run(self) -> None:
+        """Sweep every ``interval_ms`` until :meth:`stop` (or SIGTERM / SIGINT)."""
+        loop = asyncio.get_running_loop()
+        if self.handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+        cfg = self.config
+        self._log(
+            "start",
+            reaper=self.name,
+            namespace=self.settings.namespace,
+            config=msgspec.to_builtins(cfg),
+        )
+        backoff = 0.1
+        try:
+            while not self._stopping.is_set():
+                delay = cfg.interval_ms / 1000
+                try:
+                    report = await self.sweep_once()
+                    backoff = 0.1
+                    if cfg.log_idle or report.changed or report.workers_dead:
+                        self._log("sweep", **msgspec.to_builtins(report))
+                except TRANSIENT as exc:
+                    self._log(
+                        "redis_unavailable",
+                        logging.WARNING,
+                        reaper=self.name,
+                        error=f"{type(exc).__name__}: {exc}",
+                        retry_in_ms=int(backoff * 1000),
+                    )
+                    if isinstance(exc, ReadOnlyError):
+                        # a failover: drop the connections so the next ones find the primary
+                        await self.redis.connection_pool.disconnect()
+                    delay, backoff = backoff, min(backoff * 2, MAX_BACKOFF)
+                except RedisError as exc:
+                    self._log(
+                        "sweep_error",
+                        logging.ERROR,
+                        reaper=self.name,
+                        error=f"{type(exc).__name__}: {exc}",
+                    )
+                    delay = max(delay, backoff)
+                    backoff = min(backoff * 2, MAX_BACKOFF)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), delay)
+        finally:
+            if self.handle_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+            self._log("stop", reaper=self.name, sweeps=self.sweeps)
