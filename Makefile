@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck unit bench chaos clean
+.PHONY: setup demo test lint typecheck unit browser bench chaos clean
 
 setup: $(STAMP)
 
@@ -18,14 +18,28 @@ demo: setup
 	$(BIN)/python -m examples.demo
 
 lint: setup
-	$(BIN)/ruff check rsjobs tests examples
-	$(BIN)/ruff format --check rsjobs tests examples
+	$(BIN)/ruff check rsjobs tests examples tools
+	$(BIN)/ruff format --check rsjobs tests examples tools
 
 typecheck: setup
 	$(BIN)/mypy
 
-test: setup lint typecheck
+test: setup lint typecheck browser
 	$(BIN)/python -m pytest -q
+
+# Debian's chromium for the browser test (skipped with a message where it cannot be had)
+browser:
+	@bash tools/install-browser.sh
+
+# Peers (taskiq, bullmq, saq, arq, streaq) in a separate venv, same Redis, same run
+bench:
+	bash bench/setup.sh
+	.venv-bench/bin/python -m bench.run $(ARGS)
+
+# A chaos run with total accounting; DURATION in seconds (the suite runs a short one)
+DURATION ?= 600
+chaos: setup
+	$(BIN)/python -m rsjobs.chaos --duration $(DURATION) $(ARGS)
 
 unit: setup
 	$(BIN)/python -m pytest -q tests/unit tests/lua

@@ -1,4 +1,10 @@
-"""rsjobs: a Redis-Streams-native job system where every task is in a known, true state."""
+"""rsjobs: a Redis-Streams-native job system where every task is in a known, true state.
+
+The worker side (``Worker``, ``Registry``, ``Context``) is imported on first use, so that
+``import rsjobs.web`` or a producer never loads the worker.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from .client import Client, connect
 from .errors import (
@@ -13,15 +19,18 @@ from .errors import (
     WaitTimeout,
 )
 from .model import Event, State
-from .schemas import EnqueueRequest, HistoryEntry, TaskInfo
+from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo
 from .settings import Settings
-from .worker import Context, Registry, Worker
+
+if TYPE_CHECKING:
+    from .worker import Context, Registry, Worker
 
 __all__ = [
     "Client",
     "ConfigError",
     "Context",
     "EnqueueRequest",
+    "EnqueueResult",
     "Event",
     "HistoryEntry",
     "InvalidTransition",
@@ -41,3 +50,11 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Worker", "Registry", "Context"):
+        from . import worker
+
+        return getattr(worker, name)
+    raise AttributeError(f"module 'rsjobs' has no attribute {name!r}")

@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from .codec import encode_payload
 from .errors import ConfigError, InvalidTransition, TaskNotFound, WaitTimeout
 from .keys import validate_name
-from .schemas import EnqueueRequest, HistoryEntry, TaskInfo
+from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo
 from .scripts import Scripts
 from .settings import Settings
 
@@ -142,30 +142,37 @@ class Client:
         for access control; ``wait_timeout_ms`` expires it if no worker starts it in time.
         Raises :class:`ConfigError` or :class:`PayloadError` on bad input, before any write.
         """
-        req = EnqueueRequest(
-            type=type,
-            payload=payload,
-            queue=queue,
-            max_attempts=max_attempts,
-            timeout_ms=timeout_ms,
-            delay_ms=delay_ms,
-            dedup_key=dedup_key,
-            owner=owner,
-            backoff_base_ms=backoff_base_ms,
-            backoff_max_ms=backoff_max_ms,
-            wait_timeout_ms=wait_timeout_ms,
+        result = await self.submit(
+            EnqueueRequest(
+                type=type,
+                payload=payload,
+                queue=queue,
+                max_attempts=max_attempts,
+                timeout_ms=timeout_ms,
+                delay_ms=delay_ms,
+                dedup_key=dedup_key,
+                owner=owner,
+                backoff_base_ms=backoff_base_ms,
+                backoff_max_ms=backoff_max_ms,
+                wait_timeout_ms=wait_timeout_ms,
+            )
         )
+        return result.id
+
+    async def submit(self, req: EnqueueRequest) -> EnqueueResult:
+        """Submit one task and say what happened (id, state, duplicate); see :meth:`enqueue`."""
         encoded = _check_request(req, self.settings.payload_limit)
-        if queue not in self._known_queues:
-            await self._remember_queues({queue})
+        if req.queue not in self._known_queues:
+            await self._remember_queues({req.queue})
         tid = new_task_id()
         replies = await self.scripts.call(
             "enqueue",
             self.source,
-            [self.scripts.task_keys(tid, queue, dedup_key)],
+            [self.scripts.task_keys(tid, req.queue, req.dedup_key)],
             _enqueue_argv(tid, req, encoded),
         )
-        return str(replies[0][0])
+        rid, state, dup = replies[0]
+        return EnqueueResult(id=str(rid), state=str(state), duplicate=bool(dup))
 
     async def enqueue_many(
         self, requests: Iterable[EnqueueRequest], *, chunk: int = 500

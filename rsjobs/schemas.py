@@ -8,7 +8,7 @@ import msgspec
 
 from .codec import decode
 
-__all__ = ["EnqueueRequest", "HistoryEntry", "TaskInfo"]
+__all__ = ["EnqueueRequest", "EnqueueResult", "HistoryEntry", "TaskInfo"]
 
 
 def _text(v: bytes | str | None) -> str:
@@ -140,3 +140,13 @@ class EnqueueRequest(msgspec.Struct, frozen=True, kw_only=True):
     backoff_base_ms: int = 1000
     backoff_max_ms: int = 300_000
     wait_timeout_ms: int = 0
+
+
+class EnqueueResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a submit did: the task's id, its state after the call ('' when unknown), and
+    whether the dedup key (or id) already named a live task, in which case nothing was
+    written."""
+
+    id: str
+    state: str
+    duplicate: bool

@@ -1,0 +1,154 @@
+"""``create_app``: the Starlette app, standalone (``rsjobs web``) or mounted in yours.
+
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+    from rsjobs.web import create_app
+
+    jobs = create_app("redis://127.0.0.1:6379/0", namespace="images")
+    app = Starlette(routes=[Mount("/jobs", app=jobs)], lifespan=jobs.router.lifespan_context)
+
+(Passing the lifespan on is optional: the events reader also starts on first use.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping
+from importlib import resources
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..client import Client, connect
+from ..settings import Settings
+from .auth import Auth
+from .config import WebConfig
+from .http import ApiError, error_response
+from .routes import Api
+from .service import Service
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("rsjobs.web")
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+
+def create_app(
+    url: str | None = None,
+    *,
+    redis: Redis | None = None,
+    namespace: str | None = None,
+    settings: Settings | None = None,
+    tokens: Mapping[str, str] | None = None,
+    admin_token: str | None = None,
+    dev: bool | None = None,
+    config: WebConfig | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Starlette:
+    """Build the app.
+
+    Redis: ``redis`` (a ``redis.asyncio.Redis`` with ``decode_responses=True``, which the
+    app does not close) or ``url`` (default ``$RSJOBS_URL``). Namespace: ``settings`` or
+    ``namespace`` (default ``$RSJOBS_NAMESPACE`` or ``default``).
+
+    Access: ``tokens`` (token -> owner) and ``admin_token``, plus ``RSJOBS_TOKENS``,
+    ``RSJOBS_TOKENS_FILE`` and ``RSJOBS_ADMIN_TOKEN`` from ``env`` (default
+    ``os.environ``). With no token at all this raises :class:`rsjobs.ConfigError`, unless
+    ``dev`` is true (or ``RSJOBS_WEB_DEV=1``): then requests without a token are allowed
+    as an anonymous admin. Meant for a laptop, never for a deployment.
+    """
+    env = os.environ if env is None else env
+    auth = Auth.from_env(env, tokens=tokens, admin_token=admin_token, dev=dev)
+    auth.check_startable()
+    config = config or WebConfig()
+    if settings is None:
+        settings = Settings(namespace=namespace or env.get("RSJOBS_NAMESPACE") or "default")
+    own = redis is None
+    if redis is None:
+        redis = connect(url or env.get("RSJOBS_URL") or DEFAULT_URL)
+    service = Service(Client(redis, settings, source="api"), auth, config, own_client=own)
+    api = Api(service)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            await service.start()
+        except (RedisError, OSError) as exc:
+            log.warning("redis unavailable at startup (%s); will retry on first use", exc)
+        try:
+            yield
+        finally:
+            await service.aclose()
+
+    routes: list[BaseRoute] = [
+        Route("/tasks", api.submit, methods=["POST"]),
+        Route("/tasks/{task_id}", api.get_task, methods=["GET"], name="task"),
+        Route("/tasks/{task_id}/history", api.history, methods=["GET"]),
+        Route("/tasks/{task_id}/cancel", api.cancel, methods=["POST"]),
+        Route("/tasks/{task_id}/events", api.task_events, methods=["GET"]),
+        Route("/healthz", api.healthz, methods=["GET"]),
+        Route("/metrics", api.metrics, methods=["GET"]),
+        Route("/openapi.json", api.openapi, methods=["GET"]),
+    ]
+    if config.serve_ui:
+        static = StaticFiles(directory=str(resources.files("rsjobs") / "web" / "static"), html=True)
+        routes += [
+            Route("/", _to_ui, methods=["GET"]),
+            Mount("/ui", app=static, name="ui"),
+        ]
+    middleware = []
+    if config.cors_origins:
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(config.cors_origins),
+                allow_methods=["GET", "POST"],
+                allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID"],
+                expose_headers=["Location"],
+            )
+        )
+    app = Starlette(
+        routes=routes,
+        middleware=middleware,
+        lifespan=lifespan,
+        exception_handlers={
+            ApiError: _api_error,
+            HTTPException: _http_error,
+            RedisError: _redis_error,
+        },
+    )
+    app.state.rsjobs = service
+    return app
+
+
+async def _to_ui(request: Request) -> Response:
+    return RedirectResponse(str(request.url_for("ui", path="/")), status_code=307)
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return error_response(ApiError(exc.status_code, code, str(exc.detail), exc.headers))
+
+
+async def _redis_error(request: Request, exc: Exception) -> Response:
+    log.warning("redis error on %s %s: %s", request.method, request.url.path, exc)
+    return error_response(
+        ApiError(503, "redis_unavailable", "the task store is unavailable; retry later")
+    )

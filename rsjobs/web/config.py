@@ -1,0 +1,46 @@
+"""Settings of the web app. Times are in milliseconds, sizes in bytes."""
+
+from __future__ import annotations
+
+import msgspec
+
+from ..codec import DEFAULT_PAYLOAD_LIMIT
+from ..errors import ConfigError
+
+__all__ = ["WebConfig"]
+
+
+class WebConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """How the app serves; every field has a default suited to a production deployment."""
+
+    #: largest accepted request body; larger ones get 413 before they are read
+    max_body_bytes: int = DEFAULT_PAYLOAD_LIMIT + 64 * 1024
+    #: open SSE connections allowed per owner (per IP for anonymous dev requests); 0 = no cap
+    max_streams_per_client: int = 16
+    #: a comment line is sent on an idle SSE connection this often
+    keepalive_ms: int = 15_000
+    #: the reconnection delay the SSE stream suggests to EventSource (``retry:``)
+    sse_retry_ms: int = 2_000
+    #: how long the events reader blocks in one XREAD
+    hub_block_ms: int = 5_000
+    #: entries buffered per SSE connection before it falls back to replaying history
+    subscriber_buffer: int = 1_000
+    #: history entries embedded in ``GET /tasks/{id}``
+    recent_history: int = 20
+    #: serve ``/metrics`` without a token (default: admin token needed)
+    metrics_public: bool = False
+    #: origins allowed by CORS (empty: no CORS headers)
+    cors_origins: tuple[str, ...] = ()
+    #: serve the example page at ``/ui/``
+    serve_ui: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_body_bytes < 1024:
+            raise ConfigError("max_body_bytes must be at least 1024")
+        if self.max_streams_per_client < 0:
+            raise ConfigError("max_streams_per_client must be >= 0 (0 = no cap)")
+        for name in ("keepalive_ms", "sse_retry_ms", "hub_block_ms", "subscriber_buffer"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be positive")
+        if not 0 <= self.recent_history <= 1000:
+            raise ConfigError("recent_history must be between 0 and 1000")

@@ -1,0 +1,77 @@
+"""HTTP plumbing shared by the routes: JSON answers, errors, bounded bodies, credentials."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .schemas import ErrorBody, encode
+
+__all__ = ["ApiError", "bearer_token", "error_response", "json_response", "read_body"]
+
+
+class ApiError(Exception):
+    """An answer other than success: status, a short code and a sentence for people."""
+
+    def __init__(
+        self, status: int, code: str, detail: str, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
+        self.headers = headers
+
+
+def json_response(
+    value: Any, status: int = 200, headers: Mapping[str, str] | None = None
+) -> Response:
+    return Response(encode(value), status, headers, media_type="application/json")
+
+
+def error_response(exc: ApiError) -> Response:
+    return json_response(ErrorBody(error=exc.code, detail=exc.detail), exc.status, exc.headers)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 past ``limit`` bytes (checked before reading
+    when Content-Length is sent, and while reading otherwise)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise ApiError(400, "bad_request", "invalid Content-Length header")
+        if int(declared) > limit:
+            raise ApiError(413, "body_too_large", f"request body over the limit of {limit} bytes")
+    ctype = request.headers.get("content-type")
+    mime = (ctype or "application/json").split(";")[0].strip().lower()
+    if mime != "application/json" and not mime.endswith("+json"):
+        raise ApiError(415, "unsupported_media_type", "send the body as application/json")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, "body_too_large", f"request body over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def bearer_token(request: Request, *, allow_query: bool = False) -> str | None:
+    """The token of ``Authorization: Bearer ...`` (or ``?access_token=`` where a browser
+    cannot send headers, i.e. EventSource). None when none was sent."""
+    header = request.headers.get("authorization")
+    if header is not None:
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise ApiError(
+                401,
+                "unauthorized",
+                "expected 'Authorization: Bearer <token>'",
+                {"WWW-Authenticate": 'Bearer realm="rsjobs"'},
+            )
+        return token.strip()
+    if allow_query:
+        query = request.query_params.get("access_token")
+        if query:
+            return query
+    return None

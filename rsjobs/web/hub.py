@@ -1,0 +1,272 @@
+"""One reader of the namespace ``events`` stream per process, fanned out to subscribers.
+
+The transition scripts append every transition of every task to the ``events`` stream
+(and the same entry to the task's own history stream; the events entry carries the
+history entry id as ``hid``). The hub runs a single ``XREAD BLOCK`` loop on the events
+stream and hands each entry to the subscribers of its task, so a thousand open SSE
+connections cost one blocking read, not a thousand polls.
+
+A subscriber never relies on the hub alone: it first replays the task's history stream
+(the source of truth, see ``sse.py``), and it replays again whenever the hub says it may
+have missed something (``resync``): after a Redis error, or when the subscriber fell so
+far behind that its buffer overflowed. Entries are deduplicated by history id, which
+orders a task's entries, so replay and live delivery join without a gap or a duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from ..model import TERMINAL
+from ..schemas import HistoryEntry
+from .schemas import encode
+
+__all__ = ["Hub", "Item", "Subscription", "parse_id"]
+
+log = logging.getLogger("rsjobs.web")
+
+
+def parse_id(stream_id: str) -> tuple[int, int]:
+    """A stream id ``<ms>-<seq>`` as a sortable pair; raises ValueError if malformed."""
+    ms, sep, seq = stream_id.partition("-")
+    if not sep or not ms.isdigit() or not seq.isdigit() or len(ms) > 20 or len(seq) > 20:
+        raise ValueError(f"invalid stream id {stream_id!r}")
+    return int(ms), int(seq)
+
+
+class Item:
+    """One history entry of one task, with its SSE encoding computed once for all readers."""
+
+    __slots__ = ("_wire", "fields", "hid", "key", "task_id")
+
+    def __init__(self, task_id: str, hid: str, fields: dict[str, str]) -> None:
+        self.task_id = task_id
+        self.hid = hid
+        self.key = parse_id(hid)
+        self.fields = fields
+        self._wire: bytes | None = None
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the task is in a terminal state after this entry."""
+        return self.fields.get("to", "") in TERMINAL
+
+    def entry(self) -> HistoryEntry:
+        return HistoryEntry.from_entry(self.hid, self.fields, self.task_id)
+
+    @property
+    def wire(self) -> bytes:
+        """The SSE event: ``id`` is the history entry id, ``data`` the entry as JSON."""
+        if self._wire is None:
+            self._wire = b"id: %s\ndata: %s\n\n" % (self.hid.encode(), encode(self.entry()))
+        return self._wire
+
+
+class Subscription:
+    """The buffer between the hub and one connection watching one task."""
+
+    __slots__ = ("closed", "items", "maxlen", "resync", "task_id", "wake")
+
+    def __init__(self, task_id: str, maxlen: int) -> None:
+        self.task_id = task_id
+        self.maxlen = maxlen
+        self.items: deque[Item] = deque()
+        self.resync = False
+        #: the server is shutting down: end the stream (the client resumes elsewhere)
+        self.closed = False
+        self.wake = asyncio.Event()
+
+    def push(self, item: Item) -> None:
+        if len(self.items) >= self.maxlen:
+            # a reader this slow gets the rest from the history stream instead
+            self.items.clear()
+            self.resync = True
+        else:
+            self.items.append(item)
+        self.wake.set()
+
+    def request_resync(self) -> None:
+        self.resync = True
+        self.wake.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self.wake.set()
+
+    def take(self) -> tuple[list[Item], bool]:
+        """Everything buffered, and whether a replay from history is needed first."""
+        items, resync = list(self.items), self.resync
+        self.items.clear()
+        self.resync = False
+        self.wake.clear()
+        return items, resync
+
+
+class Hub:
+    """The per-process reader of ``events_key``; start it with :meth:`start`."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        events_key: str,
+        *,
+        block_ms: int = 5000,
+        count: int = 1000,
+        buffer: int = 1000,
+        retry_ms: int = 500,
+    ) -> None:
+        self.redis = redis
+        self.events_key = events_key
+        self.block_ms = block_ms
+        self.count = count
+        self.buffer = buffer
+        self.retry_ms = retry_ms
+        #: called with every entry read (task id, history id, fields): metrics use it
+        self.observers: list[Callable[[str, str, dict[str, str]], None]] = []
+        self.cursor = "0-0"
+        self.healthy = False
+        self.entries_read = 0
+        self._subs: dict[str, set[Subscription]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._starting: asyncio.Lock | None = None
+        self._closing = False
+        self._closing_streams = False
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    @property
+    def subscribers(self) -> int:
+        return sum(len(s) for s in self._subs.values())
+
+    async def start(self) -> None:
+        """Start reading (idempotent). Returns once the read position is fixed, so every
+        entry written after this returns is delivered to the subscribers of its task."""
+        if self.running:
+            return
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self.running:
+                return
+            # The current end of the stream, not '$': entries written between this call and
+            # the first XREAD must not fall in between.
+            last = await self.redis.xrevrange(self.events_key, "+", "-", count=1)
+            self.cursor = last[0][0] if last else "0-0"
+            self.healthy = True
+            self._closing = False
+            self._task = asyncio.create_task(self._run(), name="rsjobs-web-hub")
+            # a restart (after aclose, or after the reader died) may have skipped entries
+            self._resync_all()
+
+    def _resync_all(self) -> None:
+        for subs in self._subs.values():
+            for s in subs:
+                s.request_resync()
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            self._closing = True
+            # redis-py may absorb a cancellation that lands in its socket timeout or its
+            # retry logic; cancel again until the reader is gone (bounded)
+            for _ in range(50):
+                task.cancel()
+                await asyncio.wait({task}, timeout=0.1)
+                if task.done():
+                    break
+            else:
+                log.warning("events reader did not stop")
+        self._resync_all()
+
+    def subscribe(self, task_id: str) -> Subscription:
+        sub = Subscription(task_id, self.buffer)
+        if self._closing_streams:
+            sub.close()
+        self._subs.setdefault(task_id, set()).add(sub)
+        return sub
+
+    def close_subscriptions(self) -> None:
+        """End every open stream (server shutdown); later subscriptions end at once."""
+        self._closing_streams = True
+        for subs in self._subs.values():
+            for s in subs:
+                s.close()
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        subs = self._subs.get(sub.task_id)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                del self._subs[sub.task_id]
+
+    async def _run(self) -> None:
+        failed = False
+        while not self._closing:
+            try:
+                reply: Any = await self.redis.xread(
+                    {self.events_key: self.cursor}, count=self.count, block=self.block_ms
+                )
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as exc:
+                task = asyncio.current_task()
+                if self._closing or (task is not None and task.cancelling()):
+                    # redis-py can turn a cancellation into "connection closed": honour it
+                    raise asyncio.CancelledError from exc
+                if not failed:
+                    log.warning("events reader: %s; retrying every %d ms", exc, self.retry_ms)
+                failed, self.healthy = True, False
+                await asyncio.sleep(self.retry_ms / 1000)
+                continue
+            if failed:
+                # Entries may have been trimmed, or Redis restarted: every subscriber
+                # catches up from its task's history stream.
+                log.info("events reader: redis is back")
+                failed, self.healthy = False, True
+                self._resync_all()
+            if reply:
+                entries = reply[0][1]
+                if len(entries) == self.count:
+                    await self._check_trimmed()
+                self._dispatch(entries)
+
+    async def _check_trimmed(self) -> None:
+        """A full batch means this reader lags; if MAXLEN trimming overtook it, entries
+        were lost to it: every subscriber catches up from its task's history."""
+        try:
+            first = await self.redis.xrange(self.events_key, "-", "+", count=1)
+        except (RedisError, OSError):
+            return
+        if first and parse_id(first[0][0]) > parse_id(self.cursor):
+            log.warning("events reader fell behind the stream's trimming; resyncing")
+            self._resync_all()
+
+    def _dispatch(self, entries: list[tuple[str, dict[str, str]]]) -> None:
+        for entry_id, fields in entries:
+            self.cursor = entry_id
+            self.entries_read += 1
+            task_id, hid = fields.get("id", ""), fields.get("hid", "")
+            if not hid:
+                continue
+            for observe in self.observers:
+                try:
+                    observe(task_id, hid, fields)
+                except Exception:  # an observer bug must not stop the fan-out
+                    log.exception("events observer failed")
+            subs = self._subs.get(task_id)
+            if subs:
+                try:
+                    item = Item(task_id, hid, fields)
+                except ValueError:  # not written by a transition script
+                    continue
+                for s in subs:
+                    s.push(item)

@@ -1,0 +1,324 @@
+"""The endpoints. Every handler checks its input completely before the first write, and
+answers a task of another owner exactly like a task that does not exist (404)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import msgspec
+from redis.exceptions import RedisError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..client import validate_task_id
+from ..errors import ConfigError, PayloadError, TaskNotFound
+from ..model import is_terminal
+from ..schemas import EnqueueRequest, HistoryEntry, TaskInfo
+from .auth import Principal
+from .http import ApiError, bearer_token, json_response, read_body
+from .hub import parse_id
+from .metrics import CONTENT_TYPE
+from .openapi import openapi_document
+from .schemas import (
+    CancelRequest,
+    CancelResult,
+    HistoryPage,
+    SubmitRequest,
+    SubmitResult,
+    TaskView,
+    decode_body,
+)
+from .service import Service
+from .sse import EventStreamResponse, events, snapshot
+
+__all__ = ["Api"]
+
+_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,128}$")  # printable ASCII, no spaces
+
+
+def _not_found(task_id: str) -> ApiError:
+    return ApiError(404, "not_found", f"no such task: {task_id}")
+
+
+class Api:
+    """The handlers, bound to one :class:`Service`."""
+
+    def __init__(self, service: Service) -> None:
+        self.svc = service
+        self.redis = service.client.redis
+        self.keys = service.client.keys
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def principal(self, request: Request, *, allow_query: bool = False) -> Principal:
+        who = self.svc.auth.authenticate(bearer_token(request, allow_query=allow_query))
+        if who is None:
+            raise ApiError(
+                401,
+                "unauthorized",
+                "a valid bearer token is required",
+                {"WWW-Authenticate": 'Bearer realm="rsjobs"'},
+            )
+        return who
+
+    @staticmethod
+    def task_id(request: Request) -> str:
+        tid: str = request.path_params["task_id"]
+        try:
+            return validate_task_id(tid)
+        except ConfigError:
+            raise ApiError(
+                400, "invalid_id", "a task id is 32 lowercase hexadecimal characters"
+            ) from None
+
+    async def visible_state(self, who: Principal, task_id: str) -> str:
+        """The task's state; 404 when it does not exist or ``who`` may not see it."""
+        fields: list[str | None] = await self.redis.hmget(
+            self.keys.task(task_id), ["state", "owner"]
+        )
+        state, owner = fields
+        if state is None or not who.may_see(owner or ""):
+            raise _not_found(task_id)
+        return state
+
+    async def body(self, request: Request, kind: type[Any]) -> Any:
+        raw = await read_body(request, self.svc.config.max_body_bytes)
+        if not raw.strip():
+            if kind is CancelRequest:
+                return CancelRequest()
+            raise ApiError(400, "invalid_json", "the request body is empty; send a JSON object")
+        try:
+            return decode_body(raw, kind)
+        except msgspec.ValidationError as exc:
+            raise ApiError(422, "invalid_body", str(exc)) from None
+        except msgspec.DecodeError as exc:
+            raise ApiError(400, "invalid_json", str(exc)) from None
+
+    # -- tasks -----------------------------------------------------------------------------
+
+    async def submit(self, request: Request) -> Response:
+        who = self.principal(request)
+        req: SubmitRequest = await self.body(request, SubmitRequest)
+        if req.owner is not None and req.owner != who.owner and not who.admin:
+            raise ApiError(403, "forbidden", "only an admin token may submit for another owner")
+        owner = req.owner or who.owner
+        header = request.headers.get("idempotency-key")
+        if header is not None and not _IDEMPOTENCY_KEY.match(header):
+            raise ApiError(400, "invalid_idempotency_key", "Idempotency-Key: 1-128 printable ASCII")
+        if header is not None and req.dedup_key is not None and header != req.dedup_key:
+            raise ApiError(400, "invalid_idempotency_key", "Idempotency-Key and dedup_key disagree")
+        key = header or req.dedup_key
+        # scoped per owner: two owners using the same key get two tasks
+        dedup = (f"{owner}/{key}" if owner else key) if key else None
+        if req.backoff_max_ms < req.backoff_base_ms:
+            raise ApiError(422, "invalid_body", "backoff_max_ms must be >= backoff_base_ms")
+        if dedup:
+            existing = await self.duplicate_of(dedup, req)
+            if existing is not None:
+                return self.submitted(request, existing.id, existing.state, duplicate=True)
+        try:
+            result = await self.svc.client.submit(
+                EnqueueRequest(
+                    type=req.type,
+                    payload=req.payload,
+                    queue=req.queue,
+                    max_attempts=req.max_attempts,
+                    timeout_ms=req.timeout_ms,
+                    delay_ms=req.delay_ms,
+                    dedup_key=dedup,
+                    owner=owner or None,
+                    backoff_base_ms=req.backoff_base_ms,
+                    backoff_max_ms=req.backoff_max_ms,
+                    wait_timeout_ms=req.wait_timeout_ms,
+                )
+            )
+        except PayloadError as exc:
+            raise ApiError(413, "payload_too_large", str(exc)) from None
+        except ConfigError as exc:
+            raise ApiError(422, "invalid_body", str(exc)) from None
+        state = result.state
+        if result.duplicate:  # a concurrent submit with the same key won the race
+            state = await self.redis.hget(self.keys.task(result.id), "state") or ""
+        return self.submitted(request, result.id, state or "PENDING", duplicate=result.duplicate)
+
+    async def duplicate_of(self, dedup: str, req: SubmitRequest) -> TaskInfo | None:
+        """The live task this idempotency key already names, checked against ``req``."""
+        tid = await self.redis.get(self.keys.dedup(dedup))
+        if tid is None:
+            return None
+        h = await self.redis.hgetall(self.keys.task(tid))
+        if not h:
+            return None
+        info = TaskInfo.from_hash(h)
+        if (info.type, info.queue, info.payload) != (req.type, req.queue, req.payload):
+            raise ApiError(
+                422,
+                "idempotency_key_reused",
+                f"this idempotency key already names task {tid}, submitted with a "
+                "different type, queue or payload",
+            )
+        return info
+
+    @staticmethod
+    def submitted(request: Request, tid: str, state: str, *, duplicate: bool) -> Response:
+        location = str(request.url_for("task", task_id=tid).path)
+        return json_response(
+            SubmitResult(id=tid, state=state, duplicate=duplicate),
+            202,
+            {"Location": location},
+        )
+
+    async def get_task(self, request: Request) -> Response:
+        who = self.principal(request)
+        tid = self.task_id(request)
+        n = self.svc.config.recent_history
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self.keys.task(tid))
+            pipe.xrevrange(self.keys.history(tid), "+", "-", count=max(n, 1))
+            h, rows = await pipe.execute()
+        if not h:
+            raise _not_found(tid)
+        info = TaskInfo.from_hash(h)
+        if not who.may_see(info.owner):
+            raise _not_found(tid)
+        recent = [HistoryEntry.from_entry(i, f, tid) for i, f in reversed(rows)] if n else []
+        return json_response(TaskView.build(info, recent))
+
+    async def history(self, request: Request) -> Response:
+        who = self.principal(request)
+        tid = self.task_id(request)
+        after = request.query_params.get("after", "0-0")
+        try:
+            parse_id(after)
+        except ValueError:
+            raise ApiError(
+                400, "invalid_after", "after: a history entry id like 1700000000000-0"
+            ) from None
+        raw_limit = request.query_params.get("limit", "100")
+        if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 1000:
+            raise ApiError(400, "invalid_limit", "limit: an integer from 1 to 1000")
+        await self.visible_state(who, tid)
+        try:
+            entries = await self.svc.client.history(tid, after=after, count=int(raw_limit))
+        except TaskNotFound:
+            raise _not_found(tid) from None
+        return json_response(
+            HistoryPage(id=tid, entries=entries, next=entries[-1].id if entries else None)
+        )
+
+    async def cancel(self, request: Request) -> Response:
+        who = self.principal(request)
+        tid = self.task_id(request)
+        req: CancelRequest = await self.body(request, CancelRequest)
+        before = await self.visible_state(who, tid)
+        by = who.owner or "anonymous"
+        reason = f"{req.reason} (by {by})" if req.reason else f"by {by}"
+        try:
+            state = await self.svc.client.cancel(tid, reason)
+        except TaskNotFound:
+            raise _not_found(tid) from None
+        changed = not is_terminal(before) and state == "CANCELLED"
+        return json_response(CancelResult(id=tid, state=state, changed=changed))
+
+    async def task_events(self, request: Request) -> Response:
+        who = self.principal(request, allow_query=True)
+        tid = self.task_id(request)
+        last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+        try:
+            parse_id(last or "0-0")
+        except ValueError:
+            raise ApiError(
+                400, "invalid_last_event_id", "Last-Event-ID: an id this stream sent"
+            ) from None
+        await self.visible_state(who, tid)
+        svc = self.svc
+        client_key = f"ip:{request.client.host if request.client else '?'}"
+        if not who.anonymous:
+            client_key = f"owner:{who.owner}"
+        if not svc.limiter.acquire(client_key):
+            raise ApiError(
+                429,
+                "too_many_streams",
+                f"at most {svc.limiter.limit} open event streams per client",
+                {"Retry-After": "5"},
+            )
+        done = False
+        sub = None
+
+        def release() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                svc.limiter.release(client_key)
+                if sub is not None:
+                    svc.hub.unsubscribe(sub)
+
+        try:
+            await svc.start()
+            sub = svc.hub.subscribe(tid)
+            first = await snapshot(
+                self.redis, self.keys.task(tid), self.keys.history(tid), tid, last or "0-0"
+            )
+        except BaseException:
+            release()
+            raise
+        if first.state is None:
+            release()
+            raise _not_found(tid)
+        if not first.known:
+            # resuming after an id that is not this task's would skip entries silently
+            release()
+            raise ApiError(
+                400, "invalid_last_event_id", "Last-Event-ID is not an event of this task"
+            )
+        if last and first.finished and not first.items:
+            # nothing left to send for a finished task: 204 stops EventSource reconnecting
+            release()
+            return Response(status_code=204)
+        body = events(
+            self.redis,
+            self.keys.history(tid),
+            sub,
+            first,
+            last or "0-0",
+            keepalive_ms=svc.config.keepalive_ms,
+            retry_ms=svc.config.sse_retry_ms,
+            release=release,
+        )
+        return EventStreamResponse(body, release)
+
+    # -- operations ------------------------------------------------------------------------
+
+    async def healthz(self, request: Request) -> Response:
+        try:
+            async with asyncio.timeout(2):
+                await self.redis.ping()
+            redis_ok = True
+        except (RedisError, OSError, TimeoutError):
+            redis_ok = False
+        hub = self.svc.hub
+        body = {
+            "status": "ok" if redis_ok else "unavailable",
+            "redis": "ok" if redis_ok else "unreachable",
+            "events_reader": (
+                ("ok" if hub.healthy else "retrying") if hub.running else "not started"
+            ),
+            "event_streams": self.svc.limiter.total,
+        }
+        return json_response(body, 200 if redis_ok else 503)
+
+    async def metrics(self, request: Request) -> Response:
+        if not self.svc.config.metrics_public:
+            who = self.principal(request)
+            if not who.admin:
+                raise ApiError(403, "forbidden", "metrics need an admin token")
+        try:
+            await self.svc.start()  # durations are observed by the events reader
+        except (RedisError, OSError):
+            pass
+        return Response(await self.svc.metrics.render(), media_type=CONTENT_TYPE)
+
+    async def openapi(self, request: Request) -> Response:
+        return json_response(openapi_document())

@@ -1,0 +1,164 @@
+"""The request and response bodies of the HTTP API, as msgspec Structs.
+
+Request bodies forbid unknown fields and carry their limits as ``Meta`` constraints, so a
+bad body is refused while it is decoded, before anything touches Redis. The same Structs
+produce the JSON Schemas of the OpenAPI document (``openapi.py``), so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+from msgspec import Meta
+
+from ..schemas import HistoryEntry, TaskInfo
+
+__all__ = [
+    "CancelRequest",
+    "CancelResult",
+    "ErrorBody",
+    "HistoryPage",
+    "SubmitRequest",
+    "SubmitResult",
+    "TaskView",
+    "decode_body",
+    "encode",
+]
+
+#: Same rule as ``rsjobs.keys.validate_name`` (queue names).
+QueueName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.\-]{1,64}$", description="queue name")]
+#: Owner names: no '/' (dedup keys are scoped as ``<owner>/<key>``), no ':' (role suffix).
+OwnerName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.@\-]{1,128}$")]
+DedupKey = Annotated[str, Meta(min_length=1, max_length=128)]
+Millis = Annotated[int, Meta(ge=0, le=30 * 24 * 3600 * 1000, description="milliseconds")]
+
+
+class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Body of ``POST /tasks``; the fields mean what they mean in ``Client.enqueue``."""
+
+    type: Annotated[str, Meta(min_length=1, max_length=200)]
+    payload: Any = None
+    queue: QueueName = "default"
+    max_attempts: Annotated[int, Meta(ge=1, le=1000)] = 3
+    timeout_ms: Millis = 0
+    delay_ms: Millis = 0
+    wait_timeout_ms: Millis = 0
+    backoff_base_ms: Millis = 1000
+    backoff_max_ms: Millis = 300_000
+    #: idempotency key (the ``Idempotency-Key`` header is the same thing); scoped per owner
+    dedup_key: DedupKey | None = None
+    #: submit on behalf of this owner: admin tokens only
+    owner: OwnerName | None = None
+
+
+class CancelRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Optional body of ``POST /tasks/{id}/cancel``."""
+
+    reason: Annotated[str, Meta(max_length=500)] = ""
+
+
+class SubmitResult(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    state: str
+    #: true when the idempotency key named an existing task (nothing was written)
+    duplicate: bool
+
+
+class CancelResult(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    state: str  #: the state after the call
+    #: false when the task was already finished (or cancelled): nothing changed
+    changed: bool
+
+
+class TaskView(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /tasks/{id}``: the task as stored now, plus its most recent history."""
+
+    id: str
+    type: str
+    queue: str
+    state: str
+    terminal: bool
+    progress: float
+    progress_msg: str
+    attempt: int
+    failures: int
+    max_attempts: int
+    owner: str
+    payload: Any
+    result: Any
+    error: str
+    error_type: str
+    #: Redis TIME in milliseconds; 0 = not yet
+    created_at: int
+    updated_at: int
+    started_at: int
+    finished_at: int
+    due_at: int
+    expires_at: int
+    #: the last entries of the task's history, oldest first
+    recent: list[HistoryEntry]
+
+    @classmethod
+    def build(cls, info: TaskInfo, recent: list[HistoryEntry]) -> TaskView:
+        return cls(
+            id=info.id,
+            type=info.type,
+            queue=info.queue,
+            state=info.state,
+            terminal=info.terminal,
+            progress=info.progress,
+            progress_msg=info.progress_msg,
+            attempt=info.attempt,
+            failures=info.failures,
+            max_attempts=info.max_attempts,
+            owner=info.owner,
+            payload=info.payload,
+            result=info.result,
+            error=info.error,
+            error_type=info.error_type,
+            created_at=info.created_at,
+            updated_at=info.updated_at,
+            started_at=info.started_at,
+            finished_at=info.finished_at,
+            due_at=info.due_at,
+            expires_at=info.expires_at,
+            recent=recent,
+        )
+
+
+class HistoryPage(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /tasks/{id}/history``: entries oldest first; pass ``next`` as ``after``."""
+
+    id: str
+    entries: list[HistoryEntry]
+    #: the id of the last entry, or null when this page is empty
+    next: str | None
+
+
+class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
+    """Every 4xx / 5xx answer: a short machine code and a sentence for people."""
+
+    error: str
+    detail: str
+
+
+_encoder = msgspec.json.Encoder()
+T = TypeVar("T")
+
+
+def encode(value: Any) -> bytes:
+    return _encoder.encode(value)
+
+
+_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {
+    SubmitRequest: msgspec.json.Decoder(SubmitRequest),
+    CancelRequest: msgspec.json.Decoder(CancelRequest),
+}
+
+
+def decode_body(body: bytes, kind: type[T]) -> T:
+    """Decode a request body; raises ``msgspec.DecodeError`` (or ValidationError)."""
+    result: T = _decoders[kind].decode(body)
+    return result

@@ -1,0 +1,223 @@
+// rsjobs example frontend: submit, follow over SSE, cancel. No build step, no libraries.
+//
+// Updates arrive over EventSource (GET tasks/{id}/events). When the connection drops,
+// EventSource reconnects by itself and sends Last-Event-ID, so the server replays exactly
+// what was missed. If the stream keeps failing, the page falls back to polling
+// (GET tasks/{id}/history?after=<last id>) with exponential backoff, and goes back to SSE
+// (resuming with ?last_event_id=) as soon as a poll succeeds.
+"use strict";
+
+const API = new URL("../", window.location.href); // the page is served at <app>/ui/
+const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"]);
+const POLL_MIN_MS = 1000;
+const POLL_MAX_MS = 30000;
+const SSE_ERRORS_BEFORE_POLLING = 3;
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const tokenInput = $("#token");
+tokenInput.value = sessionStorage.getItem("rsjobs-token") || "";
+tokenInput.addEventListener("change", () => sessionStorage.setItem("rsjobs-token", tokenInput.value));
+
+function headers(extra = {}) {
+  const h = { ...extra };
+  if (tokenInput.value) h.Authorization = `Bearer ${tokenInput.value}`;
+  return h;
+}
+
+async function api(path, options = {}) {
+  const res = await fetch(new URL(path, API), { ...options, headers: headers(options.headers) });
+  const body = res.status === 204 ? null : await res.json().catch(() => null);
+  if (!res.ok) {
+    const err = new Error(body && body.detail ? body.detail : `HTTP ${res.status}`);
+    err.status = res.status;
+    throw err;
+  }
+  return body;
+}
+
+// An idempotency key per submit: a retried POST (same key) cannot create a second task.
+function newKey() {
+  if (window.crypto && crypto.randomUUID) return crypto.randomUUID(); // secure contexts only
+  return Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+function fmtTime(ms) {
+  const d = new Date(ms);
+  return d.toLocaleTimeString(undefined, { hour12: false }) + "." + String(ms % 1000).padStart(3, "0");
+}
+
+class TaskView {
+  constructor(id) {
+    this.id = id;
+    this.lastId = null; // the last history id shown: the resume point
+    this.shown = new Set();
+    this.state = "";
+    this.es = null;
+    this.sseErrors = 0;
+    this.pollDelay = POLL_MIN_MS;
+    this.pollTimer = null;
+    const node = $("#task-card").content.firstElementChild.cloneNode(true);
+    node.dataset.taskId = id;
+    $(".task-id", node).textContent = id;
+    $(".cancel", node).addEventListener("click", () => this.cancel());
+    $("#tasks").prepend(node);
+    this.node = node;
+  }
+
+  get finished() {
+    return TERMINAL.has(this.state);
+  }
+
+  setState(state) {
+    if (!state) return;
+    this.state = state;
+    const el = $(".state", this.node);
+    el.textContent = state;
+    el.className = `state ${state}`;
+    this.node.dataset.state = state;
+    $(".cancel", this.node).disabled = this.finished;
+  }
+
+  setTransport(text) {
+    $(".transport", this.node).textContent = text;
+  }
+
+  // One history entry (same shape from SSE, GET history and GET task's `recent`).
+  show(entry) {
+    if (this.shown.has(entry.id)) return;
+    this.shown.add(entry.id);
+    this.lastId = entry.id;
+    const li = document.createElement("li");
+    li.dataset.event = entry.event;
+    li.dataset.id = entry.id;
+    if (entry.rejected) li.className = "rejected";
+    const arrow = entry.from_state === entry.to_state ? entry.to_state : `${entry.from_state || "∅"} → ${entry.to_state}`;
+    li.textContent = `${fmtTime(entry.ts)}  ${entry.rejected ? "refused " : ""}${entry.event}  ${arrow}` +
+      (entry.message ? `  — ${entry.message}` : "");
+    $(".timeline", this.node).append(li);
+    if (entry.event === "PROGRESS" && entry.extra && entry.extra.p !== undefined) {
+      $("progress", this.node).value = Number(entry.extra.p);
+      $(".progress-msg", this.node).textContent = entry.message || "";
+    }
+    if (!entry.rejected) this.setState(entry.to_state);
+    if (entry.to_state === "SUCCEEDED" && !entry.rejected) $("progress", this.node).value = 100;
+  }
+
+  async showOutcome() {
+    try {
+      const t = await api(`tasks/${this.id}`);
+      this.setState(t.state);
+      const out = $(".outcome", this.node);
+      if (t.state === "SUCCEEDED") out.textContent = "result: " + JSON.stringify(t.result);
+      else if (t.error) out.textContent = `${t.error_type ? t.error_type + ": " : ""}${t.error}`;
+    } catch (e) {
+      /* the timeline already says how it ended */
+    }
+  }
+
+  done() {
+    if (this.es) this.es.close();
+    this.es = null;
+    clearTimeout(this.pollTimer);
+    this.setTransport("");
+    this.showOutcome();
+  }
+
+  // -- push: server-sent events -------------------------------------------------------
+  follow() {
+    if (this.finished) return this.done();
+    const url = new URL(`tasks/${this.id}/events`, API);
+    if (tokenInput.value) url.searchParams.set("access_token", tokenInput.value);
+    // a fresh EventSource cannot send Last-Event-ID: pass the resume point in the query
+    if (this.lastId) url.searchParams.set("last_event_id", this.lastId);
+    const es = new EventSource(url);
+    this.es = es;
+    es.onopen = () => {
+      this.sseErrors = 0;
+      this.setTransport("live (SSE)");
+    };
+    es.onmessage = (ev) => this.show(JSON.parse(ev.data));
+    es.addEventListener("end", () => this.done());
+    es.onerror = () => {
+      if (this.es !== es) return;
+      this.sseErrors += 1;
+      // CONNECTING: EventSource retries by itself with Last-Event-ID; CLOSED: it gave up
+      if (es.readyState === EventSource.CLOSED || this.sseErrors >= SSE_ERRORS_BEFORE_POLLING) {
+        es.close();
+        this.es = null;
+        this.poll();
+      } else {
+        this.setTransport("reconnecting…");
+      }
+    };
+  }
+
+  // -- fallback: polling with exponential backoff ------------------------------------
+  poll() {
+    clearTimeout(this.pollTimer);
+    this.setTransport(`polling (every ${Math.round(this.pollDelay / 1000)} s)`);
+    this.pollTimer = setTimeout(async () => {
+      try {
+        let page;
+        do {
+          const q = new URLSearchParams({ limit: "500" });
+          if (this.lastId) q.set("after", this.lastId);
+          page = await api(`tasks/${this.id}/history?${q}`);
+          page.entries.forEach((e) => this.show(e));
+        } while (page.entries.length === 500);
+        this.pollDelay = POLL_MIN_MS;
+        this.sseErrors = 0;
+        if (this.finished) return this.done();
+        this.follow(); // the server answers again: back to push, from where we are
+      } catch (e) {
+        if (e.status === 404) {
+          this.setTransport("task not found");
+          return;
+        }
+        this.pollDelay = Math.min(this.pollDelay * 2, POLL_MAX_MS);
+        this.poll();
+      }
+    }, this.pollDelay);
+  }
+
+  async cancel() {
+    $(".cancel", this.node).disabled = true;
+    try {
+      const r = await api(`tasks/${this.id}/cancel`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ reason: "cancelled from the example page" }),
+      });
+      this.setState(r.state);
+    } catch (e) {
+      $(".outcome", this.node).textContent = `cancel failed: ${e.message}`;
+      $(".cancel", this.node).disabled = this.finished;
+    }
+  }
+}
+
+$("#submit-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const errorEl = $("#form-error");
+  errorEl.textContent = "";
+  let payload;
+  try {
+    const text = $("#task-payload").value.trim();
+    payload = text ? JSON.parse(text) : null;
+  } catch (e) {
+    errorEl.textContent = `payload is not valid JSON: ${e.message}`;
+    return;
+  }
+  try {
+    const r = await api("tasks", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "Idempotency-Key": newKey() },
+      body: JSON.stringify({ type: $("#task-type").value, payload }),
+    });
+    const view = new TaskView(r.id);
+    view.setState(r.state);
+    view.follow();
+  } catch (e) {
+    errorEl.textContent = `submit failed: ${e.message}`;
+  }
+});

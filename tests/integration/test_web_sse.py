@@ -1,0 +1,241 @@
+"""SSE against a real uvicorn server: resume with Last-Event-ID after forced disconnects
+(client side and server side) yields exactly the task's history; keep-alives; the end;
+per-client caps; one Redis reader however many streams are open."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import msgspec
+import pytest
+import redis as sync_redis
+
+from rsjobs import Client
+from rsjobs.server import EmbeddedRedis
+from tests.web.helpers import (
+    ALICE,
+    BOB,
+    NAMESPACE,
+    ServerThread,
+    SSEEvent,
+    SSEReader,
+    eventually,
+    make_app,
+    running_worker,
+    serve,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def web(redis_url: str) -> Iterator[ServerThread]:
+    with serve(make_app(redis_url, keepalive_ms=200, max_streams_per_client=64)) as server:
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def stream(
+    http: httpx.AsyncClient, tid: str, headers: dict[str, str], last: str | None = None
+) -> AsyncIterator[tuple[httpx.Response, SSEReader]]:
+    h = dict(headers)
+    if last is not None:
+        h["Last-Event-ID"] = last
+    async with http.stream("GET", f"/tasks/{tid}/events", headers=h) as r:
+        yield r, SSEReader(r)
+
+
+async def submit(http: httpx.AsyncClient, body: dict[str, object]) -> str:
+    r = await http.post("/tasks", json=body, headers=ALICE)
+    assert r.status_code == 202, r.text
+    tid: str = r.json()["id"]
+    return tid
+
+
+async def assert_is_history(client: Client, tid: str, got: list[SSEEvent]) -> None:
+    """The events received, in order, are exactly the task's history, then `end`."""
+    history = await client.history(tid)
+    transitions = [e for e in got if e.event == "message"]
+    assert [e.id for e in transitions] == [h.id for h in history]  # no gap, no duplicate
+    assert [e.json() for e in transitions] == [msgspec.to_builtins(h) for h in history]
+    assert got[-1].event == "end" and got[-1].json() == {"state": history[-1].to_state}
+    assert [e.event for e in got].count("end") == 1
+
+
+async def test_resume_after_forced_disconnects_is_complete_and_ordered(
+    web: ServerThread, client: Client, redis_url: str
+) -> None:
+    got: list[SSEEvent] = []
+    reconnects = 0
+    async with (
+        httpx.AsyncClient(base_url=web.url, timeout=10) as http,
+        running_worker(redis_url),
+    ):
+        tid = await submit(http, {"type": "sleep", "payload": {"s": 1.2, "steps": 12}})
+        async with stream(http, tid, ALICE) as (r, reader):
+            assert r.status_code == 200
+            got += await reader.take(4)
+        # dropped mid-task; transitions keep coming while nobody listens
+        await asyncio.sleep(0.3)
+        while not got or got[-1].event != "end":
+            async with stream(http, tid, ALICE, last=got[-1].id) as (r, reader):
+                assert r.status_code == 200
+                got += await reader.take(3)
+            reconnects += 1
+    assert reconnects >= 3
+    assert sum(e.json().get("event") == "PROGRESS" for e in got if e.event == "message") >= 5
+    await assert_is_history(client, tid, got)
+
+
+async def test_resume_on_another_server_after_the_first_one_dies(
+    redis_url: str, client: Client
+) -> None:
+    """Server-side disconnect: the process serving the stream goes away mid-task; the
+    client resumes on a second server (its own events reader) from Last-Event-ID."""
+    got: list[SSEEvent] = []
+    first = ServerThread(make_app(redis_url, keepalive_ms=200)).start()
+    async with running_worker(redis_url):
+        async with httpx.AsyncClient(base_url=first.url, timeout=10) as http:
+            tid = await submit(http, {"type": "sleep", "payload": {"s": 1.5, "steps": 15}})
+            async with stream(http, tid, ALICE) as (r, reader):
+                got += await reader.take(3)
+                await asyncio.to_thread(first.stop)  # the server closes the connection
+                got += await reader.rest(timeout=5)  # whatever was in flight, then EOF
+        assert got and got[-1].event == "message", "the first stream was not cut mid-task"
+        with serve(make_app(redis_url, keepalive_ms=200)) as second:
+            async with (
+                httpx.AsyncClient(base_url=second.url, timeout=10) as http,
+                stream(http, tid, ALICE, last=got[-1].id) as (r, reader),
+            ):
+                assert r.status_code == 200
+                got += await reader.rest()
+    await assert_is_history(client, tid, got)
+
+
+async def test_keepalive_end_and_no_reconnect_after_the_end(
+    web: ServerThread, client: Client
+) -> None:
+    async with httpx.AsyncClient(base_url=web.url, timeout=10) as http:
+        tid = await submit(http, {"type": "nobody-runs-this"})
+        async with stream(http, tid, ALICE) as (r, reader):
+            assert r.status_code == 200
+            assert r.headers["content-type"].startswith("text/event-stream")
+            got = await reader.take(1)  # ENQUEUE
+            assert got[0].json()["event"] == "ENQUEUE"
+            # idle: comments (every 200 ms here) keep proxies from closing the connection
+            rest = asyncio.create_task(reader.rest(timeout=10))
+            await eventually(lambda: reader.comments.count("keep-alive") >= 3, what="keep-alives")
+            assert reader.retry == 2000
+            c = await http.post(f"/tasks/{tid}/cancel", headers=ALICE)
+            assert c.json()["state"] == "CANCELLED"
+            got += await rest  # CANCEL, end, then the server closes the stream
+            assert not reader.cut
+        await assert_is_history(client, tid, got)
+        async with stream(http, tid, ALICE, last=got[-2].id) as (r, _):
+            assert r.status_code == 204  # EventSource stops reconnecting
+
+
+async def test_stream_caps_per_owner_and_per_ip(redis_url: str, client: Client) -> None:
+    app = make_app(redis_url, dev=True, max_streams_per_client=2, keepalive_ms=200)
+    tid = await client.enqueue("x", owner="alice")
+    bobs = await client.enqueue("x", owner="bob")
+    with serve(app) as web:
+        async with httpx.AsyncClient(base_url=web.url, timeout=10) as http:
+            async with contextlib.AsyncExitStack() as stack:
+                for _ in range(2):
+                    r, _ = await stack.enter_async_context(stream(http, tid, ALICE))
+                    assert r.status_code == 200
+                async with stream(http, tid, ALICE) as (r, _):
+                    assert r.status_code == 429 and r.headers["retry-after"]
+                    await r.aread()
+                    assert r.json()["error"] == "too_many_streams"
+                async with stream(http, bobs, BOB) as (r, _):
+                    assert r.status_code == 200  # bob has his own allowance
+                # anonymous (dev mode) requests are counted per IP
+                for _ in range(2):
+                    r, _ = await stack.enter_async_context(stream(http, tid, {}))
+                    assert r.status_code == 200
+                async with stream(http, tid, {}) as (r, _):
+                    assert r.status_code == 429
+            # closed streams give their slots back (once the server sees the disconnect)
+            svc = app.state.rsjobs
+            await eventually(lambda: not svc.limiter.total and not svc.hub.subscribers)
+            async with stream(http, tid, ALICE) as (r, _):
+                assert r.status_code == 200
+
+
+async def test_one_redis_reader_for_many_streams(
+    web: ServerThread, client: Client, redis_url: str
+) -> None:
+    n = 40
+    tids = [await client.enqueue("x", owner="alice") for _ in range(n // 2)]
+    r = sync_redis.Redis.from_url(redis_url, decode_responses=True)
+
+    def calls() -> dict[str, int]:
+        stats = r.info("commandstats")
+        return {
+            c: stats.get(f"cmdstat_{c}", {}).get("calls", 0)
+            for c in ("xread", "xrange", "hmget", "hget", "hgetall")
+        }
+
+    async with (
+        httpx.AsyncClient(base_url=web.url, timeout=10) as http,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        readers = []
+        for i in range(n):
+            resp, reader = await stack.enter_async_context(stream(http, tids[i % len(tids)], ALICE))
+            assert resp.status_code == 200
+            readers.append(reader)
+        for reader in readers:
+            assert len(await reader.take(1)) == 1  # the ENQUEUE replay
+        blocked = [c for c in r.client_list() if c["cmd"] == "xread"]
+        assert len(blocked) == 1, blocked  # one XREAD BLOCK, not one per connection
+        before = calls()
+        await asyncio.sleep(1.0)  # idle: keep-alives only
+        after = calls()
+        assert after["xread"] - before["xread"] <= 2
+        for c in ("xrange", "hmget", "hget", "hgetall"):
+            assert after[c] == before[c], f"{c} polled while idle"
+        # and a transition reaches both watchers of its task
+        await client.cancel(tids[0])
+        for reader in (readers[0], readers[len(tids)]):
+            rest = await reader.rest(timeout=5)
+            assert [e.event for e in rest] == ["message", "end"]
+    r.close()
+
+
+async def test_stream_survives_a_redis_restart(tmp_path: Path) -> None:
+    """Redis dies (SIGKILL) under an open stream and comes back from its AOF: the events
+    reader reconnects, the stream catches up from the history, nothing is lost."""
+    server = EmbeddedRedis(appendonly=True, appendfsync="always", data_dir=str(tmp_path))
+    server.start()
+    try:
+        client = Client.from_url(server.url, namespace=NAMESPACE)
+        tid = await client.enqueue("x", owner="alice")
+        got: list[SSEEvent] = []
+        with serve(make_app(server.url, keepalive_ms=200)) as web:
+            async with (
+                httpx.AsyncClient(base_url=web.url, timeout=10) as http,
+                stream(http, tid, ALICE) as (r, reader),
+            ):
+                got += await reader.take(1)  # ENQUEUE
+                await asyncio.to_thread(server.restart, kill=True)
+                await client.redis.connection_pool.disconnect()
+                await client.pause(tid, "while the reader reconnects")
+                await client.cancel(tid)
+                got += await reader.rest(timeout=15)
+                assert not reader.cut
+        await assert_is_history(client, tid, got)
+        assert [e.json()["event"] for e in got if e.event == "message"] == [
+            "ENQUEUE",
+            "PAUSE",
+            "CANCEL",
+        ]
+        await client.close()
+    finally:
+        server.cleanup()
