@@ -214,24 +214,33 @@ end
 -- terminal state. The work entry is acked and deleted, the deadline dropped.
 -- RECLAIM retries at once (PENDING); FAIL and TIMEOUT after the backoff (SCHEDULED).
 -- delay < 0 means "use the task's exponential backoff" (jitter in [0, 1)).
-local function end_attempt(t, event, body, etype, retryable, delay, jitter)
+-- `extra` (history fields) and `more` (hash fields) are optional flat arrays.
+local function end_attempt(t, event, body, etype, retryable, delay, jitter, extra, more)
   drop_entry(t.qkey, t.f.entry)
   redis.call('ZREM', DEADLINES_KEY, member(t))
   if event == 'COMPLETE' then
-    transition(t, 'COMPLETE', 'SUCCEEDED', '', {'result', body, 'progress', 100}, nil)
+    transition(t, 'COMPLETE', 'SUCCEEDED', '', {'result', body, 'progress', 100}, extra)
     return
   end
   if event == 'REQUEUE' then
-    transition(t, 'REQUEUE', 'PENDING', body, {'entry', push_entry(t)}, nil)
+    transition(t, 'REQUEUE', 'PENDING', body, {'entry', push_entry(t)}, extra)
     return
   end
   local failures = (tonumber(t.f.failures) or 0) + 1
   local max_attempts = tonumber(t.f.max_attempts) or 1
-  local fields = {'error', body, 'error_type', etype, 'failures', failures}
+  local fields = {'error_type', etype, 'failures', failures}
+  if more ~= nil then
+    for j = 1, #more do fields[#fields + 1] = more[j] end
+  end
+  local hist = {}
+  if extra ~= nil then
+    for j = 1, #extra do hist[#hist + 1] = extra[j] end
+  end
   if (retryable or event ~= 'FAIL') and failures < max_attempts then
+    fields[#fields + 1] = 'error'; fields[#fields + 1] = body
     if event == 'RECLAIM' then
       fields[#fields + 1] = 'entry'; fields[#fields + 1] = push_entry(t)
-      transition(t, event, 'PENDING', body, fields, nil)
+      transition(t, event, 'PENDING', body, fields, hist)
       return
     end
     if delay < 0 then
@@ -239,8 +248,9 @@ local function end_attempt(t, event, body, etype, retryable, delay, jitter)
         jitter)
     end
     fields[#fields + 1] = 'due_at'; fields[#fields + 1] = NOW + delay
+    hist[#hist + 1] = 'retry_in_ms'; hist[#hist + 1] = delay
     redis.call('ZADD', SCHED_KEY, NOW + delay, member(t))
-    transition(t, event, 'SCHEDULED', body, fields, {'retry_in_ms', delay})
+    transition(t, event, 'SCHEDULED', body, fields, hist)
     return
   end
   local to = 'FAILED'
@@ -251,5 +261,6 @@ local function end_attempt(t, event, body, etype, retryable, delay, jitter)
   elseif failures >= max_attempts then
     why = 'attempts exhausted (' .. failures .. '/' .. max_attempts .. '): ' .. body
   end
-  transition(t, event, to, why, fields, nil)
+  fields[#fields + 1] = 'error'; fields[#fields + 1] = why
+  transition(t, event, to, why, fields, hist)
 end

@@ -34,8 +34,8 @@ local out = {}
 for i = 1, ntasks() do
   local a = NARG + (i - 1) * PER
   local m, jitter = ARGV[a + 1], tonumber(ARGV[a + 2])
-  local t = load(i, {'entry', 'deadline_at', 'expires_at', 'failures', 'max_attempts',
-    'backoff_base_ms', 'backoff_max_ms', 'consumer', 'started_at', 'created_at'})
+  local t = load(i, {'lease', 'entry', 'failures', 'max_attempts', 'backoff_base_ms',
+    'backoff_max_ms', 'deadline_at', 'expires_at', 'consumer', 'started_at', 'created_at'})
   if t == nil then
     redis.call('ZREM', DEADLINES_KEY, m)
     out[i] = 'STALE'
@@ -45,31 +45,12 @@ for i = 1, ntasks() do
       redis.call('ZADD', DEADLINES_KEY, deadline + grace, m)
       out[i] = 'LATER'
     else
-      local failures = (tonumber(t.f.failures) or 0) + 1
-      local max_attempts = tonumber(t.f.max_attempts) or 1
       local worker = t.f.consumer or ''
       local body = 'execution deadline passed ' .. (NOW - deadline) .. ' ms ago (ran '
         .. (NOW - (tonumber(t.f.started_at) or NOW)) .. ' ms); worker ' .. worker
         .. ' did not end the attempt'
-      local retry = failures < max_attempts
-      if not retry then
-        body = 'attempts exhausted (' .. failures .. '/' .. max_attempts .. '): ' .. body
-      end
-      local fields = {'error', body, 'error_type', 'TimeoutError', 'failures', failures}
-      drop_entry(t.qkey, t.f.entry)
-      redis.call('ZREM', DEADLINES_KEY, m)
-      if retry then
-        local delay = backoff(failures, tonumber(t.f.backoff_base_ms) or 1000,
-          tonumber(t.f.backoff_max_ms) or 300000, jitter)
-        fields[#fields + 1] = 'due_at'; fields[#fields + 1] = NOW + delay
-        redis.call('ZADD', SCHED_KEY, NOW + delay, member(t))
-        transition(t, 'TIMEOUT', 'SCHEDULED', body, fields,
-          {'retry_in_ms', delay, 'worker', worker})
-        out[i] = 'RETRY'
-      else
-        transition(t, 'TIMEOUT', 'TIMED_OUT', body, fields, {'worker', worker})
-        out[i] = 'TIMED_OUT'
-      end
+      end_attempt(t, 'TIMEOUT', body, 'TimeoutError', true, -1, jitter, {'worker', worker}, nil)
+      if t.state == 'SCHEDULED' then out[i] = 'RETRY' else out[i] = 'TIMED_OUT' end
     end
   elseif (t.state == 'PENDING' or t.state == 'SCHEDULED') and t.attempt == 0
       and (tonumber(t.f.expires_at) or 0) > 0 then

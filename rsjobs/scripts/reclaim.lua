@@ -81,27 +81,12 @@ local function deadletter(t, entry, consumer, deliveries, why)
     {'worker', consumer, 'deliveries', deliveries, 'dl', dl})
 end
 
--- RECLAIM under the retry policy: a new attempt while failures < max_attempts, else FAILED.
-local function reclaim(t, entry, consumer, idle, deliveries, why)
-  local failures = (tonumber(t.f.failures) or 0) + 1
-  local max_attempts = tonumber(t.f.max_attempts) or 1
-  local lost = 'worker ' .. consumer .. ' lost: ' .. why
-  local to, msg = 'PENDING', lost .. '; retrying (failures ' .. failures .. '/'
-    .. max_attempts .. ')'
-  if failures >= max_attempts then
-    to, msg = 'FAILED', 'attempts exhausted (' .. failures .. '/' .. max_attempts .. '): '
-      .. lost
-  end
-  drop_entry(t.qkey, entry)
-  redis.call('ZREM', DEADLINES_KEY, member(t))
-  local fields = {'failures', failures, 'deliveries', deliveries, 'error', msg,
-    'error_type', 'WorkerLost'}
-  if to == 'PENDING' then
-    fields[#fields + 1] = 'entry'; fields[#fields + 1] = push_entry(t)
-  end
-  transition(t, 'RECLAIM', to, msg, fields,
-    {'worker', consumer, 'idle_ms', idle, 'deliveries', deliveries})
-  return to
+-- RECLAIM under the retry policy (fsm.lua end_attempt): a new attempt while
+-- failures < max_attempts, else FAILED. Returns the new state.
+local function reclaim(t, consumer, idle, deliveries, why)
+  end_attempt(t, 'RECLAIM', 'worker ' .. consumer .. ' lost: ' .. why, 'WorkerLost', true, 0, 0,
+    {'worker', consumer, 'idle_ms', idle, 'deliveries', deliveries}, {'deliveries', deliveries})
+  return t.state
 end
 
 local out = {}
@@ -113,8 +98,8 @@ for i = 1, n do
     out[i] = 'BUSY'
   else
     local consumer, idle, count = pel[1][2], tonumber(pel[1][3]), tonumber(pel[1][4])
-    local t = load(i, {'entry', 'lease_expires_at', 'failures', 'max_attempts', 'deliveries',
-      'type'})
+    local t = load(i, {'lease', 'entry', 'failures', 'max_attempts', 'backoff_base_ms',
+      'backoff_max_ms', 'lease_expires_at', 'deliveries', 'type'})
     if t == nil or t.f.entry ~= entry or (t.state ~= 'RUNNING' and t.state ~= 'PENDING') then
       drop_entry(qkey, entry)
       out[i] = 'STALE'
@@ -128,7 +113,7 @@ for i = 1, n do
         if deliveries >= max_deliveries then
           deadletter(t, entry, consumer, deliveries, why)
           out[i] = 'DEADLETTERED'
-        elseif reclaim(t, entry, consumer, idle, deliveries, why) == 'PENDING' then
+        elseif reclaim(t, consumer, idle, deliveries, why) == 'PENDING' then
           out[i] = 'RETRIED'
         else
           out[i] = 'FAILED'
