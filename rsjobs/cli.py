@@ -173,23 +173,51 @@ async def cmd_queues(args: argparse.Namespace) -> int:
 
 
 async def cmd_dev(args: argparse.Namespace) -> int:
-    """Everything on an embedded Redis: the server and a worker, until Ctrl-C."""
+    """Everything on an embedded Redis, in one process: the server (AOF on), a worker, a
+    reaper and the web app in dev mode (no tokens), until Ctrl-C."""
+    import uvicorn
+
+    from .reaper import Reaper
     from .server import EmbeddedRedis
+    from .web.app import create_app
 
     registry = load_object(args.app)
     if not isinstance(registry, Registry):
         raise CliError(f"{args.app} is not an rsjobs Registry")
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(message)s")
+    settings = _settings(args)
     with EmbeddedRedis(port=args.port, appendonly=True) as server:
-        print(f"rsjobs dev: redis at {server.url} (data in {server.data_dir})", flush=True)
         worker = Worker(
             registry,
             url=server.url,
-            settings=_settings(args),
+            settings=settings,
             queues=args.queue or ["default"],
             concurrency=args.concurrency,
+            handle_signals=False,
         )
-        await worker.run()
+        reaper = Reaper(url=server.url, settings=settings)
+        app = create_app(server.url, settings=settings, dev=True)
+        service = app.state.rsjobs
+
+        class Web(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: Any) -> None:
+                worker.stop()
+                reaper.stop()
+                service.close_streams()
+                super().handle_exit(sig, frame)
+
+        web = Web(
+            uvicorn.Config(
+                app, host="127.0.0.1", port=args.web_port, log_level="warning", lifespan="on"
+            )
+        )
+        print(
+            f"rsjobs dev: redis {server.url} (data in {server.data_dir})\n"
+            f"            web   http://127.0.0.1:{args.web_port}/ui/  (Ctrl-C stops all)",
+            flush=True,
+        )
+        await asyncio.gather(worker.run(), reaper.run(), web.serve())
+        await reaper.close()
     return 0
 
 
@@ -216,11 +244,12 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--name", default=None)
     w.set_defaults(func=cmd_worker)
 
-    d = sub.add_parser("dev", help="embedded Redis + a worker, for local development")
+    d = sub.add_parser("dev", help="embedded Redis + worker + reaper + web, for local work")
     d.add_argument("app")
     d.add_argument("-q", "--queue", action="append")
     d.add_argument("-c", "--concurrency", type=int, default=8)
-    d.add_argument("--port", type=int, default=None)
+    d.add_argument("--port", type=int, default=None, help="redis port (default: a free one)")
+    d.add_argument("--web-port", type=int, default=8000)
     d.set_defaults(func=cmd_dev)
 
     e = sub.add_parser("enqueue", help="submit a task")
