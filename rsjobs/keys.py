@@ -21,6 +21,20 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
     rsjobs:{default}:workers:dead         hash    worker name -> JSON {beat_at, since}: reaper marks
     rsjobs:{default}:reaper:guard         string  name of the reaper sweeping now (SET NX PX)
 
+Workflows (``rsjobs.workflows``; the scripts ``scripts/wf_*.lua`` get these seven keys, in
+this order, after their task keys; see ``wf.lua``)::
+
+    rsjobs:{default}:wf:<id>              hash    the workflow: status, stage, version, plan
+    rsjobs:{default}:wf:<id>:history      stream  every workflow transition and refused action
+    rsjobs:{default}:wf:<id>:tasks        hash    slot ``<version>:<stage>:<item>`` -> task id
+    rsjobs:{default}:wf:<id>:assets       hash    slot ``<version>:<stage>:<item>`` -> asset JSON
+    rsjobs:{default}:wf:<id>:open         set     ids of its tasks whose end it has not seen yet
+    rsjobs:{default}:workflows:active     set     ids of workflows the driver must visit
+    rsjobs:{default}:workflows            zset    every workflow id by creation time (ms)
+
+Tasks of a workflow are ordinary task hashes with the extra fields ``wf``, ``wf_version``,
+``wf_stage``, ``wf_item`` and ``wf_kind``.
+
 The ``deadlines`` zset also holds the queue-wait deadline (``expires_at``) of a task that
 was enqueued with ``wait_timeout_ms`` and has not started yet; ``start.lua`` replaces that
 score with the execution deadline. The reaper (``scripts/deadline.lua``) tells them apart
@@ -76,6 +90,8 @@ class Keys:
         "stats",
         "workers",
         "workers_dead",
+        "workflows",
+        "workflows_active",
     )
 
     def __init__(self, namespace: str = "default") -> None:
@@ -93,6 +109,8 @@ class Keys:
         self.deadletter = p + "deadletter"
         self.workers_dead = p + "workers:dead"
         self.reaper_guard = p + "reaper:guard"
+        self.workflows = p + "workflows"
+        self.workflows_active = p + "workflows:active"
         # Passed in KEYS where a script expects a dedup key but the task has none; never
         # written (the script checks its flag first), it only keeps KEYS positional.
         self.nodedup = p + "dedup:"
@@ -108,6 +126,33 @@ class Keys:
 
     def dedup(self, key: str) -> str:
         return f"{self.prefix}dedup:{key}"
+
+    def workflow(self, wf_id: str) -> str:
+        return f"{self.prefix}wf:{wf_id}"
+
+    def workflow_history(self, wf_id: str) -> str:
+        return f"{self.prefix}wf:{wf_id}:history"
+
+    def workflow_tasks(self, wf_id: str) -> str:
+        return f"{self.prefix}wf:{wf_id}:tasks"
+
+    def workflow_assets(self, wf_id: str) -> str:
+        return f"{self.prefix}wf:{wf_id}:assets"
+
+    def workflow_open(self, wf_id: str) -> str:
+        return f"{self.prefix}wf:{wf_id}:open"
+
+    def workflow_keys(self, wf_id: str) -> list[str]:
+        """The seven keys every workflow script takes after its task keys (see ``wf.lua``)."""
+        return [
+            self.workflow(wf_id),
+            self.workflow_history(wf_id),
+            self.workflow_tasks(wf_id),
+            self.workflow_assets(wf_id),
+            self.workflow_open(wf_id),
+            self.workflows_active,
+            self.workflows,
+        ]
 
     def common(self) -> list[str]:
         """The four KEYS every transition script starts with (see ``fsm.lua``)."""

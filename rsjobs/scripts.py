@@ -35,15 +35,30 @@ SCRIPT_NAMES = (
     "deadline",
     "workers",
     "link",
+    # the workflows' (rsjobs/workflows/): fsm.lua + wf.lua + the script
+    "wf_start",
+    "wf_spawn",
+    "wf_finish",
+    "wf_gate",
+    "wf_retry",
+    "wf_regenerate",
+    "wf_cancel",
+    "wf_sync",
 )
 
 
 @cache
 def script_source(name: str) -> str:
-    """The full text of a transition script: ``fsm.lua`` followed by ``scripts/<name>.lua``."""
+    """The full text of a transition script: ``fsm.lua`` followed by ``scripts/<name>.lua``.
+
+    Workflow scripts (``wf_*``) also get ``wf.lua``, the workflow state machine, between the
+    two (see ``rsjobs.workflows``).
+    """
     pkg = resources.files("rsjobs")
     fsm = (pkg / "fsm.lua").read_text(encoding="utf-8")
     body = (pkg / "scripts" / f"{name}.lua").read_text(encoding="utf-8")
+    if name.startswith("wf_"):
+        fsm += "\n" + (pkg / "wf.lua").read_text(encoding="utf-8")
     return fsm + "\n" + body
 
 

@@ -7,7 +7,9 @@ ARGV: common, then
   ARGV[7]  nonce      worker-unique string; lease token = "<attempt>:<nonce>"
   then per task 1 value: the stream entry id that was delivered
 Returns: per task either
-  {1, id, type, payload, attempt, lease, deadline_at (0 = none), dedup, timeout_ms}
+  {1, id, type, payload, attempt, lease, deadline_at (0 = none), dedup, timeout_ms, wf}
+                        wf: the id of the workflow the task belongs to ('' = none); the
+                        worker ends such a task through wf_finish.lua (rsjobs.workflows)
   {-1}                  the task no longer exists (entry acked and deleted)
   {-2, state}           START refused: the task is not PENDING or the entry is stale;
                         recorded in history, stale entry acked and deleted
@@ -17,7 +19,7 @@ local consumer, lease_ms, nonce = ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local out = {}
 for i = 1, ntasks() do
   local entry = ARGV[NCOMMON + 3 + i]
-  local t = load(i, {'entry', 'timeout_ms', 'type', 'payload'})
+  local t = load(i, {'entry', 'timeout_ms', 'type', 'payload', 'wf'})
   if t == nil then
     local _, _, qkey = task_keys(i)
     drop_entry(qkey, entry)
@@ -42,7 +44,8 @@ for i = 1, ntasks() do
     transition(t, 'START', 'RUNNING', '', {'attempt', attempt, 'lease', lease,
       'consumer', consumer, 'started_at', NOW, 'lease_expires_at', NOW + lease_ms,
       'deadline_at', deadline}, {'worker', consumer})
-    out[i] = {1, t.id, t.f.type, t.f.payload, attempt, lease, deadline, t.dedup or '', timeout}
+    out[i] = {1, t.id, t.f.type, t.f.payload, attempt, lease, deadline, t.dedup or '', timeout,
+      t.f.wf or ''}
   end
 end
 return out

@@ -19,7 +19,7 @@ import time
 import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -36,6 +36,9 @@ from ..streams import Delivery, ensure_group, read_batch
 from .context import Context
 from .registry import Registry
 
+if TYPE_CHECKING:
+    from ..workflows.finish import WorkflowFinisher
+
 __all__ = ["Worker"]
 
 log = logging.getLogger("rsjobs.worker")
@@ -46,12 +49,24 @@ _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 class _Job:
     """A task this worker started: its lease, its handler task and its context."""
 
-    __slots__ = ("ctx", "dedup", "entry", "id", "keys", "lease", "progress_sent", "queue", "task")
+    __slots__ = (
+        "ctx",
+        "dedup",
+        "entry",
+        "id",
+        "keys",
+        "lease",
+        "progress_sent",
+        "queue",
+        "task",
+        "wf",
+    )
 
     def __init__(
-        self, tid: str, queue: str, entry: str, lease: str, dedup: str, keys: TaskKeys
+        self, tid: str, queue: str, entry: str, lease: str, dedup: str, keys: TaskKeys, wf: str
     ) -> None:
         self.id = tid
+        self.wf = wf  # id of the workflow the task belongs to ('' = a plain task)
         self.queue = queue
         self.entry = entry
         self.lease = lease
@@ -141,6 +156,9 @@ class Worker:
         self._finish_idle = asyncio.Event()
         self._finish_idle.set()
         self._finisher: asyncio.Task[None] | None = None
+        # workflow tasks end through wf_finish.lua, one call each (rsjobs.workflows)
+        self._wf_finisher: WorkflowFinisher | None = None
+        self._wf_pending: set[asyncio.Task[int]] = set()
         self._threads = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rsjobs")
         self.processed = 0
         self.started_at = 0.0
@@ -257,9 +275,9 @@ class Worker:
         for d, reply in zip(batch, replies, strict=True):
             if reply[0] != 1:
                 continue
-            _, tid, ttype, payload, attempt, lease, _deadline_at, dedup, timeout = reply
+            _, tid, ttype, payload, attempt, lease, _deadline_at, dedup, timeout, wf = reply
             keys = s.task_keys(tid, d.queue, dedup or None)
-            job = _Job(tid, d.queue, d.entry, lease, dedup, keys)
+            job = _Job(tid, d.queue, d.entry, lease, dedup, keys, wf)
             timeout_s = int(timeout) / 1000 if int(timeout) else None
             ctx = Context(
                 task_id=tid,
@@ -364,8 +382,13 @@ class Worker:
         retryable: bool = True,
     ) -> None:
         args = [event, job.lease, body, etype, "1" if retryable else "0", -1, random.random()]
-        self._finish_items.append((job.keys, args, job.id))
         self.processed += 1
+        if job.wf:
+            # a workflow's task: its end and the workflow's accounting are one script call
+            # (wf_finish.lua), off the batched path below
+            self._finish_workflow_task(job, args)
+            return
+        self._finish_items.append((job.keys, args, job.id))
         if self._finisher is None or self._finisher.done():
             self._finish_idle.clear()
             self._finisher = asyncio.get_running_loop().create_task(self._flush_finishes())
@@ -406,11 +429,25 @@ class Worker:
                     )
         self._finish_idle.set()
 
+    def _finish_workflow_task(self, job: _Job, args: list[Any]) -> None:
+        if self._wf_finisher is None:
+            from ..workflows.finish import WorkflowFinisher
+
+            self._wf_finisher = WorkflowFinisher(self.redis, self.settings, self.name)
+        call = self._wf_finisher.finish(
+            job.wf, job.id, job.keys, args, give_up_s=self.lease_ms / 1000
+        )
+        task = asyncio.get_running_loop().create_task(call)
+        self._wf_pending.add(task)
+        task.add_done_callback(self._wf_pending.discard)
+
     async def _flush_all(self) -> None:
         while self._finisher is not None and not self._finisher.done():
             await self._finisher
         if self._finish_items:
             await self._flush_finishes()
+        if self._wf_pending:
+            await asyncio.gather(*self._wf_pending, return_exceptions=True)
 
     # -- heartbeats, progress, control ---------------------------------------------------
 

@@ -1,0 +1,82 @@
+--[[ wf_regenerate.lua — REGENERATE: open a new version from a stage already reached.
+
+Version v becomes v + 1 and the workflow goes back to RUNNING at the given stage (its tasks
+are spawned next: drive = 1). Every open task (any older version, any stage) is cancelled
+(CANCEL transition; a running handler is told at once), so an older version's late result
+finds its task CANCELLED and is refused. The slots and assets of the stages before the
+regenerated one are carried into the new version (asset field `carried_from` = the version
+that made it); those of the regenerated stage and later stay with their own version.
+The caller names the open set it read: another set (a concurrent change) is stale.
+
+KEYS: common (see fsm.lua), then the four keys of each open task, then the seven workflow
+      keys (see wf.lua).
+ARGV: common, workflow common (ARGV[5] channel, ARGV[6] history_max), then
+  ARGV[7]   stage           index of the stage to regenerate (<= the current stage)
+  ARGV[8]   reason          why ('' = none)
+  ARGV[9]   max_versions    a workflow never goes past this version
+  ARGV[10]  expect_version  '' = any; else refused when the version moved on
+  then per open task its id
+Returns: {code, status, drive, message}: 1 applied, -1 no such workflow, -2 refused
+  (recorded), -5 stale (nothing written).
+Events: REGENERATE (RUNNING | WAITING_CONFIRMATION | PARTIALLY_FAILED | READY_TO_PUBLISH
+  -> RUNNING); CANCEL of each open task.
+]]
+local target, reason = tonumber(ARGV[7]), ARGV[8]
+local max_versions, ev = tonumber(ARGV[9]), ARGV[10]
+local FIRST = NWARG + 5
+local n = wf_ntasks()
+local w = wf_load()
+if w == nil then return reply(-1, nil, 'no such workflow') end
+local function refuse(why)
+  wf_reject(w, 'REGENERATE', why, nil)
+  return reply(-2, w, why)
+end
+if not wf_allowed(w.status, 'REGENERATE', 'RUNNING') then
+  return refuse('workflow is ' .. w.status)
+end
+if target == nil or target < 0 or target > w.stage then
+  return refuse('stage ' .. tostring(ARGV[7]) .. ' not reached yet (current: ' .. w.stage
+    .. ', ' .. w.stage_name .. ')')
+end
+if ev ~= '' and tonumber(ev) ~= w.version then
+  return refuse('stale regenerate for version ' .. ev .. ': the current version is '
+    .. w.version)
+end
+if w.version >= max_versions then
+  return refuse('version limit reached (' .. max_versions .. ')')
+end
+if not matches_open(FIRST, n) then return reply(-5, w, 'open tasks changed') end
+
+local old, new = w.version, w.version + 1
+cancel_open(n, 'superseded by version ' .. new .. ' of workflow ' .. w.id)
+-- carry the earlier stages' slots and assets into the new version
+local prefix = old .. ':'
+local function carry(key, is_asset)
+  local rows = redis.call('HGETALL', key)
+  for j = 1, #rows, 2 do
+    local f = rows[j]
+    if string.sub(f, 1, #prefix) == prefix then
+      local rest = string.sub(f, #prefix + 1)
+      local s = tonumber(string.match(rest, '^(%d+):'))
+      if s ~= nil and s < target then
+        local value = rows[j + 1]
+        if is_asset then
+          local a = cjson.decode(value)
+          if a.carried_from == nil then a.carried_from = a.version end
+          a.version = new
+          value = cjson.encode(a)
+        end
+        redis.call('HSET', key, new .. ':' .. rest, value)
+      end
+    end
+  end
+end
+carry(WF_TASKS, false)
+carry(WF_ASSETS, true)
+w.version = new
+redis.call('HSET', WF_KEY, 'version', new)
+open_stage(w, target)
+local msg = 'version ' .. new .. ' from stage ' .. w.stage_name
+if reason ~= '' then msg = msg .. ': ' .. reason end
+wf_transition(w, 'REGENERATE', 'RUNNING', msg, nil, {'from_version', old, 'cancelled', n})
+return reply(1, w, '')

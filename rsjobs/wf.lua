@@ -1,0 +1,337 @@
+--[[ rsjobs/wf.lua — the workflow state machine: its transition table and the helpers every
+workflow script (scripts/wf_*.lua) shares. The loader puts it after fsm.lua, so workflow
+scripts move their tasks with fsm.lua's `transition` (ENQUEUE, CANCEL) and `end_attempt`,
+and the workflow itself only with `wf_transition` below: the table here is the only place
+where a legal workflow transition is defined (rsjobs/workflows/model.py mirrors it).
+
+A workflow runs a fixed list of stages (its `plan`, a JSON snapshot of the Python
+definition taken at start). Each stage fans out into tasks, one per item; a stage is
+complete when the current task of every item SUCCEEDED and its asset is recorded, which
+is decided here, in the same script call that records the last asset.
+
+Workflow KEYS: the last seven keys of every workflow script, after the common keys
+(fsm.lua) and the task keys (four per task):
+  KEYS[-7]  wf        hash    the workflow: status, stage, version, counters, plan, input
+  KEYS[-6]  history   stream  every workflow transition and every refused action (MAXLEN ~)
+  KEYS[-5]  tasks     hash    slot "<version>:<stage>:<item>" -> id of the slot's current task
+  KEYS[-4]  assets    hash    slot -> asset JSON {ref, kind, version, stage, item, task, ts}
+  KEYS[-3]  open      set     ids of its tasks whose end the workflow has not accounted yet
+  KEYS[-2]  active    set     ids of the workflows the driver must visit (not finished, or
+                              finished with open tasks left to cancel)
+  KEYS[-1]  index     zset    every workflow id by creation time (ms)
+Workflow ARGV, after the common ARGV of fsm.lua:
+  ARGV[5]  channel      pub/sub channel on which running workers hear "CANCEL <id>"
+  ARGV[6]  history_max  approximate MAXLEN of the workflow's history stream
+Script-specific ARGV follow from ARGV[7].
+
+Workflow hash fields: id, def, owner, status, stage (index, 0-based), stage_name, version,
+spawned ("<version>:<stage>" whose tasks exist), need (items of the stage), done (assets
+recorded at this version and stage), nfailed (failed tasks awaiting a retry), retries
+(retries used at this version and stage), n_stages, plan, input, message, reason,
+created_at, updated_at, finished_at, published_version.
+
+History entries: ev, from, to, src, v (version), stage, ts (Redis TIME, ms), msg, rej=1 on
+refusals, and extra fields (task, item, ref...). Besides transitions, two notes that leave
+the status as it is: SPAWN (a stage's tasks were created) and ASSET (an asset recorded).
+Replies of workflow scripts: {code, status, drive, message}; drive = 1 when the workflow
+needs the driver now (a stage to spawn, or tasks of a finished workflow to cancel).
+]]
+
+local WF_TERMINAL = {PUBLISHED = true, FAILED = true, CANCELLED = true}
+
+-- "FROM|EVENT|TO" for every allowed workflow transition; '' = not created yet.
+local WF_TRANSITIONS = {
+  ['|START|RUNNING'] = true,
+
+  ['RUNNING|ADVANCE|RUNNING'] = true,
+  ['RUNNING|GATE|WAITING_CONFIRMATION'] = true,
+  ['RUNNING|READY|READY_TO_PUBLISH'] = true,
+  ['RUNNING|TASK_FAILED|PARTIALLY_FAILED'] = true,
+  ['RUNNING|TASK_FAILED|FAILED'] = true,
+  ['RUNNING|REGENERATE|RUNNING'] = true,
+  ['RUNNING|CANCEL|CANCELLED'] = true,
+
+  ['PARTIALLY_FAILED|TASK_FAILED|PARTIALLY_FAILED'] = true,
+  ['PARTIALLY_FAILED|TASK_FAILED|FAILED'] = true,
+  ['PARTIALLY_FAILED|RETRY|RUNNING'] = true,
+  ['PARTIALLY_FAILED|REGENERATE|RUNNING'] = true,
+  ['PARTIALLY_FAILED|CANCEL|CANCELLED'] = true,
+
+  ['WAITING_CONFIRMATION|CONFIRM|RUNNING'] = true,
+  ['WAITING_CONFIRMATION|CONFIRM|READY_TO_PUBLISH'] = true,
+  ['WAITING_CONFIRMATION|REGENERATE|RUNNING'] = true,
+  ['WAITING_CONFIRMATION|CANCEL|CANCELLED'] = true,
+
+  ['READY_TO_PUBLISH|PUBLISH|PUBLISHED'] = true,
+  ['READY_TO_PUBLISH|REGENERATE|RUNNING'] = true,
+  ['READY_TO_PUBLISH|CANCEL|CANCELLED'] = true,
+}
+
+local WF_NKEYS = 7
+local WF_KEY, WF_HKEY = KEYS[#KEYS - 6], KEYS[#KEYS - 5]
+local WF_TASKS, WF_ASSETS, WF_OPEN = KEYS[#KEYS - 4], KEYS[#KEYS - 3], KEYS[#KEYS - 2]
+local WF_ACTIVE, WF_INDEX = KEYS[#KEYS - 1], KEYS[#KEYS]
+local CHANNEL = ARGV[5]
+local WF_HISTORY_MAX = tonumber(ARGV[6])
+local NWARG = 6
+
+-- Task hash fields a workflow script reads besides fsm.lua's ATTEMPT_FIELDS.
+local WF_TASK_FIELDS = {'wf', 'wf_version', 'wf_stage', 'wf_item', 'wf_kind', 'error', 'result'}
+
+local function wf_ntasks()
+  return (#KEYS - NCOMMON - WF_NKEYS) / 4
+end
+
+local function wf_allowed(from, event, to)
+  return WF_TRANSITIONS[from .. '|' .. event .. '|' .. to] == true
+end
+
+local function slot(version, stage, item)
+  return version .. ':' .. stage .. ':' .. item
+end
+
+local WF_FIELDS = {'status', 'id', 'owner', 'stage', 'stage_name', 'version', 'spawned',
+  'need', 'done', 'nfailed', 'retries', 'n_stages'}
+
+-- The workflow of this call (nil when its hash does not exist).
+local function wf_load()
+  local v = redis.call('HMGET', WF_KEY, unpack(WF_FIELDS))
+  if not v[1] then return nil end
+  return {status = v[1], id = v[2], owner = v[3] or '', stage = tonumber(v[4]),
+    stage_name = v[5], version = tonumber(v[6]), spawned = v[7] or '',
+    need = tonumber(v[8]), done = tonumber(v[9]), nfailed = tonumber(v[10]),
+    retries = tonumber(v[11]), n_stages = tonumber(v[12])}
+end
+
+-- The plan (decoded once per call) and the plan of stage `s` (0-based).
+local function wf_plan(w)
+  if w.plan == nil then w.plan = cjson.decode(redis.call('HGET', WF_KEY, 'plan')) end
+  return w.plan
+end
+
+local function stage_plan(w, s)
+  return wf_plan(w).stages[s + 1]
+end
+
+-- Append one entry to the workflow's history; `extra` is a flat field, value array.
+local function wf_record(w, from, to, event, msg, rejected, extra)
+  local f = {'ev', event, 'from', from, 'to', to, 'src', SOURCE, 'v', w.version,
+    'stage', w.stage_name, 'ts', NOW}
+  if msg ~= nil and msg ~= '' then
+    f[#f + 1] = 'msg'; f[#f + 1] = msg
+  end
+  if rejected then
+    f[#f + 1] = 'rej'; f[#f + 1] = '1'
+  end
+  if extra ~= nil then
+    for j = 1, #extra do f[#f + 1] = extra[j] end
+  end
+  return redis.call('XADD', WF_HKEY, 'MAXLEN', '~', WF_HISTORY_MAX, '*', unpack(f))
+end
+
+-- Record a refused action: the workflow does not change; its history says why.
+local function wf_reject(w, event, reason, extra)
+  redis.call('HINCRBY', STATS_KEY, 'wfrej:' .. event, 1)
+  return wf_record(w, w.status, w.status, event, reason, true, extra)
+end
+
+-- A finished workflow's own keys live for the retention period only.
+local function wf_retain()
+  if RETENTION_MS > 0 then
+    for _, k in ipairs({WF_KEY, WF_HKEY, WF_TASKS, WF_ASSETS, WF_OPEN}) do
+      redis.call('PEXPIRE', k, RETENTION_MS)
+    end
+  end
+end
+
+-- The driver forgets a finished workflow once none of its tasks is left open.
+local function wf_settle(w)
+  if WF_TERMINAL[w.status] and redis.call('SCARD', WF_OPEN) == 0 then
+    redis.call('SREM', WF_ACTIVE, w.id)
+  end
+end
+
+-- Apply a workflow transition the table allows. `fields`: extra hash fields to set.
+local function wf_transition(w, event, to, msg, fields, extra)
+  if not wf_allowed(w.status, event, to) then
+    error('rsjobs: illegal workflow transition ' .. w.status .. ' -' .. event .. '-> ' .. to)
+  end
+  local from = w.status
+  local f = {'status', to, 'updated_at', NOW, 'message', msg or ''}
+  if fields ~= nil then
+    for j = 1, #fields do f[#f + 1] = fields[j] end
+  end
+  if WF_TERMINAL[to] then
+    f[#f + 1] = 'finished_at'; f[#f + 1] = NOW
+  end
+  redis.call('HSET', WF_KEY, unpack(f))
+  redis.call('HINCRBY', STATS_KEY, 'wfev:' .. event, 1)
+  w.status = to
+  local hid = wf_record(w, from, to, event, msg, false, extra)
+  if WF_TERMINAL[to] then
+    wf_settle(w)
+    wf_retain()
+  end
+  return hid
+end
+
+-- Make stage `s` the current one, with fresh counters (its tasks are spawned later).
+local function open_stage(w, s)
+  local st = stage_plan(w, s)
+  w.stage, w.stage_name, w.need, w.done, w.nfailed, w.retries = s, st.name, #st.tasks, 0, 0, 0
+  redis.call('HSET', WF_KEY, 'stage', s, 'stage_name', st.name, 'need', w.need, 'done', 0,
+    'nfailed', 0, 'retries', 0)
+end
+
+local function needs_spawn(w)
+  return w.status == 'RUNNING' and w.spawned ~= (w.version .. ':' .. w.stage)
+end
+
+-- Whether the driver has work on this workflow now (reply field `drive`).
+local function drive_flag(w)
+  if w == nil then return 0 end
+  if needs_spawn(w) then return 1 end
+  if WF_TERMINAL[w.status] and redis.call('SCARD', WF_OPEN) > 0 then return 1 end
+  return 0
+end
+
+local function reply(code, w, msg)
+  local status = ''
+  if w ~= nil then status = w.status end
+  return {code, status, drive_flag(w), msg or ''}
+end
+
+-- Whether task `t` (loaded with WF_TASK_FIELDS) is the current task of a slot of the
+-- workflow's current version and stage.
+local function is_current(w, t)
+  return t.f.wf == w.id and tonumber(t.f.wf_version) == w.version
+    and tonumber(t.f.wf_stage) == w.stage
+    and redis.call('HGET', WF_TASKS, slot(w.version, w.stage, t.f.wf_item)) == t.id
+end
+
+-- CANCEL a task from any non-terminal state (as control.lua does); false when terminal.
+-- `t` must be loaded with the 'entry' field. A running handler is told at once.
+local function cancel_task(t, reason)
+  if TERMINAL[t.state] then return false end
+  local from = t.state
+  if from == 'PENDING' or from == 'RUNNING' then drop_entry(t.qkey, t.f.entry) end
+  redis.call('ZREM', SCHED_KEY, member(t))
+  redis.call('ZREM', DEADLINES_KEY, member(t))
+  transition(t, 'CANCEL', 'CANCELLED', reason, {'error', 'cancelled: ' .. reason}, nil)
+  if from == 'RUNNING' then redis.call('PUBLISH', CHANNEL, 'CANCEL ' .. t.id) end
+  return true
+end
+
+-- The asset a task result names: a non-empty string (the reference), or an object with a
+-- non-empty string `ref` (and optional `kind`, `meta`). nil when it names none.
+local function asset_of(t, body)
+  local ok, r = pcall(cjson.decode, body or '')
+  if not ok then return nil end
+  local kind = t.f.wf_kind or ''
+  if type(r) == 'string' and r ~= '' then return {ref = r, kind = kind} end
+  if type(r) == 'table' and type(r.ref) == 'string' and r.ref ~= '' then
+    if type(r.kind) == 'string' and r.kind ~= '' then kind = r.kind end
+    local a = {ref = r.ref, kind = kind}
+    if r.meta ~= nil then a.meta = r.meta end
+    return a
+  end
+  return nil
+end
+
+-- Move on after the last asset of the current stage: wait at its gate, be ready to
+-- publish after the last stage, or open the next stage (whose tasks the driver spawns).
+local function complete_stage(w)
+  local st = stage_plan(w, w.stage)
+  if st.gate then
+    wf_transition(w, 'GATE', 'WAITING_CONFIRMATION',
+      'stage ' .. w.stage_name .. ' complete: waiting for confirmation', nil, nil)
+  elseif w.stage + 1 >= w.n_stages then
+    wf_transition(w, 'READY', 'READY_TO_PUBLISH', 'all stages complete: ready to publish',
+      nil, nil)
+  else
+    local finished = w.stage_name
+    open_stage(w, w.stage + 1)
+    wf_transition(w, 'ADVANCE', 'RUNNING',
+      'stage ' .. finished .. ' complete; next: ' .. w.stage_name, nil, nil)
+  end
+end
+
+-- Account for the end of a current task `t` (terminal), once: SUCCEEDED with an asset
+-- records the asset (and completes the stage with the last one); any other end counts as
+-- a failure: PARTIALLY_FAILED while retries are left, else FAILED.
+local function account(w, t, a, why)
+  if redis.call('SREM', WF_OPEN, t.id) == 0 then return end
+  local item = t.f.wf_item
+  if t.state == 'SUCCEEDED' and a ~= nil then
+    a.version, a.stage, a.stage_index, a.item = w.version, w.stage_name, w.stage, item
+    a.task, a.ts = t.id, NOW
+    if redis.call('HSETNX', WF_ASSETS, slot(w.version, w.stage, item), cjson.encode(a)) == 1 then
+      w.done = w.done + 1
+      redis.call('HSET', WF_KEY, 'done', w.done, 'updated_at', NOW)
+    end
+    wf_record(w, w.status, w.status, 'ASSET', '', false,
+      {'task', t.id, 'item', item, 'ref', a.ref, 'kind', a.kind})
+    if w.done >= w.need and w.status == 'RUNNING' then complete_stage(w) end
+    return
+  end
+  w.nfailed = w.nfailed + 1
+  redis.call('HSET', WF_KEY, 'nfailed', w.nfailed)
+  local max_retries = tonumber(stage_plan(w, w.stage).max_retries) or 0
+  local msg = 'task ' .. t.id .. ' (' .. item .. ') ended ' .. t.state
+  if why ~= nil and why ~= '' then msg = msg .. ': ' .. why end
+  local extra = {'task', t.id, 'item', item}
+  if w.retries >= max_retries then
+    local reason = msg .. '; no retries left (' .. w.retries .. '/' .. max_retries .. ')'
+    wf_transition(w, 'TASK_FAILED', 'FAILED', reason, {'reason', reason}, extra)
+  else
+    wf_transition(w, 'TASK_FAILED', 'PARTIALLY_FAILED', msg, nil, extra)
+  end
+end
+
+-- Whether the tasks this call names (ids in ARGV[first_arg ...], one per task from task
+-- index 1) are exactly the workflow's open set. Callers read the set, then call; a
+-- concurrent change makes the call answer "stale" (-5) without writing anything.
+local function matches_open(first_arg, n)
+  if redis.call('SCARD', WF_OPEN) ~= n then return false end
+  for i = 1, n do
+    if redis.call('SISMEMBER', WF_OPEN, ARGV[first_arg + i - 1]) == 0 then return false end
+  end
+  return true
+end
+
+-- Cancel every open task named in this call (task indexes 1..n), and empty the open set.
+local function cancel_open(n, reason)
+  for i = 1, n do
+    local t = load(i, {'entry'})
+    if t ~= nil then cancel_task(t, reason) end
+  end
+  redis.call('DEL', WF_OPEN)
+end
+
+-- Number of ARGV values describing one task to create (see create_task).
+local SPEC = 10
+
+-- ENQUEUE the task at task index `i` for the current version and stage, from the SPEC
+-- values at ARGV[a + 1 ...]: id, type, queue, payload, max_attempts, timeout_ms,
+-- backoff_base_ms, backoff_max_ms, item, kind. It becomes the current task of its slot
+-- and joins the open set. `extra_fields` (may be nil) are more task hash fields.
+local function create_task(w, i, a, msg, extra_fields)
+  local key, hkey, qkey, dkey = task_keys(i)
+  local id, typ, queue, item = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 9]
+  local t = {key = key, hkey = hkey, qkey = qkey, dkey = dkey, id = id, queue = queue,
+    state = '', attempt = 0, dedup = ''}
+  local fields = {'id', id, 'type', typ, 'queue', queue, 'payload', ARGV[a + 4],
+    'attempt', 0, 'failures', 0, 'max_attempts', ARGV[a + 5], 'timeout_ms', ARGV[a + 6],
+    'backoff_base_ms', ARGV[a + 7], 'backoff_max_ms', ARGV[a + 8], 'progress', 0,
+    'created_at', NOW, 'wf', w.id, 'wf_version', w.version, 'wf_stage', w.stage,
+    'wf_item', item, 'wf_kind', ARGV[a + 10]}
+  if w.owner ~= '' then fields[#fields + 1] = 'owner'; fields[#fields + 1] = w.owner end
+  if extra_fields ~= nil then
+    for j = 1, #extra_fields do fields[#fields + 1] = extra_fields[j] end
+  end
+  fields[#fields + 1] = 'entry'; fields[#fields + 1] = push_entry(t)
+  transition(t, 'ENQUEUE', 'PENDING', msg, fields, {'type', typ, 'wf', w.id})
+  redis.call('HSET', WF_TASKS, slot(w.version, w.stage, item), id)
+  redis.call('SADD', WF_OPEN, id)
+  return id
+end

@@ -1,0 +1,95 @@
+"""The worker's side of workflows: ending an attempt of a workflow task.
+
+``start.lua`` tells the worker which tasks belong to a workflow (their ``wf`` field); the
+worker hands the end of such an attempt here instead of to its batched ``finish.lua``
+call. ``wf_finish.lua`` moves the task and accounts for it in the workflow in one step
+(asset recorded, stage completed with its last asset); when that opens the next stage,
+its tasks are spawned at once, or by the driver if this process dies first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ..schemas import _text
+from ..scripts import TaskKeys
+from ..settings import Settings
+from .calls import WorkflowScripts
+from .spawn import redrive
+
+__all__ = ["WorkflowFinisher"]
+
+log = logging.getLogger("rsjobs.workflows")
+
+_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+class WorkflowFinisher:
+    """Ends attempts of workflow tasks for one worker, one ``wf_finish.lua`` call each."""
+
+    def __init__(self, redis: Redis, settings: Settings, worker: str = "") -> None:
+        self.scripts = WorkflowScripts(redis, settings)
+        self.worker = worker
+
+    async def finish(
+        self,
+        wf_id: str,
+        task_id: str,
+        keys: TaskKeys,
+        args: Sequence[Any],
+        *,
+        give_up_s: float,
+    ) -> int:
+        """Send one attempt's end (the 7 values of finish.lua); returns the reply code.
+
+        Transient Redis errors are retried until ``give_up_s`` (the lease: past it the
+        reaper takes the task back and the result would be refused anyway).
+        """
+        backoff = 0.05
+        deadline = time.monotonic() + give_up_s
+        while True:
+            try:
+                raw = await self.scripts.raw("wf_finish", "worker", wf_id, [keys], list(args))
+                break
+            except _TRANSIENT as exc:
+                if time.monotonic() > deadline:
+                    log.error(
+                        "worker %s: dropping the result of task %s after redis outage (%s); "
+                        "the reaper will recover it",
+                        self.worker,
+                        task_id,
+                        exc,
+                    )
+                    return 0
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+            except RedisError as exc:
+                log.error("worker %s: ending task %s failed: %s", self.worker, task_id, exc)
+                return 0
+        code, state, wf_status, drive = int(raw[0]), _text(raw[1]), _text(raw[2]), int(raw[3])
+        if code < 0:
+            log.warning(
+                "worker %s: %s of task %s refused (task is %s, workflow %s is %s): %s",
+                self.worker,
+                args[0],
+                task_id,
+                state,
+                wf_id,
+                wf_status,
+                _text(raw[4]),
+            )
+        if drive:
+            try:
+                await redrive(self.scripts, wf_id, "worker")
+            except RedisError as exc:  # the driver will do it
+                log.warning("worker %s: could not drive workflow %s (%s)", self.worker, wf_id, exc)
+        return code

@@ -1,0 +1,139 @@
+"""Creating a stage's tasks exactly once, and re-driving a workflow from persisted state.
+
+Both are idempotent and safe to run from any number of processes at once: a worker that
+just finished a stage's last task, the client after a confirm or regenerate, and the
+driver's sweep all call them; the scripts decide (``wf_spawn.lua``'s guard,
+``wf_sync.lua``'s accounting), so a crash between two steps leaves nothing stuck.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import msgspec
+
+from ..codec import encode_payload
+from .calls import WorkflowScripts
+from .plan import StagePlan, TaskPlan
+from .schemas import Asset, WorkflowInfo, decode_asset
+
+__all__ = ["DriveResult", "current_assets", "redrive", "spawn", "task_argv", "task_payload"]
+
+#: how often a call that raced a concurrent change (reply -5) is prepared again
+ATTEMPTS = 8
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+async def current_assets(ws: WorkflowScripts, wf_id: str, version: int) -> list[Asset]:
+    """The assets of ``version``, unordered."""
+    raw: dict[str, str] = await ws.redis.hgetall(ws.keys.workflow_assets(wf_id))
+    prefix = f"{version}:"
+    return [decode_asset(v) for f, v in raw.items() if f.startswith(prefix)]
+
+
+def task_payload(
+    info: WorkflowInfo, stage: StagePlan, spec: TaskPlan, assets: list[Asset], retry: int = 0
+) -> Any:
+    """What a workflow task's handler receives: its item and params, the workflow input,
+    the references of the current version's assets of the earlier stages, and ``retry``:
+    how many user retries of this stage came before this task (0 = its first run)."""
+    earlier: dict[str, dict[str, str]] = {}
+    for a in assets:
+        if a.stage_index < info.stage:
+            earlier.setdefault(a.stage, {})[a.item] = a.ref
+    return {
+        "workflow": info.id,
+        "version": info.version,
+        "stage": stage.name,
+        "item": spec.item,
+        "retry": retry,
+        "params": spec.params,
+        "input": info.input,
+        "assets": earlier,
+    }
+
+
+def task_argv(
+    ws: WorkflowScripts, tid: str, stage: StagePlan, spec: TaskPlan, payload: Any
+) -> list[Any]:
+    """The 10 values describing one task to create (``create_task`` in wf.lua)."""
+    return [
+        tid,
+        spec.type,
+        stage.queue,
+        encode_payload(payload, ws.settings.payload_limit),
+        spec.max_attempts,
+        spec.timeout_ms,
+        spec.backoff_base_ms,
+        spec.backoff_max_ms,
+        spec.item,
+        spec.kind,
+    ]
+
+
+async def load_info(ws: WorkflowScripts, wf_id: str) -> WorkflowInfo | None:
+    h = await ws.redis.hgetall(ws.keys.workflow(wf_id))
+    return WorkflowInfo.from_hash(h) if h else None
+
+
+async def spawn(ws: WorkflowScripts, wf_id: str, source: str) -> int:
+    """Create the current stage's tasks if they do not exist yet; returns how many."""
+    for _ in range(ATTEMPTS):
+        info = await load_info(ws, wf_id)
+        if info is None or not info.needs_spawn:
+            return 0
+        stage = info.plan.stages[info.stage]
+        assets = await current_assets(ws, wf_id, info.version)
+        await ws.redis.sadd(ws.keys.queues, stage.queue)
+        tasks, argv = [], [info.version, info.stage]
+        for spec in stage.tasks:
+            tid = new_id()
+            tasks.append(ws.task_keys(tid, stage.queue))
+            argv += task_argv(ws, tid, stage, spec, task_payload(info, stage, spec, assets))
+        reply = await ws.call("wf_spawn", source, wf_id, tasks, argv)
+        if reply.code == 1:
+            return len(tasks)
+        if reply.code != -5:
+            return 0
+    return 0
+
+
+class DriveResult(msgspec.Struct, kw_only=True):
+    """What one :func:`redrive` of a workflow did."""
+
+    id: str
+    status: str = ""
+    #: False when the workflow no longer exists
+    found: bool = True
+    #: tasks created (a stage spawned)
+    spawned: int = 0
+    #: open tasks the call had to look at
+    open: int = 0
+
+
+async def redrive(ws: WorkflowScripts, wf_id: str, source: str = "driver") -> DriveResult:
+    """Bring one workflow up to date with its tasks: account for task ends that did not
+    pass through the workflow (reaper, task API), cancel tasks no longer current, spawn a
+    stage whose tasks are missing. Idempotent."""
+    result = DriveResult(id=wf_id)
+    reply = None
+    for _ in range(ATTEMPTS):
+        ids, tkeys = await ws.open_tasks(wf_id)
+        result.open = len(ids)
+        reply = await ws.call("wf_sync", source, wf_id, tkeys, [wf_id, *ids])
+        if reply.code != -5:
+            break
+    if reply is None or reply.code == -1:
+        result.found = False
+        return result
+    result.status = reply.status
+    if reply.drive:
+        result.spawned = await spawn(ws, wf_id, source)
+        if result.spawned:
+            info = await load_info(ws, wf_id)
+            result.status = info.status if info is not None else result.status
+    return result
