@@ -79,6 +79,9 @@ class SweepReport(msgspec.Struct, kw_only=True):
     workers_dead: list[str] = msgspec.field(default_factory=list)
     workers_forgotten: list[str] = msgspec.field(default_factory=list)
     consumers_deleted: int = 0
+    #: workflows re-driven (rsjobs.workflows.WorkflowDriver): visited, stages spawned
+    workflows_visited: int = 0
+    workflows_spawned: int = 0
     ms: int = 0
 
     @property
@@ -93,6 +96,7 @@ class SweepReport(msgspec.Struct, kw_only=True):
             + self.timed_out
             + self.expired
             + self.promoted
+            + self.workflows_spawned
         )
 
 
@@ -123,6 +127,9 @@ class Reaper:
         self.scripts = ReaperScripts(self.redis, self.settings)
         self.keys = self.scripts.keys
         self._core = Scripts(self.redis, self.settings)
+        from ..workflows.driver import WorkflowDriver
+
+        self._driver = WorkflowDriver(redis=self.redis, settings=self.settings, source="reaper")
         self.name = name or f"reaper-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.handle_signals = handle_signals
         #: sweeps completed (skipped ones included: the guard said another reaper did it)
@@ -183,6 +190,12 @@ class Reaper:
         ws = await sweep_workers(self.scripts, queues, cfg)
         report.workers_dead, report.workers_forgotten = ws.newly_dead, ws.forgotten
         report.consumers_deleted = ws.consumers_deleted
+
+        # workflows whose tasks the sweep (or anything else) ended advance here too, so a
+        # deployment needs no separate driver process
+        drive = await self._driver.sweep_once()
+        report.workflows_visited = drive.visited
+        report.workflows_spawned = drive.spawned_workflows
         report.ms = int((time.monotonic() - t0) * 1000)
         self.sweeps += 1
         self.totals.update(
