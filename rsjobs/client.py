@@ -6,6 +6,7 @@ arguments, reads hashes and streams, and turns reply codes into results or excep
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -175,7 +176,7 @@ class Client:
         return EnqueueResult(id=str(rid), state=str(state), duplicate=bool(dup))
 
     async def enqueue_many(
-        self, requests: Iterable[EnqueueRequest], *, chunk: int = 500
+        self, requests: Iterable[EnqueueRequest], *, chunk: int = 250
     ) -> list[str]:
         """Submit many tasks in few round trips (``chunk`` per script call); returns ids.
 
@@ -185,18 +186,25 @@ class Client:
         limit = self.settings.payload_limit
         encoded = [_check_request(r, limit) for r in reqs]
         await self._remember_queues({r.queue for r in reqs})
-        ids: list[str] = []
-        for start in range(0, len(reqs), chunk):
-            part = reqs[start : start + chunk]
-            tasks = []
-            argv: list[Any] = []
-            for r, payload in zip(part, encoded[start : start + chunk], strict=True):
-                tid = new_task_id()
-                tasks.append(self.scripts.task_keys(tid, r.queue, r.dedup_key))
-                argv += _enqueue_argv(tid, r, payload)
-            replies = await self.scripts.call("enqueue", self.source, tasks, argv)
-            ids.extend(reply[0] for reply in replies)
-        return ids
+        # two chunks in flight (on two connections): Python packs the next chunk while
+        # Redis runs the previous one
+        gate = asyncio.Semaphore(2)
+
+        async def send(start: int) -> list[str]:
+            async with gate:
+                tasks = []
+                argv: list[Any] = []
+                for r, payload in zip(
+                    reqs[start : start + chunk], encoded[start : start + chunk], strict=True
+                ):
+                    tid = new_task_id()
+                    tasks.append(self.scripts.task_keys(tid, r.queue, r.dedup_key))
+                    argv += _enqueue_argv(tid, r, payload)
+                replies = await self.scripts.call("enqueue", self.source, tasks, argv)
+                return [str(reply[0]) for reply in replies]
+
+        parts = await asyncio.gather(*(send(i) for i in range(0, len(reqs), chunk)))
+        return [tid for part in parts for tid in part]
 
     async def _remember_queues(self, queues: set[str]) -> None:
         new = queues - self._known_queues
