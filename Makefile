@@ -18,8 +18,8 @@ demo: setup
 	$(BIN)/python -m examples.demo
 
 lint: setup
-	$(BIN)/ruff check rsjobs tests examples tools
-	$(BIN)/ruff format --check rsjobs tests examples tools
+	$(BIN)/ruff check rsjobs tests examples tools bench
+	$(BIN)/ruff format --check rsjobs tests examples tools bench
 
 typecheck: setup
 	$(BIN)/mypy
@@ -32,9 +32,10 @@ browser:
 	@bash tools/install-browser.sh
 
 # Peers (taskiq, bullmq, saq, arq, streaq) in a separate venv, same Redis, same run
+# quick mode: make bench BENCH_ARGS="--tasks 2000 --rounds 1"
 bench:
 	bash bench/setup.sh
-	.venv-bench/bin/python -m bench.run $(ARGS)
+	.venv-bench/bin/python -m bench.run $(BENCH_ARGS)
 
 # A chaos run with total accounting; DURATION in seconds (the suite runs a short one)
 DURATION ?= 600

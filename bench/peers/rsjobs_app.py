@@ -1,0 +1,20 @@
+"""rsjobs application: the Registry the ``rsjobs worker`` CLI runs
+(``rsjobs worker bench.peers.rsjobs_app:tasks``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.handler_support import task_ran
+from bench.peers.base import TASK_NAME
+from rsjobs import Context, Registry
+
+NAMESPACE = "bench"
+QUEUE = "bench"
+
+tasks = Registry()
+
+
+@tasks.handler(TASK_NAME)
+async def noop(ctx: Context, payload: dict[str, Any]) -> None:
+    await task_ran(payload["i"])
