@@ -19,6 +19,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 from rsjobs import Settings, Worker, connect
+from rsjobs.reaper import Reaper, ReaperConfig
 from rsjobs.server import EmbeddedRedis
 from rsjobs.workflows import ActionRefused, WorkflowClient, WorkflowDriver, WorkflowStatus
 
@@ -73,17 +74,27 @@ class Screen:
 
 
 @contextlib.asynccontextmanager
-async def background(url: str, settings: Settings) -> AsyncIterator[list[Worker]]:
-    """The worker pools and the driver, in this process."""
+async def background(
+    url: str, settings: Settings, *, reaper: bool = False, interval_ms: int = 500
+) -> AsyncIterator[list[Worker]]:
+    """The worker pools and the driver, in this process. ``reaper=True``: an
+    :class:`rsjobs.reaper.Reaper` instead of the bare driver (it recovers lost work and
+    drives the workflows every sweep, as a deployment would run it)."""
+    lease_ms = 5000
     pools = [
         Worker(tasks, url=url, settings=settings, queues=[QUEUES["params"], QUEUES["images"]],
-               concurrency=2, name="pool-images", handle_signals=False, lease_ms=5000),
+               concurrency=2, name="pool-images", handle_signals=False, lease_ms=lease_ms),
         Worker(tasks, url=url, settings=settings, queues=[QUEUES["actions"]],
-               concurrency=2, name="pool-actions", handle_signals=False, lease_ms=5000),
+               concurrency=2, name="pool-actions", handle_signals=False, lease_ms=lease_ms),
         Worker(tasks, url=url, settings=settings, queues=[QUEUES["emotions"]],
-               concurrency=8, name="pool-emotions", handle_signals=False, lease_ms=5000),
+               concurrency=8, name="pool-emotions", handle_signals=False, lease_ms=lease_ms),
     ]  # fmt: skip
-    driver = WorkflowDriver(url=url, settings=settings, interval_ms=500)
+    driver: Reaper | WorkflowDriver
+    if reaper:
+        config = ReaperConfig(interval_ms=interval_ms, lease_ms=lease_ms, log_idle=False)
+        driver = Reaper(url=url, settings=settings, config=config)
+    else:
+        driver = WorkflowDriver(url=url, settings=settings, interval_ms=interval_ms)
     running = [asyncio.create_task(w.run()) for w in pools]
     running.append(asyncio.create_task(driver.run()))
     try:

@@ -15,8 +15,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -36,6 +38,10 @@ from .config import WebConfig
 from .http import ApiError, error_response
 from .routes import Api
 from .service import Service
+from .wf_extras import check_asset_root, workflow_extra_routes
+
+if TYPE_CHECKING:
+    from ..workflows import WorkflowDefinition
 
 __all__ = ["create_app"]
 
@@ -55,6 +61,8 @@ def create_app(
     dev: bool | None = None,
     config: WebConfig | None = None,
     env: Mapping[str, str] | None = None,
+    definitions: Iterable[WorkflowDefinition] = (),
+    asset_root: str | os.PathLike[str] | None = None,
 ) -> Starlette:
     """Build the app.
 
@@ -67,11 +75,18 @@ def create_app(
     ``os.environ``). With no token at all this raises :class:`rsjobs.ConfigError`, unless
     ``dev`` is true (or ``RSJOBS_WEB_DEV=1``): then requests without a token are allowed
     as an anonymous admin. Meant for a laptop, never for a deployment.
+
+    Workflows: ``definitions`` are the workflow definitions ``POST /workflows`` may start;
+    the other ``/workflows`` routes serve any workflow of the namespace. ``asset_root``:
+    a directory whose files ``GET /workflows/{id}/assets/...`` may serve (the recorded
+    assets of a workflow the caller may see, and only those under this root); without it
+    that route answers 404.
     """
     env = os.environ if env is None else env
     auth = Auth.from_env(env, tokens=tokens, admin_token=admin_token, dev=dev)
     auth.check_startable()
     config = config or WebConfig()
+    root = check_asset_root(asset_root)
     if settings is None:
         settings = Settings(namespace=namespace or env.get("RSJOBS_NAMESPACE") or "default")
     own = redis is None
@@ -101,6 +116,7 @@ def create_app(
         Route("/metrics", api.metrics, methods=["GET"]),
         Route("/openapi.json", api.openapi, methods=["GET"]),
     ]
+    routes += _workflow_routes(redis, settings, auth, config, definitions, root)
     if config.serve_ui:
         static = StaticFiles(directory=str(resources.files("rsjobs") / "web" / "static"), html=True)
         routes += [
@@ -130,6 +146,28 @@ def create_app(
     )
     app.state.rsjobs = service
     return app
+
+
+def _workflow_routes(
+    redis: Redis,
+    settings: Settings,
+    auth: Auth,
+    config: WebConfig,
+    definitions: Iterable[WorkflowDefinition],
+    asset_root: Path | None,
+) -> list[BaseRoute]:
+    """``/workflows`` and its actions (rsjobs.workflows), sharing the app's Redis and auth,
+    plus the plan and asset routes of ``wf_extras``."""
+    from ..workflows import WorkflowClient
+    from ..workflows.http import workflow_routes
+
+    client = WorkflowClient(redis, settings, definitions=definitions, source="api")
+    return workflow_routes(
+        lambda: client,
+        auth,
+        max_body_bytes=config.max_body_bytes,
+        keepalive_ms=config.keepalive_ms,
+    ) + workflow_extra_routes(client, auth, asset_root=asset_root)
 
 
 async def _to_ui(request: Request) -> Response:

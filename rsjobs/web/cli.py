@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["cmd_web", "register"]
+if TYPE_CHECKING:
+    from ..workflows import WorkflowDefinition
+
+__all__ = ["cmd_web", "load_definitions", "register"]
 
 
 def register(subparsers: Any) -> None:
@@ -34,7 +38,48 @@ def register(subparsers: Any) -> None:
         "--cors-origin", action="append", default=[], help="allow this origin (repeatable)"
     )
     p.add_argument("--keepalive-ms", type=int, default=15_000)
+    p.add_argument(
+        "--workflows",
+        action="append",
+        default=[],
+        metavar="MODULE:OBJECT",
+        help="workflow definitions POST /workflows may start: a WorkflowDefinition or an "
+        "iterable of them (repeatable)",
+    )
+    p.add_argument(
+        "--asset-root",
+        default=os.environ.get("RSJOBS_ASSET_ROOT") or None,
+        metavar="DIR",
+        help="serve recorded workflow asset files found under DIR (env RSJOBS_ASSET_ROOT)",
+    )
     p.set_defaults(func=cmd_web)
+
+
+def load_definitions(specs: Iterable[str]) -> list[WorkflowDefinition]:
+    """The definitions named by ``MODULE:OBJECT`` specs; each object is a
+    ``WorkflowDefinition`` or an iterable of them. Raises ``CliError`` (one line)."""
+    from ..cli import CliError, load_object
+    from ..workflows import WorkflowDefinition
+
+    found: list[WorkflowDefinition] = []
+    for spec in specs:
+        try:
+            obj = load_object(spec)
+        except CliError:
+            raise
+        except Exception as exc:  # the module itself failed: say so in one line
+            raise CliError(f"cannot load {spec!r}: {type(exc).__name__}: {exc}") from None
+        if isinstance(obj, WorkflowDefinition):
+            found.append(obj)
+            continue
+        items = list(obj) if isinstance(obj, Iterable) and not isinstance(obj, str | bytes) else []
+        if not items or not all(isinstance(d, WorkflowDefinition) for d in items):
+            raise CliError(
+                f"{spec} is a {type(obj).__name__}, not a WorkflowDefinition "
+                "(or a non-empty iterable of them)"
+            )
+        found.extend(items)
+    return found
 
 
 async def cmd_web(args: argparse.Namespace) -> int:
@@ -49,7 +94,14 @@ async def cmd_web(args: argparse.Namespace) -> int:
         cors_origins=tuple(args.cors_origin),
         keepalive_ms=args.keepalive_ms,
     )
-    app = create_app(args.url, namespace=args.namespace, dev=args.dev, config=config)
+    app = create_app(
+        args.url,
+        namespace=args.namespace,
+        dev=args.dev,
+        config=config,
+        definitions=load_definitions(args.workflows),
+        asset_root=args.asset_root,
+    )
     if app.state.rsjobs.auth.dev:
         logging.getLogger("rsjobs.web").warning(
             "dev mode: requests without a token are served as an anonymous admin"

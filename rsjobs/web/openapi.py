@@ -1,8 +1,12 @@
 """The OpenAPI 3.1 document of the HTTP API (``GET /openapi.json``).
 
 Paths are written by hand; every body schema is generated from the msgspec Structs the
-handlers decode and encode (``schemas.py``), so the document cannot drift from the code.
-A test checks that the documented paths and methods are exactly the routes of the app.
+handlers decode and encode (``schemas.py``; for workflows ``rsjobs.workflows.bodies`` and
+``rsjobs.workflows.schemas``; ``wf_extras.py``), so the document cannot drift from the
+code. Two fields the Structs type as ``Any`` (the status document in ``ActionResult``, the
+entries of ``EventsPage``) are narrowed here to the Structs the handlers put in them.
+Tests check that the documented paths and methods are exactly the routes of the app, and
+that real answers decode into the documented Structs.
 """
 
 from __future__ import annotations
@@ -14,6 +18,17 @@ import msgspec
 
 from .. import __version__
 from ..schemas import HistoryEntry
+from ..workflows.bodies import (
+    ActionResult,
+    CancelBody,
+    ConfirmBody,
+    EventsPage,
+    PublishBody,
+    RegenerateBody,
+    RetryBody,
+    StartBody,
+)
+from ..workflows.schemas import WorkflowEvent, WorkflowStatus
 from .schemas import (
     CancelRequest,
     CancelResult,
@@ -23,8 +38,9 @@ from .schemas import (
     SubmitResult,
     TaskView,
 )
+from .wf_extras import MEDIA_TYPES, WorkflowPlan
 
-__all__ = ["openapi_document"]
+__all__ = ["ACTION_BODIES", "openapi_document"]
 
 _REF = "#/components/schemas/{name}"
 _STRUCTS = (
@@ -36,7 +52,37 @@ _STRUCTS = (
     HistoryEntry,
     HistoryPage,
     ErrorBody,
+    StartBody,
+    ConfirmBody,
+    RegenerateBody,
+    RetryBody,
+    PublishBody,
+    CancelBody,
+    ActionResult,
+    EventsPage,
+    WorkflowStatus,
+    WorkflowEvent,
+    WorkflowPlan,
 )
+
+#: ``POST /workflows/{wf_id}/{action}``: the body each action decodes (see
+#: ``rsjobs.workflows.http``; a test posts each one)
+ACTION_BODIES: dict[str, type[msgspec.Struct]] = {
+    "confirm": ConfirmBody,
+    "regenerate": RegenerateBody,
+    "retry": RetryBody,
+    "publish": PublishBody,
+    "cancel": CancelBody,
+}
+
+#: fields typed ``Any`` in their Struct, and what the handlers put in them
+_NARROWED = {
+    ("ActionResult", "workflow"): {"$ref": _REF.format(name="WorkflowStatus")},
+    ("EventsPage", "entries"): {
+        "type": "array",
+        "items": {"$ref": _REF.format(name="WorkflowEvent")},
+    },
+}
 
 
 def _json(name: str) -> dict[str, Any]:
@@ -197,6 +243,220 @@ def _paths() -> dict[str, Any]:
     }  # fmt: skip
 
 
+_WF_ID = {
+    "name": "wf_id",
+    "in": "path",
+    "required": True,
+    "description": "the workflow id: 32 lowercase hexadecimal characters",
+    "schema": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+}
+_WF_ERRORS = {
+    **_AUTH_ERRORS,
+    "400": _error("malformed workflow id or parameter"),
+    "404": _error("no such workflow, or a workflow of another owner"),
+}
+_BODY_ERRORS = {
+    "413": _error("body over the size limit"),
+    "415": _error("body is not application/json"),
+}
+_FILE_MEDIA = [*sorted(set(MEDIA_TYPES.values())), "application/octet-stream"]
+_NAME_PATTERN = "^[A-Za-z0-9_.\\-]{1,64}$"
+
+
+def _action_body_description() -> str:
+    pairs = ", ".join(f"{a}: {k.__name__}" for a, k in ACTION_BODIES.items())
+    return (
+        "The body depends on the action (" + pairs + "); it is optional except for "
+        "regenerate. Unknown fields are refused. confirm, regenerate and publish accept the "
+        "version (and confirm the stage) the user was looking at: a decision about a "
+        "version or stage the workflow has left is refused (409)."
+    )
+
+
+def _workflow_paths() -> dict[str, Any]:
+    return {
+        "/workflows": {
+            "post": {
+                "summary": "Start a workflow of a definition the server knows",
+                "operationId": "startWorkflow",
+                "parameters": [
+                    {
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "required": False,
+                        "description": "names one workflow per owner: a repeat with the "
+                        "same key answers 200 with that workflow and changed=false",
+                        "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,128}$"},
+                    }
+                ],
+                "requestBody": {"required": True, "content": _json("StartBody")},
+                "responses": {
+                    "202": {"description": "started", "content": _json("ActionResult"),
+                            "headers": {"Location": {"description": "the workflow's URL",
+                                                     "schema": {"type": "string"}}}},
+                    "200": {"description": "the Idempotency-Key names an existing workflow "
+                            "(changed=false)", "content": _json("ActionResult")},
+                    **_AUTH_ERRORS,
+                    "400": _error("malformed JSON, empty body or bad Idempotency-Key"),
+                    "403": _error("owner set by a non-admin token"),
+                    **_BODY_ERRORS,
+                    "413": _error("body or input over the size limit"),
+                    "422": _error("unknown field or wrong type (invalid_body), unknown "
+                                  "definition (unknown_definition), input the definition "
+                                  "refuses (invalid_input), or an idempotency key reused "
+                                  "with another definition or input"),
+                },
+            }
+        },
+        "/workflows/{wf_id}": {
+            "get": {
+                "summary": "The workflow's status document",
+                "description": "Status, stage, progress, version, the current version's "
+                "assets, the current stage's tasks and a sentence for people.",
+                "operationId": "getWorkflow",
+                "parameters": [_WF_ID],
+                "responses": {"200": {"description": "the status document",
+                                      "content": _json("WorkflowStatus")}, **_WF_ERRORS},
+            }
+        },
+        "/workflows/{wf_id}/history": {
+            "get": {
+                "summary": "The workflow's history, oldest first, paged",
+                "description": "Transitions, SPAWN and ASSET notes, and refused actions "
+                "(rejected=true).",
+                "operationId": "getWorkflowHistory",
+                "parameters": [
+                    _WF_ID,
+                    {"name": "after", "in": "query", "required": False,
+                     "description": "exclusive entry id to start after (a page's next)",
+                     "schema": {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}},
+                    {"name": "limit", "in": "query", "required": False,
+                     "schema": {"type": "integer", "minimum": 1, "maximum": 1000,
+                                "default": 100}},
+                ],
+                "responses": {"200": {"description": "a page of history",
+                                      "content": _json("EventsPage")}, **_WF_ERRORS},
+            }
+        },
+        "/workflows/{wf_id}/events": {
+            "get": {
+                "summary": "Server-sent events: the workflow's history and status, live",
+                "description": "Each history entry is one event whose id is its entry id "
+                "and whose data is a WorkflowEvent; reconnecting with Last-Event-ID resumes "
+                "exactly after it. `event: status` events (no id) carry the WorkflowStatus "
+                "document: on connect, after each batch of entries and when progress moves. "
+                "After the entry that makes the workflow terminal, a last status and an "
+                "`end` event are sent and the stream closes; a reconnect to a finished "
+                "workflow with nothing missed answers 204.",
+                "operationId": "workflowEvents",
+                "parameters": [
+                    _WF_ID,
+                    {"name": "Last-Event-ID", "in": "header", "required": False,
+                     "schema": {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}},
+                    {"name": "last_event_id", "in": "query", "required": False,
+                     "description": "same as the Last-Event-ID header",
+                     "schema": {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}},
+                    {"name": "access_token", "in": "query", "required": False,
+                     "description": "the bearer token, for EventSource (no headers)",
+                     "schema": {"type": "string"}},
+                ],
+                "responses": {
+                    "200": {"description": "an event stream",
+                            "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                    "204": {"description": "the workflow is finished and nothing was missed"},
+                    **_WF_ERRORS,
+                },
+            }
+        },
+        "/workflows/{wf_id}/{action}": {
+            "post": {
+                "summary": "Act on a workflow: confirm, regenerate, retry, publish, cancel",
+                "description": _action_body_description(),
+                "operationId": "actOnWorkflow",
+                "parameters": [
+                    _WF_ID,
+                    {"name": "action", "in": "path", "required": True,
+                     "schema": {"type": "string", "enum": list(ACTION_BODIES)}},
+                ],
+                "requestBody": {
+                    "required": False,
+                    "content": {"application/json": {"schema": {"anyOf": [
+                        {"$ref": _REF.format(name=k.__name__)}
+                        for k in ACTION_BODIES.values()]}}},
+                    "x-rsjobs-action-bodies": {
+                        a: _REF.format(name=k.__name__) for a, k in ACTION_BODIES.items()},
+                },
+                "responses": {
+                    "200": {"description": "the status after the action; changed=false when "
+                            "a repeated publish or cancel changed nothing",
+                            "content": _json("ActionResult")},
+                    **_WF_ERRORS,
+                    "400": _error("malformed workflow id or JSON"),
+                    "404": _error("no such workflow (or another owner's), or no such action"),
+                    "409": _error("the workflow's state refuses the action (recorded in its "
+                                  "history); the detail says why"),
+                    **_BODY_ERRORS,
+                    "422": _error("unknown field, wrong type, or a stage the plan does not "
+                                  "have"),
+                },
+            }
+        },
+        "/workflows/{wf_id}/plan": {
+            "get": {
+                "summary": "The stages the workflow was started with: labels, gates, items",
+                "operationId": "getWorkflowPlan",
+                "parameters": [_WF_ID],
+                "responses": {"200": {"description": "the plan",
+                                      "content": _json("WorkflowPlan")}, **_WF_ERRORS},
+            }
+        },
+        "/workflows/{wf_id}/assets/{version}/{stage}/{item}": {
+            "get": {
+                "summary": "The file of one recorded asset (when an asset root is configured)",
+                "description": "Serves the file an asset of the workflow refers to, looked "
+                "up by its slot (version, stage, item; no path comes from the client), and "
+                "only if that file, resolved, is a regular file under the server's asset "
+                "root. Sent with X-Content-Type-Options: nosniff and a sandboxing "
+                "Content-Security-Policy; types other than images, video, audio, JSON and "
+                "text are sent as attachments.",
+                "operationId": "getWorkflowAsset",
+                "parameters": [
+                    _WF_ID,
+                    {"name": "version", "in": "path", "required": True,
+                     "schema": {"type": "integer", "minimum": 1}},
+                    {"name": "stage", "in": "path", "required": True,
+                     "schema": {"type": "string", "pattern": _NAME_PATTERN}},
+                    {"name": "item", "in": "path", "required": True,
+                     "schema": {"type": "string", "pattern": _NAME_PATTERN}},
+                    {"name": "access_token", "in": "query", "required": False,
+                     "description": "the bearer token, for <img src> (no headers)",
+                     "schema": {"type": "string"}},
+                ],
+                "responses": {
+                    "200": {"description": "the file",
+                            "content": {m: {"schema": {"type": "string", "format": "binary"}}
+                                        for m in _FILE_MEDIA}},
+                    **_WF_ERRORS,
+                    "400": _error("malformed workflow id, version, stage or item"),
+                    "403": _error("the asset's file is outside the asset root"),
+                    "404": _error("no such workflow (or another owner's), no such asset, no "
+                                  "such file, or no asset root configured"),
+                },
+            }
+        },
+    }  # fmt: skip
+
+
+def _narrow(components: dict[str, Any]) -> dict[str, Any]:
+    for (struct, field), schema in _NARROWED.items():
+        props = components[struct]["properties"]
+        # only ever narrows an untyped field: a Struct that types it itself wins
+        if props[field] not in ({}, {"type": "array"}):
+            raise AssertionError(f"{struct}.{field} is typed now; drop it from _NARROWED")
+        props[field] = schema
+    return components
+
+
 @cache
 def openapi_document() -> dict[str, Any]:
     _, components = msgspec.json.schema_components(_STRUCTS, ref_template=_REF)
@@ -205,11 +465,12 @@ def openapi_document() -> dict[str, Any]:
         "info": {
             "title": "rsjobs",
             "version": __version__,
-            "description": "Submit, follow and cancel rsjobs tasks. See docs/web.md.",
+            "description": "Submit, follow and cancel rsjobs tasks; start, follow and act "
+            "on workflows. See docs/web.md and docs/workflows.md.",
         },
-        "paths": _paths(),
+        "paths": {**_paths(), **_workflow_paths()},
         "components": {
-            "schemas": components,
+            "schemas": _narrow(components),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],
