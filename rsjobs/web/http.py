@@ -75,3 +75,21 @@ def bearer_token(request: Request, *, allow_query: bool = False) -> str | None:
         if query:
             return query
     return None
+
+
+def page_params(request: Request) -> tuple[str, int]:
+    """``after`` (an exclusive history entry id, default ``0-0``) and ``limit`` (1-1000,
+    default 100) of a history page request; raises a 400 :class:`ApiError` otherwise."""
+    from .hub import parse_id
+
+    after = request.query_params.get("after", "0-0")
+    try:
+        parse_id(after)
+    except ValueError:
+        raise ApiError(
+            400, "invalid_after", "after: a history entry id like 1700000000000-0"
+        ) from None
+    raw_limit = request.query_params.get("limit", "100")
+    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 1000:
+        raise ApiError(400, "invalid_limit", "limit: an integer from 1 to 1000")
+    return after, int(raw_limit)

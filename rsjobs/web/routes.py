@@ -17,7 +17,7 @@ from ..errors import ConfigError, PayloadError, TaskNotFound
 from ..model import is_terminal
 from ..schemas import EnqueueRequest, HistoryEntry, TaskInfo
 from .auth import Principal
-from .http import ApiError, bearer_token, json_response, read_body
+from .http import ApiError, bearer_token, json_response, page_params, read_body
 from .hub import parse_id
 from .metrics import CONTENT_TYPE
 from .openapi import openapi_document
@@ -189,19 +189,10 @@ class Api:
     async def history(self, request: Request) -> Response:
         who = self.principal(request)
         tid = self.task_id(request)
-        after = request.query_params.get("after", "0-0")
-        try:
-            parse_id(after)
-        except ValueError:
-            raise ApiError(
-                400, "invalid_after", "after: a history entry id like 1700000000000-0"
-            ) from None
-        raw_limit = request.query_params.get("limit", "100")
-        if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 1000:
-            raise ApiError(400, "invalid_limit", "limit: an integer from 1 to 1000")
+        after, limit = page_params(request)
         await self.visible_state(who, tid)
         try:
-            entries = await self.svc.client.history(tid, after=after, count=int(raw_limit))
+            entries = await self.svc.client.history(tid, after=after, count=limit)
         except TaskNotFound:
             raise _not_found(tid) from None
         return json_response(

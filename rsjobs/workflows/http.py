@@ -30,7 +30,14 @@ from starlette.routing import BaseRoute, Route
 
 from ..errors import ConfigError, PayloadError, RsjobsError
 from ..web.auth import Auth, Principal
-from ..web.http import ApiError, bearer_token, error_response, json_response, read_body
+from ..web.http import (
+    ApiError,
+    bearer_token,
+    error_response,
+    json_response,
+    page_params,
+    read_body,
+)
 from ..web.hub import parse_id
 from .bodies import (
     ActionResult,
@@ -210,18 +217,9 @@ class WorkflowApi:
     async def history(self, request: Request) -> Response:
         who = self.principal(request)
         wf_id = self.wf_id(request)
-        after = request.query_params.get("after", "0-0")
-        try:
-            parse_id(after)
-        except ValueError:
-            raise ApiError(
-                400, "invalid_after", "after: an entry id like 1700000000000-0"
-            ) from None
-        raw_limit = request.query_params.get("limit", "100")
-        if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 1000:
-            raise ApiError(400, "invalid_limit", "limit: an integer from 1 to 1000")
+        after, limit = page_params(request)
         await self.visible(who, wf_id)
-        entries = await self.client.history(wf_id, after=after, count=int(raw_limit))
+        entries = await self.client.history(wf_id, after=after, count=limit)
         return json_response(
             EventsPage(id=wf_id, entries=list(entries), next=entries[-1].id if entries else None)
         )
