@@ -291,6 +291,12 @@ class Worker:
                 on_progress=self._progress_wake.set,
             )
             job.ctx = ctx
+            old = self.jobs.get(tid)
+            if old is not None:
+                # this worker ran an earlier attempt of the task and lost its lease (the
+                # reaper took it back while heartbeats could not get through): that attempt's
+                # result would be refused, so stop it now
+                old.stop("LOST")
             self.jobs[tid] = job
             job.task = loop.create_task(self._run(job, ttype, payload, timeout_s))
 
@@ -361,7 +367,8 @@ class Worker:
                 return
             self._finish(job, "COMPLETE", body, "")
         finally:
-            self.jobs.pop(job.id, None)
+            if self.jobs.get(job.id) is job:  # not a newer attempt of the same task
+                del self.jobs[job.id]
             self._slot_free.set()
 
     async def _call(self, handler: Any, ctx: Context) -> Any:

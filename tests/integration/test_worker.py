@@ -217,3 +217,46 @@ async def test_sigkilled_worker_leaves_task_running_with_an_expiring_lease(
     # the history says who had it and when; recovery is the reaper's job
     events = [e.event for e in await client.history(tid) if e.event != "PROGRESS"]
     assert events == ["ENQUEUE", "START"]
+
+
+async def test_a_worker_that_restarts_a_task_it_lost_keeps_the_new_attempt_alive(
+    client: Client, redis_url: str
+) -> None:
+    """Heartbeats cannot get through (as during a Redis outage), the reaper takes the task
+    back, and the same worker starts it again: the stale attempt is stopped at once and the
+    new one is heartbeated like any other (found by the chaos harness: the stale attempt's
+    end used to drop the new attempt from the worker's table, so it was reclaimed again)."""
+    from rsjobs.reaper import Reaper
+    from rsjobs.reaper.config import ReaperConfig
+
+    reaper = Reaper(
+        url=redis_url,
+        settings=Settings(namespace="t"),
+        config=ReaperConfig(lease_ms=500, interval_ms=100, guard=False, log_idle=False),
+    )
+    async with running_worker(redis_url, lease_ms=500, heartbeat_ms=100) as w:
+        real_beat = w._beat
+        blocked = True
+
+        async def beat(jobs: list[object]) -> None:
+            if not blocked:
+                await real_beat(jobs)  # type: ignore[arg-type]
+
+        w._beat = beat  # type: ignore[method-assign]
+        tid = await client.enqueue("sleep", {"s": 2.0, "steps": 20}, max_attempts=5)
+        await wait_for_state(client, tid, "RUNNING")
+        await asyncio.sleep(0.7)  # the lease runs out without heartbeats
+        await reaper.sweep_once()
+        info = await wait_for_state(client, tid, "RUNNING")  # attempt 2, same worker
+        assert info.attempt == 2
+        blocked = False
+        deadline = time.monotonic() + 15
+        while not (info := await client.get(tid)).terminal:
+            await reaper.sweep_once()
+            await asyncio.sleep(0.1)
+            assert time.monotonic() < deadline
+    await reaper.close()
+    assert info.state == "SUCCEEDED" and info.attempt == 2, info
+    events = [e.event for e in await client.history(tid) if not e.rejected]
+    assert events.count("RECLAIM") == 1
+    await assert_valid_history(client, tid)
