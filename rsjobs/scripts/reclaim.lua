@@ -10,8 +10,10 @@ pending list and the task hash and acts only when the owner is provably gone:
     else RUNNING -> FAILED ("attempts exhausted ... worker lost").
   * PENDING task, entry is its delivery, never STARTed: the consumer that holds it must be
     missing from the workers registry or its beat older than dead_leases of its leases (a
-    live worker may hold deliveries it has no free slot for yet). The entry is
-    replaced by a fresh one (as release.lua does for a live worker); no transition.
+    live worker may hold deliveries it has no free slot for yet), or the entry idle for
+    dead_leases of its leases (a live worker whose read reply was lost never starts it).
+    The entry is replaced by a fresh one (as release.lua does for a live worker); no
+    transition.
   * Poison: the task's `deliveries` counter adds up the XPENDING delivery counts of every
     entry recovered here (each one a delivery whose consumer died). When it reaches
     max_deliveries the task is dead-lettered instead: DEADLETTER -> FAILED, and an entry is
@@ -54,14 +56,15 @@ local n = #ARGV - NARG
 local DEADLETTER_KEY = KEYS[NCOMMON + 4 * n + 1]
 local WORKERS_KEY = KEYS[NCOMMON + 4 * n + 2]
 
--- Whether `consumer` beat recently enough to count as alive (registration JSON).
+-- Whether `consumer` beat recently enough to count as alive (registration JSON), and the
+-- lease it registered with.
 local function consumer_alive(consumer)
   local raw = redis.call('HGET', WORKERS_KEY, consumer)
-  if not raw then return false end
+  if not raw then return false, default_lease end
   local ok, reg = pcall(cjson.decode, raw)
-  if not ok or type(reg) ~= 'table' then return false end
+  if not ok or type(reg) ~= 'table' then return false, default_lease end
   local lease = tonumber(reg.lease_ms) or default_lease
-  return (tonumber(reg.beat_at) or 0) + dead_leases * lease >= NOW
+  return (tonumber(reg.beat_at) or 0) + dead_leases * lease >= NOW, lease
 end
 
 -- Dead-letter the task: DEADLETTER -> FAILED, plus an entry on the dead-letter stream.
@@ -120,8 +123,15 @@ for i = 1, n do
         end
       end
     else -- PENDING, delivered to `consumer`, never started
-      if consumer_alive(consumer) then
+      local alive, lease = consumer_alive(consumer)
+      if alive and idle < dead_leases * lease then
         out[i] = 'ALIVE'
+      elseif alive then
+        -- a live worker that has not started it for dead_leases leases never will (its
+        -- read reply was lost): deliver it again; not a lost delivery, so not counted
+        drop_entry(qkey, entry)
+        redis.call('HSET', t.key, 'entry', push_entry(t))
+        out[i] = 'REDELIVERED'
       else
         local deliveries = (tonumber(t.f.deliveries) or 0) + count
         if deliveries >= max_deliveries then

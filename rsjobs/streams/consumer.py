@@ -14,7 +14,7 @@ from redis.exceptions import ResponseError
 
 from ..keys import GROUP
 
-__all__ = ["Delivery", "ensure_group", "read_batch"]
+__all__ = ["Delivery", "ensure_group", "read_batch", "read_own_pending"]
 
 
 class Delivery(NamedTuple):
@@ -60,4 +60,27 @@ async def read_batch(
         for entry_id, fields in entries:
             if fields:  # a deleted entry shows as an empty field map: nothing to run
                 out.append(Delivery(stream, queue, entry_id, fields.get("id", "")))
+    return out
+
+
+async def read_own_pending(
+    redis: Redis, consumer: str, streams: dict[str, str], count: int = 1000
+) -> list[Delivery]:
+    """The entries delivered to ``consumer`` and not yet acked (its pending list).
+
+    A worker reads them after a connection error: a batch it read but could not start, or
+    a reply lost on the way, is still there. Entries deleted from the stream meanwhile
+    (their task moved on) are acked here, which clears them from the pending list.
+    """
+    reply = await redis.xreadgroup(GROUP, consumer, dict.fromkeys(streams, "0"), count=count)
+    out: list[Delivery] = []
+    for stream, entries in reply or []:
+        gone = []
+        for entry_id, fields in entries:
+            if fields:
+                out.append(Delivery(stream, streams[stream], entry_id, fields.get("id", "")))
+            else:
+                gone.append(entry_id)
+        if gone:
+            await redis.xack(stream, GROUP, *gone)
     return out

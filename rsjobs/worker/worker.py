@@ -32,7 +32,7 @@ from ..keys import split_member, validate_name
 from ..schemas import _text
 from ..scripts import Scripts, TaskKeys
 from ..settings import Settings
-from ..streams import Delivery, ensure_group, read_batch
+from ..streams import Delivery, ensure_group, read_batch, read_own_pending
 from .context import Context
 from .registry import Registry
 
@@ -148,6 +148,10 @@ class Worker:
 
         self.jobs: dict[str, _Job] = {}
         self._buffer: deque[Delivery] = deque()
+        #: read this consumer's own pending list before the next fetch (at start, after
+        #: a connection error)
+        self._recheck = True
+        self._closing = False
         self._slot_free = asyncio.Event()
         self._stopping = asyncio.Event()
         self._force = False
@@ -194,11 +198,13 @@ class Worker:
             await self._fetch_loop()
             await self._drain()
         finally:
+            # redis-py can turn a cancellation during a blocking read into a connection
+            # error, which the loops would retry: they also check this flag, and the wait
+            # is bounded
+            self._closing = True
             for h in helpers:
                 h.cancel()
-            for h in helpers:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await h
+            await asyncio.wait(helpers, timeout=5)
             await self._flush_all()
             await self._unregister()
             self._threads.shutdown(wait=False, cancel_futures=True)
@@ -238,6 +244,9 @@ class Worker:
                 await self._slot_free.wait()
                 continue
             try:
+                if self._recheck:
+                    await self._adopt_own_pending()
+                    self._recheck = False
                 if self._buffer:
                     batch = [self._buffer.popleft() for _ in range(min(free, len(self._buffer)))]
                 else:
@@ -251,6 +260,9 @@ class Worker:
                     await self._start(batch)
                 backoff = 0.1
             except _TRANSIENT as exc:
+                # a batch read but not started, or a reply lost on the way, is still in this
+                # consumer's pending list: look there once Redis answers again
+                self._recheck = True
                 log.warning("worker %s: redis unavailable (%s); retrying", self.name, exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
@@ -260,6 +272,14 @@ class Worker:
                         await ensure_group(self.redis, stream)
                     continue
                 raise
+
+    async def _adopt_own_pending(self) -> None:
+        """Queue up what this consumer was delivered and runs nowhere (start.lua refuses
+        whatever turns out stale)."""
+        known = {j.entry for j in self.jobs.values()} | {d.entry for d in self._buffer}
+        for d in await read_own_pending(self.redis, self.name, self.streams):
+            if d.entry not in known:
+                self._buffer.append(d)
 
     async def _start(self, batch: list[Delivery]) -> None:
         s = self.scripts
@@ -461,7 +481,8 @@ class Worker:
     async def _beat_loop(self) -> None:
         hb = self.heartbeat_ms / 1000
         next_beat = time.monotonic() + hb
-        while True:
+        next_recheck = time.monotonic() + self.lease_ms / 1000
+        while not self._closing:
             wait = next_beat - time.monotonic()
             if wait > 0:
                 with contextlib.suppress(TimeoutError):
@@ -482,6 +503,11 @@ class Worker:
                 log.warning("worker %s: heartbeat failed (%s)", self.name, exc)
             if full:
                 next_beat = time.monotonic() + hb
+                if next_beat >= next_recheck:
+                    # once a lease: anything delivered to us that we do not run (a reply
+                    # that never arrived) is picked up from our own pending list
+                    self._recheck = True
+                    next_recheck = next_beat + self.lease_ms / 1000
             else:
                 await asyncio.sleep(self.progress_ms / 1000)  # coalesce progress bursts
 
@@ -509,7 +535,7 @@ class Worker:
 
     async def _control_loop(self) -> None:
         """Hear CANCEL / PAUSE notices at once (heartbeats are the fallback)."""
-        while True:
+        while not self._closing:
             pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(self.keys.control)
@@ -528,7 +554,7 @@ class Worker:
 
     async def _promote_loop(self) -> None:
         """Move due SCHEDULED tasks back to their queues (the reaper does it too)."""
-        while True:
+        while not self._closing:
             await asyncio.sleep(self.promote_ms / 1000)
             with contextlib.suppress(*_TRANSIENT):
                 await promote_due(self.scripts, "worker")
