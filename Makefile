@@ -37,10 +37,10 @@ bench:
 	bash bench/setup.sh
 	.venv-bench/bin/python -m bench.run $(BENCH_ARGS)
 
-# A chaos run with total accounting; DURATION in seconds (the suite runs a short one)
-DURATION ?= 600
+# A chaos run with total accounting (the suite runs a short one); replay with --seed
+CHAOS_DURATION ?= 600
 chaos: setup
-	$(BIN)/python -m rsjobs.chaos --duration $(DURATION) $(ARGS)
+	$(BIN)/python -m rsjobs.chaos --duration $(CHAOS_DURATION) --tasks 6000 --report chaos-report.json $(CHAOS_ARGS)
 
 unit: setup
 	$(BIN)/python -m pytest -q tests/unit tests/lua

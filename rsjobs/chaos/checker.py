@@ -1,0 +1,412 @@
+"""Total accounting of a chaos run: every accepted task, every history, every execution.
+
+:func:`check` is a pure function of :class:`~rsjobs.chaos.records.RunData`. Its findings:
+
+* **violations** — the run broke a promise; the harness exits non-zero;
+* **AOF-window losses** — acknowledged writes missing after a SIGKILL restart of Redis
+  under ``appendfsync everysec`` within the window before the kill: reported apart,
+  never hidden, and never excused under ``appendfsync always`` or a SIGTERM restart;
+* **warnings** — not a broken promise, but worth a look (a healthy task reclaimed).
+
+Violation kinds (each one has a unit test in ``tests/unit/test_chaos_checker.py``):
+
+LOST                 an accepted id names no task (no hash, no history)
+HASH_MISSING         history without hash / HISTORY_MISSING the reverse
+NOT_TERMINAL         not in a terminal state after the drain
+AFTER_TERMINAL, BROKEN_CHAIN, ILLEGAL_TRANSITION, BAD_REFUSAL   history replay (table)
+STATE_MISMATCH       the hash's state / attempt disagree with the history
+ATTEMPT_SEQUENCE     START attempts not numbered 1, 2, 3...
+RETRY_POLICY         retried after max_attempts failed attempts
+FOREIGN_RESULT       a SUCCEEDED result not produced by the attempt holding the lease
+UNLEASED_EXECUTION   a handler ran without a matching accepted START
+RERUN_UNDER_LEASE    a handler ran twice under one START
+EXCESS_EXECUTIONS    more handler runs than STARTs
+IMPOSSIBLE_OUTCOME   a final state the task's behaviour cannot lead to
+CANCEL_NOT_HONOURED  a cancel answered CANCELLED, the task ended otherwise
+TERMINAL_CHANGED     a state seen terminal by the producer changed afterwards
+DEDUP_SPLIT          one dedup key answered with two ids, or names another task
+DEDUP_DUPLICATE      two tasks carry the same dedup key
+PHANTOM_TASK         a task in Redis that no submit created
+EVENTS_MISMATCH      the events stream does not name exactly the task's history entries
+STATS_DRIFT          the stats hash's state counts or ev: / rej: counters disagree with
+                     the tasks and histories (a fresh namespace: totals must match)
+HEALTHY_TASK_RECLAIMED  a RECLAIM of an attempt whose worker no fault hit (no kill, stop,
+                     exit or graceful stop of it during the attempt, no Redis fault near):
+                     "a healthy long task must never be stolen" (DESIGN.md)
+SHUTDOWN_FAILED      a SIGTERMed worker exited non-zero, or not within grace + 10 s
+PROCESS_CRASH        a worker, reaper or Redis exited on its own (a worker SIGKILLed by a
+                     poison task, status -9, is the workload's doing and is not counted)
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+import msgspec
+
+from ..codec import decode
+from ..model import TERMINAL
+from ..schemas import HistoryEntry
+from .records import Execution, RunData, TaskRecord, Violation
+from .recovery import RecoveryStats, recoveries, summarize
+from .replay import final_state, replay
+from .system import event_findings, fault_counts, process_findings, stats_findings
+from .workload import KINDS
+
+__all__ = ["CheckResult", "Violation", "check", "fault_counts"]
+
+#: events that end an attempt as a failure (they count against max_attempts)
+FAILURE_EVENTS = frozenset({"FAIL", "TIMEOUT", "RECLAIM"})
+#: Redis faults after which acknowledged writes may be missing (everysec only)
+AOF_LOSS_FAULTS = frozenset({"redis_kill", "redis_exit"})
+#: a kill this long before an ack still counts (harness clock vs. reply ordering)
+AOF_SLACK_MS = 200
+
+
+class CheckResult(msgspec.Struct, kw_only=True):
+    violations: list[Violation] = msgspec.field(default_factory=list)
+    aof_window_losses: list[Violation] = msgspec.field(default_factory=list)
+    warnings: list[Violation] = msgspec.field(default_factory=list)
+    counts: dict[str, int] = msgspec.field(default_factory=dict)
+    states: dict[str, int] = msgspec.field(default_factory=dict)
+    by_kind: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
+    #: kind -> "<state>/<error_type>" -> count, for the tasks that did not succeed
+    reasons: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
+    recovery: RecoveryStats = msgspec.field(default_factory=RecoveryStats)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+class _Checker:
+    def __init__(self, data: RunData) -> None:
+        self.d = data
+        self.r = CheckResult()
+        self.kill_times = sorted(f.at_ms for f in data.faults if f.kind in AOF_LOSS_FAULTS)
+        self.cancelled = {a.task_id for a in data.cancels}
+        self.kind: dict[str, str] = {}
+        self.ack: dict[str, int] = {}
+        for s in data.submissions:
+            self.kind.setdefault(s.task_id, s.kind)
+            self.ack.setdefault(s.task_id, s.ack_ms)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def aof_kill(self, ts_ms: int) -> int | None:
+        """The SIGKILL restart of Redis that may have lost a write made at ``ts_ms``."""
+        if self.d.fsync != "everysec":
+            return None
+        for k in self.kill_times:
+            if -AOF_SLACK_MS <= k - ts_ms <= self.d.aof_window_ms:
+                return k
+        return None
+
+    def bad(self, kind: str, tid: str, detail: str, *, written_ms: int | None = None) -> None:
+        """Record a violation, or an AOF-window loss when the lost write was at risk."""
+        v = Violation(kind=kind, task_id=tid, detail=detail)
+        if written_ms is not None:
+            k = self.aof_kill(written_ms)
+            if k is not None:
+                detail += f" [write at {written_ms}, Redis SIGKILLed {k - written_ms} ms later]"
+                self.r.aof_window_losses.append(Violation(kind=kind, task_id=tid, detail=detail))
+                return
+        self.r.violations.append(v)
+
+    # -- the checks ----------------------------------------------------------------------
+
+    def run(self) -> CheckResult:
+        d = self.d
+        accepted = set(self.kind)
+        c: Counter[str] = Counter()
+        c["accepted"] = len(accepted)
+        c["submissions"] = len(d.submissions)
+        c["indeterminate_submits"] = len(d.indeterminate)
+        present = {t: r for t, r in d.tasks.items() if r.fields or r.history}
+        c["tasks_found"] = len(present)
+        for tid in sorted(accepted):
+            rec = d.tasks.get(tid)
+            if rec is None or not (rec.fields or rec.history):
+                self.bad(
+                    "LOST",
+                    tid,
+                    f"accepted {self.kind[tid]} task has no hash and no history",
+                    written_ms=self.ack[tid],
+                )
+        execs = self.executions_by_task(d.executions)
+        for tid, rec in sorted(present.items()):
+            self.check_task(rec, execs.get(tid, {}), c)
+        self.check_found(present, accepted, c)
+        self.r.violations += process_findings(d.faults, c, self.r.warnings)
+        if d.events is not None:
+            self.r.violations += event_findings(d.events, present, trimmed=d.events_trimmed)
+        if d.stats is not None:
+            self.r.violations += stats_findings(d.stats, present)
+        self.check_cancels()
+        self.check_dedup(present)
+        items = recoveries(present.values(), d.faults, d.lease_ms)
+        self.r.recovery = summarize(items)
+        for it in items:
+            if it.unexplained:
+                self.bad(
+                    "HEALTHY_TASK_RECLAIMED",
+                    it.task_id,
+                    f"attempt reclaimed at {it.reclaim_ms} from {it.worker}, which no fault "
+                    f"hit during the attempt (and no Redis fault within a lease of it): "
+                    f"its lease expired while its worker was alive",
+                )
+        c["execution_records"] = len(d.executions)
+        self.r.counts = dict(sorted(c.items()))
+        return self.r
+
+    @staticmethod
+    def executions_by_task(records: list[Execution]) -> dict[str, dict[str, list[Execution]]]:
+        """task id -> exec id -> its records (start / end / stop), deduplicated."""
+        out: dict[str, dict[str, list[Execution]]] = defaultdict(dict)
+        seen: set[tuple[str, str]] = set()
+        for e in records:
+            if (e.exec_id, e.ev) in seen:
+                continue  # a retried XADD that landed twice
+            seen.add((e.exec_id, e.ev))
+            out[e.task_id].setdefault(e.exec_id, []).append(e)
+        return out
+
+    def check_task(
+        self, rec: TaskRecord, execs: dict[str, list[Execution]], c: Counter[str]
+    ) -> None:
+        tid, f, hist = rec.task_id, rec.fields, rec.history
+        if not f:
+            self.bad("HASH_MISSING", tid, f"history of {len(hist)} entries but no hash")
+            return
+        if not hist:
+            self.bad("HISTORY_MISSING", tid, f"hash in state {f.get('state')} but no history")
+            return
+        for p in replay(hist):
+            self.bad(p.code, tid, f"{p.entry_id}: {p.detail}")
+        state = f.get("state", "")
+        self.r.states[state] = self.r.states.get(state, 0) + 1
+        kind = self.kind.get(tid) or str((decode(f.get("payload")) or {}).get("k", "?"))
+        per_kind = self.r.by_kind.setdefault(kind, {})
+        per_kind[state] = per_kind.get(state, 0) + 1
+        if state != "SUCCEEDED":
+            why = f"{state}/{f.get('error_type') or '-'}"
+            reasons = self.r.reasons.setdefault(kind, {})
+            reasons[why] = reasons.get(why, 0) + 1
+        if state not in TERMINAL:
+            self.bad("NOT_TERMINAL", tid, f"still {state} after the drain")
+        replayed = final_state(hist)
+        if replayed != state:
+            self.bad("STATE_MISMATCH", tid, f"hash says {state}, history leads to {replayed}")
+        accepted = [e for e in hist if not e.rejected]
+        starts = [e for e in accepted if e.event == "START"]
+        c["starts"] += len(starts)
+        c["refused_results"] += sum(
+            1 for e in hist if e.rejected and e.event in ("COMPLETE", "FAIL", "TIMEOUT")
+        )
+        c["reclaims"] += sum(1 for e in accepted if e.event == "RECLAIM")
+        c["deadlettered"] += sum(1 for e in accepted if e.event == "DEADLETTER")
+        c["reaper_timeouts"] += sum(
+            1 for e in accepted if e.event == "TIMEOUT" and e.source == "reaper"
+        )
+        want = [e.attempt for e in starts]
+        if want != list(range(1, len(starts) + 1)):
+            self.bad("ATTEMPT_SEQUENCE", tid, f"START attempts {want}")
+        if int(f.get("attempt") or 0) != len(starts):
+            self.bad(
+                "STATE_MISMATCH", tid, f"hash attempt {f.get('attempt')}, {len(starts)} STARTs"
+            )
+        self.check_retries(tid, f, accepted)
+        self.check_outcome(tid, kind, state, accepted)
+        if state == "SUCCEEDED":
+            self.check_result(tid, f, accepted, execs)
+        winner = ""
+        if state == "SUCCEEDED":
+            res = _result(f)
+            winner = str(res.get("exec") or "") if res else ""
+        self.check_executions(tid, starts, execs, winner, c)
+
+    def check_retries(self, tid: str, f: dict[str, str], accepted: list[HistoryEntry]) -> None:
+        max_attempts = int(f.get("max_attempts") or 1)
+        failures = 0
+        for e in accepted:
+            if e.event in FAILURE_EVENTS:
+                failures += 1
+                if e.to_state not in TERMINAL and failures >= max_attempts:
+                    self.bad(
+                        "RETRY_POLICY",
+                        tid,
+                        f"{e.id}: {e.event} -> {e.to_state} after {failures}/{max_attempts} "
+                        f"failed attempts",
+                    )
+
+    def check_outcome(self, tid: str, kind: str, state: str, acc: list[HistoryEntry]) -> None:
+        k = KINDS.get(kind)
+        if k is None:
+            return
+        why = ""
+        if state == "SUCCEEDED" and not k.can_succeed:
+            why = "succeeded, but its handler never returns"
+        elif state == "TIMED_OUT" and not k.can_time_out:
+            why = "timed out, but it has no deadline"
+        elif state == "CANCELLED" and tid not in self.cancelled:
+            why = "cancelled, but nobody cancelled it"
+        elif not k.raises and any(e.event == "FAIL" and e.source == "worker" for e in acc):
+            why = "a worker reported FAIL, but its handler never raises"
+        if why:
+            self.bad("IMPOSSIBLE_OUTCOME", tid, f"{kind} task: {why}")
+
+    def check_result(
+        self,
+        tid: str,
+        f: dict[str, str],
+        accepted: list[HistoryEntry],
+        execs: dict[str, list[Execution]],
+    ) -> None:
+        res = _result(f)
+        if res is None:
+            self.bad("FOREIGN_RESULT", tid, f"result {f.get('result')!r} names no attempt")
+            return
+        att, worker = int(res.get("attempt") or 0), str(res.get("worker") or "")
+        lease, holder = f.get("lease", ""), f.get("consumer", "")
+        problems = []
+        if att != int(f.get("attempt") or 0):
+            problems.append(f"result of attempt {att}, task at attempt {f.get('attempt')}")
+        if worker != holder or not lease.startswith(f"{att}:{worker}-"):
+            problems.append(f"result from {worker} attempt {att}; lease {lease} held by {holder}")
+        start = next((e for e in accepted if e.event == "START" and e.attempt == att), None)
+        if start is None or start.extra.get("worker") != worker:
+            problems.append(
+                f"START of attempt {att} by {start.extra.get('worker') if start else 'nobody'}"
+            )
+        done = accepted[-1] if accepted else None
+        if done is None or done.event != "COMPLETE" or done.attempt != att:
+            problems.append("the last accepted entry is not the COMPLETE of that attempt")
+        ex = execs.get(str(res.get("exec") or ""), [])
+        if not ex or (ex[0].attempt, ex[0].worker) != (att, worker):
+            problems.append(f"no execution record {res.get('exec')} of attempt {att} by {worker}")
+        kind = self.kind.get(tid, "")
+        fail = int((decode(f.get("payload")) or {}).get("fail") or 0)
+        if kind == "flaky" and att <= fail:
+            problems.append(f"attempt {att} succeeded, but attempts <= {fail} always fail")
+        if problems:
+            self.bad("FOREIGN_RESULT", tid, "; ".join(problems))
+
+    def check_executions(
+        self,
+        tid: str,
+        starts: list[HistoryEntry],
+        execs: dict[str, list[Execution]],
+        winner: str,
+        c: Counter[str],
+    ) -> None:
+        by_lease = {(e.attempt, e.extra.get("worker", "")): e for e in starts}
+        runs: Counter[tuple[int, str]] = Counter()
+        for xid, recs in execs.items():
+            c["executions"] += 1
+            att, worker = recs[0].attempt, recs[0].worker
+            first_ts = min(r.ts for r in recs)
+            runs[(att, worker)] += 1
+            if xid != winner and any(r.ev == "end" and r.outcome == "ok" for r in recs):
+                c["discarded_results"] += 1  # ran to the end; its result was not kept
+            start = by_lease.get((att, worker))
+            if start is None:
+                self.bad(
+                    "UNLEASED_EXECUTION",
+                    tid,
+                    f"execution {xid} of attempt {att} on {worker}: no accepted START",
+                    written_ms=first_ts,
+                )
+                continue
+            # alive after a later attempt started: two executions of one task at once
+            nxt = next((e.ts for e in starts if e.attempt > att), None)
+            last = max(recs, key=lambda r: r.ts)
+            if nxt is not None and last.ts > nxt and last.ev in ("end", "stop"):
+                c["duplicate_executions"] += 1
+                c[f"duplicate_executions_{'finished' if last.ev == 'end' else 'stopped'}"] += 1
+        for (att, worker), n in runs.items():
+            if n > 1:
+                again = sorted(
+                    min(r.ts for r in v)
+                    for v in execs.values()
+                    if (v[0].attempt, v[0].worker) == (att, worker)
+                )
+                self.bad(
+                    "RERUN_UNDER_LEASE",
+                    tid,
+                    f"attempt {att} on {worker} ran {n} times",
+                    written_ms=again[1],
+                )
+        if len(execs) > len(starts):
+            self.bad(
+                "EXCESS_EXECUTIONS",
+                tid,
+                f"{len(execs)} handler executions for {len(starts)} STARTs",
+                written_ms=min((r.ts for v in execs.values() for r in v), default=0),
+            )
+
+    def check_found(
+        self, present: dict[str, TaskRecord], accepted: set[str], c: Counter[str]
+    ) -> None:
+        """Tasks in Redis that no acknowledged submit returned."""
+        maybe = set(self.d.indeterminate)
+        for tid, rec in present.items():
+            if tid in accepted:
+                continue
+            seq = (decode(rec.fields.get("payload")) or {}).get("seq") if rec.fields else None
+            if seq in maybe:
+                c["unacked_created"] += 1
+            else:
+                self.bad("PHANTOM_TASK", tid, f"task (seq {seq}) that no submit created")
+
+    def check_cancels(self) -> None:
+        for a in self.d.cancels:
+            rec = self.d.tasks.get(a.task_id)
+            state = rec.fields.get("state", "") if rec is not None else ""
+            if a.state in TERMINAL and state != a.state:
+                kind = "CANCEL_NOT_HONOURED" if a.state == "CANCELLED" else "TERMINAL_CHANGED"
+                self.bad(
+                    kind,
+                    a.task_id,
+                    f"cancel ({a.phase}) answered {a.state}, task ended {state or 'missing'}",
+                    written_ms=a.ack_ms,
+                )
+
+    def check_dedup(self, present: dict[str, TaskRecord]) -> None:
+        ids: dict[str, list[tuple[int, str]]] = defaultdict(list)
+        for s in self.d.submissions:
+            if s.dedup:
+                ids[s.dedup].append((s.ack_ms, s.task_id))
+        holders: dict[str, list[str]] = defaultdict(list)
+        for tid, rec in present.items():
+            if rec.fields.get("dedup"):
+                holders[rec.fields["dedup"]].append(tid)
+        for key, acks in sorted(ids.items()):
+            acks.sort()
+            first_ms, first = acks[0]
+            others = sorted({t for _, t in acks} - {first})
+            stored = self.d.dedup.get(key, "")
+            if others or stored != first:
+                self.bad(
+                    "DEDUP_SPLIT",
+                    first,
+                    f"dedup key {key} answered {first} then {others}; it names {stored!r}",
+                    written_ms=first_ms,
+                )
+        for key, tids in sorted(holders.items()):
+            if len(tids) > 1:
+                self.bad("DEDUP_DUPLICATE", tids[0], f"dedup key {key} on tasks {sorted(tids)}")
+
+
+def _result(fields: dict[str, str]) -> dict[str, Any] | None:
+    """The SUCCEEDED task's result when it is a JSON object, else None."""
+    try:
+        res = decode(fields.get("result"))
+    except msgspec.DecodeError:
+        return None
+    return res if isinstance(res, dict) else None
+
+
+def check(data: RunData) -> CheckResult:
+    """Every finding about one run (see the module docstring)."""
+    return _Checker(data).run()

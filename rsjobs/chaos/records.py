@@ -1,0 +1,114 @@
+"""What a chaos run observed, as plain data: the checker's only input.
+
+Everything here is written either by the harness (submissions, cancels, faults, with the
+harness's wall clock in ms) or read back from Redis after the run (task hashes, histories,
+execution records, dedup keys, with Redis TIME in ms). Same host, so the clocks agree.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from ..schemas import HistoryEntry
+
+__all__ = [
+    "CancelAck",
+    "Execution",
+    "FaultEvent",
+    "RunData",
+    "Submission",
+    "TaskRecord",
+    "Violation",
+]
+
+
+class Violation(msgspec.Struct, frozen=True, kw_only=True):
+    """One finding of the checker (a violation, an AOF-window loss or a warning)."""
+
+    kind: str
+    task_id: str = ""
+    detail: str
+
+
+class Submission(msgspec.Struct, frozen=True, kw_only=True):
+    """One acknowledged submit: the producer got ``task_id`` back at ``ack_ms``."""
+
+    seq: int  #: the workload's task number (a dedup task submitted twice has two records)
+    kind: str  #: the behaviour (see ``rsjobs.chaos.workload.KINDS``)
+    task_id: str
+    ack_ms: int
+    dedup: str = ""
+    #: True for the second submit of a dedup key (it must answer with the first's id)
+    repeat: bool = False
+
+
+class CancelAck(msgspec.Struct, frozen=True, kw_only=True):
+    """An acknowledged ``Client.cancel``: ``state`` is what the call answered."""
+
+    task_id: str
+    phase: str  #: "pending" (right after submit) or "running" (seen RUNNING first)
+    ack_ms: int
+    state: str
+
+
+class FaultEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One fault the harness injected (or observed: an unplanned process exit)."""
+
+    at_ms: int
+    #: worker_kill, worker_stop, worker_cont, worker_exit (unplanned), reaper_kill,
+    #: redis_term, redis_kill, and the matching *_start / redis_up bookkeeping events
+    kind: str
+    target: str  #: worker / reaper name, or "redis"
+    pid: int = 0
+    detail: str = ""
+    #: exit status of a process found dead (negative: killed by that signal)
+    status: int | None = None
+    #: how long the process had been running when it was found dead (ms)
+    ran_ms: int = 0
+
+
+class Execution(msgspec.Struct, frozen=True, kw_only=True):
+    """One record a handler wrote (``rsjobs.chaos.handlers``): a start, end or stop."""
+
+    exec_id: str  #: unique per handler call; the start, end and stop records share it
+    task_id: str
+    attempt: int
+    worker: str
+    pid: int
+    ev: str  #: "start", "end" (the handler returned or raised) or "stop" (it was cancelled)
+    ts: int  #: Redis TIME (ms) of the record (its stream entry id)
+    outcome: str = ""  #: end: ok / fail / fatal; stop: why
+
+
+class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A task as read back after the run: its hash (raw fields) and its history."""
+
+    task_id: str
+    fields: dict[str, str]  #: empty when the hash does not exist
+    history: list[HistoryEntry]
+
+
+class RunData(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything the checker looks at."""
+
+    fsync: str  #: appendfsync policy of the run: "everysec" or "always"
+    lease_ms: int
+    #: how long before a SIGKILL of Redis an acknowledged write may be lost (everysec)
+    aof_window_ms: int = 2500
+    submissions: list[Submission] = msgspec.field(default_factory=list)
+    #: seq numbers of submits whose outcome is unknown (the call failed mid-way)
+    indeterminate: list[int] = msgspec.field(default_factory=list)
+    cancels: list[CancelAck] = msgspec.field(default_factory=list)
+    faults: list[FaultEvent] = msgspec.field(default_factory=list)
+    #: every task found in the namespace, plus every accepted id (found or not)
+    tasks: dict[str, TaskRecord] = msgspec.field(default_factory=dict)
+    executions: list[Execution] = msgspec.field(default_factory=list)
+    #: dedup key -> the task id its dedup string names now ('' = none)
+    dedup: dict[str, str] = msgspec.field(default_factory=dict)
+    #: the namespace's stats hash (state counts per queue, ev: / rej: counters); None =
+    #: not read (the counter checks are skipped)
+    stats: dict[str, int] | None = None
+    #: task id -> the history entry ids the events stream names for it, in order; None =
+    #: not read. ``events_trimmed``: the stream lost old entries to MAXLEN ~
+    events: dict[str, list[str]] | None = None
+    events_trimmed: bool = False

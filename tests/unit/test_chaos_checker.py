@@ -1,0 +1,523 @@
+"""The chaos checker catches what it claims: each kind of broken promise, fed to it as a
+corrupted run, is reported (and a clean run is not). No Redis needed.
+
+Breaking fencing for real would need a Lua switch that skips the lease check; these
+corrupted inputs are what such a build would produce.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from rsjobs.chaos import RunData, check
+from rsjobs.chaos.records import CancelAck, Execution, FaultEvent, Submission, TaskRecord
+from rsjobs.chaos.recovery import percentile, recoveries
+from rsjobs.chaos.replay import replay
+from rsjobs.schemas import HistoryEntry
+from tests.reference import replay as reference_replay
+
+T1 = "a" * 32
+T2 = "b" * 32
+W1, W2 = "chaos-w0g1", "chaos-w1g1"
+ACK = 1_000_000
+
+
+def entry(
+    n: int,
+    event: str,
+    frm: str,
+    to: str,
+    att: int = 0,
+    *,
+    src: str = "worker",
+    rej: bool = False,
+    tid: str = T1,
+    **extra: str,
+) -> HistoryEntry:
+    return HistoryEntry(
+        id=f"{ACK + n}-0",
+        task_id=tid,
+        event=event,
+        from_state=frm,
+        to_state=to,
+        source=src,
+        attempt=att,
+        ts=ACK + n,
+        rejected=rej,
+        extra=dict(extra),
+    )
+
+
+def fields(
+    state: str, attempt: int, *, worker: str = W1, kind: str = "fast", **kw: Any
+) -> dict[str, str]:
+    f = {
+        "id": T1,
+        "queue": "chaos",
+        "state": state,
+        "attempt": str(attempt),
+        "max_attempts": "3",
+        "payload": json.dumps({"k": kind, "seq": 0}),
+        "consumer": worker,
+        "lease": f"{attempt}:{worker}-0123abcd",
+    }
+    f.update({k: str(v) for k, v in kw.items()})
+    return f
+
+
+def result(attempt: int, worker: str, xid: str = "x1") -> str:
+    return json.dumps({"attempt": attempt, "worker": worker, "pid": 1, "exec": xid})
+
+
+def execution(xid: str, att: int, worker: str, ev: str, ts: int, outcome: str = "") -> Execution:
+    return Execution(
+        exec_id=xid, task_id=T1, attempt=att, worker=worker, pid=1, ev=ev, ts=ts, outcome=outcome
+    )
+
+
+def good_history() -> list[HistoryEntry]:
+    return [
+        entry(1, "ENQUEUE", "", "PENDING", src="api"),
+        entry(10, "START", "PENDING", "RUNNING", 1, worker=W1),
+        entry(20, "COMPLETE", "RUNNING", "SUCCEEDED", 1),
+    ]
+
+
+def good_run(**over: Any) -> RunData:
+    """One fast task, submitted, run once by W1, succeeded with W1's result."""
+    base: dict[str, Any] = {
+        "fsync": "always",
+        "lease_ms": 2000,
+        "submissions": [Submission(seq=0, kind="fast", task_id=T1, ack_ms=ACK)],
+        "tasks": {
+            T1: TaskRecord(
+                task_id=T1,
+                fields=fields("SUCCEEDED", 1, result=result(1, W1)),
+                history=good_history(),
+            )
+        },
+        "executions": [
+            execution("x1", 1, W1, "start", ACK + 11),
+            execution("x1", 1, W1, "end", ACK + 15, "ok"),
+        ],
+    }
+    base.update(over)
+    return RunData(**base)
+
+
+def task(hist: list[HistoryEntry], **kw: Any) -> dict[str, TaskRecord]:
+    state = next(e.to_state for e in reversed(hist) if not e.rejected)
+    att = max((e.attempt for e in hist if e.event == "START" and not e.rejected), default=0)
+    kw.setdefault("result", result(att, W1))
+    return {T1: TaskRecord(task_id=T1, fields=fields(state, att, **kw), history=hist)}
+
+
+def kinds(data: RunData) -> set[str]:
+    return {v.kind for v in check(data).violations}
+
+
+GOOD_STATS = {"chaos:SUCCEEDED": 1, "ev:ENQUEUE": 1, "ev:START": 1, "ev:COMPLETE": 1}
+
+
+def test_a_clean_run_passes() -> None:
+    res = check(good_run(stats=GOOD_STATS, events={T1: [e.id for e in good_history()]}))
+    assert res.ok, res.violations
+    assert res.counts["accepted"] == 1
+    assert res.counts["executions"] == 1
+    assert res.counts["starts"] == 1
+    assert res.states == {"SUCCEEDED": 1}
+
+
+def test_replay_agrees_with_the_reference_replay() -> None:
+    hist = [*good_history(), entry(30, "CANCEL", "SUCCEEDED", "CANCELLED", 1, src="api")]
+    assert [p.code for p in replay(hist)] == ["AFTER_TERMINAL", "ILLEGAL_TRANSITION"]
+    assert len(reference_replay(hist)) == 2
+
+
+CORRUPTIONS: dict[str, tuple[Callable[[], RunData], str]] = {
+    # history replay
+    "transition not in the table": (
+        lambda: good_run(
+            tasks=task(
+                [
+                    entry(1, "ENQUEUE", "", "PENDING", src="api"),
+                    entry(2, "COMPLETE", "PENDING", "SUCCEEDED", 0),
+                ]
+            )
+        ),
+        "ILLEGAL_TRANSITION",
+    ),
+    "duplicate terminal transition": (
+        lambda: good_run(
+            tasks=task([*good_history(), entry(30, "COMPLETE", "SUCCEEDED", "SUCCEEDED", 1)])
+        ),
+        "AFTER_TERMINAL",
+    ),
+    "transition after a terminal state": (
+        lambda: good_run(tasks=task([*good_history(), entry(30, "FAIL", "RUNNING", "FAILED", 1)])),
+        "AFTER_TERMINAL",
+    ),
+    "broken chain": (
+        lambda: good_run(
+            tasks=task(
+                [
+                    entry(1, "ENQUEUE", "", "PENDING", src="api"),
+                    entry(10, "START", "SCHEDULED", "RUNNING", 1, worker=W1),
+                    entry(20, "COMPLETE", "RUNNING", "SUCCEEDED", 1),
+                ]
+            )
+        ),
+        "BROKEN_CHAIN",
+    ),
+    "refusal that changed the state": (
+        lambda: good_run(
+            tasks=task([*good_history(), entry(30, "FAIL", "RUNNING", "FAILED", 1, rej=True)])
+        ),
+        "BAD_REFUSAL",
+    ),
+    # the result must come from the lease holder
+    "result from a worker that lost its lease": (
+        lambda: good_run(
+            tasks={
+                T1: TaskRecord(
+                    task_id=T1,
+                    fields=fields("SUCCEEDED", 2, worker=W2, result=result(1, W1)),
+                    history=[
+                        entry(1, "ENQUEUE", "", "PENDING", src="api"),
+                        entry(10, "START", "PENDING", "RUNNING", 1, worker=W1),
+                        entry(3000, "RECLAIM", "RUNNING", "PENDING", 1, src="reaper", worker=W1),
+                        entry(3010, "START", "PENDING", "RUNNING", 2, worker=W2),
+                        # fencing broken: the zombie's COMPLETE accepted
+                        entry(3020, "COMPLETE", "RUNNING", "SUCCEEDED", 2),
+                    ],
+                )
+            },
+            executions=[
+                execution("x1", 1, W1, "start", ACK + 11),
+                execution("x1", 1, W1, "end", ACK + 3015, "ok"),
+                execution("x2", 2, W2, "start", ACK + 3011),
+            ],
+        ),
+        "FOREIGN_RESULT",
+    ),
+    "result without an execution record": (
+        lambda: good_run(executions=[]),
+        "FOREIGN_RESULT",
+    ),
+    # executions vs. STARTs
+    "execution without a START": (
+        lambda: good_run(
+            executions=[
+                execution("x1", 1, W1, "start", ACK + 11),
+                execution("x1", 1, W1, "end", ACK + 15, "ok"),
+                execution("x9", 2, W2, "start", ACK + 12),
+            ]
+        ),
+        "UNLEASED_EXECUTION",
+    ),
+    "handler ran twice under one START": (
+        lambda: good_run(
+            executions=[
+                execution("x1", 1, W1, "start", ACK + 11),
+                execution("x1", 1, W1, "end", ACK + 15, "ok"),
+                execution("x0", 1, W1, "start", ACK + 12),
+            ]
+        ),
+        "RERUN_UNDER_LEASE",
+    ),
+    # accounting
+    "lost task (appendfsync always)": (
+        lambda: good_run(tasks={}, executions=[]),
+        "LOST",
+    ),
+    "task left running": (
+        lambda: good_run(
+            tasks=task(
+                [
+                    entry(1, "ENQUEUE", "", "PENDING", src="api"),
+                    entry(10, "START", "PENDING", "RUNNING", 1, worker=W1),
+                ]
+            ),
+            executions=[execution("x1", 1, W1, "start", ACK + 11)],
+        ),
+        "NOT_TERMINAL",
+    ),
+    "hash disagrees with history": (
+        lambda: good_run(
+            tasks={
+                T1: TaskRecord(
+                    task_id=T1,
+                    fields=fields("FAILED", 1, result=result(1, W1)),
+                    history=good_history(),
+                )
+            }
+        ),
+        "STATE_MISMATCH",
+    ),
+    "retried past max_attempts": (
+        lambda: good_run(
+            tasks=task(
+                [
+                    entry(1, "ENQUEUE", "", "PENDING", src="api"),
+                    entry(10, "START", "PENDING", "RUNNING", 1, worker=W1),
+                    entry(11, "RECLAIM", "RUNNING", "PENDING", 1, src="reaper", worker=W1),
+                    entry(12, "START", "PENDING", "RUNNING", 2, worker=W1),
+                    entry(13, "RECLAIM", "RUNNING", "PENDING", 2, src="reaper", worker=W1),
+                    entry(14, "START", "PENDING", "RUNNING", 3, worker=W1),
+                    entry(15, "RECLAIM", "RUNNING", "PENDING", 3, src="reaper", worker=W1),
+                    entry(16, "START", "PENDING", "RUNNING", 4, worker=W1),
+                    entry(20, "COMPLETE", "RUNNING", "SUCCEEDED", 4),
+                ]
+            ),
+            executions=[
+                execution("x1", 4, W1, "start", ACK + 17),
+                execution("x1", 4, W1, "end", ACK + 18, "ok"),
+            ],
+        ),
+        "RETRY_POLICY",
+    ),
+    "cancel acknowledged, task ended otherwise": (
+        lambda: good_run(
+            cancels=[CancelAck(task_id=T1, phase="pending", ack_ms=ACK + 5, state="CANCELLED")]
+        ),
+        "CANCEL_NOT_HONOURED",
+    ),
+    "cancelled although nobody cancelled it": (
+        lambda: good_run(
+            tasks=task(
+                [
+                    entry(1, "ENQUEUE", "", "PENDING", src="api"),
+                    entry(2, "CANCEL", "PENDING", "CANCELLED", src="api"),
+                ]
+            ),
+            executions=[],
+        ),
+        "IMPOSSIBLE_OUTCOME",
+    ),
+    "dedup key answered with two ids": (
+        lambda: good_run(
+            submissions=[
+                Submission(seq=0, kind="dedup", task_id=T1, ack_ms=ACK, dedup="k"),
+                Submission(seq=0, kind="dedup", task_id=T2, ack_ms=ACK + 9, dedup="k", repeat=True),
+            ],
+            dedup={"k": T1},
+        ),
+        "DEDUP_SPLIT",
+    ),
+    "a task nobody submitted": (
+        lambda: good_run(
+            tasks={
+                **good_run().tasks,
+                T2: TaskRecord(task_id=T2, fields=fields("SUCCEEDED", 0), history=[]),
+            }
+        ),
+        "PHANTOM_TASK",
+    ),
+    "events stream disagrees with the history": (
+        lambda: good_run(events={T1: [e.id for e in good_history()[:2]]}),
+        "EVENTS_MISMATCH",
+    ),
+    "stats counters drifted": (
+        lambda: good_run(stats={**GOOD_STATS, "chaos:RUNNING": 1, "ev:START": 2}),
+        "STATS_DRIFT",
+    ),
+    "a healthy worker's task reclaimed": (
+        lambda: good_run(
+            tasks=task(
+                [
+                    entry(1, "ENQUEUE", "", "PENDING", src="api"),
+                    entry(10, "START", "PENDING", "RUNNING", 1, worker=W1),
+                    entry(2100, "RECLAIM", "RUNNING", "PENDING", 1, src="reaper", worker=W1),
+                    entry(2110, "START", "PENDING", "RUNNING", 2, worker=W1),
+                    entry(2200, "COMPLETE", "RUNNING", "SUCCEEDED", 2),
+                ]
+            ),
+            executions=[
+                execution("x1", 2, W1, "start", ACK + 2111),
+                execution("x1", 2, W1, "end", ACK + 2150, "ok"),
+            ],
+            # W1 was stopped before this attempt, not during it
+            faults=[FaultEvent(at_ms=ACK - 5000, kind="worker_stop", target=W1)],
+        ),
+        "HEALTHY_TASK_RECLAIMED",
+    ),
+    "a worker crashed": (
+        lambda: good_run(
+            faults=[
+                FaultEvent(at_ms=ACK, kind="worker_exit", target=W1, detail="status 1", status=1)
+            ]
+        ),
+        "PROCESS_CRASH",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRUPTIONS))
+def test_each_corruption_is_reported(name: str) -> None:
+    make, kind = CORRUPTIONS[name]
+    assert kind in kinds(make()), check(make()).violations
+
+
+def test_a_poison_kill_is_not_a_crash() -> None:
+    run = good_run(
+        faults=[FaultEvent(at_ms=ACK, kind="worker_exit", target=W1, detail="-9", status=-9)]
+    )
+    res = check(run)
+    assert res.ok, res.violations
+    assert res.counts["poison_kills"] == 1
+
+
+def test_lost_task_in_the_aof_window_is_reported_apart() -> None:
+    kill = FaultEvent(at_ms=ACK + 800, kind="redis_kill", target="redis")
+    run = good_run(fsync="everysec", tasks={}, executions=[], faults=[kill])
+    res = check(run)
+    assert res.ok
+    assert [v.kind for v in res.aof_window_losses] == ["LOST"]
+    assert "SIGKILLed 800 ms later" in res.aof_window_losses[0].detail
+
+
+@pytest.mark.parametrize(
+    ("fsync", "kind", "delay_ms"),
+    [
+        ("always", "redis_kill", 800),  # fsync always: nothing may be lost
+        ("everysec", "redis_term", 800),  # a clean shutdown writes everything
+        ("everysec", "redis_kill", 10_000),  # the loss is older than the window
+    ],
+)
+def test_lost_task_outside_the_aof_window_is_a_violation(
+    fsync: str, kind: str, delay_ms: int
+) -> None:
+    f = FaultEvent(at_ms=ACK + delay_ms, kind=kind, target="redis")
+    run = good_run(fsync=fsync, tasks={}, executions=[], faults=[f])
+    assert "LOST" in kinds(run)
+
+
+def test_zombie_execution_is_counted_not_hidden() -> None:
+    """W1 froze, the reaper gave the task to W2; W1 woke, finished, and was refused."""
+    hist = [
+        entry(1, "ENQUEUE", "", "PENDING", src="api"),
+        entry(10, "START", "PENDING", "RUNNING", 1, worker=W1),
+        entry(2500, "RECLAIM", "RUNNING", "PENDING", 1, src="reaper", worker=W1, idle_ms="2400"),
+        entry(2600, "START", "PENDING", "RUNNING", 2, worker=W2),
+        entry(2700, "COMPLETE", "RUNNING", "SUCCEEDED", 2),
+        entry(5000, "COMPLETE", "SUCCEEDED", "SUCCEEDED", 2, rej=True),
+    ]
+    run = good_run(
+        tasks={
+            T1: TaskRecord(
+                task_id=T1,
+                fields=fields("SUCCEEDED", 2, worker=W2, result=result(2, W2, "x2")),
+                history=hist,
+            )
+        },
+        executions=[
+            execution("x1", 1, W1, "start", ACK + 11),
+            execution("x2", 2, W2, "start", ACK + 2601),
+            execution("x2", 2, W2, "end", ACK + 2690, "ok"),
+            execution("x1", 1, W1, "end", ACK + 4990, "ok"),
+        ],
+        faults=[FaultEvent(at_ms=ACK + 100, kind="worker_stop", target=W1)],
+    )
+    res = check(run)
+    assert res.ok, res.violations
+    assert res.counts["duplicate_executions"] == 1
+    assert res.counts["duplicate_executions_finished"] == 1
+    assert res.counts["discarded_results"] == 1
+    assert res.counts["refused_results"] == 1
+    assert res.counts["executions"] == 2
+    assert res.recovery.reclaims == 1
+    # owner lost at the SIGSTOP (ACK+100), new START at ACK+2600
+    assert res.recovery.p50_ms == 2500
+    assert not res.warnings
+
+
+def test_recovery_without_a_fault_uses_the_lease_expiry_and_warns() -> None:
+    hist = [
+        entry(1, "ENQUEUE", "", "PENDING", src="api"),
+        entry(10, "START", "PENDING", "RUNNING", 1, worker=W1),
+        entry(3000, "RECLAIM", "RUNNING", "PENDING", 1, src="reaper", worker=W1, idle_ms="2500"),
+        entry(3100, "START", "PENDING", "RUNNING", 2, worker=W2),
+    ]
+    rec = TaskRecord(task_id=T1, fields={}, history=hist)
+    (r,) = recoveries([rec], [], lease_ms=2000)
+    # last heartbeat at 3000 - 2500 = 500; lease expired at 2500; START at 3100
+    assert (r.basis, r.total_ms, r.unexplained) == ("lease", 600, True)
+    near = FaultEvent(at_ms=ACK + 400, kind="redis_term", target="redis")
+    (r,) = recoveries([rec], [near], lease_ms=2000)
+    assert not r.unexplained
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert percentile([], 50) == 0
+    assert percentile([5], 99) == 5
+    values = list(range(1, 101))
+    assert percentile(values, 50) == 50
+    assert percentile(values, 99) == 99
+    assert percentile(values, 100) == 100
+
+
+def test_a_worker_started_while_redis_was_down_is_a_warning_not_a_crash() -> None:
+    down = FaultEvent(at_ms=ACK + 100, kind="redis_term", target="redis")
+    up = FaultEvent(at_ms=ACK + 600, kind="redis_up", target="redis")
+    early = FaultEvent(
+        at_ms=ACK + 450, kind="worker_exit", target=W2, status=3, ran_ms=200, detail="3"
+    )
+    res = check(good_run(faults=[down, up, early]))
+    assert res.ok, res.violations
+    assert [w.kind for w in res.warnings] == ["START_WITHOUT_REDIS"]
+    # the same exit of a worker that had been running for a minute is a crash
+    late = FaultEvent(
+        at_ms=ACK + 450, kind="worker_exit", target=W2, status=3, ran_ms=60_000, detail="3"
+    )
+    assert "PROCESS_CRASH" in kinds(good_run(faults=[down, up, late]))
+
+
+# -- the plans are pure functions of the seed -------------------------------------------
+
+
+def test_fault_schedule_is_replayable_and_has_every_kind() -> None:
+    from rsjobs.chaos import FAULT_KINDS
+    from rsjobs.chaos.faults import plan_faults
+
+    args = {"workers": 3, "reapers": 2, "lease_ms": 2000, "mean_gap_s": 2.0}
+    a = plan_faults(42, 30, FAULT_KINDS, **args)
+    assert a == plan_faults(42, 30, FAULT_KINDS, **args)
+    assert a != plan_faults(43, 30, FAULT_KINDS, **args)
+    assert {f.kind for f in a} == set(FAULT_KINDS)
+    assert all(0 < f.at_s < 29 for f in a)
+    assert [f.at_s for f in a] == sorted(f.at_s for f in a)
+    for f in a:
+        if f.kind == "worker_stop":  # past the lease
+            assert f.hold_s > 2.0
+    assert plan_faults(42, 30, (), **args) == []
+    few = plan_faults(1, 6, FAULT_KINDS, **{**args, "mean_gap_s": 100.0})
+    assert {f.kind for f in few} == set(FAULT_KINDS)
+
+
+def test_workload_plan_is_replayable() -> None:
+    from rsjobs.chaos.workload import KINDS, plan_tasks
+
+    a = plan_tasks(7, 1000, 30.0, 2000)
+    assert a == plan_tasks(7, 1000, 30.0, 2000)
+    assert len(a) == 1000 + 2  # one poison task per 500
+    assert {s.kind for s in a} == set(KINDS)
+    assert len({s.seq for s in a}) == len(a)
+    assert all(0 <= s.at_s <= 30 for s in a)
+    dedup = [s for s in a if s.kind == "dedup"]
+    assert all(s.dedup for s in dedup) and any(s.repeat_after_s >= 0 for s in dedup)
+    assert not any(s.dedup for s in a if s.kind != "dedup")
+
+
+def test_tracebacks_in_process_logs_are_found(tmp_path: Any) -> None:
+    from rsjobs.chaos.collect import tracebacks
+
+    (tmp_path / "chaos-w0g1.log").write_text(
+        "ok\nTraceback (most recent call last):\n  File 'x', line 1\n    boom()\n"
+        "RuntimeError: boom\nINFO later\n"
+    )
+    (tmp_path / "chaos-w1g1.log").write_text("INFO nothing\n")
+    assert tracebacks(tmp_path) == ["chaos-w0g1.log:5: RuntimeError: boom"]
