@@ -28,7 +28,7 @@ for i = 1, ntasks() do
   if t == nil then
     out[i] = 'GONE'
   elseif t.state ~= 'RUNNING' then
-    reject(t, event, 'task is ' .. t.state)
+    reject(t, event, 'task is ' .. t.state .. ' (lease ' .. lease .. ')')
     out[i] = t.state
   elseif t.f.lease ~= lease then
     reject(t, event, 'lease lost: ' .. lease .. ' no longer holds the task')
