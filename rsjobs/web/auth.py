@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from starlette.requests import Request
 
 from ..errors import ConfigError
 
@@ -183,3 +184,18 @@ class Auth:
         if token is None:
             return ANONYMOUS if self.dev else None
         return self._by_digest.get(_digest(token))
+
+
+def require_principal(auth: Auth, request: Request, *, allow_query: bool = False) -> Principal:
+    """Who the request's bearer token names; a 401 :class:`ApiError` when nobody."""
+    from .http import ApiError, bearer_token
+
+    who = auth.authenticate(bearer_token(request, allow_query=allow_query))
+    if who is None:
+        raise ApiError(
+            401,
+            "unauthorized",
+            "a valid bearer token is required",
+            {"WWW-Authenticate": 'Bearer realm="rsjobs"'},
+        )
+    return who

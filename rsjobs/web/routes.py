@@ -16,8 +16,8 @@ from ..client import validate_task_id
 from ..errors import ConfigError, PayloadError, TaskNotFound
 from ..model import is_terminal
 from ..schemas import EnqueueRequest, HistoryEntry, TaskInfo
-from .auth import Principal
-from .http import ApiError, bearer_token, json_response, page_params, read_body
+from .auth import Principal, require_principal
+from .http import ApiError, json_response, page_params, read_body
 from .hub import parse_id
 from .metrics import CONTENT_TYPE
 from .openapi import openapi_document
@@ -53,15 +53,7 @@ class Api:
     # -- helpers ---------------------------------------------------------------------------
 
     def principal(self, request: Request, *, allow_query: bool = False) -> Principal:
-        who = self.svc.auth.authenticate(bearer_token(request, allow_query=allow_query))
-        if who is None:
-            raise ApiError(
-                401,
-                "unauthorized",
-                "a valid bearer token is required",
-                {"WWW-Authenticate": 'Bearer realm="rsjobs"'},
-            )
-        return who
+        return require_principal(self.svc.auth, request, allow_query=allow_query)
 
     @staticmethod
     def task_id(request: Request) -> str:

@@ -22,17 +22,17 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgspec
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ..errors import ConfigError
 from ..workflows.client import WorkflowClient, validate_workflow_id
+from ..workflows.http import _answering
 from ..workflows.plan import Plan, decode_plan
 from ..workflows.schemas import decode_asset
-from .auth import Auth, Principal
-from .http import ApiError, bearer_token, error_response, json_response
+from .auth import Auth, Principal, require_principal
+from .http import ApiError, json_response
 
 __all__ = [
     "MEDIA_TYPES",
@@ -129,20 +129,6 @@ def check_asset_root(root: str | os.PathLike[str] | None) -> Path | None:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def _answering(fn: Handler) -> Handler:
-    async def handle(request: Request) -> Response:
-        try:
-            return await fn(request)
-        except ApiError as exc:
-            return error_response(exc)
-        except RedisError:
-            return error_response(
-                ApiError(503, "redis_unavailable", "the workflow store is unavailable; retry")
-            )
-
-    return handle
-
-
 class WorkflowExtras:
     """The handlers, bound to the app's workflow client, token table and asset root."""
 
@@ -152,15 +138,7 @@ class WorkflowExtras:
         self.root = asset_root
 
     def principal(self, request: Request, *, allow_query: bool = False) -> Principal:
-        who = self.auth.authenticate(bearer_token(request, allow_query=allow_query))
-        if who is None:
-            raise ApiError(
-                401,
-                "unauthorized",
-                "a valid bearer token is required",
-                {"WWW-Authenticate": 'Bearer realm="rsjobs"'},
-            )
-        return who
+        return require_principal(self.auth, request, allow_query=allow_query)
 
     async def visible_plan(self, request: Request, who: Principal) -> tuple[str, Plan]:
         """The workflow's id and plan; 404 unless it exists and ``who`` may see it."""

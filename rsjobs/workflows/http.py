@@ -29,10 +29,9 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from ..errors import ConfigError, PayloadError, RsjobsError
-from ..web.auth import Auth, Principal
+from ..web.auth import Auth, Principal, require_principal
 from ..web.http import (
     ApiError,
-    bearer_token,
     error_response,
     json_response,
     page_params,
@@ -109,15 +108,7 @@ class WorkflowApi:
     # -- helpers ---------------------------------------------------------------------------
 
     def principal(self, request: Request, *, allow_query: bool = False) -> Principal:
-        who = self.auth.authenticate(bearer_token(request, allow_query=allow_query))
-        if who is None:
-            raise ApiError(
-                401,
-                "unauthorized",
-                "a valid bearer token is required",
-                {"WWW-Authenticate": 'Bearer realm="rsjobs"'},
-            )
-        return who
+        return require_principal(self.auth, request, allow_query=allow_query)
 
     @staticmethod
     def wf_id(request: Request) -> str:
