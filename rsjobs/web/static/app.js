@@ -7,44 +7,10 @@
 // (resuming with ?last_event_id=) as soon as a poll succeeds.
 "use strict";
 
-const API = new URL("../", window.location.href); // the page is served at <app>/ui/
 const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"]);
 const POLL_MIN_MS = 1000;
 const POLL_MAX_MS = 30000;
 const SSE_ERRORS_BEFORE_POLLING = 3;
-
-const $ = (sel, root = document) => root.querySelector(sel);
-const tokenInput = $("#token");
-tokenInput.value = sessionStorage.getItem("rsjobs-token") || "";
-tokenInput.addEventListener("change", () => sessionStorage.setItem("rsjobs-token", tokenInput.value));
-
-function headers(extra = {}) {
-  const h = { ...extra };
-  if (tokenInput.value) h.Authorization = `Bearer ${tokenInput.value}`;
-  return h;
-}
-
-async function api(path, options = {}) {
-  const res = await fetch(new URL(path, API), { ...options, headers: headers(options.headers) });
-  const body = res.status === 204 ? null : await res.json().catch(() => null);
-  if (!res.ok) {
-    const err = new Error(body && body.detail ? body.detail : `HTTP ${res.status}`);
-    err.status = res.status;
-    throw err;
-  }
-  return body;
-}
-
-// An idempotency key per submit: a retried POST (same key) cannot create a second task.
-function newKey() {
-  if (window.crypto && crypto.randomUUID) return crypto.randomUUID(); // secure contexts only
-  return Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
-}
-
-function fmtTime(ms) {
-  const d = new Date(ms);
-  return d.toLocaleTimeString(undefined, { hour12: false }) + "." + String(ms % 1000).padStart(3, "0");
-}
 
 class TaskView {
   constructor(id) {

@@ -10,7 +10,6 @@
 // ?last_event_id=) as soon as a poll succeeds.
 "use strict";
 
-const API = new URL("../", window.location.href); // the page is served at <app>/ui/
 const TERMINAL = new Set(["PUBLISHED", "FAILED", "CANCELLED"]);
 const POLL_MIN_MS = 1000;
 const POLL_MAX_MS = 30000;
@@ -22,45 +21,6 @@ const SUGGESTED = {
   PARTIALLY_FAILED: "retry",
   READY_TO_PUBLISH: "publish",
 };
-
-const $ = (sel, root = document) => root.querySelector(sel);
-const tokenInput = $("#token");
-tokenInput.value = sessionStorage.getItem("rsjobs-token") || "";
-tokenInput.addEventListener("change", () => sessionStorage.setItem("rsjobs-token", tokenInput.value));
-
-function headers(extra = {}) {
-  const h = { ...extra };
-  if (tokenInput.value) h.Authorization = `Bearer ${tokenInput.value}`;
-  return h;
-}
-
-// fetch + JSON; a non-2xx answer throws an Error carrying status, code and detail
-async function api(path, options = {}) {
-  const res = await fetch(new URL(path, API), { ...options, headers: headers(options.headers) });
-  const body = res.status === 204 ? null : await res.json().catch(() => null);
-  if (!res.ok) {
-    const err = new Error(body && body.detail ? body.detail : `HTTP ${res.status}`);
-    err.status = res.status;
-    err.code = body && body.error ? body.error : "";
-    throw err;
-  }
-  return body;
-}
-
-function withToken(url) {
-  if (tokenInput.value) url.searchParams.set("access_token", tokenInput.value);
-  return url;
-}
-
-function newKey() {
-  if (window.crypto && crypto.randomUUID) return crypto.randomUUID(); // secure contexts only
-  return Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
-}
-
-function fmtTime(ms) {
-  const d = new Date(ms);
-  return d.toLocaleTimeString(undefined, { hour12: false }) + "." + String(ms % 1000).padStart(3, "0");
-}
 
 // the last parts of a long reference: enough to tell the files apart
 function shortRef(ref) {
