@@ -298,10 +298,9 @@ class Client:
 
     async def _control(self, task_id: str, event: str, reason: str) -> tuple[int, str]:
         validate_task_id(task_id)
-        queue = await self.redis.hget(self.keys.task(task_id), "queue")
+        queue, dedup = await self.redis.hmget(self.keys.task(task_id), ["queue", "dedup"])
         if queue is None:
             raise TaskNotFound(task_id)
-        dedup = await self.redis.hget(self.keys.task(task_id), "dedup")
         code, state = await self.scripts.call(
             "control",
             self.source,

@@ -93,10 +93,9 @@ local function member(t)
   return t.queue .. ':' .. t.id
 end
 
--- Append one entry to the task's history and to the events stream; returns the history id.
--- `extra` is a flat array of additional field, value pairs (may be nil).
-local function record(t, from, to, event, msg, rejected, extra)
-  local f = {'ev', event, 'from', from, 'to', to, 'src', SOURCE, 'att', t.attempt or 0, 'ts', NOW}
+-- Complete the fields `f` of a history entry: msg, rej=1 for a refusal, then `extra` (a
+-- flat field, value array, may be nil). Shared by task and workflow histories.
+local function with_note(f, msg, rejected, extra)
   if msg ~= nil and msg ~= '' then
     f[#f + 1] = 'msg'; f[#f + 1] = msg
   end
@@ -106,6 +105,14 @@ local function record(t, from, to, event, msg, rejected, extra)
   if extra ~= nil then
     for j = 1, #extra do f[#f + 1] = extra[j] end
   end
+  return f
+end
+
+-- Append one entry to the task's history and to the events stream; returns the history id.
+-- `extra` is a flat array of additional field, value pairs (may be nil).
+local function record(t, from, to, event, msg, rejected, extra)
+  local f = with_note({'ev', event, 'from', from, 'to', to, 'src', SOURCE,
+    'att', t.attempt or 0, 'ts', NOW}, msg, rejected, extra)
   local hid = redis.call('XADD', t.hkey, '*', unpack(f))
   redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*',
     'id', t.id, 'q', t.queue, 'hid', hid, unpack(f))

@@ -115,17 +115,8 @@ end
 
 -- Append one entry to the workflow's history; `extra` is a flat field, value array.
 local function wf_record(w, from, to, event, msg, rejected, extra)
-  local f = {'ev', event, 'from', from, 'to', to, 'src', SOURCE, 'v', w.version,
-    'stage', w.stage_name, 'ts', NOW}
-  if msg ~= nil and msg ~= '' then
-    f[#f + 1] = 'msg'; f[#f + 1] = msg
-  end
-  if rejected then
-    f[#f + 1] = 'rej'; f[#f + 1] = '1'
-  end
-  if extra ~= nil then
-    for j = 1, #extra do f[#f + 1] = extra[j] end
-  end
+  local f = with_note({'ev', event, 'from', from, 'to', to, 'src', SOURCE, 'v', w.version,
+    'stage', w.stage_name, 'ts', NOW}, msg, rejected, extra)
   return redis.call('XADD', WF_HKEY, 'MAXLEN', '~', WF_HISTORY_MAX, '*', unpack(f))
 end
 

@@ -93,3 +93,18 @@ def page_params(request: Request) -> tuple[str, int]:
     if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 1000:
         raise ApiError(400, "invalid_limit", "limit: an integer from 1 to 1000")
     return after, int(raw_limit)
+
+
+def last_event_id(request: Request) -> str | None:
+    """The resume point of an SSE request (``Last-Event-ID`` header, or ``last_event_id``
+    in the query for a page that reconnects by hand); a 400 :class:`ApiError` if malformed."""
+    from .hub import parse_id
+
+    last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+    try:
+        parse_id(last or "0-0")
+    except ValueError:
+        raise ApiError(
+            400, "invalid_last_event_id", "Last-Event-ID: an id this stream sent"
+        ) from None
+    return last

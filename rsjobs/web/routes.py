@@ -17,8 +17,7 @@ from ..errors import ConfigError, PayloadError, TaskNotFound
 from ..model import is_terminal
 from ..schemas import EnqueueRequest, HistoryEntry, TaskInfo
 from .auth import Principal, require_principal
-from .http import ApiError, json_response, page_params, read_body
-from .hub import parse_id
+from .http import ApiError, json_response, last_event_id, page_params, read_body
 from .metrics import CONTENT_TYPE
 from .openapi import openapi_document
 from .schemas import (
@@ -208,13 +207,7 @@ class Api:
     async def task_events(self, request: Request) -> Response:
         who = self.principal(request, allow_query=True)
         tid = self.task_id(request)
-        last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-        try:
-            parse_id(last or "0-0")
-        except ValueError:
-            raise ApiError(
-                400, "invalid_last_event_id", "Last-Event-ID: an id this stream sent"
-            ) from None
+        last = last_event_id(request)
         await self.visible_state(who, tid)
         svc = self.svc
         client_key = f"ip:{request.client.host if request.client else '?'}"

@@ -34,10 +34,10 @@ from ..web.http import (
     ApiError,
     error_response,
     json_response,
+    last_event_id,
     page_params,
     read_body,
 )
-from ..web.hub import parse_id
 from .bodies import (
     ActionResult,
     CancelBody,
@@ -218,13 +218,7 @@ class WorkflowApi:
     async def events(self, request: Request) -> Response:
         who = self.principal(request, allow_query=True)
         wf_id = self.wf_id(request)
-        last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-        try:
-            parse_id(last or "0-0")
-        except ValueError:
-            raise ApiError(
-                400, "invalid_last_event_id", "Last-Event-ID: an id this stream sent"
-            ) from None
+        last = last_event_id(request)
         await self.visible(who, wf_id)
         ws = self.client.scripts
         if last and await ended_before(ws, wf_id, last):
