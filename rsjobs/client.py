@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from .codec import encode_payload
 from .errors import ConfigError, InvalidTransition, TaskNotFound, WaitTimeout
 from .keys import validate_name
+from .resp import LaneRedis
 from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo
 from .scripts import Scripts
 from .settings import Settings
@@ -38,12 +39,16 @@ def new_task_id() -> str:
 
 
 def connect(url: str, **kwargs: Any) -> Redis:
-    """A redis-py asyncio client configured as rsjobs needs it (str replies)."""
+    """A redis-py asyncio client configured as rsjobs needs it (str replies).
+
+    It is a :class:`~rsjobs.resp.LaneRedis`: the transition scripts called through it use
+    a lean pipelined connection of its own, closed by its ``aclose()``.
+    """
     kwargs.setdefault("decode_responses", True)
     kwargs.setdefault("health_check_interval", 30)
     # blocking reads (XREADGROUP / XREAD BLOCK) stay well under this
     kwargs.setdefault("socket_timeout", 30)
-    return Redis.from_url(url, **kwargs)
+    return LaneRedis.from_url(url, **kwargs)
 
 
 def _check_request(r: EnqueueRequest, limit: int) -> bytes:

@@ -3,7 +3,9 @@
 Each script in ``scripts/`` is shipped as package data and loaded as ``fsm.lua`` (the table
 and shared helpers) followed by the script itself. Calls use EVALSHA and fall back to
 SCRIPT LOAD on NOSCRIPT (e.g. after a Redis restart or failover), as redis-py's registered
-scripts do, without their per-call overhead.
+scripts do, without their per-call overhead. They go over the client's :class:`~rsjobs.resp.Lane`
+(one pipelined connection) when it has one (clients made by :func:`rsjobs.connect`), else
+through redis-py.
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ class Scripts:
         self._common_keys = self.keys.common()
         self._common_argv = [str(settings.events_maxlen), str(settings.retention_ms), GROUP]
         self._sha = {n: hashlib.sha1(script_source(n).encode()).hexdigest() for n in SCRIPT_NAMES}
+        # the lane, when the client has one, is the client's: it closes with it
+        self.lane = getattr(redis, "lane", None)
 
     def task_keys(self, task_id: str, queue: str, dedup: str | None = None) -> TaskKeys:
         k = self.keys
@@ -96,8 +100,9 @@ class Scripts:
             keys.extend(tk)
         sha = self._sha[name]
         cmd = ("EVALSHA", sha, len(keys), *keys, source, *self._common_argv, *argv)
+        send = self.lane.call if self.lane is not None else self.redis.execute_command
         try:
-            return await self.redis.execute_command(*cmd)
+            return await send(*cmd)
         except NoScriptError:
             await self.redis.script_load(script_source(name))
-            return await self.redis.execute_command(*cmd)
+            return await send(*cmd)
