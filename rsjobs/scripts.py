@@ -51,7 +51,8 @@ SCRIPT_NAMES = (
 
 @cache
 def script_source(name: str) -> str:
-    """The full text of a transition script: ``fsm.lua`` followed by ``scripts/<name>.lua``.
+    """The full text of a transition script: ``fsm.lua``, then ``scripts/<name>.lua`` as the
+    body of a function that ``fsm.lua``'s ``finish_call`` runs.
 
     Workflow scripts (``wf_*``) also get ``wf.lua``, the workflow state machine, between the
     two (see ``rsjobs.workflows``).
@@ -61,7 +62,9 @@ def script_source(name: str) -> str:
     body = (pkg / "scripts" / f"{name}.lua").read_text(encoding="utf-8")
     if name.startswith("wf_"):
         fsm += "\n" + (pkg / "wf.lua").read_text(encoding="utf-8")
-    return fsm + "\n" + body
+    # the body runs as a function, so that fsm.lua's finish_call can write the counters
+    # it summed after the body returns (or raises)
+    return f"{fsm}\nlocal function main()\n{body}\nend\nreturn finish_call(main)\n"
 
 
 TaskKeys = tuple[str, str, str, str]

@@ -122,7 +122,7 @@ end
 
 -- Record a refused action: the workflow does not change; its history says why.
 local function wf_reject(w, event, reason, extra)
-  redis.call('HINCRBY', STATS_KEY, 'wfrej:' .. event, 1)
+  count('wfrej:' .. event, 1)
   return wf_record(w, w.status, w.status, event, reason, true, extra)
 end
 
@@ -156,7 +156,7 @@ local function wf_transition(w, event, to, msg, fields, extra)
     f[#f + 1] = 'finished_at'; f[#f + 1] = NOW
   end
   redis.call('HSET', WF_KEY, unpack(f))
-  redis.call('HINCRBY', STATS_KEY, 'wfev:' .. event, 1)
+  count('wfev:' .. event, 1)
   w.status = to
   local hid = wf_record(w, from, to, event, msg, false, extra)
   if WF_TERMINAL[to] then

@@ -1,0 +1,51 @@
+"""A transition script that fails part-way on a real Redis: the error reaches the caller,
+and the counters of the transitions it made before failing are written with them (counters
+are summed during the call and written when it ends, returned or raised)."""
+
+from __future__ import annotations
+
+import pytest
+from redis.exceptions import ResponseError
+
+from rsjobs import Client, EnqueueRequest
+from rsjobs.client import _enqueue_argv, new_task_id
+from rsjobs.codec import encode_payload
+
+pytestmark = pytest.mark.integration
+
+
+async def test_counters_follow_the_writes_of_a_failing_batch(client: Client) -> None:
+    ids = [new_task_id() for _ in range(3)]
+    # the second task's history key already holds a string: its XADD fails mid-batch,
+    # after the first task was fully written and the second's hash was
+    await client.redis.set(client.keys.history(ids[1]), "not a stream")
+    req = EnqueueRequest(type="noop")
+    argv: list[object] = []
+    for tid in ids:
+        argv += _enqueue_argv(tid, req, encode_payload(None, 1 << 20))
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        await client.scripts.call(
+            "enqueue", "api", [client.scripts.task_keys(tid, "default") for tid in ids], argv
+        )
+    states = [await client.redis.hget(client.keys.task(tid), "state") for tid in ids]
+    assert states[0] == "PENDING" and states[2] is None
+    written = sum(1 for st in states if st == "PENDING")
+    # the counters say exactly what the hashes say
+    assert await client.redis.hget(client.keys.stats, "default:PENDING") == str(written)
+    assert (await client.counters())["ev:ENQUEUE"] == written
+
+
+async def test_an_illegal_transition_is_an_error_reply_naming_it(client: Client) -> None:
+    # the table refuses what no script should ask; the message survives the wrapper
+    tid = await client.enqueue("noop")
+    src = "return finish_call(function() transition({state = 'PENDING'}, 'X', 'Y') end)"
+    with pytest.raises(ResponseError, match="illegal transition PENDING -X-> Y"):
+        await client.redis.eval(_with_fsm(src), 0, "api", "1000", "0", "rsjobs")
+    assert (await client.get(tid)).state == "PENDING"
+
+
+def _with_fsm(tail: str) -> str:
+    from importlib import resources
+
+    fsm = (resources.files("rsjobs") / "fsm.lua").read_text(encoding="utf-8")
+    return fsm + "\n" + tail
