@@ -152,6 +152,16 @@ class Worker:
         #: a connection error)
         self._recheck = True
         self._closing = False
+        #: deliveries whose start.lua call is in flight: they hold slots (concurrency) but
+        #: are not jobs yet; the fetch loop reads the next batch meanwhile
+        self._starting = 0
+        self._starting_entries: set[str] = set()
+        self._start_tasks: set[asyncio.Task[None]] = set()
+        self._start_error: BaseException | None = None
+        #: while a start is in flight, read again only once this many slots are free, so
+        #: batches (and their per-call cost) stay large under load; an idle worker reads
+        #: at once whatever is free
+        self._min_batch = max(1, concurrency // 4)
         self._slot_free = asyncio.Event()
         self._stopping = asyncio.Event()
         self._force = False
@@ -205,6 +215,7 @@ class Worker:
             for h in helpers:
                 h.cancel()
             await asyncio.wait(helpers, timeout=5)
+            await self._wait_starts()
             await self._flush_all()
             await self._unregister()
             self._threads.shutdown(wait=False, cancel_futures=True)
@@ -215,6 +226,7 @@ class Worker:
 
     async def _drain(self) -> None:
         """Graceful stop: let handlers finish within the grace period, hand back the rest."""
+        await self._wait_starts()
         if self._buffer:
             await self._release(list(self._buffer))
             self._buffer.clear()
@@ -236,14 +248,27 @@ class Worker:
     # -- fetching ------------------------------------------------------------------------
 
     async def _fetch_loop(self) -> None:
+        """Read deliveries for free slots and start them.
+
+        A batch's start.lua call runs in the background (:meth:`_start_batch`) while this
+        loop goes on to read the next batch for slots that free meanwhile: a read and a
+        start are in flight together, instead of one after the other. Deliveries being
+        started hold their slots, so at most ``concurrency`` tasks are ever started and not
+        finished.
+        """
         backoff = 0.1
         while not self._stopping.is_set():
-            free = self.concurrency - len(self.jobs)
-            if free <= 0:
+            free = self.concurrency - len(self.jobs) - self._starting
+            if self._start_error is None and (
+                free <= 0 or (self._starting and free < self._min_batch)
+            ):
                 self._slot_free.clear()
                 await self._slot_free.wait()
                 continue
             try:
+                if self._start_error is not None:
+                    exc, self._start_error = self._start_error, None
+                    raise exc
                 if self._recheck:
                     await self._adopt_own_pending()
                     self._recheck = False
@@ -257,7 +282,11 @@ class Worker:
                         self._buffer.extend(batch[free:])
                         batch = batch[:free]
                 if batch:
-                    await self._start(batch)
+                    self._starting += len(batch)
+                    self._starting_entries.update(d.entry for d in batch)
+                    task = asyncio.get_running_loop().create_task(self._start_batch(batch))
+                    self._start_tasks.add(task)
+                    task.add_done_callback(self._start_tasks.discard)
                 backoff = 0.1
             except _TRANSIENT as exc:
                 # a batch read but not started, or a reply lost on the way, is still in this
@@ -273,10 +302,34 @@ class Worker:
                     continue
                 raise
 
+    async def _start_batch(self, batch: list[Delivery]) -> None:
+        """Start one batch in the background of the fetch loop; an error goes to the loop,
+        which handles it as if its own call had raised it."""
+        try:
+            await self._start(batch)
+        except Exception as exc:
+            self._start_error = exc
+        finally:
+            self._starting -= len(batch)
+            self._starting_entries.difference_update(d.entry for d in batch)
+            self._slot_free.set()
+
+    async def _wait_starts(self) -> None:
+        """Let the start calls in flight land, so their tasks are jobs (drained, handed
+        back) and not left RUNNING without a handler."""
+        if self._start_tasks:
+            await asyncio.wait(list(self._start_tasks), timeout=10)
+        if self._start_error is not None:
+            # stopping: the fetch loop no longer handles it (the deliveries stay in this
+            # consumer's pending list for the reaper)
+            log.warning("worker %s: starting a batch failed: %s", self.name, self._start_error)
+            self._start_error = None
+
     async def _adopt_own_pending(self) -> None:
         """Queue up what this consumer was delivered and runs nowhere (start.lua refuses
         whatever turns out stale)."""
         known = {j.entry for j in self.jobs.values()} | {d.entry for d in self._buffer}
+        known |= self._starting_entries
         for d in await read_own_pending(self.redis, self.name, self.streams):
             if d.entry not in known:
                 self._buffer.append(d)
