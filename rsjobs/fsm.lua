@@ -22,9 +22,10 @@ stream and to the events stream with: ev, from, to, src, att (attempt), ts (Redi
 and msg / rej=1 / extra fields where they apply. Checks come before the first write of each
 task: Redis does not roll a script back.
 Counters (KEYS[2]) are summed per field while the script runs and written once per field
-when it ends (see `count` and `finish_call`; the loader wraps every script body so that
-this happens whether it returns or raises), so a batch of N transitions costs a few
-HINCRBYs, not 3N.
+when it ends, and dropped work entries are acked and deleted then with one XACK and one
+XDEL per queue stream (see `count`, `drop_entry` and `finish_call`; the loader wraps every
+script body so that this happens whether it returns or raises). A batch of N transitions
+costs a few HINCRBYs and one XACK and XDEL, not 3N and N of each.
 ]]
 
 local TERMINAL = {SUCCEEDED = true, FAILED = true, CANCELLED = true, TIMED_OUT = true}
@@ -78,14 +79,24 @@ local function count(field, n)
   COUNTS[field] = (COUNTS[field] or 0) + n
 end
 
--- Runs the script body `main`, then writes the counters, also when `main` raised (the
--- writes it made before the error stay: Redis does not roll a script back).
+-- Work entries this call removes, per queue stream: {qkey = {entry, ...}}; acked and
+-- deleted by finish_call() with one XACK and one XDEL per stream (see drop_entry).
+local DROPS = {}
+
+-- Runs the script body `main`, then writes the counters and removes the dropped entries,
+-- also when `main` raised (the writes it made before the error stay: Redis does not roll
+-- a script back, so what they imply must be written too).
 local function finish_call(main)
   local ok, res = pcall(main)
   for field, n in pairs(COUNTS) do
     redis.call('HINCRBY', STATS_KEY, field, n)
   end
   COUNTS = {}
+  for qkey, entries in pairs(DROPS) do
+    redis.call('XACK', qkey, GROUP, unpack(entries))
+    redis.call('XDEL', qkey, unpack(entries))
+  end
+  DROPS = {}
   if ok then return res end
   if type(res) == 'table' and res.err then return redis.error_reply(res.err) end
   error(res, 0)
@@ -199,11 +210,17 @@ local function load(i, names)
   return t
 end
 
--- Remove a delivered or undelivered work entry from the queue stream and its PEL.
+-- Remove a delivered or undelivered work entry from the queue stream and its PEL, when
+-- the call ends (batched per stream by finish_call). No script reads an entry's PEL or
+-- stream record after dropping it in the same call.
 local function drop_entry(qkey, entry)
   if entry ~= nil and entry ~= false and entry ~= '' then
-    redis.call('XACK', qkey, GROUP, entry)
-    redis.call('XDEL', qkey, entry)
+    local entries = DROPS[qkey]
+    if entries == nil then
+      entries = {}
+      DROPS[qkey] = entries
+    end
+    entries[#entries + 1] = entry
   end
 end
 
