@@ -266,6 +266,8 @@ local function end_attempt(t, event, body, etype, retryable, delay, jitter, extr
   drop_entry(t.qkey, t.f.entry)
   redis.call('ZREM', DEADLINES_KEY, member(t))
   if event == 'COMPLETE' then
+    -- a success after failed attempts: the task has no error now (history keeps them)
+    if (tonumber(t.f.failures) or 0) > 0 then redis.call('HDEL', t.key, 'error', 'error_type') end
     transition(t, 'COMPLETE', 'SUCCEEDED', '', {'result', body, 'progress', 100}, extra)
     return
   end

@@ -72,6 +72,23 @@ def test_fail_backs_off_exponentially_then_fails() -> None:
     assert t["failures"] == "3" and "attempts exhausted (3/3)" in h.history(A)[-1].message
 
 
+def test_success_after_a_failure_clears_the_error_but_history_keeps_it() -> None:
+    h = LuaHarness()
+    h.group()
+    h.enqueue(A, backoff=0)
+    r = h.start(A, h.deliver()[0], nonce="n1")
+    assert h.finish(A, "FAIL", r[5], body="boom")[1] == "SCHEDULED"
+    assert h.task(A)["error"] == "boom" and h.task(A)["error_type"] == "E"
+    h.r.zadd(h.k.scheduled, {f"q:{A}": 0})
+    h.r.hset(h.k.task(A), "due_at", 0)
+    assert h.promote()[0] == 1
+    r = h.start(A, h.deliver()[0], nonce="n2")
+    assert list(h.finish(A, "COMPLETE", r[5], body='"ok"')) == [1, "SUCCEEDED"]
+    t = h.task(A)
+    assert "error" not in t and "error_type" not in t and t["failures"] == "1"
+    assert [e.message for e in h.history(A) if e.event == "FAIL"] == ["boom"]
+
+
 def test_non_retryable_failure_skips_retries() -> None:
     h = LuaHarness()
     h.group()
