@@ -194,6 +194,10 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
         self.started_at = time.time()
+        if not await self._wait_for_redis():
+            log.info("worker %s stopped before redis was reachable", self.name)
+            self._remove_signal_handlers(loop)
+            return
         for stream in self.streams:
             await ensure_group(self.redis, stream)
         await self.redis.sadd(self.keys.queues, *self.queues)
@@ -219,10 +223,33 @@ class Worker:
             await self._flush_all()
             await self._unregister()
             self._threads.shutdown(wait=False, cancel_futures=True)
-            if self.handle_signals:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(sig)
+            self._remove_signal_handlers(loop)
             log.info("worker %s stopped after %d tasks", self.name, self.processed)
+
+    def _remove_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+
+    async def _wait_for_redis(self) -> bool:
+        """Wait until Redis answers: a worker may start before its Redis does (a deploy,
+        a restart). Retries with backoff up to 5 s; False when stopped first."""
+        delay, warned = 0.1, False
+        while not self._stopping.is_set():
+            try:
+                await self.redis.ping()
+            except _TRANSIENT as exc:
+                if not warned:
+                    log.warning("worker %s: redis unreachable (%s); waiting for it", self.name, exc)
+                    warned = True
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            if warned:
+                log.warning("worker %s: redis is reachable; starting", self.name)
+            return True
+        return False
 
     async def _drain(self) -> None:
         """Graceful stop: let handlers finish within the grace period, hand back the rest."""

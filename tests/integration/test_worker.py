@@ -13,6 +13,7 @@ import pytest
 
 from rsjobs import Client, Settings, Worker
 from rsjobs.model import TERMINAL
+from rsjobs.server import EmbeddedRedis
 from tests.apps import tasks
 from tests.helpers import spawn_worker, stop_process, wait_for_state
 from tests.reference import replay
@@ -260,3 +261,30 @@ async def test_a_worker_that_restarts_a_task_it_lost_keeps_the_new_attempt_alive
     events = [e.event for e in await client.history(tid) if not e.rejected]
     assert events.count("RECLAIM") == 1
     await assert_valid_history(client, tid)
+
+
+async def test_worker_started_before_redis_waits_for_it() -> None:
+    """A worker whose Redis is not up yet waits for it (backoff), then serves; SIGTERM
+    while it waits ends it cleanly."""
+    late = EmbeddedRedis(appendonly=False)  # a port nobody listens on yet
+    waiting = spawn_worker(late.url)
+    idle = spawn_worker(late.url)
+    try:
+        await asyncio.sleep(1.5)
+        assert waiting.poll() is None and idle.poll() is None  # still waiting, not exited
+        idle.send_signal(signal.SIGTERM)
+        assert idle.wait(10) == 0
+        late.start()
+        c = Client.from_url(late.url, namespace="t")
+        try:
+            tid = await c.enqueue("noop", {"x": 1})
+            info = await c.wait(tid, timeout_ms=15_000)
+            assert info.state == "SUCCEEDED"
+        finally:
+            await c.close()
+        waiting.send_signal(signal.SIGTERM)
+        assert waiting.wait(15) == 0
+    finally:
+        stop_process(waiting)
+        stop_process(idle)
+        late.cleanup()
