@@ -22,7 +22,7 @@ from redis.exceptions import NoScriptError
 from .keys import GROUP, Keys
 from .settings import Settings
 
-__all__ = ["SCRIPT_NAMES", "Scripts", "script_source"]
+__all__ = ["SCRIPT_NAMES", "Scripts", "evalsha", "script_source"]
 
 SCRIPT_NAMES = (
     "enqueue",
@@ -70,6 +70,21 @@ def script_source(name: str) -> str:
 TaskKeys = tuple[str, str, str, str]
 
 
+async def evalsha(
+    redis: Redis, name: str, sha: str, keys: Sequence[str], argv: Sequence[Any]
+) -> Any:
+    """EVALSHA script ``name`` (whose SHA1 is ``sha``); on NOSCRIPT (a restarted or failed-over
+    Redis) load it and call again. Goes over the client's lane when it has one."""
+    lane = getattr(redis, "lane", None)
+    send = lane.call if lane is not None else redis.execute_command
+    cmd = ("EVALSHA", sha, len(keys), *keys, *argv)
+    try:
+        return await send(*cmd)
+    except NoScriptError:
+        await redis.script_load(script_source(name))
+        return await send(*cmd)
+
+
 class Scripts:
     """Binds the scripts to one Redis connection pool, namespace and settings."""
 
@@ -80,7 +95,7 @@ class Scripts:
         self._common_keys = self.keys.common()
         self._common_argv = [str(settings.events_maxlen), str(settings.retention_ms), GROUP]
         self._sha = {n: hashlib.sha1(script_source(n).encode()).hexdigest() for n in SCRIPT_NAMES}
-        # the lane, when the client has one, is the client's: it closes with it
+        # the lane, when the client has one (see evalsha), is the client's: it closes with it
         self.lane = getattr(redis, "lane", None)
 
     def task_keys(self, task_id: str, queue: str, dedup: str | None = None) -> TaskKeys:
@@ -101,11 +116,6 @@ class Scripts:
         keys = list(self._common_keys)
         for tk in tasks:
             keys.extend(tk)
-        sha = self._sha[name]
-        cmd = ("EVALSHA", sha, len(keys), *keys, source, *self._common_argv, *argv)
-        send = self.lane.call if self.lane is not None else self.redis.execute_command
-        try:
-            return await send(*cmd)
-        except NoScriptError:
-            await self.redis.script_load(script_source(name))
-            return await send(*cmd)
+        return await evalsha(
+            self.redis, name, self._sha[name], keys, [source, *self._common_argv, *argv]
+        )

@@ -9,11 +9,10 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
 
 from ..keys import GROUP, Keys
 from ..schemas import _text
-from ..scripts import TaskKeys, script_source
+from ..scripts import TaskKeys, evalsha, script_source
 from ..settings import Settings
 
 __all__ = ["WF_SCRIPTS", "Reply", "WorkflowScripts"]
@@ -82,12 +81,8 @@ class WorkflowScripts:
         for tk in tasks:
             keys.extend(tk)
         keys.extend(self.keys.workflow_keys(wf_id))
-        cmd = ("EVALSHA", self._sha[name], len(keys), *keys, source, *self._common_argv, *argv)
-        try:
-            return await self.redis.execute_command(*cmd)
-        except NoScriptError:
-            await self.redis.script_load(script_source(name))
-            return await self.redis.execute_command(*cmd)
+        argv = [source, *self._common_argv, *argv]
+        return await evalsha(self.redis, name, self._sha[name], keys, argv)
 
     async def call(
         self,
