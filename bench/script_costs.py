@@ -1,0 +1,134 @@
+"""Redis time per task of rsjobs's transition scripts, and what each part of them costs.
+
+Runs the real scripts (enqueue in calls of 250 tasks; start and finish in calls of
+``--batch`` deliveries, as a worker does) on a throwaway loopback Redis with its default
+configuration, and reports Δ ``INFO commandstats`` EVALSHA microseconds / task: the time
+Redis spent inside the scripts, including the commands they call. Variants with one part
+of ``fsm.lua`` taken out show what that part costs (they are measurements, not options:
+rsjobs always does all of it). Medians over ``--rounds``, variants interleaved.
+
+    .venv-bench/bin/python -m bench.script_costs [--tasks 4000] [--rounds 5] [--batch 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import uuid
+from collections.abc import Callable
+
+import redis
+
+from bench.redis_server import RedisServer
+from rsjobs.keys import GROUP, Keys
+from rsjobs.scripts import script_source
+from rsjobs.settings import Settings
+
+_EVENTS_XADD = """  redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*',
+    'id', t.id, 'q', t.queue, 'hid', hid, unpack(f))"""
+
+# name -> how the variant changes a script's source ("" = unchanged)
+VARIANTS: dict[str, Callable[[str], str]] = {
+    "all of it": lambda src: src,
+    "without the events stream": lambda src: _cut(src, _EVENTS_XADD, ""),
+    "without the task history": lambda src: _cut(
+        src, "local hid = redis.call('XADD', t.hkey, '*', unpack(f))", "local hid = '0-1'"
+    ),
+    "without the entry's XDEL": lambda src: _cut(
+        src, "redis.call('XDEL', qkey, unpack(entries))", ""
+    ),
+    "without retention (PEXPIRE)": lambda src: _cut(src, "if TERMINAL[to] then retain(t) end", ""),
+}
+
+
+def _cut(src: str, old: str, new: str) -> str:
+    if old not in src:
+        raise SystemExit(f"script_costs: fsm.lua changed; update the variant cutting {old!r}")
+    return src.replace(old, new)
+
+
+def _enqueue(
+    r: redis.Redis, sha: str, k: Keys, common: list[str], argv0: list[str], n: int
+) -> None:
+    for _ in range(0, n, 250):
+        keys, argv = list(common), list(argv0)
+        for _ in range(250):
+            tid = uuid.uuid4().hex
+            keys += [*k.task_keys(tid, "q"), k.nodedup]
+            argv += [tid, "noop", "q", '{"i":1}', 3, 0, 0, "", "", 1000, 300000, 0]
+        r.evalsha(sha, len(keys), *keys, *argv)
+
+
+def _process(
+    r: redis.Redis, shas: tuple[str, str], k: Keys, common: list[str], argv0: list[str], batch: int
+) -> int:
+    qkey, done = k.queue("q"), 0
+    while rows := r.xreadgroup(GROUP, "c1", {qkey: ">"}, count=batch):
+        entries = rows[0][1]
+        keys, argv = list(common), [*argv0, "c1", "30000", "n1"]
+        for eid, f in entries:
+            keys += [*k.task_keys(f["id"], "q"), k.nodedup]
+            argv.append(eid)
+        started = r.evalsha(shas[0], len(keys), *keys, *argv)
+        keys, argv = list(common), list(argv0)
+        for (_, f), s in zip(entries, started, strict=True):
+            keys += [*k.task_keys(f["id"], "q"), k.nodedup]
+            argv += ["COMPLETE", s[5], "null", "", "0", "-1", "0.5"]
+        finished = r.evalsha(shas[1], len(keys), *keys, *argv)
+        done += sum(1 for f in finished if f[0] == 1)
+    return done
+
+
+def _evalsha_us(r: redis.Redis) -> float:
+    return float(r.info("commandstats")["cmdstat_evalsha"]["usec"])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tasks", type=int, default=4000)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--batch", type=int, default=32)
+    a = p.parse_args()
+    n = a.tasks // 250 * 250
+    server = RedisServer()
+    server.start()
+    try:
+        r = redis.Redis.from_url(server.url, decode_responses=True)
+        settings = Settings(namespace="cost")
+        k = Keys(settings.namespace)
+        common = k.common()
+        argv0 = [str(settings.events_maxlen), str(settings.retention_ms), GROUP]
+        enq: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        proc: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        for _ in range(a.rounds):
+            for name, change in VARIANTS.items():
+                r.flushall()
+                r.script_flush()
+                shas = [
+                    r.script_load(change(script_source(s))) for s in ("enqueue", "start", "finish")
+                ]
+                r.config_resetstat()
+                _enqueue(r, shas[0], k, common, ["api", *argv0], n)
+                enq[name].append(_evalsha_us(r) / n)
+                r.xgroup_create(k.queue("q"), GROUP, id="0")
+                r.config_resetstat()
+                done = _process(r, (shas[1], shas[2]), k, common, ["worker", *argv0], a.batch)
+                if done != n:
+                    raise SystemExit(f"script_costs: {done} of {n} tasks finished ({name})")
+                proc[name].append(_evalsha_us(r) / n)
+        print(
+            f"Redis {server.version()}, default config; {n} tasks x {a.rounds} rounds; "
+            f"start/finish in calls of {a.batch}; EVALSHA µs per task (median)"
+        )
+        print(f"| {'variant':30s} | enqueue | start + finish |")
+        print(f"|{'-' * 32}|--------:|---------------:|")
+        for name in VARIANTS:
+            e, s = statistics.median(enq[name]), statistics.median(proc[name])
+            print(f"| {name:30s} | {e:7.1f} | {s:14.1f} |")
+        r.close()
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
