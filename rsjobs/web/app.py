@@ -36,6 +36,7 @@ from ..settings import Settings
 from .auth import Auth
 from .config import WebConfig
 from .http import ApiError, error_response
+from .logs import redact_access_logs
 from .routes import Api
 from .service import Service
 from .wf_extras import check_asset_root, workflow_extra_routes
@@ -83,6 +84,8 @@ def create_app(
     that route answers 404.
     """
     env = os.environ if env is None else env
+    # ?access_token= must not reach uvicorn's access log (a no-op under other servers)
+    redact_access_logs()
     auth = Auth.from_env(env, tokens=tokens, admin_token=admin_token, dev=dev)
     auth.check_startable()
     config = config or WebConfig()
