@@ -39,6 +39,7 @@ from .http import ApiError, error_response
 from .logs import redact_access_logs
 from .routes import Api
 from .service import Service
+from .sse import StreamLimiter
 from .wf_extras import check_asset_root, workflow_extra_routes
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def create_app(
         Route("/metrics", api.metrics, methods=["GET"]),
         Route("/openapi.json", api.openapi, methods=["GET"]),
     ]
-    routes += _workflow_routes(redis, settings, auth, config, definitions, root)
+    routes += _workflow_routes(redis, settings, auth, config, definitions, root, service.limiter)
     if config.serve_ui:
         static = StaticFiles(directory=str(resources.files("rsjobs") / "web" / "static"), html=True)
         routes += [
@@ -158,6 +159,7 @@ def _workflow_routes(
     config: WebConfig,
     definitions: Iterable[WorkflowDefinition],
     asset_root: Path | None,
+    limiter: StreamLimiter,
 ) -> list[BaseRoute]:
     """``/workflows`` and its actions (rsjobs.workflows), sharing the app's Redis and auth,
     plus the plan and asset routes of ``wf_extras``."""
@@ -170,6 +172,7 @@ def _workflow_routes(
         auth,
         max_body_bytes=config.max_body_bytes,
         keepalive_ms=config.keepalive_ms,
+        limiter=limiter,
     ) + workflow_extra_routes(client, auth, asset_root=asset_root)
 
 

@@ -210,16 +210,7 @@ class Api:
         last = last_event_id(request)
         await self.visible_state(who, tid)
         svc = self.svc
-        client_key = f"ip:{request.client.host if request.client else '?'}"
-        if not who.anonymous:
-            client_key = f"owner:{who.owner}"
-        if not svc.limiter.acquire(client_key):
-            raise ApiError(
-                429,
-                "too_many_streams",
-                f"at most {svc.limiter.limit} open event streams per client",
-                {"Retry-After": "5"},
-            )
+        client_key = svc.limiter.claim(request, who)
         done = False
         sub = None
 

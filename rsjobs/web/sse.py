@@ -21,10 +21,13 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
+from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from ..model import is_terminal
+from .auth import Principal
+from .http import ApiError
 from .hub import Item, Subscription, parse_id
 from .schemas import encode
 
@@ -58,6 +61,22 @@ class StreamLimiter:
     @property
     def total(self) -> int:
         return sum(self.open.values())
+
+    def claim(self, request: Request, who: Principal) -> str:
+        """Count one more open stream for the request's client (its owner, or its IP when
+        anonymous); returns the key to :meth:`release`. Raises a 429 :class:`ApiError`
+        past the limit."""
+        key = f"ip:{request.client.host if request.client else '?'}"
+        if not who.anonymous:
+            key = f"owner:{who.owner}"
+        if not self.acquire(key):
+            raise ApiError(
+                429,
+                "too_many_streams",
+                f"at most {self.limit} open event streams per client",
+                {"Retry-After": "5"},
+            )
+        return key
 
 
 class Snapshot:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import msgspec
@@ -38,6 +38,7 @@ from ..web.http import (
     page_params,
     read_body,
 )
+from ..web.sse import StreamLimiter
 from .bodies import (
     ActionResult,
     CancelBody,
@@ -91,6 +92,7 @@ class WorkflowApi:
         max_body_bytes: int,
         keepalive_ms: int,
         status_ms: int,
+        limiter: StreamLimiter | None = None,
     ) -> None:
         self._factory = client_factory
         self._client: WorkflowClient | None = None
@@ -98,6 +100,7 @@ class WorkflowApi:
         self.max_body_bytes = max_body_bytes
         self.keepalive_ms = keepalive_ms
         self.status_ms = status_ms
+        self.limiter = limiter
 
     @property
     def client(self) -> WorkflowClient:
@@ -226,6 +229,9 @@ class WorkflowApi:
         stream = workflow_events(
             ws, wf_id, last or "0-0", keepalive_ms=self.keepalive_ms, status_ms=self.status_ms
         )
+        if self.limiter is not None:
+            # each open stream holds a blocking read: counted with the task streams
+            stream = _counted(stream, self.limiter, self.limiter.claim(request, who))
         return StreamingResponse(
             stream,
             media_type="text/event-stream",
@@ -274,6 +280,17 @@ class WorkflowApi:
         return await self.answer(wf_id, action, status, changed)
 
 
+async def _counted(
+    stream: AsyncIterator[bytes], limiter: StreamLimiter, key: str
+) -> AsyncIterator[bytes]:
+    """``stream``, releasing its place in ``limiter`` when it ends, fails or is dropped."""
+    try:
+        async for chunk in stream:
+            yield chunk
+    finally:
+        limiter.release(key)
+
+
 def workflow_routes(
     client_factory: Callable[[], WorkflowClient],
     auth: Auth,
@@ -281,12 +298,15 @@ def workflow_routes(
     max_body_bytes: int = 1 << 20,
     keepalive_ms: int = 15_000,
     status_ms: int = 1_000,
+    limiter: StreamLimiter | None = None,
 ) -> list[BaseRoute]:
     """The workflow routes, to add to an app's routes (or ``Mount`` under a prefix).
 
     ``client_factory`` is called once, on the first request (so the app can build its
     Redis client at startup); ``auth`` is the app's token table. ``status_ms``: how often
     an SSE stream re-reads the status document while nothing is written to the history.
+    ``limiter`` caps the open event streams per client (429 past it); ``create_app``
+    passes the one its task streams use, so the cap covers both.
     """
     api = WorkflowApi(
         client_factory,
@@ -294,6 +314,7 @@ def workflow_routes(
         max_body_bytes=max_body_bytes,
         keepalive_ms=keepalive_ms,
         status_ms=status_ms,
+        limiter=limiter,
     )
     return [
         Route("/workflows", _answering(api.start), methods=["POST"]),

@@ -239,3 +239,38 @@ async def test_stream_survives_a_redis_restart(tmp_path: Path) -> None:
         await client.close()
     finally:
         server.cleanup()
+
+
+async def test_workflow_streams_count_against_the_same_cap(redis_url: str) -> None:
+    """Each workflow stream holds a blocking read: it takes a place under the per-client
+    cap that task streams use, and gives it back when it closes."""
+    from rsjobs import Settings, connect
+    from rsjobs.workflows import WorkflowClient
+    from tests.wf_support import character
+
+    wf = WorkflowClient(
+        connect(redis_url), Settings(namespace=NAMESPACE), definitions=[character()]
+    )
+    app = make_app(redis_url, max_streams_per_client=2, keepalive_ms=200)
+    try:
+        wid = await wf.start(character(), {"n": 1}, owner="alice")
+        with serve(app) as web:
+            async with httpx.AsyncClient(base_url=web.url, timeout=10) as http:
+                async with contextlib.AsyncExitStack() as stack:
+                    for _ in range(2):
+                        r = await stack.enter_async_context(
+                            http.stream("GET", f"/workflows/{wid}/events", headers=ALICE)
+                        )
+                        assert r.status_code == 200
+                    async with http.stream("GET", f"/workflows/{wid}/events", headers=ALICE) as r:
+                        assert r.status_code == 429
+                        await r.aread()
+                        assert r.json()["error"] == "too_many_streams"
+                    async with http.stream("GET", f"/workflows/{wid}/events", headers=BOB) as r:
+                        assert r.status_code == 404  # bob's own allowance; not his workflow
+                svc = app.state.rsjobs
+                await eventually(lambda: not svc.limiter.total)
+                async with http.stream("GET", f"/workflows/{wid}/events", headers=ALICE) as r:
+                    assert r.status_code == 200
+    finally:
+        await wf.close()
