@@ -106,6 +106,38 @@ _TASK_ERRORS = {
     "400": _error("malformed task id or parameter"),
     "404": _error("no such task, or a task of another owner"),
 }
+_STREAM_ID = {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}
+# ?after= & ?limit= of the history pages (task and workflow)
+_PAGE_PARAMS = [
+    {"name": "after", "in": "query", "required": False,
+     "description": "exclusive entry id to start after (a page's next)", "schema": _STREAM_ID},
+    {"name": "limit", "in": "query", "required": False,
+     "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}},
+]  # fmt: skip
+# where an event stream resumes (task and workflow)
+_RESUME_PARAMS = [
+    {"name": "Last-Event-ID", "in": "header", "required": False, "schema": _STREAM_ID},
+    {"name": "last_event_id", "in": "query", "required": False,
+     "description": "same as the Last-Event-ID header", "schema": _STREAM_ID},
+]  # fmt: skip
+
+
+def _access_token(why: str) -> dict[str, Any]:
+    """The ``?access_token=`` parameter of routes a browser calls without headers."""
+    return {"name": "access_token", "in": "query", "required": False,
+            "description": f"the bearer token, for {why} (no headers)",
+            "schema": {"type": "string"}}  # fmt: skip
+
+
+def _event_stream(what: str, errors: dict[str, Any]) -> dict[str, Any]:
+    """The responses of an event-stream route."""
+    return {
+        "200": {"description": "an event stream",
+                "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+        "204": {"description": f"the {what} is finished and nothing was missed"},
+        **errors,
+        "429": _error("too many open event streams for this client"),
+    }  # fmt: skip
 
 
 def _paths() -> dict[str, Any]:
@@ -152,15 +184,7 @@ def _paths() -> dict[str, Any]:
             "get": {
                 "summary": "The task's history, oldest first, paged",
                 "operationId": "getTaskHistory",
-                "parameters": [
-                    _TASK_ID,
-                    {"name": "after", "in": "query", "required": False,
-                     "description": "exclusive history id to start after (a page's next)",
-                     "schema": {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}},
-                    {"name": "limit", "in": "query", "required": False,
-                     "schema": {"type": "integer", "minimum": 1, "maximum": 1000,
-                                "default": 100}},
-                ],
+                "parameters": [_TASK_ID, *_PAGE_PARAMS],
                 "responses": {"200": {"description": "a page of history",
                                       "content": _json("HistoryPage")}, **_TASK_ERRORS},
             }
@@ -191,24 +215,8 @@ def _paths() -> dict[str, Any]:
                 "After a terminal state an `end` event is sent and the stream closes; a "
                 "reconnect to a finished task with nothing missed answers 204.",
                 "operationId": "taskEvents",
-                "parameters": [
-                    _TASK_ID,
-                    {"name": "Last-Event-ID", "in": "header", "required": False,
-                     "schema": {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}},
-                    {"name": "last_event_id", "in": "query", "required": False,
-                     "description": "same as the Last-Event-ID header",
-                     "schema": {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}},
-                    {"name": "access_token", "in": "query", "required": False,
-                     "description": "the bearer token, for EventSource (no headers)",
-                     "schema": {"type": "string"}},
-                ],
-                "responses": {
-                    "200": {"description": "an event stream",
-                            "content": {"text/event-stream": {"schema": {"type": "string"}}}},
-                    "204": {"description": "the task is finished and nothing was missed"},
-                    **_TASK_ERRORS,
-                    "429": _error("too many open event streams for this client"),
-                },
+                "parameters": [_TASK_ID, *_RESUME_PARAMS, _access_token("EventSource")],
+                "responses": _event_stream("task", _TASK_ERRORS),
             }
         },
         "/healthz": {
@@ -325,15 +333,7 @@ def _workflow_paths() -> dict[str, Any]:
                 "description": "Transitions, SPAWN and ASSET notes, and refused actions "
                 "(rejected=true).",
                 "operationId": "getWorkflowHistory",
-                "parameters": [
-                    _WF_ID,
-                    {"name": "after", "in": "query", "required": False,
-                     "description": "exclusive entry id to start after (a page's next)",
-                     "schema": {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}},
-                    {"name": "limit", "in": "query", "required": False,
-                     "schema": {"type": "integer", "minimum": 1, "maximum": 1000,
-                                "default": 100}},
-                ],
+                "parameters": [_WF_ID, *_PAGE_PARAMS],
                 "responses": {"200": {"description": "a page of history",
                                       "content": _json("EventsPage")}, **_WF_ERRORS},
             }
@@ -349,23 +349,8 @@ def _workflow_paths() -> dict[str, Any]:
                 "`end` event are sent and the stream closes; a reconnect to a finished "
                 "workflow with nothing missed answers 204.",
                 "operationId": "workflowEvents",
-                "parameters": [
-                    _WF_ID,
-                    {"name": "Last-Event-ID", "in": "header", "required": False,
-                     "schema": {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}},
-                    {"name": "last_event_id", "in": "query", "required": False,
-                     "description": "same as the Last-Event-ID header",
-                     "schema": {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}},
-                    {"name": "access_token", "in": "query", "required": False,
-                     "description": "the bearer token, for EventSource (no headers)",
-                     "schema": {"type": "string"}},
-                ],
-                "responses": {
-                    "200": {"description": "an event stream",
-                            "content": {"text/event-stream": {"schema": {"type": "string"}}}},
-                    "204": {"description": "the workflow is finished and nothing was missed"},
-                    **_WF_ERRORS,
-                },
+                "parameters": [_WF_ID, *_RESUME_PARAMS, _access_token("EventSource")],
+                "responses": _event_stream("workflow", _WF_ERRORS),
             }
         },
         "/workflows/{wf_id}/{action}": {
@@ -428,9 +413,7 @@ def _workflow_paths() -> dict[str, Any]:
                      "schema": {"type": "string", "pattern": _NAME_PATTERN}},
                     {"name": "item", "in": "path", "required": True,
                      "schema": {"type": "string", "pattern": _NAME_PATTERN}},
-                    {"name": "access_token", "in": "query", "required": False,
-                     "description": "the bearer token, for <img src> (no headers)",
-                     "schema": {"type": "string"}},
+                    _access_token("<img src>"),
                 ],
                 "responses": {
                     "200": {"description": "the file",
