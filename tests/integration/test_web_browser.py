@@ -7,47 +7,21 @@ Needs /usr/bin/chromium (``tools/install-browser.sh`` installs it); skipped with
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from rsjobs import Client
+from tests.integration.browser_support import MARKS, open_page
 from tests.web.helpers import ServerThread, make_app, running_worker, serve
 
-CHROMIUM = os.environ.get("RSJOBS_CHROMIUM", "/usr/bin/chromium")
-
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM),
-        reason=f"{CHROMIUM} not found: run tools/install-browser.sh (Debian's chromium)",
-    ),
-]
+pytestmark = MARKS
 
 playwright = pytest.importorskip("playwright.async_api")
 
 
-@pytest.fixture
-async def browser() -> AsyncIterator[Any]:
-    async with playwright.async_playwright() as pw:
-        b = await pw.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update"],
-        )  # fmt: skip
-        yield b
-        await b.close()
-
-
-async def open_page(browser: Any, url: str) -> tuple[Any, list[str], list[str]]:
-    page = await browser.new_page()
-    errors: list[str] = []
-    requests: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("request", lambda r: requests.append(r.url))
-    await page.goto(url + "/")  # redirects to /ui/
+async def open_ui(browser: Any, url: str) -> tuple[Any, list[str], list[str]]:
+    page, errors, requests = await open_page(browser, url + "/")  # redirects to /ui/
     assert page.url.endswith("/ui/")
     return page, errors, requests
 
@@ -71,7 +45,7 @@ async def test_submit_watch_live_and_cancel(browser: Any, redis_url: str, client
     expect = playwright.expect
     with serve(make_app(redis_url, dev=True)) as web:
         async with running_worker(redis_url):
-            page, errors, requests = await open_page(browser, web.url)
+            page, errors, requests = await open_ui(browser, web.url)
 
             card = await submit(page, '{"s": 1.0, "steps": 5}')
             await expect(card).to_have_attribute("data-state", "SUCCEEDED", timeout=15_000)
@@ -110,7 +84,7 @@ async def test_survives_a_server_restart_by_polling(
     first = ServerThread(app).start()
     try:
         async with running_worker(redis_url):
-            page, errors, requests = await open_page(browser, first.url)
+            page, errors, requests = await open_ui(browser, first.url)
             card = await submit(page, '{"s": 3, "steps": 6}')
             await expect(card).to_have_attribute("data-state", "RUNNING", timeout=10_000)
             first.stop()  # streams end, then connections are refused

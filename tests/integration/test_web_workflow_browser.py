@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,17 +22,10 @@ from starlette.applications import Starlette
 from rsjobs import Settings, Worker, connect
 from rsjobs.web import WebConfig, create_app
 from rsjobs.workflows import WorkflowClient, WorkflowDriver
+from tests.integration.browser_support import MARKS, open_page
 from tests.web.helpers import ServerThread, serve
 
-CHROMIUM = os.environ.get("RSJOBS_CHROMIUM", "/usr/bin/chromium")
-
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        not os.path.exists(CHROMIUM),
-        reason=f"{CHROMIUM} not found: run tools/install-browser.sh (Debian's chromium)",
-    ),
-]
+pytestmark = MARKS
 
 playwright = pytest.importorskip("playwright.async_api")
 
@@ -86,28 +78,6 @@ async def wf(redis_url: str) -> AsyncIterator[WorkflowClient]:
     c = WorkflowClient(connect(redis_url), Settings(namespace=NS))
     yield c
     await c.close()
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Any]:
-    async with playwright.async_playwright() as pw:
-        b = await pw.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update"],
-        )  # fmt: skip
-        yield b
-        await b.close()
-
-
-async def open_page(browser: Any, url: str) -> tuple[Any, list[str], list[str]]:
-    page = await browser.new_page()
-    errors: list[str] = []
-    requests: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("request", lambda r: requests.append(r.url))
-    await page.goto(url)
-    return page, errors, requests
 
 
 async def timeline_ids(page: Any) -> list[str]:
