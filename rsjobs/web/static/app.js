@@ -8,9 +8,6 @@
 "use strict";
 
 const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"]);
-const POLL_MIN_MS = 1000;
-const POLL_MAX_MS = 30000;
-const SSE_ERRORS_BEFORE_POLLING = 3;
 
 class TaskView {
   constructor(id) {
@@ -92,58 +89,12 @@ class TaskView {
   // -- push: server-sent events -------------------------------------------------------
   follow() {
     if (this.finished) return this.done();
-    const url = new URL(`tasks/${this.id}/events`, API);
-    if (tokenInput.value) url.searchParams.set("access_token", tokenInput.value);
-    // a fresh EventSource cannot send Last-Event-ID: pass the resume point in the query
-    if (this.lastId) url.searchParams.set("last_event_id", this.lastId);
-    const es = new EventSource(url);
-    this.es = es;
-    es.onopen = () => {
-      this.sseErrors = 0;
-      this.setTransport("live (SSE)");
-    };
-    es.onmessage = (ev) => this.show(JSON.parse(ev.data));
-    es.addEventListener("end", () => this.done());
-    es.onerror = () => {
-      if (this.es !== es) return;
-      this.sseErrors += 1;
-      // CONNECTING: EventSource retries by itself with Last-Event-ID; CLOSED: it gave up
-      if (es.readyState === EventSource.CLOSED || this.sseErrors >= SSE_ERRORS_BEFORE_POLLING) {
-        es.close();
-        this.es = null;
-        this.poll();
-      } else {
-        this.setTransport("reconnecting…");
-      }
-    };
+    followStream(this, `tasks/${this.id}/events`);
   }
 
   // -- fallback: polling with exponential backoff ------------------------------------
   poll() {
-    clearTimeout(this.pollTimer);
-    this.setTransport(`polling (every ${Math.round(this.pollDelay / 1000)} s)`);
-    this.pollTimer = setTimeout(async () => {
-      try {
-        let page;
-        do {
-          const q = new URLSearchParams({ limit: "500" });
-          if (this.lastId) q.set("after", this.lastId);
-          page = await api(`tasks/${this.id}/history?${q}`);
-          page.entries.forEach((e) => this.show(e));
-        } while (page.entries.length === 500);
-        this.pollDelay = POLL_MIN_MS;
-        this.sseErrors = 0;
-        if (this.finished) return this.done();
-        this.follow(); // the server answers again: back to push, from where we are
-      } catch (e) {
-        if (e.status === 404) {
-          this.setTransport("task not found");
-          return;
-        }
-        this.pollDelay = Math.min(this.pollDelay * 2, POLL_MAX_MS);
-        this.poll();
-      }
-    }, this.pollDelay);
+    pollHistory(this, `tasks/${this.id}`, "task");
   }
 
   async cancel() {

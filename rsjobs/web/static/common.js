@@ -1,5 +1,6 @@
 // common.js: what both example pages share: the API base, the token box, JSON fetch,
-// and small formatting helpers. Loaded before app.js / workflow.js.
+// following an event stream, and small formatting helpers. Loaded before app.js /
+// workflow.js.
 "use strict";
 
 const API = new URL("../", window.location.href); // the page is served at <app>/ui/
@@ -41,4 +42,73 @@ function newKey() {
 function fmtTime(ms) {
   const d = new Date(ms);
   return d.toLocaleTimeString(undefined, { hour12: false }) + "." + String(ms % 1000).padStart(3, "0");
+}
+
+const POLL_MIN_MS = 1000;
+const POLL_MAX_MS = 30000;
+const SSE_ERRORS_BEFORE_POLLING = 3;
+const HISTORY_PAGE = 500;
+
+// Follow the event stream at `path` (resuming after `view.lastId`) for `view`, which has
+// show(entry), done(), poll(), setTransport(text) and the fields es and sseErrors.
+// `extra` maps more event names to handlers of their JSON data. After repeated errors, or
+// when EventSource gives up, the view falls back to polling (view.poll()).
+function followStream(view, path, extra = {}) {
+  const url = withToken(new URL(path, API));
+  // a fresh EventSource cannot send Last-Event-ID: pass the resume point in the query
+  if (view.lastId) url.searchParams.set("last_event_id", view.lastId);
+  const es = new EventSource(url);
+  view.es = es;
+  es.onopen = () => {
+    view.sseErrors = 0;
+    view.setTransport("live (SSE)");
+  };
+  es.onmessage = (ev) => view.show(JSON.parse(ev.data));
+  for (const [name, handle] of Object.entries(extra)) {
+    es.addEventListener(name, (ev) => handle(JSON.parse(ev.data)));
+  }
+  es.addEventListener("end", () => view.done());
+  es.onerror = () => {
+    if (view.es !== es) return;
+    view.sseErrors += 1;
+    // CONNECTING: EventSource retries by itself with Last-Event-ID; CLOSED: it gave up
+    if (es.readyState === EventSource.CLOSED || view.sseErrors >= SSE_ERRORS_BEFORE_POLLING) {
+      es.close();
+      view.es = null;
+      view.poll();
+    } else {
+      view.setTransport("reconnecting…");
+    }
+  };
+}
+
+// The fallback of followStream: read `path`/history (after view.lastId) into view.show,
+// then `refresh()` if given, then back to push (view.follow()); on an error, again after
+// a doubled delay (POLL_MIN_MS .. POLL_MAX_MS). `what` names the object for a 404.
+function pollHistory(view, path, what, refresh = null) {
+  clearTimeout(view.pollTimer);
+  view.setTransport(`polling (every ${Math.round(view.pollDelay / 1000)} s)`);
+  view.pollTimer = setTimeout(async () => {
+    try {
+      let page;
+      do {
+        const q = new URLSearchParams({ limit: String(HISTORY_PAGE) });
+        if (view.lastId) q.set("after", view.lastId);
+        page = await api(`${path}/history?${q}`);
+        page.entries.forEach((e) => view.show(e));
+      } while (page.entries.length === HISTORY_PAGE);
+      if (refresh) await refresh();
+      view.pollDelay = POLL_MIN_MS;
+      view.sseErrors = 0;
+      if (view.finished) return view.done();
+      view.follow(); // the server answers again: back to push, from where we are
+    } catch (e) {
+      if (e.status === 404) {
+        view.setTransport(`${what} not found`);
+        return;
+      }
+      view.pollDelay = Math.min(view.pollDelay * 2, POLL_MAX_MS);
+      view.poll();
+    }
+  }, view.pollDelay);
 }

@@ -11,10 +11,6 @@
 "use strict";
 
 const TERMINAL = new Set(["PUBLISHED", "FAILED", "CANCELLED"]);
-const POLL_MIN_MS = 1000;
-const POLL_MAX_MS = 30000;
-const SSE_ERRORS_BEFORE_POLLING = 3;
-const PAGE = 500;
 // the action the page suggests in each status (the server decides what is allowed)
 const SUGGESTED = {
   WAITING_CONFIRMATION: "confirm",
@@ -264,60 +260,14 @@ class WorkflowView {
   follow() {
     if (this.closed) return;
     if (this.finished && this.lastId) return this.done();
-    const url = withToken(new URL(`workflows/${this.id}/events`, API));
-    // a fresh EventSource cannot send Last-Event-ID: pass the resume point in the query
-    if (this.lastId) url.searchParams.set("last_event_id", this.lastId);
-    const es = new EventSource(url);
-    this.es = es;
-    es.onopen = () => {
-      this.sseErrors = 0;
-      this.setTransport("live (SSE)");
-    };
-    es.onmessage = (ev) => this.show(JSON.parse(ev.data));
-    es.addEventListener("status", (ev) => this.render(JSON.parse(ev.data)));
-    es.addEventListener("end", () => this.done());
-    es.onerror = () => {
-      if (this.es !== es) return;
-      this.sseErrors += 1;
-      // CONNECTING: EventSource retries by itself with Last-Event-ID; CLOSED: it gave up
-      if (es.readyState === EventSource.CLOSED || this.sseErrors >= SSE_ERRORS_BEFORE_POLLING) {
-        es.close();
-        this.es = null;
-        this.poll();
-      } else {
-        this.setTransport("reconnecting…");
-      }
-    };
+    followStream(this, `workflows/${this.id}/events`, { status: (doc) => this.render(doc) });
   }
 
   // -- fallback: polling with exponential backoff ------------------------------------
   poll() {
     if (this.closed) return;
-    clearTimeout(this.pollTimer);
-    this.setTransport(`polling (every ${Math.round(this.pollDelay / 1000)} s)`);
-    this.pollTimer = setTimeout(async () => {
-      try {
-        let page;
-        do {
-          const q = new URLSearchParams({ limit: String(PAGE) });
-          if (this.lastId) q.set("after", this.lastId);
-          page = await api(`workflows/${this.id}/history?${q}`);
-          page.entries.forEach((e) => this.show(e));
-        } while (page.entries.length === PAGE);
-        this.render(await api(`workflows/${this.id}`));
-        this.pollDelay = POLL_MIN_MS;
-        this.sseErrors = 0;
-        if (this.finished) return this.done();
-        this.follow(); // the server answers again: back to push, from where we are
-      } catch (e) {
-        if (e.status === 404) {
-          this.setTransport("workflow not found");
-          return;
-        }
-        this.pollDelay = Math.min(this.pollDelay * 2, POLL_MAX_MS);
-        this.poll();
-      }
-    }, this.pollDelay);
+    const path = `workflows/${this.id}`;
+    pollHistory(this, path, "workflow", async () => this.render(await api(path)));
   }
 
   // -- actions ---------------------------------------------------------------------------
