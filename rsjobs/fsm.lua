@@ -7,7 +7,8 @@ Common KEYS (every transition script):
   KEYS[2]  stats      hash    "<queue>:<STATE>" counts, "ev:<EVENT>" / "rej:<EVENT>" counters
   KEYS[3]  scheduled  zset    "<queue>:<id>" scored by due time (ms)
   KEYS[4]  deadlines  zset    "<queue>:<id>" scored by execution deadline (ms)
-Per task, from KEYS[5] on, four keys each:
+  KEYS[5]  scratch    stream  transient, within one call: see retain()
+Per task, from KEYS[6] on, four keys each:
   task hash, history stream, queue stream, dedup string (or the unused "dedup:" key)
 
 Common ARGV:
@@ -67,11 +68,13 @@ local TRANSITIONS = {
 }
 
 local EVENTS_KEY, STATS_KEY, SCHED_KEY, DEADLINES_KEY = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local SCRATCH_KEY = KEYS[5]
 local SOURCE = ARGV[1]
 local EVENTS_MAX = tonumber(ARGV[2])
 local RETENTION_MS = tonumber(ARGV[3])
 local GROUP = ARGV[4]
-local NCOMMON = 4
+local NCOMMON = 5  -- common KEYS
+local NARGV = 4  -- common ARGV
 
 -- Counter increments of this call: field -> sum, written by finish_call().
 local COUNTS = {}
@@ -160,7 +163,14 @@ local function reject(t, event, reason)
 end
 
 -- Keep a finished task (hash, history, dedup key) for the retention period only.
+-- First its history is compacted: Redis preallocates a stream's first node (up to
+-- stream-node-max-bytes, 4 kB by default), which a task's few entries never fill, and
+-- keeps that allocation while the task is retained. COPY allocates only what the entries
+-- use (about 0.9 kB for three), and the same ids and entries come back under the name.
 local function retain(t)
+  if redis.call('COPY', t.hkey, SCRATCH_KEY, 'REPLACE') == 1 then
+    redis.call('RENAME', SCRATCH_KEY, t.hkey)
+  end
   if RETENTION_MS > 0 then
     redis.call('PEXPIRE', t.key, RETENTION_MS)
     redis.call('PEXPIRE', t.hkey, RETENTION_MS)

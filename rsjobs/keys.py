@@ -20,6 +20,8 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
     rsjobs:{default}:deadletter           stream  dead-lettered tasks (MAXLEN ~), by the reaper
     rsjobs:{default}:workers:dead         hash    worker name -> JSON {beat_at, since}: reaper marks
     rsjobs:{default}:reaper:guard         string  name of the reaper sweeping now (SET NX PX)
+    rsjobs:{default}:scratch              stream  transient: exists only inside a script call,
+                                                  while a finished task's history is compacted
 
 Workflows (``rsjobs.workflows``; the scripts ``scripts/wf_*.lua`` get these seven keys, in
 this order, after their task keys; see ``wf.lua``)::
@@ -87,6 +89,7 @@ class Keys:
         "queues",
         "reaper_guard",
         "scheduled",
+        "scratch",
         "stats",
         "workers",
         "workers_dead",
@@ -109,6 +112,7 @@ class Keys:
         self.deadletter = p + "deadletter"
         self.workers_dead = p + "workers:dead"
         self.reaper_guard = p + "reaper:guard"
+        self.scratch = p + "scratch"
         self.workflows = p + "workflows"
         self.workflows_active = p + "workflows:active"
         # Passed in KEYS where a script expects a dedup key but the task has none; never
@@ -155,8 +159,8 @@ class Keys:
         ]
 
     def common(self) -> list[str]:
-        """The four KEYS every transition script starts with (see ``fsm.lua``)."""
-        return [self.events, self.stats, self.scheduled, self.deadlines]
+        """The five KEYS every transition script starts with (see ``fsm.lua``)."""
+        return [self.events, self.stats, self.scheduled, self.deadlines, self.scratch]
 
     def task_keys(self, task_id: str, queue: str) -> tuple[str, str, str]:
         """The per-task KEYS triple of the transition scripts."""

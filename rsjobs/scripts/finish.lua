@@ -20,7 +20,7 @@ Events: COMPLETE, FAIL, TIMEOUT, REQUEUE; rejected ones are recorded with rej=1.
 local PER = 7
 local out = {}
 for i = 1, ntasks() do
-  local a = NCOMMON + (i - 1) * PER
+  local a = NARGV + (i - 1) * PER
   local event, lease, body = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local etype, retryable = ARGV[a + 4], ARGV[a + 5] == '1'
   local delay, jitter = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])

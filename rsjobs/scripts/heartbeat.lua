@@ -20,7 +20,7 @@ local consumer, lease_ms = ARGV[5], tonumber(ARGV[6])
 local PER = 4
 local out = {}
 for i = 1, ntasks() do
-  local a = NCOMMON + 2 + (i - 1) * PER
+  local a = NARGV + 2 + (i - 1) * PER
   local lease, entry, progress, msg = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local event = 'HEARTBEAT'
   if progress ~= '' then event = 'PROGRESS' end

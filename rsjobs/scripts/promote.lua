@@ -12,7 +12,7 @@ local promoted = 0
 for i = 1, ntasks() do
   local t = load(i, {'due_at'})
   if t == nil then
-    redis.call('ZREM', SCHED_KEY, ARGV[NCOMMON + i])
+    redis.call('ZREM', SCHED_KEY, ARGV[NARGV + i])
   else
     if t.state == 'SCHEDULED' then
       if (tonumber(t.f.due_at) or 0) <= NOW then

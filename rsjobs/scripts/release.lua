@@ -13,7 +13,7 @@ Returns: per task 1 when re-queued, 0 when the entry was stale (task gone, no lo
 ]]
 local out = {}
 for i = 1, ntasks() do
-  local entry = ARGV[NCOMMON + i]
+  local entry = ARGV[NARGV + i]
   local t = load(i, {'entry'})
   if t ~= nil and t.state == 'PENDING' and t.f.entry == entry then
     drop_entry(t.qkey, entry)

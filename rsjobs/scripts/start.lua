@@ -18,7 +18,7 @@ Events: START (PENDING -> RUNNING); rejected START.
 local consumer, lease_ms, nonce = ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local out = {}
 for i = 1, ntasks() do
-  local entry = ARGV[NCOMMON + 3 + i]
+  local entry = ARGV[NARGV + 3 + i]
   local t = load(i, {'entry', 'timeout_ms', 'type', 'payload', 'wf'})
   if t == nil then
     local _, _, qkey = task_keys(i)

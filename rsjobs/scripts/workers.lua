@@ -12,9 +12,9 @@ belong to no registered worker (forgotten, or stopped gracefully) are deleted, s
 groups do not grow with every worker restart. No task state is touched.
 
 KEYS: common (see fsm.lua), then
-  KEYS[5]     workers       hash    worker name -> JSON registration
-  KEYS[6]     workers:dead  hash    worker name -> JSON {beat_at, since}
-  KEYS[7...]  the queue streams (group "workers" read by the workers)
+  KEYS[6]     workers       hash    worker name -> JSON registration
+  KEYS[7]     workers:dead  hash    worker name -> JSON {beat_at, since}
+  KEYS[8...]  the queue streams (group "workers" read by the workers)
 ARGV: common, then
   ARGV[5]  dead_leases       a worker is dead after this many of its leases without a beat
   ARGV[6]  default_lease_ms  lease assumed for a registration without lease_ms

@@ -1,6 +1,7 @@
-"""A transition script that fails part-way on a real Redis: the error reaches the caller,
-and the counters of the transitions it made before failing are written with them (counters
-are summed during the call and written when it ends, returned or raised)."""
+"""Transition scripts on a real Redis: one that fails part-way (the error reaches the caller,
+and the counters of the transitions it made before failing are written with them: counters
+are summed during the call and written when it ends, returned or raised), and the
+compaction of a finished task's history."""
 
 from __future__ import annotations
 
@@ -49,3 +50,26 @@ def _with_fsm(tail: str) -> str:
 
     fsm = (resources.files("rsjobs") / "fsm.lua").read_text(encoding="utf-8")
     return fsm + "\n" + tail
+
+
+async def test_a_finished_tasks_history_is_compacted(client: Client) -> None:
+    """Redis preallocates a stream's first node (4 kB with the default config); a finished
+    task's history is rewritten to what its entries use, with the same ids and entries."""
+    r = client.redis
+    cfg = await r.config_get("stream-node-max-bytes")
+    await r.config_set("stream-node-max-bytes", 4096)  # Redis' default
+    try:
+        done, pending = await client.enqueue("noop"), await client.enqueue("noop")
+        await client.cancel(done, "finish it")
+        assert await r.memory_usage(client.keys.history(pending)) > 4000  # preallocated
+        used = await r.memory_usage(client.keys.history(done))
+        assert used < 1500, used
+        hist = await client.history(done)
+        assert [(e.event, e.to_state) for e in hist] == [
+            ("ENQUEUE", "PENDING"),
+            ("CANCEL", "CANCELLED"),
+        ]
+        assert 0 < await r.pttl(client.keys.history(done)) <= client.settings.retention_ms
+        assert not await r.exists(client.keys.scratch)
+    finally:
+        await r.config_set("stream-node-max-bytes", cfg["stream-node-max-bytes"])
