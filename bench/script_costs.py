@@ -41,7 +41,7 @@ VARIANTS: dict[str, Callable[[str], str]] = {
         src, "if TERMINAL[to] then retain(t) end", ""
     ),
     "without history compaction": lambda src: _cut(
-        src, "if redis.call('COPY', t.hkey, SCRATCH_KEY, 'REPLACE') == 1 then", "if false then"
+        src, "if redis.call('COPY', key, SCRATCH_KEY, 'REPLACE') == 1 then", "if false then"
     ),
 }
 

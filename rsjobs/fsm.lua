@@ -162,15 +162,23 @@ local function reject(t, event, reason)
   return record(t, t.state, t.state, event, reason, true, nil)
 end
 
--- Keep a finished task (hash, history, dedup key) for the retention period only.
--- First its history is compacted: Redis preallocates a stream's first node (up to
--- stream-node-max-bytes, 4 kB by default), which a task's few entries never fill, and
--- keeps that allocation while the task is retained. COPY allocates only what the entries
--- use (about 0.9 kB for three), and the same ids and entries come back under the name.
-local function retain(t)
-  if redis.call('COPY', t.hkey, SCRATCH_KEY, 'REPLACE') == 1 then
-    redis.call('RENAME', SCRATCH_KEY, t.hkey)
+-- Rewrite stream `key` as an exact-size copy (same ids, entries and TTL). Redis
+-- preallocates a stream's first node (up to stream-node-max-bytes, 4 kB by default) and
+-- keeps that allocation; a task's history holds a few entries, about 0.3 kB. COPY
+-- allocates only what the entries use, and later appends grow it by what they add.
+local function compact(key)
+  if redis.call('COPY', key, SCRATCH_KEY, 'REPLACE') == 1 then
+    redis.call('RENAME', SCRATCH_KEY, key)
   end
+end
+
+-- A history longer than this may have opened a new (preallocated) node since it was
+-- compacted at ENQUEUE: it is compacted again when the task ends.
+local COMPACT_AGAIN_AFTER = 24
+
+-- Keep a finished task (hash, history, dedup key) for the retention period only.
+local function retain(t)
+  if redis.call('XLEN', t.hkey) > COMPACT_AGAIN_AFTER then compact(t.hkey) end
   if RETENTION_MS > 0 then
     redis.call('PEXPIRE', t.key, RETENTION_MS)
     redis.call('PEXPIRE', t.hkey, RETENTION_MS)

@@ -21,10 +21,9 @@ __all__ = ["EmbeddedRedis", "find_redis_server", "free_port"]
 
 MIN_VERSION = (6, 2)
 
-#: Server settings rsjobs recommends (README, "Redis settings"): each task has a small
-#: history stream, and Redis preallocates min(4096, stream-node-max-bytes) bytes for a
-#: stream's first node; 512 cuts a waiting or running task's footprint from ~5.0 kB to
-#: ~1.4 kB (a finished task's history is compacted either way: ~1.3 kB).
+#: Server settings of the embedded server. Redis preallocates min(4096,
+#: stream-node-max-bytes) bytes for a stream's first node; rsjobs compacts each task's
+#: history itself (README, "Redis settings"), so 512 only keeps other streams small.
 RECOMMENDED_CONFIG = ["--stream-node-max-bytes", "512"]
 
 

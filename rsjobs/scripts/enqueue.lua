@@ -54,6 +54,7 @@ for i = 1, ntasks() do
       fields[#fields + 1] = 'entry'; fields[#fields + 1] = push_entry(t)
     end
     transition(t, 'ENQUEUE', to, '', fields, {'type', typ})
+    compact(t.hkey)  -- a waiting task holds ~1.4 kB, not its history's 4 kB preallocation
     out[i] = {id, to, 0}
   end
 end
