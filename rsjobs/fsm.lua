@@ -172,13 +172,11 @@ local function compact(key)
   end
 end
 
--- A history longer than this may have opened a new (preallocated) node since it was
--- compacted at ENQUEUE: it is compacted again when the task ends.
-local COMPACT_AGAIN_AFTER = 24
-
--- Keep a finished task (hash, history, dedup key) for the retention period only.
+-- Keep a finished task (hash, history, dedup key) for the retention period only. Its
+-- history is compacted again: since ENQUEUE it may have opened a new, preallocated node
+-- (a node holds at most stream-node-max-bytes or 100 entries).
 local function retain(t)
-  if redis.call('XLEN', t.hkey) > COMPACT_AGAIN_AFTER then compact(t.hkey) end
+  compact(t.hkey)
   if RETENTION_MS > 0 then
     redis.call('PEXPIRE', t.key, RETENTION_MS)
     redis.call('PEXPIRE', t.hkey, RETENTION_MS)

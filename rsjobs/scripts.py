@@ -5,7 +5,8 @@ and shared helpers) followed by the script itself. Calls use EVALSHA and fall ba
 SCRIPT LOAD on NOSCRIPT (e.g. after a Redis restart or failover), as redis-py's registered
 scripts do, without their per-call overhead. They go over the client's :class:`~rsjobs.resp.Lane`
 (one pipelined connection) when it has one (clients made by :func:`rsjobs.connect`), else
-through redis-py.
+through redis-py. The reaper's and the workflows' script calls go through :class:`Scripts`
+too, with their own keys after the task keys.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 from .keys import GROUP, Keys
+from .resp import Lane
 from .settings import Settings
 
-__all__ = ["SCRIPT_NAMES", "Scripts", "evalsha", "script_source"]
+__all__ = ["SCRIPT_NAMES", "Scripts", "script_source"]
 
 SCRIPT_NAMES = (
     "enqueue",
@@ -70,21 +72,6 @@ def script_source(name: str) -> str:
 TaskKeys = tuple[str, str, str, str]
 
 
-async def evalsha(
-    redis: Redis, name: str, sha: str, keys: Sequence[str], argv: Sequence[Any]
-) -> Any:
-    """EVALSHA script ``name`` (whose SHA1 is ``sha``); on NOSCRIPT (a restarted or failed-over
-    Redis) load it and call again. Goes over the client's lane when it has one."""
-    lane = getattr(redis, "lane", None)
-    send = lane.call if lane is not None else redis.execute_command
-    cmd = ("EVALSHA", sha, len(keys), *keys, *argv)
-    try:
-        return await send(*cmd)
-    except NoScriptError:
-        await redis.script_load(script_source(name))
-        return await send(*cmd)
-
-
 class Scripts:
     """Binds the scripts to one Redis connection pool, namespace and settings."""
 
@@ -95,8 +82,12 @@ class Scripts:
         self._common_keys = self.keys.common()
         self._common_argv = [str(settings.events_maxlen), str(settings.retention_ms), GROUP]
         self._sha = {n: hashlib.sha1(script_source(n).encode()).hexdigest() for n in SCRIPT_NAMES}
-        # the lane, when the client has one (see evalsha), is the client's: it closes with it
-        self.lane = getattr(redis, "lane", None)
+
+    @property
+    def lane(self) -> Lane | None:
+        """The client's lane, when it has one (it is the client's: it closes with it)."""
+        lane: Lane | None = getattr(self.redis, "lane", None)
+        return lane
 
     def task_keys(self, task_id: str, queue: str, dedup: str | None = None) -> TaskKeys:
         k = self.keys
@@ -111,11 +102,23 @@ class Scripts:
         source: str,
         tasks: Sequence[TaskKeys],
         argv: Sequence[Any],
+        *,
+        extra_keys: Sequence[str] = (),
     ) -> Any:
-        """Run script ``name`` for the given tasks' keys with the script-specific ``argv``."""
+        """Run script ``name``: KEYS = common + the tasks' keys + ``extra_keys`` (the
+        reaper's and the workflows' own), ARGV = common + ``argv``.
+
+        EVALSHA over the client's lane when it has one; on NOSCRIPT (a restarted or
+        failed-over Redis) the script is loaded and called again."""
         keys = list(self._common_keys)
         for tk in tasks:
             keys.extend(tk)
-        return await evalsha(
-            self.redis, name, self._sha[name], keys, [source, *self._common_argv, *argv]
-        )
+        keys.extend(extra_keys)
+        lane = self.lane
+        send = lane.call if lane is not None else self.redis.execute_command
+        cmd = ("EVALSHA", self._sha[name], len(keys), *keys, source, *self._common_argv, *argv)
+        try:
+            return await send(*cmd)
+        except NoScriptError:
+            await self.redis.script_load(script_source(name))
+            return await send(*cmd)

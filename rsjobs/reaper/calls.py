@@ -1,8 +1,8 @@
 """Calls of the reaper's scripts (``scripts/reclaim.lua`` and friends).
 
 They share the transition scripts' layout (common KEYS and ARGV, four keys per task; see
-``fsm.lua``) and may add keys of their own after the task keys, which ``Scripts.call``
-has no place for; hence this small twin of :class:`rsjobs.scripts.Scripts`.
+``fsm.lua``) and may add keys of their own after the task keys (``extra_keys``); calls go
+through :class:`rsjobs.scripts.Scripts`, with the reaper as their source.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from ..keys import GROUP, Keys
-from ..scripts import TaskKeys, script_source
+from ..scripts import Scripts, TaskKeys
 from ..settings import Settings
 
 __all__ = ["REAPER_SCRIPTS", "ReaperScripts"]
@@ -31,13 +30,10 @@ class ReaperScripts:
     def __init__(self, redis: Redis, settings: Settings) -> None:
         self.redis = redis
         self.settings = settings
-        self.keys = Keys(settings.namespace)
-        self._common_argv = [str(settings.events_maxlen), str(settings.retention_ms), GROUP]
-        self._scripts = {n: redis.register_script(script_source(n)) for n in REAPER_SCRIPTS}
-
-    def task_keys(self, task_id: str, queue: str, dedup: str | None) -> TaskKeys:
-        k = self.keys
-        return (*k.task_keys(task_id, queue), k.dedup(dedup) if dedup else k.nodedup)
+        #: the transition scripts on the same client (also promote.lua, which the reaper runs)
+        self.core = Scripts(redis, settings)
+        self.keys = self.core.keys
+        self.task_keys = self.core.task_keys
 
     async def call(
         self,
@@ -49,12 +45,7 @@ class ReaperScripts:
         source: str = SOURCE,
     ) -> Any:
         """Run script ``name``: KEYS = common + the tasks' keys + ``extra_keys``."""
-        keys = self.keys.common()
-        for tk in tasks:
-            keys.extend(tk)
-        keys.extend(extra_keys)
-        args: list[Any] = [source, *self._common_argv, *argv]
-        return await self._scripts[name](keys=keys, args=args)
+        return await self.core.call(name, source, tasks, argv, extra_keys=extra_keys)
 
     async def dedup_keys(self, task_ids: Sequence[str]) -> list[str | None]:
         """Each task's dedup key name (None when it has none or is gone), one round trip.

@@ -26,7 +26,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..scripts import Scripts
 from ..settings import Settings
 from ..worker import promote_due
 from .calls import ReaperScripts
@@ -126,7 +125,6 @@ class Reaper:
         self.config = config or ReaperConfig()
         self.scripts = ReaperScripts(self.redis, self.settings)
         self.keys = self.scripts.keys
-        self._core = Scripts(self.redis, self.settings)
         from ..workflows.driver import WorkflowDriver
 
         self._driver = WorkflowDriver(redis=self.redis, settings=self.settings, source="reaper")
@@ -182,7 +180,7 @@ class Reaper:
         report.expired = dl["EXPIRED"]
 
         for _ in range(cfg.max_batches):
-            n = await promote_due(self._core, "reaper", limit=cfg.batch)
+            n = await promote_due(self.scripts.core, "reaper", limit=cfg.batch)
             report.promoted += n
             if n < cfg.batch:
                 break

@@ -4,15 +4,13 @@ history bound + the script's own."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
 
-from ..keys import GROUP, Keys
 from ..schemas import _text
-from ..scripts import TaskKeys, evalsha, script_source
+from ..scripts import Scripts, TaskKeys
 from ..settings import Settings
 
 __all__ = ["WF_SCRIPTS", "Reply", "WorkflowScripts"]
@@ -54,19 +52,14 @@ class WorkflowScripts:
     ) -> None:
         self.redis = redis
         self.settings = settings
-        self.keys = Keys(settings.namespace)
-        self._common_argv = [
-            str(settings.events_maxlen),
-            str(settings.retention_ms),
-            GROUP,
-            self.keys.control,
-            str(history_maxlen),
-        ]
-        self._sha = {n: hashlib.sha1(script_source(n).encode()).hexdigest() for n in WF_SCRIPTS}
+        self.core = Scripts(redis, settings)
+        self.keys = self.core.keys
+        #: the workflow scripts' ARGV after the common ones (see wf.lua)
+        self._wf_argv = [self.keys.control, str(history_maxlen)]
 
     def task_keys(self, task_id: str, queue: str) -> TaskKeys:
         """The four KEYS of a workflow task (workflow tasks have no dedup key)."""
-        return (*self.keys.task_keys(task_id, queue), self.keys.nodedup)
+        return self.core.task_keys(task_id, queue)
 
     async def raw(
         self,
@@ -77,12 +70,13 @@ class WorkflowScripts:
         argv: Sequence[Any],
     ) -> Any:
         """Run script ``name`` for workflow ``wf_id`` and the given tasks' keys."""
-        keys = self.keys.common()
-        for tk in tasks:
-            keys.extend(tk)
-        keys.extend(self.keys.workflow_keys(wf_id))
-        argv = [source, *self._common_argv, *argv]
-        return await evalsha(self.redis, name, self._sha[name], keys, argv)
+        return await self.core.call(
+            name,
+            source,
+            tasks,
+            [*self._wf_argv, *argv],
+            extra_keys=self.keys.workflow_keys(wf_id),
+        )
 
     async def call(
         self,

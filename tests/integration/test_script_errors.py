@@ -5,6 +5,8 @@ compaction of task histories."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from redis.exceptions import ResponseError
 
@@ -74,5 +76,30 @@ async def test_task_histories_are_compacted(client: Client) -> None:
         ]
         assert 0 < await r.pttl(client.keys.history(done)) <= client.settings.retention_ms
         assert not await r.exists(client.keys.scratch)
+    finally:
+        await r.config_set("stream-node-max-bytes", cfg["stream-node-max-bytes"])
+
+
+async def test_a_long_history_is_compacted_again_when_the_task_ends(client: Client) -> None:
+    """Entries added after ENQUEUE can open new, preallocated nodes; the end compacts them,
+    and a caller blocked on the history (Client.wait) still sees the end."""
+    r = client.redis
+    cfg = await r.config_get("stream-node-max-bytes")
+    await r.config_set("stream-node-max-bytes", 4096)  # Redis' default
+    try:
+        tid = await client.enqueue("noop")
+        reason = "r" * 900  # each refusal or transition entry carries it as msg
+        for _ in range(5):
+            await client.pause(tid, reason)
+            await client.resume(tid, reason)
+        hkey = client.keys.history(tid)
+        waiter = asyncio.create_task(client.wait(tid, timeout_ms=10_000))
+        await asyncio.sleep(0.1)  # blocked in XREAD on the history
+        await client.cancel(tid, "end")
+        assert (await waiter).state == "CANCELLED"
+        assert len(await client.history(tid)) == 12
+        # compact: an exact copy of it takes as much memory as it does
+        await r.copy(hkey, "probe")
+        assert await r.memory_usage(hkey) <= await r.memory_usage("probe") + 64
     finally:
         await r.config_set("stream-node-max-bytes", cfg["stream-node-max-bytes"])

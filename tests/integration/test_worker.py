@@ -288,3 +288,22 @@ async def test_worker_started_before_redis_waits_for_it() -> None:
         stop_process(waiting)
         stop_process(idle)
         late.cleanup()
+
+
+async def test_concurrency_bounds_started_tasks_while_starts_are_in_flight(
+    client: Client, redis_url: str
+) -> None:
+    """The worker reads the next batch while a start is in flight; deliveries being started
+    hold their slots, so no more than ``concurrency`` tasks are ever RUNNING for it."""
+    ids = [await client.enqueue("sleep", {"s": 0.2, "steps": 2}) for _ in range(24)]
+    most = 0
+    async with running_worker(redis_url, concurrency=3):
+        deadline = time.monotonic() + 30
+        while True:
+            stats = (await client.stats())["default"]
+            most = max(most, stats.get("RUNNING", 0))
+            if stats.get("SUCCEEDED", 0) == len(ids):
+                break
+            assert time.monotonic() < deadline, stats
+            await asyncio.sleep(0.005)
+    assert most == 3

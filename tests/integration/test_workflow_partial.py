@@ -3,27 +3,17 @@ stage as PARTIALLY_FAILED; retry re-runs only the failed one; the stage then com
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from rsjobs import Client, Settings, connect
+from rsjobs import Client
 from rsjobs.workflows import ActionRefused, WorkflowClient
-from tests.integration.wf_fixtures import NS, running_worker, wait_status
+from tests.integration.wf_fixtures import running_worker, wait_status
 from tests.reference import replay
-from tests.wf_support import EMOTIONS, character, invariants
+from tests.wf_support import EMOTIONS, invariants
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def wf(redis_url: str, tmp_path: Path) -> AsyncIterator[WorkflowClient]:
-    c = WorkflowClient(
-        connect(redis_url), Settings(namespace=NS), definitions=[character(flags=str(tmp_path))]
-    )
-    yield c
-    await c.close()
 
 
 async def test_one_failed_emotion_is_retried_alone(

@@ -5,27 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from rsjobs import Client, Settings, connect
+from rsjobs import Client
 from rsjobs.workflows import WorkflowClient
-from tests.integration.wf_fixtures import NS, running_worker, wait_status
+from tests.integration.wf_fixtures import running_worker, wait_status
 from tests.reference import replay
-from tests.wf_support import Hand, character, invariants
+from tests.wf_support import Hand, invariants
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def wf(redis_url: str, tmp_path: Path) -> AsyncIterator[WorkflowClient]:
-    c = WorkflowClient(
-        connect(redis_url), Settings(namespace=NS), definitions=[character(flags=str(tmp_path))]
-    )
-    yield c
-    await c.close()
 
 
 async def test_regenerate_cancels_the_running_old_version(
