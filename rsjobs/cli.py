@@ -19,8 +19,9 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from .client import Client
-from .errors import ConfigError, RsjobsError
+from .client import Client, connect
+from .connection import redact_url
+from .errors import ConfigError, RedisUnavailable, RsjobsError
 from .settings import Settings
 from .worker import Registry, Worker
 
@@ -49,12 +50,25 @@ def load_object(spec: str) -> Any:
         raise CliError(f"module {module_name!r} has no attribute {attr!r}") from None
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    return Settings(namespace=args.namespace)
+def settings_from_args(args: argparse.Namespace, **more: Any) -> Settings:
+    """The :class:`Settings` the global options name (namespace, durable mode), plus
+    ``more``; a bad value is a one-line CLI error."""
+    try:
+        return Settings(
+            namespace=args.namespace,
+            wait_replicas=args.wait_replicas,
+            wait_timeout_ms=args.wait_timeout_ms,
+            **more,
+        )
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+
+
+_settings = settings_from_args
 
 
 def _client(args: argparse.Namespace) -> Client:
-    return Client.from_url(args.url, source="user", namespace=args.namespace)
+    return Client(connect(args.url), settings_from_args(args), source="user")
 
 
 def _ms(ts: int) -> str:
@@ -233,6 +247,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--namespace", default=os.environ.get("RSJOBS_NAMESPACE", "default"))
     p.add_argument("--log-level", default=os.environ.get("RSJOBS_LOG_LEVEL", "INFO"))
+    p.add_argument(
+        "--wait-replicas",
+        type=int,
+        default=int(os.environ.get("RSJOBS_WAIT_REPLICAS") or 0),
+        metavar="N",
+        help="durable mode: submits, cancels, pauses and resumes return once N replicas "
+        "confirmed them (WAIT); env RSJOBS_WAIT_REPLICAS",
+    )
+    p.add_argument(
+        "--wait-timeout-ms",
+        type=int,
+        default=int(os.environ.get("RSJOBS_WAIT_TIMEOUT_MS") or 1000),
+        metavar="MS",
+        help="how long durable mode waits for the replicas",
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     w = sub.add_parser("worker", help="run a worker for a Registry (MODULE:OBJECT)")
@@ -306,8 +335,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(asyncio.run(args.func(args)))
     except KeyboardInterrupt:
         return 130
-    except RedisConnectionError as exc:
-        print(f"rsjobs: cannot reach redis at {args.url}: {exc}", file=sys.stderr)
+    except (RedisConnectionError, RedisUnavailable) as exc:
+        print(f"rsjobs: cannot reach redis at {redact_url(args.url)}: {exc}", file=sys.stderr)
         return 3
     except (RsjobsError, ConfigError) as exc:
         print(f"rsjobs: {exc}", file=sys.stderr)

@@ -13,14 +13,16 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from .codec import encode_payload
+from .connection import connect
 from .errors import ConfigError, InvalidTransition, TaskNotFound, WaitTimeout
 from .keys import validate_name
-from .resp import LaneRedis
 from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo
 from .scripts import Scripts
 from .settings import Settings
+from .transient import is_transient
 
 __all__ = ["Client", "connect", "validate_task_id"]
 
@@ -36,19 +38,6 @@ def validate_task_id(task_id: str) -> str:
 
 def new_task_id() -> str:
     return uuid.uuid4().hex
-
-
-def connect(url: str, **kwargs: Any) -> Redis:
-    """A redis-py asyncio client configured as rsjobs needs it (str replies).
-
-    It is a :class:`~rsjobs.resp.LaneRedis`: the transition scripts called through it use
-    a lean pipelined connection of its own, closed by its ``aclose()``.
-    """
-    kwargs.setdefault("decode_responses", True)
-    kwargs.setdefault("health_check_interval", 30)
-    # blocking reads (XREADGROUP / XREAD BLOCK) stay well under this
-    kwargs.setdefault("socket_timeout", 30)
-    return LaneRedis.from_url(url, **kwargs)
 
 
 def _check_request(r: EnqueueRequest, limit: int) -> bytes:
@@ -176,6 +165,7 @@ class Client:
             self.source,
             [self.scripts.task_keys(tid, req.queue, req.dedup_key)],
             _enqueue_argv(tid, req, encoded),
+            durable=True,
         )
         rid, state, dup = replies[0]
         return EnqueueResult(id=str(rid), state=str(state), duplicate=bool(dup))
@@ -205,7 +195,7 @@ class Client:
                     tid = new_task_id()
                     tasks.append(self.scripts.task_keys(tid, r.queue, r.dedup_key))
                     argv += _enqueue_argv(tid, r, payload)
-                replies = await self.scripts.call("enqueue", self.source, tasks, argv)
+                replies = await self.scripts.call("enqueue", self.source, tasks, argv, durable=True)
                 return [str(reply[0]) for reply in replies]
 
         parts = await asyncio.gather(*(send(i) for i in range(0, len(reqs), chunk)))
@@ -264,7 +254,15 @@ class Client:
                 if left <= 0:
                     raise WaitTimeout(f"task {task_id} is still {info.state}")
                 block = max(1, min(block, int(left * 1000)))
-            rows = await self.redis.xread({hkey: last_id}, block=block)
+            try:
+                rows = await self.redis.xread({hkey: last_id}, block=block)
+            except RedisError as exc:
+                # a failover (UNBLOCKED, READONLY, a dropped connection) ends the read, not
+                # the wait: read again once Redis answers, within the caller's timeout
+                if not is_transient(exc):
+                    raise
+                await asyncio.sleep(min(0.5, block / 1000))
+                rows = None
             if rows:
                 entries = rows[0][1]
                 last_id = entries[-1][0]
@@ -311,6 +309,7 @@ class Client:
             self.source,
             [self.scripts.task_keys(task_id, queue, dedup)],
             [event, reason, self.keys.control],
+            durable=True,
         )
         if code == -1:
             raise TaskNotFound(task_id)

@@ -31,7 +31,8 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..client import Client, connect
+from ..client import Client
+from ..connection import connect, describe
 from ..settings import Settings
 from .auth import Auth
 from .config import WebConfig
@@ -94,9 +95,18 @@ def create_app(
     if settings is None:
         settings = Settings(namespace=namespace or env.get("RSJOBS_NAMESPACE") or "default")
     own = redis is None
+    blocking = redis
     if redis is None:
-        redis = connect(url or env.get("RSJOBS_URL") or DEFAULT_URL)
-    service = Service(Client(redis, settings, source="api"), auth, config, own_client=own)
+        target = url or env.get("RSJOBS_URL") or DEFAULT_URL
+        bound = config.redis_timeout_ms / 1000
+        redis = connect(target, socket_timeout=bound, connect_timeout=bound)
+        # the events reader blocks in XREAD: its replies may take the block time
+        blocking = connect(target, socket_timeout=config.hub_block_ms / 1000 + bound,
+                           connect_timeout=bound)  # fmt: skip
+        log.info("rsjobs web: redis %s", describe(redis, target))
+    service = Service(
+        Client(redis, settings, source="api"), auth, config, own_client=own, blocking=blocking
+    )
     api = Api(service)
 
     @contextlib.asynccontextmanager
