@@ -186,6 +186,41 @@ async def cmd_queues(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_healthcheck(args: argparse.Namespace) -> int:
+    """Redis answers PING within the timeout (exit 3 otherwise); with ``--http``, that URL
+    answers 200 too (exit 1 otherwise). Prints one line either way."""
+    bound = args.timeout_ms / 1000
+    if bound <= 0:
+        raise CliError("--timeout-ms must be positive")
+    redis = connect(args.url, socket_timeout=bound, connect_timeout=bound)
+    try:
+        async with asyncio.timeout(bound):
+            await redis.ping()
+    except (RedisError, OSError) as exc:
+        print(f"unhealthy: redis at {redact_url(args.url)}: {type(exc).__name__}: {exc}")
+        return 3
+    finally:
+        await redis.aclose()
+    if args.http:
+        import urllib.error
+        import urllib.request
+
+        def get() -> int:
+            with urllib.request.urlopen(args.http, timeout=bound) as resp:
+                return int(resp.status)
+
+        try:
+            status = await asyncio.to_thread(get)
+        except (urllib.error.URLError, OSError) as exc:
+            print(f"unhealthy: {args.http}: {exc}")
+            return 1
+        if status != 200:
+            print(f"unhealthy: {args.http} answered {status}")
+            return 1
+    print("ok")
+    return 0
+
+
 async def cmd_dev(args: argparse.Namespace) -> int:
     """Everything on an embedded Redis, in one process: the server (AOF on), a worker, a
     reaper and the web app in dev mode (no tokens), until Ctrl-C."""
@@ -239,7 +274,10 @@ async def cmd_dev(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     p = argparse.ArgumentParser(prog="rsjobs", description="rsjobs: Redis-Streams job system")
+    p.add_argument("--version", action="version", version=f"rsjobs {__version__}")
     p.add_argument(
         "--url",
         default=os.environ.get("RSJOBS_URL", DEFAULT_URL),
@@ -307,6 +345,14 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("id")
         c.add_argument("--reason", default="")
         c.set_defaults(func=cmd_control)
+
+    hc = sub.add_parser(
+        "healthcheck",
+        help="exit 0 when Redis answers (and --http URL answers 200); for container probes",
+    )
+    hc.add_argument("--http", metavar="URL", help="also GET this URL (e.g. the web /healthz)")
+    hc.add_argument("--timeout-ms", type=int, default=2000)
+    hc.set_defaults(func=cmd_healthcheck)
 
     q = sub.add_parser("queues", help="queue depth and task counts per state")
     q.add_argument("--json", action="store_true")
