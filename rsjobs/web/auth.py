@@ -33,7 +33,7 @@ from ..errors import ConfigError
 
 __all__ = ["ANONYMOUS", "Auth", "Principal", "parse_entries"]
 
-_OWNER = re.compile(r"^[A-Za-z0-9_.@\-]{1,128}$")
+_OWNER = re.compile(r"[A-Za-z0-9_.@\-]{1,128}")
 _ROLES = ("user", "admin")
 
 
@@ -59,7 +59,7 @@ def _digest(token: str) -> bytes:
 def _check(token: str, owner: str, role: str, where: str) -> Principal:
     if not token or token != token.strip() or any(c.isspace() for c in token):
         raise ConfigError(f"{where}: a token must be non-empty and contain no whitespace")
-    if not _OWNER.match(owner):
+    if not _OWNER.fullmatch(owner):
         raise ConfigError(
             f"{where}: invalid owner {owner!r}: 1-128 letters, digits, '_', '.', '@', '-'"
         )

@@ -440,9 +440,25 @@ def _narrow(components: dict[str, Any]) -> dict[str, Any]:
     return components
 
 
+def _ecma(node: Any) -> Any:
+    """``node`` with the Structs' Python patterns in ECMA-262, JSON Schema's dialect: the
+    closing ``\\Z`` (the end of the string) is spelled ``$``, which is the end of the
+    string there (Python's ``$`` also matches before a final newline)."""
+    if isinstance(node, dict):
+        out = {k: _ecma(v) for k, v in node.items()}
+        pattern = out.get("pattern")
+        if isinstance(pattern, str) and pattern.endswith("\\Z"):
+            out["pattern"] = pattern[:-2] + "$"
+        return out
+    if isinstance(node, list):
+        return [_ecma(v) for v in node]
+    return node
+
+
 @cache
 def openapi_document() -> dict[str, Any]:
     _, components = msgspec.json.schema_components(_STRUCTS, ref_template=_REF)
+    components = _ecma(components)
     return {
         "openapi": "3.1.0",
         "info": {

@@ -4,6 +4,7 @@ answers a task of another owner exactly like a task that does not exist (404).""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from typing import Any
 
@@ -18,6 +19,7 @@ from ..model import is_terminal
 from ..schemas import EnqueueRequest, HistoryEntry, TaskInfo
 from .auth import Principal, require_principal
 from .http import ApiError, json_response, last_event_id, page_params, read_body
+from .hub import exclusive
 from .metrics import CONTENT_TYPE
 from .openapi import openapi_document
 from .schemas import (
@@ -34,7 +36,22 @@ from .sse import EventStreamResponse, events, snapshot
 
 __all__ = ["Api"]
 
-_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,128}$")  # printable ASCII, no spaces
+#: the longest dedup key ``Client.enqueue`` accepts
+MAX_DEDUP_KEY = 256
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")  # printable ASCII, no spaces
+
+
+def scoped_key(owner: str, key: str) -> str:
+    """The dedup key of idempotency key ``key`` of ``owner``: two owners using the same key
+    get two tasks. ``<owner>/<key>``, or where that would pass the 256 characters a dedup
+    key may have, ``<owner> <SHA-256 of key>``: neither owners nor keys contain a space,
+    so the two forms never meet, and keys that fit keep the form they always had."""
+    if not owner:
+        return key
+    plain = f"{owner}/{key}"
+    if len(plain) <= MAX_DEDUP_KEY:
+        return plain
+    return f"{owner} {hashlib.sha256(key.encode()).hexdigest()}"
 
 
 def _not_found(task_id: str) -> ApiError:
@@ -96,13 +113,12 @@ class Api:
             raise ApiError(403, "forbidden", "only an admin token may submit for another owner")
         owner = req.owner or who.owner
         header = request.headers.get("idempotency-key")
-        if header is not None and not _IDEMPOTENCY_KEY.match(header):
+        if header is not None and not _IDEMPOTENCY_KEY.fullmatch(header):
             raise ApiError(400, "invalid_idempotency_key", "Idempotency-Key: 1-128 printable ASCII")
         if header is not None and req.dedup_key is not None and header != req.dedup_key:
             raise ApiError(400, "invalid_idempotency_key", "Idempotency-Key and dedup_key disagree")
         key = header or req.dedup_key
-        # scoped per owner: two owners using the same key get two tasks
-        dedup = (f"{owner}/{key}" if owner else key) if key else None
+        dedup = scoped_key(owner, key) if key else None
         if req.backoff_max_ms < req.backoff_base_ms:
             raise ApiError(422, "invalid_body", "backoff_max_ms must be >= backoff_base_ms")
         if dedup:
@@ -182,10 +198,12 @@ class Api:
         tid = self.task_id(request)
         after, limit = page_params(request)
         await self.visible_state(who, tid)
-        try:
-            entries = await self.svc.client.history(tid, after=after, count=limit)
-        except TaskNotFound:
-            raise _not_found(tid) from None
+        entries: list[HistoryEntry] = []
+        if exclusive(after) is not None:  # nothing follows the largest id
+            try:
+                entries = await self.svc.client.history(tid, after=after, count=limit)
+            except TaskNotFound:
+                raise _not_found(tid) from None
         return json_response(
             HistoryPage(id=tid, entries=entries, next=entries[-1].id if entries else None)
         )
