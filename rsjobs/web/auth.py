@@ -186,9 +186,13 @@ class Auth:
         return self._by_digest.get(_digest(token))
 
 
-def require_principal(auth: Auth, request: Request, *, allow_query: bool = False) -> Principal:
-    """Who the request's bearer token names; a 401 :class:`ApiError` when nobody."""
-    from .http import ApiError, bearer_token
+def require_principal(
+    auth: Auth, request: Request, *, allow_query: bool = False, params: tuple[str, ...] = ()
+) -> Principal:
+    """Who the request's bearer token names; a 401 :class:`ApiError` when nobody. Then a
+    400 for a query parameter the route does not take: ``params``, and ``access_token``
+    where ``allow_query`` accepts the token there."""
+    from .http import ApiError, bearer_token, check_query
 
     who = auth.authenticate(bearer_token(request, allow_query=allow_query))
     if who is None:
@@ -198,4 +202,5 @@ def require_principal(auth: Auth, request: Request, *, allow_query: bool = False
             "a valid bearer token is required",
             {"WWW-Authenticate": 'Bearer realm="rsjobs"'},
         )
+    check_query(request, (*params, "access_token") if allow_query else params)
     return who

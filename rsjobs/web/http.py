@@ -14,9 +14,12 @@ from .schemas import ErrorBody, encode
 
 __all__ = [
     "BODY_DEPTH",
+    "PAGE_PARAMS",
+    "RESUME_PARAMS",
     "ApiError",
     "answering",
     "bearer_token",
+    "check_query",
     "error_response",
     "is_ascii_number",
     "json_response",
@@ -112,6 +115,18 @@ async def read_body(request: Request, limit: int) -> bytes:
     return body
 
 
+def check_query(request: Request, allowed: tuple[str, ...] = ()) -> None:
+    """400 when the query string has a parameter the route does not take: a misspelt one
+    (``?limt=5``) would otherwise be ignored without a word."""
+    unknown = sorted({k for k in request.query_params if k not in allowed})
+    if unknown:
+        names = ", ".join(repr(k[:40]) for k in unknown[:5])
+        takes = ", ".join(allowed) if allowed else "none"
+        raise ApiError(
+            400, "unknown_parameter", f"unknown query parameter {names}; this route takes: {takes}"
+        )
+
+
 def bearer_token(request: Request, *, allow_query: bool = False) -> str | None:
     """The token of ``Authorization: Bearer ...`` (or ``?access_token=`` where a browser
     cannot send headers, i.e. EventSource). None when none was sent."""
@@ -131,6 +146,11 @@ def bearer_token(request: Request, *, allow_query: bool = False) -> str | None:
         if query:
             return query
     return None
+
+
+#: the query parameters of a history page, and of an event stream's resume point
+PAGE_PARAMS = ("after", "limit")
+RESUME_PARAMS = ("last_event_id",)
 
 
 def page_params(request: Request) -> tuple[str, int]:

@@ -18,13 +18,23 @@ from ..errors import ConfigError, PayloadError, TaskNotFound
 from ..model import is_terminal
 from ..schemas import EnqueueRequest, HistoryEntry, TaskInfo
 from .auth import Principal, require_principal
-from .http import ApiError, json_response, last_event_id, page_params, read_body
+from .http import (
+    PAGE_PARAMS,
+    RESUME_PARAMS,
+    ApiError,
+    check_query,
+    json_response,
+    last_event_id,
+    page_params,
+    read_body,
+)
 from .hub import exclusive
 from .metrics import CONTENT_TYPE
 from .openapi import openapi_document
 from .schemas import (
     CancelRequest,
     CancelResult,
+    Health,
     HistoryPage,
     SubmitRequest,
     SubmitResult,
@@ -68,8 +78,10 @@ class Api:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def principal(self, request: Request, *, allow_query: bool = False) -> Principal:
-        return require_principal(self.svc.auth, request, allow_query=allow_query)
+    def principal(
+        self, request: Request, *, allow_query: bool = False, params: tuple[str, ...] = ()
+    ) -> Principal:
+        return require_principal(self.svc.auth, request, allow_query=allow_query, params=params)
 
     @staticmethod
     def task_id(request: Request) -> str:
@@ -194,7 +206,7 @@ class Api:
         return json_response(TaskView.build(info, recent))
 
     async def history(self, request: Request) -> Response:
-        who = self.principal(request)
+        who = self.principal(request, params=PAGE_PARAMS)
         tid = self.task_id(request)
         after, limit = page_params(request)
         await self.visible_state(who, tid)
@@ -223,7 +235,7 @@ class Api:
         return json_response(CancelResult(id=tid, state=state, changed=changed))
 
     async def task_events(self, request: Request) -> Response:
-        who = self.principal(request, allow_query=True)
+        who = self.principal(request, allow_query=True, params=RESUME_PARAMS)
         tid = self.task_id(request)
         last = last_event_id(request)
         await self.visible_state(who, tid)
@@ -277,6 +289,7 @@ class Api:
     # -- operations ------------------------------------------------------------------------
 
     async def healthz(self, request: Request) -> Response:
+        check_query(request)
         try:
             async with asyncio.timeout(2):
                 await self.redis.ping()
@@ -284,14 +297,12 @@ class Api:
         except (RedisError, OSError, TimeoutError):
             redis_ok = False
         hub = self.svc.hub
-        body = {
-            "status": "ok" if redis_ok else "unavailable",
-            "redis": "ok" if redis_ok else "unreachable",
-            "events_reader": (
-                ("ok" if hub.healthy else "retrying") if hub.running else "not started"
-            ),
-            "event_streams": self.svc.limiter.total,
-        }
+        body = Health(
+            status="ok" if redis_ok else "unavailable",
+            redis="ok" if redis_ok else "unreachable",
+            events_reader=("ok" if hub.healthy else "retrying") if hub.running else "not started",
+            event_streams=self.svc.limiter.total,
+        )
         return json_response(body, 200 if redis_ok else 503)
 
     async def metrics(self, request: Request) -> Response:
@@ -299,6 +310,8 @@ class Api:
             who = self.principal(request)
             if not who.admin:
                 raise ApiError(403, "forbidden", "metrics need an admin token")
+        else:
+            check_query(request)
         try:
             await self.svc.start()  # durations are observed by the events reader
         except (RedisError, OSError):
@@ -306,4 +319,5 @@ class Api:
         return Response(await self.svc.metrics.render(), media_type=CONTENT_TYPE)
 
     async def openapi(self, request: Request) -> Response:
+        check_query(request)
         return json_response(openapi_document())

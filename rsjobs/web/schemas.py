@@ -18,7 +18,9 @@ __all__ = [
     "CancelRequest",
     "CancelResult",
     "ErrorBody",
+    "Health",
     "HistoryPage",
+    "StreamEnd",
     "SubmitRequest",
     "SubmitResult",
     "TaskView",
@@ -140,6 +142,26 @@ class HistoryPage(msgspec.Struct, frozen=True, kw_only=True):
     entries: list[HistoryEntry]
     #: the id of the last entry, or null when this page is empty
     next: str | None
+
+
+class Health(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /healthz``."""
+
+    #: "ok", or "unavailable" (with 503) when Redis does not answer
+    status: str
+    #: "ok" or "unreachable"
+    redis: str
+    #: "ok", "retrying" (after a Redis error) or "not started"
+    events_reader: str
+    #: open SSE connections of this process
+    event_streams: int
+
+
+class StreamEnd(msgspec.Struct, frozen=True, kw_only=True):
+    """The data of a task event stream's ``end`` event."""
+
+    #: the task's final state
+    state: str
 
 
 class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):

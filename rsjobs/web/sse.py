@@ -29,7 +29,7 @@ from ..model import is_terminal
 from .auth import Principal
 from .http import ApiError
 from .hub import Item, Subscription, exclusive, parse_id
-from .schemas import encode
+from .schemas import StreamEnd, encode
 
 __all__ = ["EventStreamResponse", "Snapshot", "StreamLimiter", "events", "snapshot"]
 
@@ -121,7 +121,7 @@ async def snapshot(redis: Redis, task_key: str, hkey: str, task_id: str, after: 
 
 
 def _end(state: str) -> bytes:
-    return b"event: end\ndata: %s\n\n" % encode({"state": state})
+    return b"event: end\ndata: %s\n\n" % encode(StreamEnd(state=state))
 
 
 async def events(

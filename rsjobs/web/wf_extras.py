@@ -136,8 +136,10 @@ class WorkflowExtras:
         self.auth = auth
         self.root = asset_root
 
-    def principal(self, request: Request, *, allow_query: bool = False) -> Principal:
-        return require_principal(self.auth, request, allow_query=allow_query)
+    def principal(
+        self, request: Request, *, allow_query: bool = False, params: tuple[str, ...] = ()
+    ) -> Principal:
+        return require_principal(self.auth, request, allow_query=allow_query, params=params)
 
     async def visible_plan(self, request: Request, who: Principal) -> tuple[str, Plan]:
         """The workflow's id and plan; 404 unless it exists and ``who`` may see it."""

@@ -30,6 +30,8 @@ from starlette.routing import BaseRoute, Route
 from ..errors import ConfigError, PayloadError, RsjobsError
 from ..web.auth import Auth, Principal, require_principal
 from ..web.http import (
+    PAGE_PARAMS,
+    RESUME_PARAMS,
     ApiError,
     answering,
     json_response,
@@ -94,8 +96,10 @@ class WorkflowApi:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def principal(self, request: Request, *, allow_query: bool = False) -> Principal:
-        return require_principal(self.auth, request, allow_query=allow_query)
+    def principal(
+        self, request: Request, *, allow_query: bool = False, params: tuple[str, ...] = ()
+    ) -> Principal:
+        return require_principal(self.auth, request, allow_query=allow_query, params=params)
 
     @staticmethod
     def wf_id(request: Request) -> str:
@@ -193,7 +197,7 @@ class WorkflowApi:
             raise _not_found(wf_id) from None
 
     async def history(self, request: Request) -> Response:
-        who = self.principal(request)
+        who = self.principal(request, params=PAGE_PARAMS)
         wf_id = self.wf_id(request)
         after, limit = page_params(request)
         await self.visible(who, wf_id)
@@ -208,7 +212,7 @@ class WorkflowApi:
         )
 
     async def events(self, request: Request) -> Response:
-        who = self.principal(request, allow_query=True)
+        who = self.principal(request, allow_query=True, params=RESUME_PARAMS)
         wf_id = self.wf_id(request)
         last = last_event_id(request)
         await self.visible(who, wf_id)
