@@ -318,3 +318,25 @@ def test_unknown_query_parameters_are_400(
                   headers=ALICE).status_code == 200  # fmt: skip
     r = tc.get(f"/workflows/{wid}/plan", params={"access_token": "tok-alice"})
     assert r.status_code == 401  # (no header: the token in the query is not read here)
+
+
+def test_document_patterns_are_ecma() -> None:
+    """The Structs anchor their patterns with \\Z (Python's end of the string); the document
+    spells it $, ECMA-262's end of the string, since \\Z means a plain "Z" there."""
+    import re
+
+    import msgspec
+
+    from rsjobs.web.openapi import openapi_document
+
+    text = msgspec.json.encode(openapi_document()).decode()
+    found = re.findall(r'"pattern":("(?:[^"\\]|\\.)*")', text)
+    patterns = {msgspec.json.decode(p) for p in found}
+    assert {
+        r"^[A-Za-z0-9_.\-]{1,64}$",
+        r"^[A-Za-z0-9_.@\-]{1,128}$",
+        r"^[\x21-\x7e]{1,128}$",
+    } <= patterns
+    for p in patterns:
+        assert "\\Z" not in p and p.startswith("^") and p.endswith("$"), p
+        re.compile(p)
