@@ -36,7 +36,7 @@ from ..connection import connect, describe
 from ..settings import Settings
 from .auth import Auth
 from .config import WebConfig
-from .http import ApiError, error_response
+from .http import ApiError, error_response, unavailable
 from .logs import redact_access_logs
 from .routes import Api
 from .service import Service
@@ -187,7 +187,9 @@ def _workflow_routes(
 
 
 async def _to_ui(request: Request) -> Response:
-    return RedirectResponse(str(request.url_for("ui", path="/")), status_code=307)
+    # a path, not a URL: a URL built from the request would carry its Host header
+    root = str(request.scope.get("root_path", "")).rstrip("/")
+    return RedirectResponse(f"{root}/ui/", status_code=307)
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -203,6 +205,4 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _redis_error(request: Request, exc: Exception) -> Response:
     log.warning("redis error on %s %s: %s", request.method, request.url.path, exc)
-    return error_response(
-        ApiError(503, "redis_unavailable", "the task store is unavailable; retry later")
-    )
+    return error_response(unavailable())

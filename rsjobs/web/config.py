@@ -26,6 +26,9 @@ class WebConfig(msgspec.Struct, frozen=True, kw_only=True):
     redis_timeout_ms: int = 2_000
     #: how long the events reader blocks in one XREAD
     hub_block_ms: int = 5_000
+    #: open task event streams end (without ``end``) once Redis has been unreachable this
+    #: long; a shorter outage is ridden out (a restart, a failover)
+    redis_outage_ms: int = 5_000
     #: entries buffered per SSE connection before it falls back to replaying history
     subscriber_buffer: int = 1_000
     #: history entries embedded in ``GET /tasks/{id}``
@@ -42,9 +45,14 @@ class WebConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError("max_body_bytes must be at least 1024")
         if self.max_streams_per_client < 0:
             raise ConfigError("max_streams_per_client must be >= 0 (0 = no cap)")
-        names = ("keepalive_ms", "sse_retry_ms", "hub_block_ms", "subscriber_buffer",
-                 "redis_timeout_ms")  # fmt: skip
-        for name in names:
+        for name in (
+            "keepalive_ms",
+            "sse_retry_ms",
+            "hub_block_ms",
+            "redis_outage_ms",
+            "redis_timeout_ms",
+            "subscriber_buffer",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be positive")
         if not 0 <= self.recent_history <= 1000:

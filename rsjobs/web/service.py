@@ -47,6 +47,7 @@ class Service:
             client.keys.events,
             block_ms=config.hub_block_ms,
             buffer=config.subscriber_buffer,
+            outage_ms=config.redis_outage_ms,
         )
         self.limiter = StreamLimiter(config.max_streams_per_client)
         self.metrics = Metrics(client.redis, client.keys)

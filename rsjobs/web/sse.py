@@ -28,8 +28,8 @@ from starlette.types import Receive, Scope, Send
 from ..model import is_terminal
 from .auth import Principal
 from .http import ApiError
-from .hub import Item, Subscription, parse_id
-from .schemas import encode
+from .hub import Item, Subscription, exclusive, parse_id
+from .schemas import StreamEnd, encode
 
 __all__ = ["EventStreamResponse", "Snapshot", "StreamLimiter", "events", "snapshot"]
 
@@ -96,7 +96,10 @@ class Snapshot:
 
 
 async def _page(redis: Redis, hkey: str, task_id: str, after: str) -> list[Item]:
-    rows: Any = await redis.xrange(hkey, f"({after}", "+", count=PAGE)
+    start = exclusive(after)
+    if start is None:
+        return []
+    rows: Any = await redis.xrange(hkey, start, "+", count=PAGE)
     return [Item(task_id, hid, fields) for hid, fields in rows]
 
 
@@ -106,17 +109,19 @@ async def snapshot(redis: Redis, task_key: str, hkey: str, task_id: str, after: 
     Atomic (MULTI) so that when the state is terminal, the terminal entry is either in this
     page, in a later page, or at or before ``after``: the stream can end safely.
     """
+    start = exclusive(after) or "+"
     async with redis.pipeline(transaction=True) as pipe:
         pipe.hget(task_key, "state")
-        pipe.xrange(hkey, f"({after}", "+", count=PAGE)
+        pipe.xrange(hkey, start, "+", count=PAGE)
         pipe.xrange(hkey, after, after, count=1)
         state, rows, own = await pipe.execute()
-    items = [Item(task_id, hid, fields) for hid, fields in rows]
+    # (after the largest id the range is "+".."+", which can only hold that id itself)
+    items = [Item(task_id, hid, fields) for hid, fields in rows if hid != after]
     return Snapshot(state, items, len(items) == PAGE, known=after == "0-0" or bool(own))
 
 
 def _end(state: str) -> bytes:
-    return b"event: end\ndata: %s\n\n" % encode({"state": state})
+    return b"event: end\ndata: %s\n\n" % encode(StreamEnd(state=state))
 
 
 async def events(
