@@ -18,7 +18,7 @@ from ..settings import Settings
 __all__ = ["REAPER_SCRIPTS", "ReaperScripts"]
 
 #: the scripts this package calls (all listed in ``rsjobs.scripts.SCRIPT_NAMES``)
-REAPER_SCRIPTS = ("reclaim", "deadline", "workers", "link")
+REAPER_SCRIPTS = ("reclaim", "deadline", "workers", "link", "quarantine")
 
 #: what history records as the actor of the reaper's transitions
 SOURCE = "reaper"
