@@ -380,6 +380,10 @@ class Worker:
             bad = {d.entry for d, _ in done.failed}
             batch = [d for d in batch if d.entry not in bad]
         replies = [r for part in done.replies for r in part]
+        if done.split:
+            # the failed batch call started the tasks before the bad one, and its reply
+            # was lost: the single calls found them RUNNING; they are ours to run
+            replies = [await self._adopt(d, r) for d, r in zip(batch, replies, strict=True)]
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         for d, reply in zip(batch, replies, strict=True):
@@ -409,6 +413,22 @@ class Worker:
                 old.stop("LOST")
             self.jobs[tid] = job
             job.task = loop.create_task(self._run(job, ttype, payload, timeout_s))
+
+    async def _adopt(self, d: Delivery, reply: Any) -> Any:
+        """start.lua's reply for ``d`` when this worker started it (under its nonce, on
+        that entry) in a call whose reply was lost; else ``reply``."""
+        if reply[0] != -2 or reply[1] != "RUNNING":
+            return reply
+        names = ["id", "type", "payload", "attempt", "lease", "deadline_at", "dedup",
+                 "timeout_ms", "wf", "consumer", "entry"]  # fmt: skip
+        v = await self.redis.hmget(self.keys.task(d.task_id), names)
+        if v[9] != self.name or v[10] != d.entry or not (v[4] or "").endswith(":" + self.nonce):
+            return reply
+        try:
+            return [1, v[0], v[1] or "", v[2] or "", int(v[3]), v[4], int(v[5] or 0),
+                    v[6] or "", int(v[7] or 0), v[8] or ""]  # fmt: skip
+        except (TypeError, ValueError):  # not ours to read: the reaper takes it back
+            return reply
 
     async def _quarantine(self, failed: list[tuple[Delivery, Exception]]) -> None:
         """Deliveries whose task start.lua fails on: to the reaper's quarantine (FAILED
