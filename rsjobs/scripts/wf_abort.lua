@@ -6,7 +6,9 @@ its plan or input does not decode, its hash misses fields... The workflow is rea
 field here (nothing below needs its plan or counters), so a broken hash can still move:
   * a non-terminal status: ABORT -> FAILED, the reason kept as its terminated reason;
     every open task named is cancelled (one whose hash is corrupt is only dropped from
-    the open set); it leaves the active set.
+    the open set); it leaves the active set. Missing id / stage_name fields and counters
+    that do not parse are written (counters as 0), so the FAILED workflow still reads
+    and refuses late results like any other.
   * a terminal status: nothing written (0).
   * no status, an unknown one, or keys of the wrong type: the table has no move for it.
     Its open tasks are cancelled as above, it is dropped from the active set (so the
@@ -29,6 +31,7 @@ Events: ABORT (RUNNING | PARTIALLY_FAILED | WAITING_CONFIRMATION | READY_TO_PUBL
 local wf_id, reason = ARGV[NWARG + 1], ARGV[NWARG + 2]
 local FIRST = NWARG + 3
 local n = wf_ntasks()
+local COUNTERS = {'stage', 'version', 'need', 'done', 'nfailed', 'retries', 'n_stages'}
 
 local function key_type(k)
   return redis.call('TYPE', k).ok
@@ -64,5 +67,12 @@ end
 cancel_open(n, 'workflow ' .. wf_id .. ' failed: ' .. string.sub(reason, 1, 200))
 local fields = {'reason', reason}
 if v[2] ~= wf_id then fields[#fields + 1] = 'id'; fields[#fields + 1] = wf_id end
+if not v[5] then fields[#fields + 1] = 'stage_name'; fields[#fields + 1] = '' end
+-- a FAILED workflow still answers (late results refused, its status read): counters that
+-- do not parse are written as 0
+local counters = redis.call('HMGET', WF_KEY, unpack(COUNTERS))
+for j, name in ipairs(COUNTERS) do
+  if tonumber(counters[j]) == nil then fields[#fields + 1] = name; fields[#fields + 1] = 0 end
+end
 wf_transition(w, 'ABORT', 'FAILED', reason, fields, {'cancelled', n})
 return reply(1, w, '')

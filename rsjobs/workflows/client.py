@@ -423,13 +423,17 @@ class WorkflowClient:
                 pipe.hgetall(k.workflow_tasks(wf_id))
                 pipe.smembers(k.workflow_open(wf_id))
                 slots, open_ids = await pipe.execute()
-            failed = []
+            ended = []
             for spec in stage.tasks:
                 tid = slots.get(f"{info.version}:{info.stage}:{spec.item}")
-                if tid is None or tid in open_ids:
-                    continue
-                if await self.redis.hget(k.task(tid), "state") != "SUCCEEDED":
-                    failed.append((spec, tid))
+                if tid is not None and tid not in open_ids:
+                    ended.append((spec, tid))
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for _, tid in ended:
+                    pipe.hget(k.task(tid), "state")
+                # a task hash that is not a hash any more answers an error: failed too
+                states = await pipe.execute(raise_on_error=False) if ended else []
+            failed = [e for e, st in zip(ended, states, strict=True) if st != "SUCCEEDED"]
             assets = await _current_assets(self.scripts, wf_id, info.version)
             tasks, argv = [], [info.version, info.stage, note[:500]]
             for spec, old in failed:
