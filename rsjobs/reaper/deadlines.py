@@ -52,14 +52,21 @@ async def enforce_deadlines(rs: ReaperScripts, cfg: ReaperConfig, now_ms: int) -
         if not members:
             break
         pairs = [split_member(m) for m in members]
-        dedups = await rs.dedup_keys([tid for _, tid in pairs])
-        items = [(m, q, tid, d) for m, (q, tid), d in zip(members, pairs, dedups, strict=True)]
-        done = await each_alone(call, items, log, "deadline batch")
-        for replies in done.replies:
-            counts.update(str(w) for w in replies)
-        for (m, q, tid, _), exc in done.failed:
-            suspects.append(Suspect(tid, q, "deadlines", m, exc))
-            skip.add(m)
+        screened = await rs.screen([tid for _, tid in pairs])
+        items = []
+        for m, (q, tid), (dedup, intact) in zip(members, pairs, screened, strict=True):
+            if intact:
+                items.append((m, q, tid, dedup))
+            else:
+                suspects.append(Suspect(tid, q, "deadlines", m, None))
+                skip.add(m)
+        if items:
+            done = await each_alone(call, items, log, "deadline batch")
+            for replies in done.replies:
+                counts.update(str(w) for w in replies)
+            for (m, q, tid, _), exc in done.failed:
+                suspects.append(Suspect(tid, q, "deadlines", m, exc))
+                skip.add(m)
         if len(members) < cfg.batch:
             break
     if suspects:

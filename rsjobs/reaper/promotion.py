@@ -44,14 +44,25 @@ async def promote(rs: ReaperScripts, cfg: ReaperConfig) -> Counter[str]:
         members = [m for m in fetched if m not in skip][: cfg.batch]
         if not members:
             break
-        done = await each_alone(call, members, log, "promote batch")
-        promoted = sum(done.replies)
+        screened = await rs.screen([split_member(m)[1] for m in members])
+        items = []
+        for m, (_, intact) in zip(members, screened, strict=True):
+            if intact:
+                items.append(m)
+            else:
+                q, tid = split_member(m)
+                suspects.append(Suspect(tid, q, "scheduled", m, None))
+                skip.add(m)
+        promoted, failed = 0, 0
+        if items:
+            done = await each_alone(call, items, log, "promote batch")
+            promoted, failed = sum(done.replies), len(done.failed)
+            for m, exc in done.failed:
+                q, tid = split_member(m)
+                suspects.append(Suspect(tid, q, "scheduled", m, exc))
+                skip.add(m)
         counts["PROMOTED"] += promoted
-        for m, exc in done.failed:
-            q, tid = split_member(m)
-            suspects.append(Suspect(tid, q, "scheduled", m, exc))
-            skip.add(m)
-        if len(members) < cfg.batch or promoted < len(members) - len(done.failed):
+        if len(members) < cfg.batch or promoted < len(items) - failed:
             break  # nothing more is due (by Redis TIME), or what is left is stale
     if suspects:
         counts["QUARANTINED"], counts["ERRORS"] = await isolate(rs, cfg, "promotion", suspects)

@@ -141,12 +141,13 @@ def log_error(step: str, exc: BaseException, **fields: Any) -> None:
 
 
 class Suspect:
-    """One entry that failed alone: the task, where its reference is, and the error."""
+    """One entry that failed alone: the task, where its reference is, and the error (None
+    when it was set aside before the call: see :meth:`ReaperScripts.screen`)."""
 
     __slots__ = ("error", "index", "queue", "ref", "task_id")
 
     def __init__(
-        self, task_id: str, queue: str, index: str, ref: str, error: BaseException
+        self, task_id: str, queue: str, index: str, ref: str, error: BaseException | None
     ) -> None:
         self.task_id, self.queue, self.index, self.ref = task_id, queue, index, ref
         self.error = error
@@ -165,13 +166,16 @@ async def isolate(
     The others are logged with their traceback and left as they are (see the module)."""
     quarantined = errors = 0
     for s in suspects:
-        error = f"{type(s.error).__name__}: {s.error}"
         defects = await task_defects(rs, s.task_id) if s.task_id else []
         if not defects:
+            if s.error is None:  # repaired meanwhile: the next sweep handles it as usual
+                continue
             errors += 1
             log_error(step, s.error, task=s.task_id, queue=s.queue, ref=s.ref)
             continue
-        why = "; ".join(defects) + f" ({error})"
+        why = "; ".join(defects)
+        if s.error is not None:
+            why += f" ({type(s.error).__name__}: {s.error})"
         try:
             outcome = await quarantine(
                 rs,

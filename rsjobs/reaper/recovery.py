@@ -72,13 +72,17 @@ async def recover_queue(rs: ReaperScripts, queue: str, cfg: ReaperConfig) -> Cou
             break
         entries = [str(r["message_id"]) for r in rows]
         ids = await _task_ids(rs, qkey, entries)
-        dedups = await rs.dedup_keys(ids)
-        done = await each_alone(
-            call, list(zip(entries, ids, dedups, strict=True)), log, f"reclaim on {queue}"
-        )
-        for replies in done.replies:
-            counts.update(str(w) for w in replies)
-        suspects += [Suspect(tid, queue, "queue", e, exc) for (e, tid, _), exc in done.failed]
+        items = []
+        for e, tid, (dedup, intact) in zip(entries, ids, await rs.screen(ids), strict=True):
+            if intact:
+                items.append((e, tid, dedup))
+            else:
+                suspects.append(Suspect(tid, queue, "queue", e, None))
+        if items:
+            done = await each_alone(call, items, log, f"reclaim on {queue}")
+            for replies in done.replies:
+                counts.update(str(w) for w in replies)
+            suspects += [Suspect(t, queue, "queue", e, exc) for (e, t, _), exc in done.failed]
         if len(rows) < cfg.batch:
             break
         start = "(" + entries[-1]
