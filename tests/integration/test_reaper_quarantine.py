@@ -13,7 +13,7 @@ import pytest
 from redis.exceptions import ResponseError
 
 from rsjobs import Client
-from rsjobs.reaper import Reaper, ReaperConfig, list_deadletters, requeue
+from rsjobs.reaper import CannotRequeue, Reaper, ReaperConfig, list_deadletters, requeue
 from rsjobs.reaper.reaper import SweepReport
 
 pytestmark = pytest.mark.integration
@@ -154,3 +154,21 @@ async def test_no_error_ends_the_reaper_loop(qc: Client, caplog: pytest.LogCaptu
             await asyncio.wait_for(task, 5)
     errors = [m for m in caplog.messages if '"event":"sweep_error"' in m]
     assert len(errors) == 2 and "Traceback" in errors[0] and "unexpected #1" in errors[0]
+
+
+async def test_requeue_of_a_dead_letter_too_damaged_to_clone_writes_nothing(qc: Client) -> None:
+    (tid,) = await started(qc, 1, lease_ms=100)
+    await corrupt(qc, tid)
+    await asyncio.sleep(0.3)
+    assert (await reaper(qc, lease_ms=100).sweep_once()).quarantined == 1
+    user = Client(qc.redis, qc.settings, source="user")
+    for damage, says in (
+        ({"payload": "{not json"}, "its payload does not decode"),
+        ({"payload": "{}", "max_attempts": "lots"}, "a number field does not parse"),
+    ):
+        await qc.redis.hset(qc.keys.task(tid), mapping=damage)
+        before = {k: await qc.redis.dump(k) for k in sorted(await qc.redis.keys("*"))}
+        with pytest.raises(CannotRequeue, match=says):
+            await requeue(user, tid)
+        after = {k: await qc.redis.dump(k) for k in sorted(await qc.redis.keys("*"))}
+        assert after == before

@@ -5,7 +5,8 @@ with its reason.
 Two ways a workflow cannot go on: a start whose process died before spawning (or a client
 with a larger payload limit) leaves a first stage whose payloads are over the driver's
 limit; and an input that fits at start, whose next stage's payloads (the input plus the
-references of the earlier assets) do not, found when the worker completes the stage.
+references of the earlier assets) do not, found when the worker completes the stage. A
+third workflow's stored plan does not decode.
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ async def test_reaper_and_driver_survive_poison_workflows(redis_url: str, tmp_pa
         first = await raw_start(wf, CHAIN, {"blob": "b" * (LIMIT + 1000)})
         # path 2: fits at start; its second stage does not
         second = await wf.start("chain", {"blob": "b" * 600_000})
+        # and one whose stored plan does not decode
+        broken = await raw_start(wf, FLAT, {"name": "?"}, plan=b"{not json")
         good = await wf.start("flat", {"name": "Mei"})
         ghost = await ghost_task(tasks)
 
@@ -93,6 +96,12 @@ async def test_reaper_and_driver_survive_poison_workflows(redis_url: str, tmp_pa
         info = await wf.get(second)
         assert "of stage 'two'" in info.reason and "over the limit of 1048576 bytes" in info.reason
         assert len(await wf.assets(second)) == 1  # stage one completed before
+        for _ in range(150):
+            h = await wf.redis.hgetall(wf.keys.workflow(broken))
+            if h["status"] != "RUNNING":
+                break
+            await asyncio.sleep(0.1)
+        assert h["status"] == "FAILED" and "its plan does not decode" in h["reason"]
 
         # the rest of the namespace went on: the good workflow, the lost plain task
         await wait_status(wf, good, "READY_TO_PUBLISH", timeout=30)
