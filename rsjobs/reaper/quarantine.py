@@ -128,6 +128,12 @@ async def quarantine(
     return str(outcome)
 
 
+def log_event(event: str, level: int, **fields: Any) -> None:
+    """One JSON line, as the reaper's own log lines."""
+    line = {"ts": round(time.time(), 3), "event": event, **fields}
+    log.log(level, json.dumps(line, separators=(",", ":"), default=str))
+
+
 def log_error(step: str, exc: BaseException, **fields: Any) -> None:
     """Log an unexpected error of one step or item, with its traceback (one JSON line)."""
     log_event(
@@ -151,11 +157,6 @@ class Suspect:
     ) -> None:
         self.task_id, self.queue, self.index, self.ref = task_id, queue, index, ref
         self.error = error
-
-
-def log_event(event: str, level: int, **fields: Any) -> None:
-    line = {"ts": round(time.time(), 3), "event": event, **fields}
-    log.log(level, json.dumps(line, separators=(",", ":"), default=str))
 
 
 async def isolate(

@@ -27,6 +27,7 @@ from ..errors import PayloadError
 from ..schemas import _text
 from ..scripts import TaskKeys
 from .calls import Reply, WorkflowScripts
+from .errors import CorruptWorkflow
 from .model import WfStatus
 from .plan import decode_plan
 from .schemas import WorkflowInfo, decode_asset
@@ -97,8 +98,8 @@ def defects_of(
     if not found:
         try:
             WorkflowInfo.from_hash(h)
-        except (ValueError, TypeError, msgspec.DecodeError, msgspec.ValidationError) as exc:
-            found.append(f"it does not read as a workflow ({exc})")
+        except CorruptWorkflow as exc:
+            found.append(f"it does not read as a workflow ({exc.why})")
     return found
 
 

@@ -9,6 +9,7 @@ the driver does it (see :mod:`rsjobs.workflows.spawn`).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -21,7 +22,7 @@ from ..errors import ConfigError, WaitTimeout
 from ..settings import Settings
 from .calls import HISTORY_MAXLEN, Reply, WorkflowScripts
 from .definition import WorkflowDefinition
-from .errors import ActionRefused, UnknownDefinition, WorkflowNotFound
+from .errors import ActionRefused, CorruptWorkflow, UnknownDefinition, WorkflowNotFound
 from .model import allowed, is_terminal
 from .plan import encode_plan
 from .schemas import Asset, WorkflowEvent, WorkflowInfo, WorkflowStatus, decode_asset
@@ -233,10 +234,13 @@ class WorkflowClient:
         async with self.redis.pipeline(transaction=False) as pipe:
             for wf_id in ids:
                 pipe.hgetall(self.keys.workflow(wf_id))
-            rows = await pipe.execute()
+            rows = await pipe.execute(raise_on_error=False)
         for h in rows:
-            if h and (owner is None or h.get("owner", "") == owner):
-                out.append(WorkflowInfo.from_hash(h))
+            if isinstance(h, dict) and h and (owner is None or h.get("owner", "") == owner):
+                # one corrupt workflow must not hide all the others: it is left out here
+                # (its history still reads; the driver moves it to FAILED)
+                with contextlib.suppress(CorruptWorkflow):
+                    out.append(WorkflowInfo.from_hash(h))
             if len(out) >= limit:
                 break
         return out
@@ -298,7 +302,9 @@ class WorkflowClient:
     ) -> str:
         """Confirm the stage waiting at its gate: the next stage starts (or the workflow is
         ready to publish). ``version`` / ``stage``: what the user saw; a confirmation
-        for a version or stage the workflow has left is refused. Returns the new status."""
+        for a version or stage the workflow has left is refused. Raises
+        :class:`rsjobs.PayloadError`, writing nothing, when a task of the next stage would
+        be over the payload limit. Returns the new status."""
         return await self._gate(wf_id, "CONFIRM", version, stage, note)
 
     async def publish(self, wf_id: str, *, version: int | None = None, note: str = "") -> str:
@@ -356,7 +362,9 @@ class WorkflowClient:
     ) -> str:
         """Open a new version from ``stage`` (one already reached): unfinished tasks of the
         older version are cancelled, their late results refused; earlier stages' assets
-        are carried over; the stage's tasks are created anew. Returns the new status."""
+        are carried over; the stage's tasks are created anew. Raises
+        :class:`rsjobs.PayloadError`, writing nothing, when one of them would be over the
+        payload limit. Returns the new status."""
         info = await self.get(wf_id)
         try:
             target = info.plan.stage_index(stage)
@@ -406,7 +414,9 @@ class WorkflowClient:
 
     async def retry(self, wf_id: str, *, note: str = "") -> str:
         """Re-run only the failed tasks of the current stage (PARTIALLY_FAILED -> RUNNING);
-        the tasks that succeeded keep their assets. Returns the new status."""
+        the tasks that succeeded keep their assets. Raises :class:`rsjobs.PayloadError`,
+        writing nothing, when a new task would be over the payload limit. Returns the new
+        status."""
         reply = None
         for _ in range(ATTEMPTS):
             info = await self.get(wf_id)

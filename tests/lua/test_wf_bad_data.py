@@ -14,7 +14,14 @@ from redis.exceptions import ResponseError
 
 from rsjobs import PayloadError
 from rsjobs.settings import Settings
-from rsjobs.workflows import Stage, TaskSpec, WorkflowClient, WorkflowDefinition, WorkflowDriver
+from rsjobs.workflows import (
+    CorruptWorkflow,
+    Stage,
+    TaskSpec,
+    WorkflowClient,
+    WorkflowDefinition,
+    WorkflowDriver,
+)
 from rsjobs.workflows import driver as driver_module
 from tests.wf_support import Hand, raw_start, redis_dump, replay
 
@@ -296,3 +303,14 @@ async def test_no_error_ends_the_driver_loop(env: Env, monkeypatch: pytest.Monke
         driver.stop()
         await asyncio.wait_for(task, 5)
     assert (await c.get(wid)).status == "RUNNING"
+
+
+async def test_a_corrupt_workflow_reads_as_a_typed_error_and_hides_no_other(env: Env) -> None:
+    c, hand, driver = env
+    good = await raw_start(c, TWO, {"n": 1})
+    bad = await raw_start(c, TWO, {"n": 2}, plan=b"{not json")
+    with pytest.raises(CorruptWorkflow, match=f"workflow {bad} is corrupt"):
+        await c.get(bad)
+    assert [w.id for w in await c.list()] == [good]
+    assert (await driver.sweep_once()).aborted == 1
+    assert [e.event for e in await c.history(bad)][-1] == "ABORT"
