@@ -192,7 +192,13 @@ class WorkflowDriver:
                 try:
                     report = await self.sweep_once()
                     backoff = 0.1
-                    if report.spawned_workflows or report.gone or report.aborted:
+                    if (
+                        report.spawned_workflows
+                        or report.gone
+                        or report.aborted
+                        or report.quarantined
+                        or report.errors
+                    ):
                         log.info("workflow drive: %s", msgspec.json.encode(report).decode())
                 except TRANSIENT as exc:
                     log.warning("workflow drive: redis unavailable (%s)", exc)
