@@ -48,6 +48,7 @@ local TRANSITIONS = {
   ['SCHEDULED|PAUSE|PAUSED'] = true,
   ['SCHEDULED|CANCEL|CANCELLED'] = true,
   ['SCHEDULED|EXPIRE|TIMED_OUT'] = true,
+  ['SCHEDULED|DEADLETTER|FAILED'] = true,
 
   ['RUNNING|HEARTBEAT|RUNNING'] = true,
   ['RUNNING|PROGRESS|RUNNING'] = true,
@@ -213,13 +214,18 @@ local function transition(t, event, to, msg, fields, extra)
 end
 
 -- Load the i-th task of this call: keys plus the named hash fields (t.f[name]).
--- Returns nil when the task hash does not exist.
+-- Returns nil when the task hash does not exist. A hash without its id or queue (written
+-- by something else than these scripts) raises here, before anything is written for the
+-- task: every helper below needs both, and would fail half-way through its writes.
 local function load(i, names)
   local key, hkey, qkey, dkey = task_keys(i)
   local q = {'state', 'id', 'queue', 'attempt', 'dedup'}
   for j = 1, #names do q[#q + 1] = names[j] end
   local v = redis.call('HMGET', key, unpack(q))
   if not v[1] then return nil end
+  if not v[2] or not v[3] then
+    error('rsjobs: corrupt task hash ' .. key .. ': no id or queue field', 0)
+  end
   local t = {key = key, hkey = hkey, qkey = qkey, dkey = dkey,
     state = v[1], id = v[2], queue = v[3], attempt = tonumber(v[4]) or 0, dedup = v[5], f = {}}
   for j = 1, #names do t.f[names[j]] = v[5 + j] end
@@ -309,8 +315,10 @@ local function end_attempt(t, event, body, etype, retryable, delay, jitter, extr
       return
     end
     if delay < 0 then
-      delay = backoff(failures, tonumber(t.f.backoff_base_ms), tonumber(t.f.backoff_max_ms),
-        jitter)
+      -- enqueue's defaults when a field is missing or garbled: a bad backoff setting must
+      -- not fail the call after its first writes
+      delay = backoff(failures, tonumber(t.f.backoff_base_ms) or 1000,
+        tonumber(t.f.backoff_max_ms) or 300000, jitter)
     end
     fields[#fields + 1] = 'due_at'; fields[#fields + 1] = NOW + delay
     hist[#hist + 1] = 'retry_in_ms'; hist[#hist + 1] = delay

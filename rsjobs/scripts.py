@@ -41,6 +41,7 @@ SCRIPT_NAMES = (
     "deadline",
     "workers",
     "link",
+    "quarantine",
     # the workflows' (rsjobs/workflows/): fsm.lua + wf.lua + the script
     "wf_start",
     "wf_spawn",
@@ -50,6 +51,7 @@ SCRIPT_NAMES = (
     "wf_regenerate",
     "wf_cancel",
     "wf_sync",
+    "wf_abort",
 )
 
 

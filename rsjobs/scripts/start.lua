@@ -44,8 +44,10 @@ for i = 1, ntasks() do
     transition(t, 'START', 'RUNNING', '', {'attempt', attempt, 'lease', lease,
       'consumer', consumer, 'started_at', NOW, 'lease_expires_at', NOW + lease_ms,
       'deadline_at', deadline}, {'worker', consumer})
-    out[i] = {1, t.id, t.f.type, t.f.payload, attempt, lease, deadline, t.dedup or '', timeout,
-      t.f.wf or ''}
+    -- a missing field must not end the reply early (a nil ends a Lua array): the worker
+    -- fails such a task (no handler for '', no payload) instead of losing the batch
+    out[i] = {1, t.id, t.f.type or '', t.f.payload or '', attempt, lease, deadline,
+      t.dedup or '', timeout, t.f.wf or ''}
   end
 end
 return out

@@ -18,9 +18,11 @@ import socket
 import time
 import uuid
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
@@ -28,6 +30,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..codec import decode, encode
 from ..errors import ConfigError, NonRetryable, PayloadError
+from ..isolation import about_server, each_alone
 from ..keys import split_member, validate_name
 from ..schemas import _text
 from ..scripts import Scripts, TaskKeys
@@ -363,13 +366,24 @@ class Worker:
 
     async def _start(self, batch: list[Delivery]) -> None:
         s = self.scripts
-        tkeys = [s.task_keys(d.task_id, d.queue) for d in batch]
-        replies = await s.call(
-            "start",
-            "worker",
-            tkeys,
-            [self.name, self.lease_ms, self.nonce, *(d.entry for d in batch)],
-        )
+
+        async def call(part: Sequence[Delivery]) -> list[Any]:
+            tkeys = [s.task_keys(d.task_id, d.queue) for d in part]
+            argv = [self.name, self.lease_ms, self.nonce, *(d.entry for d in part)]
+            replies: list[Any] = await s.call("start", "worker", tkeys, argv)
+            return replies
+
+        # one task whose data breaks start.lua must not stop the others (nor the worker)
+        done = await each_alone(call, batch, log, f"worker {self.name}: start batch")
+        if done.failed:
+            await self._quarantine(done.failed)
+            bad = {d.entry for d, _ in done.failed}
+            batch = [d for d in batch if d.entry not in bad]
+        replies = [r for part in done.replies for r in part]
+        if done.split:
+            # the failed batch call started the tasks before the bad one, and its reply
+            # was lost: the single calls found them RUNNING; they are ours to run
+            replies = [await self._adopt(d, r) for d, r in zip(batch, replies, strict=True)]
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         for d, reply in zip(batch, replies, strict=True):
@@ -400,6 +414,39 @@ class Worker:
             self.jobs[tid] = job
             job.task = loop.create_task(self._run(job, ttype, payload, timeout_s))
 
+    async def _adopt(self, d: Delivery, reply: Any) -> Any:
+        """start.lua's reply for ``d`` when this worker started it (under its nonce, on
+        that entry) in a call whose reply was lost; else ``reply``."""
+        if reply[0] != -2 or reply[1] != "RUNNING":
+            return reply
+        names = ["id", "type", "payload", "attempt", "lease", "deadline_at", "dedup",
+                 "timeout_ms", "wf", "consumer", "entry"]  # fmt: skip
+        v = await self.redis.hmget(self.keys.task(d.task_id), names)
+        if v[9] != self.name or v[10] != d.entry or not (v[4] or "").endswith(":" + self.nonce):
+            return reply
+        try:
+            return [1, v[0], v[1] or "", v[2] or "", int(v[3]), v[4], int(v[5] or 0),
+                    v[6] or "", int(v[7] or 0), v[8] or ""]  # fmt: skip
+        except (TypeError, ValueError):  # not ours to read: the reaper takes it back
+            return reply
+
+    async def _quarantine(self, failed: list[tuple[Delivery, Exception]]) -> None:
+        """Deliveries whose task start.lua fails on: to the reaper's quarantine (FAILED
+        through DEADLETTER when the task's data is found defective), else left in this
+        consumer's pending list for the reaper."""
+        from ..reaper.calls import ReaperScripts
+        from ..reaper.config import ReaperConfig
+        from ..reaper.quarantine import Suspect, isolate
+
+        for d, exc in failed:
+            log.error("worker %s: cannot start task %s: %s", self.name, d.task_id, exc)
+        suspects = [Suspect(d.task_id, d.queue, "queue", d.entry, exc) for d, exc in failed]
+        rs = ReaperScripts(self.redis, self.settings)
+        try:
+            await isolate(rs, ReaperConfig(), "start", suspects)
+        except RedisError as exc:
+            log.warning("worker %s: quarantine failed (%s); left to the reaper", self.name, exc)
+
     async def _release(self, deliveries: list[Delivery]) -> None:
         s = self.scripts
         with contextlib.suppress(RedisError):
@@ -427,7 +474,11 @@ class Worker:
                 )
                 return
             try:
-                ctx.payload = decode(raw_payload)
+                ctx.payload = _payload(raw_payload)
+            except PayloadError as exc:  # no attempt can do better: fail it at once
+                self._finish(job, "FAIL", str(exc), "PayloadError", retryable=False)
+                return
+            try:
                 if timeout_s is None:
                     result = await self._call(handler, ctx)
                 else:
@@ -506,14 +557,19 @@ class Worker:
         give_up = time.monotonic() + self.lease_ms / 1000
         while self._finish_items:
             items, self._finish_items = self._finish_items[:500], self._finish_items[500:]
-            argv: list[Any] = []
-            for _, a, _ in items:
-                argv += a
-            try:
-                replies = await self.scripts.call(
-                    "finish", "worker", [k for k, _, _ in items], argv
+
+            async def call(part: Sequence[tuple[TaskKeys, list[Any], str]]) -> list[Any]:
+                argv: list[Any] = [v for _, a, _ in part for v in a]
+                out: list[Any] = await self.scripts.call(
+                    "finish", "worker", [k for k, _, _ in part], argv
                 )
-            except _TRANSIENT as exc:
+                return out
+
+            try:
+                done = await each_alone(call, items, log, f"worker {self.name}: finish batch")
+            except Exception as exc:
+                if not about_server(exc):
+                    raise
                 # keep the results: the lease may still be ours when Redis is back
                 self._finish_items[:0] = items
                 if time.monotonic() > give_up:
@@ -529,6 +585,13 @@ class Worker:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
+            for (_, a, tid), err in done.failed:
+                # its task's data breaks finish.lua: the reaper takes the task back after
+                # its lease and quarantines it
+                log.error("worker %s: %s of task %s failed: %s", self.name, a[0], tid, err)
+            bad = {tid for (_, _, tid), _ in done.failed}
+            items = [i for i in items if i[2] not in bad]
+            replies = [r for part in done.replies for r in part]
             for (_, a, tid), (code, state) in zip(items, replies, strict=True):
                 if code < 0:
                     log.warning(
@@ -579,7 +642,7 @@ class Worker:
                     await self._beat(jobs)
                 if full:
                     await self._register()
-            except _TRANSIENT as exc:
+            except Exception as exc:  # heartbeats must go on, whatever one beat met
                 log.warning("worker %s: heartbeat failed (%s)", self.name, exc)
             if full:
                 next_beat = time.monotonic() + hb
@@ -606,7 +669,24 @@ class Worker:
                 ctx.progress_msg if changed else "",
             )
             sent.append(p)
-        replies = await self.scripts.call("heartbeat", "worker", [j.keys for j in jobs], argv)
+
+        async def call(part: Sequence[int]) -> list[Any]:
+            args = [*argv[:2], *(v for i in part for v in argv[2 + 4 * i : 6 + 4 * i])]
+            out: list[Any] = await self.scripts.call(
+                "heartbeat", "worker", [jobs[i].keys for i in part], args
+            )
+            return out
+
+        # one task whose data breaks heartbeat.lua must not cost every other its lease
+        done = await each_alone(call, range(len(jobs)), log, f"worker {self.name}: heartbeat")
+        for i, exc in done.failed:
+            log.error("worker %s: heartbeat of task %s failed (%s); stopping it", self.name,
+                      jobs[i].id, exc)  # fmt: skip
+            jobs[i].stop("LOST")
+        bad = {i for i, _ in done.failed}
+        keep = [i for i in range(len(jobs)) if i not in bad]
+        jobs, sent = [jobs[i] for i in keep], [sent[i] for i in keep]
+        replies = [r for part in done.replies for r in part]
         for j, p, word in zip(jobs, sent, replies, strict=True):
             j.progress_sent = p
             if word != "OK":
@@ -634,10 +714,18 @@ class Worker:
 
     async def _promote_loop(self) -> None:
         """Move due SCHEDULED tasks back to their queues (the reaper does it too)."""
+        last = ""
         while not self._closing:
             await asyncio.sleep(self.promote_ms / 1000)
-            with contextlib.suppress(*_TRANSIENT):
+            try:
                 await promote_due(self.scripts, "worker")
+                last = ""
+            except _TRANSIENT:
+                pass
+            except Exception as exc:  # e.g. a corrupt scheduled task: the reaper isolates it
+                if str(exc) != last:
+                    log.warning("worker %s: promoting failed (%s)", self.name, exc)
+                last = str(exc)
 
     async def _register(self) -> None:
         info = {
@@ -656,6 +744,17 @@ class Worker:
     async def _unregister(self) -> None:
         with contextlib.suppress(RedisError, OSError):
             await self.redis.hdel(self.keys.workers, self.name)
+
+
+def _payload(raw: str) -> Any:
+    """A task's stored payload, decoded; :class:`PayloadError` when it does not decode (it
+    was not written by rsjobs) or is missing."""
+    if not raw:
+        raise PayloadError("the task has no payload field")
+    try:
+        return decode(raw)
+    except msgspec.DecodeError as exc:
+        raise PayloadError(f"the task's payload does not decode as JSON: {exc}") from None
 
 
 async def promote_due(scripts: Scripts, source: str, limit: int = 200) -> int:

@@ -90,6 +90,14 @@ class WorkflowFinisher:
         if drive:
             try:
                 await redrive(self.scripts, wf_id, "worker")
-            except RedisError as exc:  # the driver will do it
-                log.warning("worker %s: could not drive workflow %s (%s)", self.worker, wf_id, exc)
+            except Exception as exc:
+                # the driver will do it, or move the workflow to FAILED when it cannot go
+                # on (e.g. its next tasks' payloads are over the limit); the worker goes on
+                log.warning(
+                    "worker %s: could not drive workflow %s (%s: %s); left to the driver",
+                    self.worker,
+                    wf_id,
+                    type(exc).__name__,
+                    exc,
+                )
         return code
