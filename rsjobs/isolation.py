@@ -18,55 +18,41 @@ from redis.exceptions import (
     AuthenticationError,
     ClusterError,
     ExecAbortError,
-    MasterDownError,
     MovedError,
     NoPermissionError,
     NoScriptError,
     OutOfMemoryError,
-    ReadOnlyError,
-    TryAgainError,
 )
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .transient import TRANSIENT, is_transient
 
 __all__ = ["TRANSIENT", "Isolated", "about_item", "about_server", "each_alone"]
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: errors after which the same call may well succeed (restart, failover, network)
-TRANSIENT: tuple[type[BaseException], ...] = (
-    RedisConnectionError,  # includes BusyLoadingError (a restarted server loading its data)
-    RedisTimeoutError,
-    ReadOnlyError,  # connected to a replica: the primary moved
-    OSError,
-)
-
-#: errors Redis answers about its own condition, whatever the call's data
+#: errors Redis answers about its own condition, whatever the call's data, besides the
+#: transient ones (rsjobs.transient): they are not retried blindly, but blame no item
 _SERVER: tuple[type[BaseException], ...] = (
-    *TRANSIENT,
     OutOfMemoryError,
     NoScriptError,
     AuthenticationError,
     NoPermissionError,
     ExecAbortError,
-    MasterDownError,
-    TryAgainError,
     MovedError,  # AskError too
     ClusterError,
 )
 
 #: first words of the error replies of the server's condition that redis-py does not map
 #: to a class of their own
-_SERVER_WORDS = frozenset({"BUSY", "NOREPLICAS", "MISCONF", "UNBLOCKED", "CLUSTERDOWN"})
+_SERVER_WORDS = frozenset({"BUSY", "MISCONF"})
 
 
 def about_server(exc: BaseException) -> bool:
     """Whether ``exc`` is about Redis itself (retry the pass later), not about an item."""
-    if isinstance(exc, _SERVER):
+    if is_transient(exc) or isinstance(exc, _SERVER):
         return True
-    word = str(exc).split(" ", 1)[0]
-    return word in _SERVER_WORDS
+    return str(exc).split(" ", 1)[0] in _SERVER_WORDS
 
 
 def about_item(exc: BaseException) -> bool:

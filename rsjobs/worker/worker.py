@@ -24,9 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..codec import decode, encode
 from ..errors import ConfigError, NonRetryable, PayloadError
@@ -36,6 +34,7 @@ from ..schemas import _text
 from ..scripts import Scripts, TaskKeys
 from ..settings import Settings
 from ..streams import Delivery, ensure_group, read_batch, read_own_pending
+from ..transient import TRANSIENT
 from .context import Context
 from .registry import Registry
 
@@ -46,7 +45,6 @@ __all__ = ["Worker"]
 
 log = logging.getLogger("rsjobs.worker")
 
-_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
 class _Job:
@@ -241,7 +239,7 @@ class Worker:
         while not self._stopping.is_set():
             try:
                 await self.redis.ping()
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 if not warned:
                     log.warning("worker %s: redis unreachable (%s); waiting for it", self.name, exc)
                     warned = True
@@ -318,7 +316,7 @@ class Worker:
                     self._start_tasks.add(task)
                     task.add_done_callback(self._start_tasks.discard)
                 backoff = 0.1
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 # a batch read but not started, or a reply lost on the way, is still in this
                 # consumer's pending list: look there once Redis answers again
                 self._recheck = True
@@ -706,7 +704,7 @@ class Worker:
                     job = self.jobs.get(tid)
                     if job is not None:
                         job.stop({"CANCEL": "CANCELLED", "PAUSE": "PAUSED"}.get(event, event))
-            except _TRANSIENT:
+            except TRANSIENT:
                 await asyncio.sleep(0.5)
             finally:
                 with contextlib.suppress(Exception):
@@ -720,7 +718,7 @@ class Worker:
             try:
                 await promote_due(self.scripts, "worker")
                 last = ""
-            except _TRANSIENT:
+            except TRANSIENT:
                 pass
             except Exception as exc:  # e.g. a corrupt scheduled task: the reaper isolates it
                 if str(exc) != last:

@@ -16,13 +16,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..schemas import _text
 from ..scripts import TaskKeys
 from ..settings import Settings
+from ..transient import TRANSIENT
 from .calls import WorkflowScripts
 from .spawn import redrive
 
@@ -30,7 +29,6 @@ __all__ = ["WorkflowFinisher"]
 
 log = logging.getLogger("rsjobs.workflows")
 
-_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
 class WorkflowFinisher:
@@ -60,7 +58,7 @@ class WorkflowFinisher:
             try:
                 raw = await self.scripts.raw("wf_finish", "worker", wf_id, [keys], list(args))
                 break
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 if time.monotonic() > deadline:
                     log.error(
                         "worker %s: dropping the result of task %s after redis outage (%s); "
