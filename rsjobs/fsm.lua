@@ -189,6 +189,16 @@ local function record(t, from, to, event, msg, rejected, extra, att)
   return hid
 end
 
+-- Rewrite stream `key` as an exact-size copy (same ids, entries and TTL). Redis
+-- preallocates a stream's first node (up to stream-node-max-bytes, 4 kB by default) and
+-- keeps that allocation; a task's history holds a few entries, about 0.3 kB. COPY
+-- allocates only what the entries use, and later appends grow it by what they add.
+local function compact(key)
+  if redis.call('COPY', key, SCRATCH_KEY, 'REPLACE') == 1 then
+    redis.call('RENAME', SCRATCH_KEY, key)
+  end
+end
+
 -- The attempt a lease token "<attempt>:<nonce>" names; 0 when it names none (at most 9
 -- digits: the number is written back into history entries, which readers parse as ints).
 local function lease_attempt(lease)
@@ -230,21 +240,14 @@ local function reject(t, event, reason, att)
     return hid
   end
   hid = record(t, t.state, t.state, event, reason, true, nil, att)
+  -- a finished task's history was compacted at its end and is not again; an append may
+  -- have opened a new, preallocated node (COPY keeps the TTL)
+  if TERMINAL[t.state] then compact(t.hkey) end
   local v = k .. '=' .. hid
   if list and list ~= '' then v = list .. ',' .. v end
   redis.call('HSET', t.key, 'refusals', v)
   t.refusals = v
   return hid
-end
-
--- Rewrite stream `key` as an exact-size copy (same ids, entries and TTL). Redis
--- preallocates a stream's first node (up to stream-node-max-bytes, 4 kB by default) and
--- keeps that allocation; a task's history holds a few entries, about 0.3 kB. COPY
--- allocates only what the entries use, and later appends grow it by what they add.
-local function compact(key)
-  if redis.call('COPY', key, SCRATCH_KEY, 'REPLACE') == 1 then
-    redis.call('RENAME', SCRATCH_KEY, key)
-  end
 end
 
 -- Keep a finished task (hash, history, dedup key) for the retention period only. Its

@@ -374,3 +374,28 @@ async def test_a_handler_thread_that_never_returns_does_not_block_shutdown(
     finally:
         stop_process(proc)
     assert await client.redis.hlen(client.keys.workers) == 0  # unregistered on the way out
+
+
+async def test_queue_wait_deadlines_hold_without_a_reaper(client: Client, redis_url: str) -> None:
+    """No reaper runs: a delayed task whose queue-wait deadline passes before it is due is
+    expired when it would be promoted, and a queued one when a worker would start it
+    (both used to run and succeed). Neither is STARTed; nothing is left on the queue."""
+    queued = await client.enqueue("noop", {"x": 1}, wait_timeout_ms=300)
+    await asyncio.sleep(0.5)  # no worker yet: the deadline passes while it waits
+    async with running_worker(redis_url):
+        delayed = await client.enqueue("noop", {"x": 2}, delay_ms=1500, wait_timeout_ms=400)
+        fresh = await client.enqueue("noop", {"x": 3}, wait_timeout_ms=5000)
+        infos = [await client.wait(t, timeout_ms=10_000) for t in (queued, delayed, fresh)]
+    assert [i.state for i in infos] == ["TIMED_OUT", "TIMED_OUT", "SUCCEEDED"]
+    for tid, where in ((queued, "at START by "), (delayed, "at PROMOTE")):
+        info = await client.get(tid)
+        assert info.error_type == "WaitTimeout" and info.attempt == 0
+        hist = await client.history(tid)
+        assert [e.event for e in hist] == ["ENQUEUE", "EXPIRE"]
+        assert where in hist[-1].message and "queue-wait deadline" in hist[-1].message
+        await assert_valid_history(client, tid)
+    q = client.keys.queue("default")
+    assert await client.redis.xlen(q) == 0
+    assert (await client.redis.xpending(q, "workers"))["pending"] == 0
+    assert await client.redis.zcard(client.keys.deadlines) == 0
+    assert await client.redis.zcard(client.keys.scheduled) == 0
