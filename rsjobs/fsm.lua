@@ -138,6 +138,10 @@ local function is_number(v, lo, hi)
   return n ~= nil and n >= lo and n <= hi
 end
 
+-- The longest worker-given text a script puts in a history entry (a lease token, a
+-- progress message; the worker keeps them far shorter).
+local TEXT_MAX = 2048
+
 -- A stream entry id "<ms>-<seq>".
 local function is_entry_id(v)
   return type(v) == 'string' and #v <= 41 and string.match(v, '^%d+%-%d+$') ~= nil

@@ -16,7 +16,8 @@ Returns: per task {code, state}:
   -2  refused: the task is no longer RUNNING (cancelled, paused, reclaimed, finished)
   -3  refused: RUNNING under another lease (fencing: this worker lost its lease)
 An error (nothing written) when an event is unknown, a delay is not '-1' or an integer
->= 0, or a jitter is not a number in [0, 1].
+>= 0, a jitter is not a number in [0, 1], or a lease is longer than TEXT_MAX bytes (it is
+quoted in the history of a refusal).
 Events: COMPLETE, FAIL, TIMEOUT, REQUEUE; rejected ones are recorded with rej=1 (and the
   attempt their lease names).
 ]]
@@ -30,6 +31,7 @@ for i = 1, ntasks() do  -- the whole batch before the first write
     return bad_arg('delay_ms', ARGV[a + 6])
   end
   if not is_number(ARGV[a + 7], 0, 1) then return bad_arg('jitter', ARGV[a + 7]) end
+  if #ARGV[a + 2] > TEXT_MAX then return bad_arg('lease length', #ARGV[a + 2]) end
 end
 local out = {}
 for i = 1, ntasks() do

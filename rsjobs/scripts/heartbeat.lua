@@ -13,7 +13,8 @@ Returns: per task one word the worker acts on:
   LOST      RUNNING under another lease: stop, the result would be refused
   GONE      the task no longer exists
   <STATE>   the task left RUNNING (CANCELLED, PAUSED, ...): stop the handler
-An error (nothing written) when lease_ms, an entry id or a progress value is malformed.
+An error (nothing written) when lease_ms, an entry id or a progress value is malformed, or
+a lease or message is longer than TEXT_MAX (fsm.lua) bytes.
 Events: PROGRESS (RUNNING -> RUNNING) when a progress value is given; a refused HEARTBEAT
   or PROGRESS is recorded with rej=1 (and the attempt its lease names).
 ]]
@@ -27,6 +28,10 @@ for i = 1, ntasks() do  -- the whole batch before the first write
   if not is_entry_id(ARGV[a + 2]) then return bad_arg('entry id', ARGV[a + 2]) end
   if ARGV[a + 3] ~= '' and not is_number(ARGV[a + 3], 0, 100) then
     return bad_arg('progress', ARGV[a + 3])
+  end
+  -- both end up in history entries
+  if #ARGV[a + 1] > TEXT_MAX or #ARGV[a + 4] > TEXT_MAX then
+    return bad_arg('lease or message length', #ARGV[a + 4])
   end
 end
 local out = {}

@@ -26,6 +26,10 @@ if not consumer or consumer == '' or not nonce or nonce == '' then
   return bad_arg('consumer or nonce', consumer)
 end
 if not is_count(ARGV[6]) or lease_ms < 1 then return bad_arg('lease_ms', ARGV[6]) end
+if #consumer > TEXT_MAX or #nonce > TEXT_MAX then return bad_arg('consumer or nonce length', #nonce) end
+for i = 1, ntasks() do  -- a malformed id would fail the XACK at the end of the call
+  if not is_entry_id(ARGV[NARGV + 3 + i]) then return bad_arg('entry id', ARGV[NARGV + 3 + i]) end
+end
 local out = {}
 for i = 1, ntasks() do
   local entry = ARGV[NARGV + 3 + i]

@@ -256,3 +256,17 @@ def test_heartbeat_start_enqueue_deadline_control_check_arguments_first() -> Non
     _fails_writing_nothing(h, "deadline", [A], ["later", members[0], 0.5])
     _fails_writing_nothing(h, "control", [A], ["CANCEL", "x" * 5000, h.k.control])
     _fails_writing_nothing(h, "control", [A], ["CANCEL", "", ""])
+
+
+def test_release_start_and_worker_texts_are_checked_first() -> None:
+    h = LuaHarness()
+    ra, _ = _two_running(h)
+    h.enqueue("c" * 32)
+    (entry,) = h.deliver()
+    _fails_writing_nothing(h, "release", ["c" * 32, A], [entry, "garbage"])
+    _fails_writing_nothing(h, "start", ["c" * 32], ["w1", 1000, "n", "garbage"])
+    long = "x" * 3000
+    _fails_writing_nothing(h, "heartbeat", [A], ["w1", 30_000, ra[5], "1-1", "5", long])
+    _fails_writing_nothing(h, "heartbeat", [A], ["w1", 30_000, long, "1-1", "", ""])
+    _fails_writing_nothing(h, "finish", [A], ["COMPLETE", long, '"x"', "", "1", -1, 0.5])
+    assert h.call("release", "worker", [h.tk("c" * 32)], [entry]) == [1]  # well formed
