@@ -136,6 +136,11 @@ def test_finished_tasks_expire_after_retention() -> None:
     for key in (h.k.task(A), h.k.history(A), h.k.dedup("d")):
         ttl = h.r.pttl(key)
         assert 0 < ttl <= 60_000, key
+    # a refusal after the end (its history is compacted again) keeps the expiry
+    assert list(h.control(A, "CANCEL")) == [-2, "SUCCEEDED"]
+    assert list(h.control(A, "CANCEL")) == [-2, "SUCCEEDED"]
+    for key in (h.k.task(A), h.k.history(A)):
+        assert 0 < h.r.pttl(key) <= 60_000, key
 
 
 def test_events_stream_mirrors_history() -> None:
