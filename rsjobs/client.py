@@ -19,7 +19,7 @@ from .codec import encode_payload
 from .connection import connect
 from .errors import ConfigError, InvalidTransition, TaskNotFound, WaitTimeout
 from .keys import validate_name
-from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo
+from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo, repeat_fields
 from .scripts import Scripts
 from .settings import Settings
 from .transient import is_transient
@@ -40,6 +40,17 @@ def new_task_id() -> str:
     return uuid.uuid4().hex
 
 
+#: the longest time a request may name (delays, deadlines, backoff): one year
+MAX_MS = 365 * 24 * 3600 * 1000
+#: the longest reason a cancel / pause / resume may carry (control.lua takes 4096 bytes)
+MAX_REASON = 1000
+_MS_FIELDS = ("timeout_ms", "delay_ms", "wait_timeout_ms", "backoff_base_ms", "backoff_max_ms")
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _check_request(r: EnqueueRequest, limit: int) -> bytes:
     """Validate one request before anything is written; returns its encoded payload."""
     if not isinstance(r.type, str) or not r.type or len(r.type) > 200:
@@ -48,17 +59,20 @@ def _check_request(r: EnqueueRequest, limit: int) -> bytes:
         validate_name("queue", r.queue)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if not 1 <= r.max_attempts <= 1000:
-        raise ConfigError("max_attempts must be between 1 and 1000")
-    for name in ("timeout_ms", "delay_ms", "wait_timeout_ms"):
-        if getattr(r, name) < 0:
-            raise ConfigError(f"{name} must be >= 0")
-    if r.backoff_base_ms < 0 or r.backoff_max_ms < r.backoff_base_ms:
-        raise ConfigError("backoff_base_ms must be >= 0 and backoff_max_ms >= backoff_base_ms")
-    if r.dedup_key is not None and not (0 < len(r.dedup_key) <= 256):
-        raise ConfigError("dedup_key must be 1-256 characters")
-    if r.owner is not None and not (0 < len(r.owner) <= 200):
-        raise ConfigError("owner must be 1-200 characters")
+    if not _is_int(r.max_attempts) or not 1 <= r.max_attempts <= 1000:
+        raise ConfigError("max_attempts must be an integer between 1 and 1000")
+    for name in _MS_FIELDS:
+        v = getattr(r, name)
+        if not _is_int(v) or not 0 <= v <= MAX_MS:
+            raise ConfigError(f"{name} must be an integer of milliseconds in [0, {MAX_MS}]")
+    if r.backoff_max_ms < r.backoff_base_ms:
+        raise ConfigError("backoff_max_ms must be >= backoff_base_ms")
+    if r.dedup_key is not None and not (
+        isinstance(r.dedup_key, str) and 0 < len(r.dedup_key) <= 256
+    ):
+        raise ConfigError("dedup_key must be a string of 1-256 characters")
+    if r.owner is not None and not (isinstance(r.owner, str) and 0 < len(r.owner) <= 200):
+        raise ConfigError("owner must be a string of 1-200 characters")
     return encode_payload(r.payload, limit)
 
 
@@ -228,13 +242,22 @@ class Client:
     async def history(
         self, task_id: str, *, after: str = "-", count: int | None = None
     ) -> list[HistoryEntry]:
-        """The task's history, oldest first; ``after`` is an exclusive stream id."""
+        """The task's history, oldest first; ``after`` is an exclusive stream id.
+
+        A refusal entry carries how many more refusals of its kind it stands for
+        (``repeats``, ``last_ts``: repeats are counted on the task hash, not appended).
+        """
         validate_task_id(task_id)
         start = "-" if after in ("-", "0", "") else f"({after}"
         rows = await self.redis.xrange(self.keys.history(task_id), start, "+", count=count)
         if not rows and not await self.redis.exists(self.keys.task(task_id)):
             raise TaskNotFound(task_id)
-        return [HistoryEntry.from_entry(i, f, task_id) for i, f in rows]
+        names = [n for i, f in rows if f.get("rej") == "1" for n in repeat_fields(i)]
+        task: dict[str, Any] = {}
+        if names:
+            values = await self.redis.hmget(self.keys.task(task_id), names)
+            task = dict(zip(names, values, strict=True))
+        return [HistoryEntry.from_entry(i, f, task_id, task) for i, f in rows]
 
     async def wait(self, task_id: str, *, timeout_ms: int | None = None) -> TaskInfo:
         """Block until the task is terminal; driven by its history stream (XREAD BLOCK).
@@ -301,6 +324,8 @@ class Client:
 
     async def _control(self, task_id: str, event: str, reason: str) -> tuple[int, str]:
         validate_task_id(task_id)
+        if not isinstance(reason, str) or len(reason) > MAX_REASON:
+            raise ConfigError(f"reason must be a string of at most {MAX_REASON} characters")
         queue, dedup = await self.redis.hmget(self.keys.task(task_id), ["queue", "dedup"])
         if queue is None:
             raise TaskNotFound(task_id)

@@ -202,7 +202,7 @@ class _Checker:
         starts = [e for e in accepted if e.event == "START"]
         c["starts"] += len(starts)
         c["refused_results"] += sum(
-            1 for e in hist if e.rejected and e.event in ("COMPLETE", "FAIL", "TIMEOUT")
+            e.count for e in hist if e.rejected and e.event in ("COMPLETE", "FAIL", "TIMEOUT")
         )
         c["reclaims"] += sum(1 for e in accepted if e.event == "RECLAIM")
         c["deadlettered"] += sum(1 for e in accepted if e.event == "DEADLETTER")

@@ -122,8 +122,9 @@ def event_findings(
 
 def stats_findings(stats: dict[str, int], present: dict[str, TaskRecord]) -> list[Violation]:
     """In a fresh namespace the stats hash must equal what the tasks say: state counts per
-    queue (terminal ones are totals), ev:<EVENT> per accepted and rej:<EVENT> per refused
-    history entry (PROGRESS notes are not transitions and have no ev: counter)."""
+    queue (terminal ones are totals), ev:<EVENT> per accepted history entry and rej:<EVENT>
+    per refusal: a refusal entry and the repeats coalesced into it (PROGRESS notes are not
+    transitions and have no ev: counter)."""
     want: Counter[str] = Counter()
     for rec in present.values():
         q = rec.fields.get("queue", "")
@@ -131,7 +132,7 @@ def stats_findings(stats: dict[str, int], present: dict[str, TaskRecord]) -> lis
             want[f"{q}:{rec.fields.get('state', '')}"] += 1
         for e in rec.history:
             if e.rejected:
-                want[f"rej:{e.event}"] += 1
+                want[f"rej:{e.event}"] += e.count  # the entry and its coalesced repeats
             elif e.event != "PROGRESS":
                 want[f"ev:{e.event}"] += 1
     have = {k: v for k, v in stats.items() if v and k != "ev:PROGRESS"}

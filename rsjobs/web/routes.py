@@ -202,7 +202,7 @@ class Api:
         info = TaskInfo.from_hash(h)
         if not who.may_see(info.owner):
             raise _not_found(tid)
-        recent = [HistoryEntry.from_entry(i, f, tid) for i, f in reversed(rows)] if n else []
+        recent = [HistoryEntry.from_entry(i, f, tid, h) for i, f in reversed(rows)] if n else []
         return json_response(TaskView.build(info, recent))
 
     async def history(self, request: Request) -> Response:

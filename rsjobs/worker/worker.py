@@ -19,8 +19,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 from redis.asyncio import Redis
@@ -37,6 +36,7 @@ from ..streams import Delivery, ensure_group, read_batch, read_own_pending
 from ..transient import TRANSIENT
 from .context import Context
 from .registry import Registry
+from .threads import HandlerThread
 
 if TYPE_CHECKING:
     from ..workflows.finish import WorkflowFinisher
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["Worker"]
 
 log = logging.getLogger("rsjobs.worker")
-
 
 
 class _Job:
@@ -60,6 +59,7 @@ class _Job:
         "progress_sent",
         "queue",
         "task",
+        "thread",
         "wf",
     )
 
@@ -76,6 +76,8 @@ class _Job:
         self.task: asyncio.Task[None] | None = None
         self.ctx: Context | None = None
         self.progress_sent: float | None = None
+        #: the thread of a sync handler's call (None for an async handler)
+        self.thread: HandlerThread | None = None
 
     def stop(self, reason: str) -> None:
         """Stop the handler: the task left RUNNING (or this worker lost its lease)."""
@@ -84,6 +86,15 @@ class _Job:
             self.ctx.cancelled.set()
         if self.task is not None and not self.task.done():
             self.task.cancel()
+
+
+class _Stuck(NamedTuple):
+    """A sync handler's thread still running after its job ended."""
+
+    task_id: str
+    attempt: int
+    reason: str  #: why the job ended: TIMEOUT, CANCELLED, PAUSED, LOST, SHUTDOWN
+    since: float  #: time.time() when the job ended
 
 
 class Worker:
@@ -174,7 +185,9 @@ class Worker:
         # workflow tasks end through wf_finish.lua, one call each (rsjobs.workflows)
         self._wf_finisher: WorkflowFinisher | None = None
         self._wf_pending: set[asyncio.Task[int]] = set()
-        self._threads = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rsjobs")
+        #: threads of sync handlers that outlived their job (they ignored ctx.cancelled):
+        #: each holds a slot until it returns (see _hold); key -> what it ran
+        self._stuck: dict[int, _Stuck] = {}
         self.processed = 0
         self.started_at = 0.0
 
@@ -223,7 +236,14 @@ class Worker:
             await self._wait_starts()
             await self._flush_all()
             await self._unregister()
-            self._threads.shutdown(wait=False, cancel_futures=True)
+            if self._stuck:
+                log.error(
+                    "worker %s: exiting while %d handler threads have not returned (%s); "
+                    "their tasks are already ended or handed back",
+                    self.name,
+                    len(self._stuck),
+                    ", ".join(s.task_id for s in self._stuck.values()),
+                )
             self._remove_signal_handlers(loop)
             log.info("worker %s stopped after %d tasks", self.name, self.processed)
 
@@ -286,7 +306,7 @@ class Worker:
         """
         backoff = 0.1
         while not self._stopping.is_set():
-            free = self.concurrency - len(self.jobs) - self._starting
+            free = self.concurrency - len(self.jobs) - self._starting - len(self._stuck)
             if self._start_error is None and (
                 free <= 0 or (self._starting and free < self._min_batch)
             ):
@@ -478,10 +498,10 @@ class Worker:
                 return
             try:
                 if timeout_s is None:
-                    result = await self._call(handler, ctx)
+                    result = await self._call(job, handler, ctx)
                 else:
                     async with asyncio.timeout(timeout_s):
-                        result = await self._call(handler, ctx)
+                        result = await self._call(job, handler, ctx)
             except asyncio.CancelledError:
                 if ctx.stop_reason == "SHUTDOWN":
                     self._finish(job, "REQUEUE", "worker shutting down: task handed back", "")
@@ -516,15 +536,55 @@ class Worker:
                 return
             self._finish(job, "COMPLETE", body, "")
         finally:
+            if job.thread is not None and not job.thread.returned.is_set():
+                self._hold(job, job.thread)  # before the job's slot looks free
             if self.jobs.get(job.id) is job:  # not a newer attempt of the same task
                 del self.jobs[job.id]
             self._slot_free.set()
 
-    async def _call(self, handler: Any, ctx: Context) -> Any:
+    async def _call(self, job: _Job, handler: Any, ctx: Context) -> Any:
         if handler.is_async:
             return await handler.fn(ctx, ctx.payload)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._threads, handler.fn, ctx, ctx.payload)
+        job.thread = HandlerThread(
+            handler.fn,
+            (ctx, ctx.payload),
+            name=f"rsjobs-{job.id[:12]}",
+            loop=asyncio.get_running_loop(),
+        )
+        return await job.thread.result
+
+    def _hold(self, job: _Job, thread: HandlerThread) -> None:
+        """The job ended (timeout, cancel, lost lease, shutdown) but its sync handler did
+        not return: its thread still runs, so its slot stays taken until it does. The task
+        itself is already ended truthfully; this is about not starting more work than
+        there are threads to run it."""
+        ctx = job.ctx
+        assert ctx is not None
+        key = id(thread)
+        self._stuck[key] = _Stuck(job.id, ctx.attempt, ctx.stop_reason or "?", time.time())
+        log.warning(
+            "worker %s: the sync handler of task %s (attempt %d) ignored %s and still runs; "
+            "its slot stays taken until its thread returns (%d of %d slots held so)",
+            self.name,
+            job.id,
+            ctx.attempt,
+            ctx.stop_reason or "its end",
+            len(self._stuck),
+            self.concurrency,
+        )
+        thread.when_returned(lambda: self._released(key))
+
+    def _released(self, key: int) -> None:
+        stuck = self._stuck.pop(key, None)
+        if stuck is not None:
+            log.warning(
+                "worker %s: the handler thread of task %s returned %.1f s after %s; slot free",
+                self.name,
+                stuck.task_id,
+                time.time() - stuck.since,
+                stuck.reason,
+            )
+        self._slot_free.set()
 
     # -- finishing (batched) -------------------------------------------------------------
 
@@ -736,6 +796,16 @@ class Worker:
             "lease_ms": self.lease_ms,
             "running": list(self.jobs)[:100],
             "processed": self.processed,
+            # sync handlers that outlived their task, each holding a slot (see _hold)
+            "stuck": [
+                {
+                    "task": s.task_id,
+                    "attempt": s.attempt,
+                    "reason": s.reason,
+                    "since": int(s.since * 1000),
+                }
+                for s in list(self._stuck.values())[:100]
+            ],
         }
         await self.redis.hset(self.keys.workers, self.name, encode(info))
 

@@ -30,7 +30,6 @@ __all__ = ["WorkflowFinisher"]
 log = logging.getLogger("rsjobs.workflows")
 
 
-
 class WorkflowFinisher:
     """Ends attempts of workflow tasks for one worker, one ``wf_finish.lua`` call each."""
 
