@@ -41,7 +41,15 @@ from redis.backoff import NoBackoff
 from .errors import ConfigError
 from .resp import LaneRedis
 
-__all__ = ["SentinelRedis", "Target", "connect", "describe", "parse_url", "redact_url"]
+__all__ = [
+    "SentinelRedis",
+    "Target",
+    "connect",
+    "describe",
+    "parse_url",
+    "redact_url",
+    "reset_connections",
+]
 
 log = logging.getLogger("rsjobs")
 
@@ -220,3 +228,13 @@ def describe(redis: Any, url: str | None = None) -> str:
     else:
         how = "scripts through redis-py"
     return f"{where} ({how})"
+
+
+async def reset_connections(redis: Any) -> None:
+    """Drop every connection of ``redis`` (its pool and its lane): after a failover the
+    next ones are opened anew (under Sentinel, to the new primary; with a plain URL, to
+    whatever the name resolves to now)."""
+    await redis.connection_pool.disconnect()
+    lane = getattr(redis, "lane", None)
+    if lane is not None:
+        await lane.aclose()

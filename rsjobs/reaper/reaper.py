@@ -30,10 +30,11 @@ from typing import TypeVar
 
 import msgspec
 from redis.asyncio import Redis
-from redis.exceptions import ReadOnlyError
 
+from ..connection import describe, reset_connections
 from ..isolation import TRANSIENT, about_item
 from ..settings import Settings
+from ..transient import is_failover
 from .calls import ReaperScripts
 from .config import ReaperConfig
 from .deadlines import enforce_deadlines
@@ -135,6 +136,7 @@ class Reaper:
 
         self.redis = redis if redis is not None else connect(url)
         self._own_redis = redis is None
+        self._url = url if redis is None else None
         self.settings = settings or Settings()
         self.config = config or ReaperConfig()
         self.scripts = ReaperScripts(self.redis, self.settings)
@@ -267,6 +269,7 @@ class Reaper:
             "start",
             reaper=self.name,
             namespace=self.settings.namespace,
+            redis=describe(self.redis, self._url),
             config=msgspec.to_builtins(cfg),
         )
         backoff = 0.1
@@ -286,9 +289,9 @@ class Reaper:
                         error=f"{type(exc).__name__}: {exc}",
                         retry_in_ms=int(backoff * 1000),
                     )
-                    if isinstance(exc, ReadOnlyError):
+                    if is_failover(exc):
                         # a failover: drop the connections so the next ones find the primary
-                        await self.redis.connection_pool.disconnect()
+                        await reset_connections(self.redis)
                     delay, backoff = backoff, min(backoff * 2, MAX_BACKOFF)
                 except Exception as exc:
                     # not one input may end the reaper: log it whole, back off, go on

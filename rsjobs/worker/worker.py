@@ -25,7 +25,8 @@ import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from ..codec import decode, encode
+from ..codec import decode, encode, encode_payload
+from ..connection import describe, reset_connections
 from ..errors import ConfigError, NonRetryable, PayloadError
 from ..isolation import about_server, each_alone
 from ..keys import split_member, validate_name
@@ -33,7 +34,7 @@ from ..schemas import _text
 from ..scripts import Scripts, TaskKeys
 from ..settings import Settings
 from ..streams import Delivery, ensure_group, read_batch, read_own_pending
-from ..transient import TRANSIENT
+from ..transient import TRANSIENT, is_failover
 from .context import Context
 from .registry import Registry
 from .threads import HandlerThread
@@ -142,6 +143,8 @@ class Worker:
 
         self.registry = registry
         self.redis = redis if redis is not None else connect(url)
+        #: where this worker connects (None when given a client), for its start-up line
+        self.url: str | None = url if redis is None else None
         self.settings = settings or Settings()
         self.scripts = Scripts(self.redis, self.settings)
         self.keys = self.scripts.keys
@@ -212,16 +215,18 @@ class Worker:
             log.info("worker %s stopped before redis was reachable", self.name)
             self._remove_signal_handlers(loop)
             return
-        for stream in self.streams:
-            await ensure_group(self.redis, stream)
-        await self.redis.sadd(self.keys.queues, *self.queues)
-        await self._register()
         helpers = [
             asyncio.create_task(self._beat_loop(), name="rsjobs-beat"),
             asyncio.create_task(self._control_loop(), name="rsjobs-control"),
             asyncio.create_task(self._promote_loop(), name="rsjobs-promote"),
         ]
-        log.info("worker %s: queues=%s concurrency=%d", self.name, self.queues, self.concurrency)
+        log.info(
+            "worker %s: queues=%s concurrency=%d redis=%s",
+            self.name,
+            self.queues,
+            self.concurrency,
+            describe(self.redis, self.url),
+        )
         try:
             await self._fetch_loop()
             await self._drain()
@@ -252,16 +257,28 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
 
+    async def _setup(self) -> None:
+        """The groups of the queue streams, the queue names, the first registration."""
+        await self.redis.ping()
+        for stream in self.streams:
+            await ensure_group(self.redis, stream)
+        await self.redis.sadd(self.keys.queues, *self.queues)
+        await self._register()
+
     async def _wait_for_redis(self) -> bool:
-        """Wait until Redis answers: a worker may start before its Redis does (a deploy,
-        a restart). Retries with backoff up to 5 s; False when stopped first."""
+        """Wait until Redis answers and takes the worker's set-up writes: a worker may
+        start before its Redis does (a deploy, a restart), or while Redis refuses writes
+        (out of memory, a replica). Retries with backoff up to 5 s; False when stopped
+        first."""
         delay, warned = 0.1, False
         while not self._stopping.is_set():
             try:
-                await self.redis.ping()
-            except TRANSIENT as exc:
+                await self._setup()
+            except Exception as exc:
+                if not about_server(exc):
+                    raise  # the worker's own settings are wrong: say so and exit
                 if not warned:
-                    log.warning("worker %s: redis unreachable (%s); waiting for it", self.name, exc)
+                    log.warning("worker %s: redis unusable (%s); waiting for it", self.name, exc)
                     warned = True
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), delay)
@@ -341,14 +358,22 @@ class Worker:
                 # consumer's pending list: look there once Redis answers again
                 self._recheck = True
                 log.warning("worker %s: redis unavailable (%s); retrying", self.name, exc)
+                if is_failover(exc):
+                    await reset_connections(self.redis)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
-            except RedisError as exc:
-                if "NOGROUP" in str(exc):
-                    for stream in self.streams:
-                        await ensure_group(self.redis, stream)
+            except Exception as exc:
+                if isinstance(exc, RedisError) and "NOGROUP" in str(exc):
+                    with contextlib.suppress(*TRANSIENT):
+                        for stream in self.streams:
+                            await ensure_group(self.redis, stream)
                     continue
-                raise
+                # OOM, BUSY, a queue key that is not a stream, a bug: nothing one task or
+                # one key does may end the worker; say it loudly, back off, go on
+                self._recheck = True
+                log.exception("worker %s: fetching failed; retrying in %.1fs", self.name, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
 
     async def _start_batch(self, batch: list[Delivery]) -> None:
         """Start one batch in the background of the fetch loop; an error goes to the loop,
@@ -525,12 +550,7 @@ class Worker:
                 )
                 return
             try:
-                body = encode(result)
-                if len(body) > self.settings.payload_limit:
-                    raise PayloadError(
-                        f"result is {len(body)} bytes, over the limit of "
-                        f"{self.settings.payload_limit}"
-                    )
+                body = encode_payload(result, self.settings.payload_limit, "result")
             except PayloadError as exc:
                 self._finish(job, "FAIL", str(exc), "PayloadError", retryable=False)
                 return

@@ -9,6 +9,7 @@ import json
 import signal
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from unittest.mock import ANY
 
 import pytest
@@ -265,14 +266,22 @@ async def test_a_worker_that_restarts_a_task_it_lost_keeps_the_new_attempt_alive
     await assert_valid_history(client, tid)
 
 
-async def test_worker_started_before_redis_waits_for_it() -> None:
+async def test_worker_started_before_redis_waits_for_it(tmp_path: Path) -> None:
     """A worker whose Redis is not up yet waits for it (backoff), then serves; SIGTERM
     while it waits ends it cleanly."""
     late = EmbeddedRedis(appendonly=False)  # a port nobody listens on yet
-    waiting = spawn_worker(late.url)
-    idle = spawn_worker(late.url)
+    logs = [tmp_path / "waiting.log", tmp_path / "idle.log"]
+    with logs[0].open("wb") as a, logs[1].open("wb") as b:
+        waiting = spawn_worker(late.url, stderr=a)
+        idle = spawn_worker(late.url, stderr=b)
     try:
-        await asyncio.sleep(1.5)
+        # both reached their wait (signal handlers installed), however loaded the machine
+        deadline = time.monotonic() + 60
+        for log in logs:
+            while b"waiting for it" not in log.read_bytes():
+                assert time.monotonic() < deadline, "the workers never said they wait"
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
         assert waiting.poll() is None and idle.poll() is None  # still waiting, not exited
         idle.send_signal(signal.SIGTERM)
         assert idle.wait(10) == 0
