@@ -19,7 +19,7 @@ import asyncio
 import logging
 import re
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from redis.asyncio import Redis
@@ -57,13 +57,21 @@ def exclusive(stream_id: str) -> str | None:
 class Item:
     """One history entry of one task, with its SSE encoding computed once for all readers."""
 
-    __slots__ = ("_wire", "fields", "hid", "key", "task_id")
+    __slots__ = ("_wire", "fields", "hid", "key", "repeats", "task_id")
 
-    def __init__(self, task_id: str, hid: str, fields: dict[str, str]) -> None:
+    def __init__(
+        self,
+        task_id: str,
+        hid: str,
+        fields: dict[str, str],
+        repeats: Mapping[str, str] | None = None,
+    ) -> None:
         self.task_id = task_id
         self.hid = hid
         self.key = parse_id(hid)
         self.fields = fields
+        #: a replayed refusal's repeat counters (task hash fields ``rep:<id>``...)
+        self.repeats = repeats
         self._wire: bytes | None = None
 
     @property
@@ -72,7 +80,7 @@ class Item:
         return self.fields.get("to", "") in TERMINAL
 
     def entry(self) -> HistoryEntry:
-        return HistoryEntry.from_entry(self.hid, self.fields, self.task_id)
+        return HistoryEntry.from_entry(self.hid, self.fields, self.task_id, self.repeats)
 
     @property
     def wire(self) -> bytes:

@@ -276,6 +276,7 @@ class Api:
             return Response(status_code=204)
         body = events(
             self.redis,
+            self.keys.task(tid),
             self.keys.history(tid),
             sub,
             first,
