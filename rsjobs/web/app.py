@@ -33,10 +33,12 @@ from starlette.staticfiles import StaticFiles
 
 from ..client import Client
 from ..connection import connect, describe
+from ..errors import NotReplicated, RedisUnavailable
 from ..settings import Settings
+from ..workflows.errors import CorruptWorkflow
 from .auth import Auth
 from .config import WebConfig
-from .http import ApiError, error_response, unavailable
+from .http import ApiError, error_response, store_error
 from .logs import redact_access_logs
 from .routes import Api
 from .service import Service
@@ -155,7 +157,10 @@ def create_app(
         exception_handlers={
             ApiError: _api_error,
             HTTPException: _http_error,
-            RedisError: _redis_error,
+            RedisError: _store_error,
+            RedisUnavailable: _store_error,
+            NotReplicated: _store_error,
+            CorruptWorkflow: _store_error,
         },
     )
     app.state.rsjobs = service
@@ -203,6 +208,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error_response(ApiError(exc.status_code, code, str(exc.detail), exc.headers))
 
 
-async def _redis_error(request: Request, exc: Exception) -> Response:
-    log.warning("redis error on %s %s: %s", request.method, request.url.path, exc)
-    return error_response(unavailable())
+async def _store_error(request: Request, exc: Exception) -> Response:
+    log.warning("store error on %s %s: %s", request.method, request.url.path, exc)
+    answer = store_error(exc)
+    assert answer is not None
+    return error_response(answer)

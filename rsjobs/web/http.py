@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -11,6 +12,8 @@ from starlette.responses import Response
 
 from ..codec import MAX_DEPTH, too_deep
 from .schemas import ErrorBody, encode
+
+log = logging.getLogger("rsjobs.web")
 
 __all__ = [
     "BODY_DEPTH",
@@ -55,6 +58,26 @@ def unavailable() -> ApiError:
     return ApiError(503, "redis_unavailable", "the task store is unavailable; retry later")
 
 
+def store_error(exc: Exception) -> ApiError | None:
+    """The answer for an error of the store behind a route (None: not one of those).
+
+    Redis unreachable, frozen or failing over: 503 ``redis_unavailable``. Durable mode's
+    replicas not confirming a write in time: 503 ``not_replicated`` (the write was applied;
+    repeating the request is safe). Stored data rsjobs cannot read (written by something
+    else): 500 ``corrupt_data``, logged, the request changed nothing."""
+    from ..errors import NotReplicated, RedisUnavailable
+    from ..workflows.errors import CorruptWorkflow
+
+    if isinstance(exc, RedisError | RedisUnavailable):
+        return unavailable()
+    if isinstance(exc, NotReplicated):
+        return ApiError(503, "not_replicated", str(exc), {"Retry-After": "1"})
+    if isinstance(exc, CorruptWorkflow):
+        log.error("corrupt stored data: %s", exc)
+        return ApiError(500, "corrupt_data", str(exc))
+    return None
+
+
 def json_response(
     value: Any, status: int = 200, headers: Mapping[str, str] | None = None
 ) -> Response:
@@ -78,8 +101,11 @@ def answering(fn: Handler) -> Handler:
             return await fn(request)
         except ApiError as exc:
             return error_response(exc)
-        except RedisError:
-            return error_response(unavailable())
+        except Exception as exc:
+            answer = store_error(exc)
+            if answer is None:
+                raise
+            return error_response(answer)
 
     return handle
 

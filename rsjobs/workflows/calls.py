@@ -49,10 +49,18 @@ class WorkflowScripts:
     """The workflow scripts bound to one connection pool, namespace and settings."""
 
     def __init__(
-        self, redis: Redis, settings: Settings, *, history_maxlen: int = HISTORY_MAXLEN
+        self,
+        redis: Redis,
+        settings: Settings,
+        *,
+        history_maxlen: int = HISTORY_MAXLEN,
+        durable: bool = False,
     ) -> None:
         self.redis = redis
         self.settings = settings
+        #: every call is a write some caller acknowledges (the client's starts and
+        #: actions, and the spawns that follow them): durable mode applies to them
+        self.durable = durable
         self.core = Scripts(redis, settings)
         self.keys = self.core.keys
         #: the workflow scripts' ARGV after the common ones (see wf.lua)
@@ -77,6 +85,7 @@ class WorkflowScripts:
             tasks,
             [*self._wf_argv, *argv],
             extra_keys=self.keys.workflow_keys(wf_id),
+            durable=self.durable,
         )
 
     async def call(

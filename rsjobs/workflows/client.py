@@ -72,7 +72,9 @@ class WorkflowClient:
         self.redis = redis
         self.settings = settings or Settings()
         self.source = source
-        self.scripts = WorkflowScripts(redis, self.settings, history_maxlen=history_maxlen)
+        self.scripts = WorkflowScripts(
+            redis, self.settings, history_maxlen=history_maxlen, durable=True
+        )
         self.keys = self.scripts.keys
         self.definitions: dict[str, WorkflowDefinition] = {}
         for d in definitions:

@@ -201,3 +201,37 @@ def test_cli_rejects_bad_durable_settings(redis_url: str) -> None:
     )  # fmt: skip
     assert out.returncode == 2
     assert out.stderr.strip() == "rsjobs: wait_replicas must be between 0 and 100"
+
+
+async def test_worker_outlives_redis_refusing_writes() -> None:
+    """Redis out of memory (maxmemory reached, noeviction) refuses the worker's scripts:
+    the worker logs, backs off and goes on; once memory is back the tasks run."""
+    with EmbeddedRedis() as server:
+        c = Client(connect(server.url), Settings(namespace=NS))
+        ids = [await c.enqueue("noop", {"i": i}) for i in range(3)]
+        await c.redis.config_set("maxmemory", "1")
+        worker = spawn_worker(server.url, NS, "--name", "oom-w", "--lease-ms", "2000")
+        try:
+            await asyncio.sleep(3)  # long enough for several refused start.lua calls
+            assert worker.poll() is None, "the worker exited on an OOM reply"
+            assert (await c.get(ids[0])).state == "PENDING"
+            await c.redis.config_set("maxmemory", "0")
+            for tid in ids:
+                assert (await c.wait(tid, timeout_ms=20_000)).state == "SUCCEEDED"
+            assert worker.poll() is None
+        finally:
+            stop_process(worker, signal.SIGTERM)
+            await c.close()
+
+
+async def test_durable_mode_covers_workflow_starts(redis_url: str) -> None:
+    from rsjobs.workflows import Stage, TaskSpec, WorkflowClient, WorkflowDefinition
+
+    d = WorkflowDefinition("one", [Stage("s", [TaskSpec(item="a", type="noop")])])
+    s = Settings(namespace=NS, wait_replicas=1, wait_timeout_ms=100)
+    c = WorkflowClient(connect(redis_url), s, definitions=[d])
+    try:
+        with pytest.raises(NotReplicated):
+            await c.start("one", {})
+    finally:
+        await c.close()
