@@ -18,7 +18,7 @@ from redis.exceptions import RedisError
 from .codec import encode_payload
 from .connection import connect
 from .errors import ConfigError, InvalidTransition, TaskNotFound, WaitTimeout
-from .keys import validate_name
+from .names import validate_name
 from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo, repeat_fields
 from .scripts import Scripts
 from .settings import Settings
@@ -55,10 +55,7 @@ def _check_request(r: EnqueueRequest, limit: int) -> bytes:
     """Validate one request before anything is written; returns its encoded payload."""
     if not isinstance(r.type, str) or not r.type or len(r.type) > 200:
         raise ConfigError("task type must be a non-empty string of at most 200 characters")
-    try:
-        validate_name("queue", r.queue)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    validate_name("queue", r.queue)
     if not _is_int(r.max_attempts) or not 1 <= r.max_attempts <= 1000:
         raise ConfigError("max_attempts must be an integer between 1 and 1000")
     for name in _MS_FIELDS:

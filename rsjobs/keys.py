@@ -48,24 +48,12 @@ score with the execution deadline (or removes it, for a task without one). The r
 
 from __future__ import annotations
 
-import re
+from .names import validate_name
 
 __all__ = ["GROUP", "Keys", "member", "split_member", "validate_name"]
 
 #: The consumer group every queue stream is read through.
 GROUP = "workers"
-
-_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
-
-
-def validate_name(kind: str, value: str) -> str:
-    """Return ``value`` when it is a safe namespace / queue name, else raise ValueError."""
-    # fullmatch: with match() and "$", a trailing newline ("q\n") would pass
-    if not isinstance(value, str) or not _NAME.fullmatch(value):
-        raise ValueError(
-            f"invalid {kind} {value!r}: use 1-64 characters of letters, digits, '_', '.', '-'"
-        )
-    return value
 
 
 def member(queue: str, task_id: str) -> str:

@@ -6,7 +6,7 @@ import msgspec
 
 from .codec import DEFAULT_PAYLOAD_LIMIT
 from .errors import ConfigError
-from .keys import validate_name
+from .names import validate_name
 
 __all__ = ["Settings"]
 
@@ -31,10 +31,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     wait_timeout_ms: int = 1000
 
     def __post_init__(self) -> None:
-        try:
-            validate_name("namespace", self.namespace)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+        validate_name("namespace", self.namespace)
         if self.events_maxlen < 100:
             raise ConfigError("events_maxlen must be at least 100")
         if self.retention_ms < 0:

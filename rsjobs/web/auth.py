@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -30,10 +29,10 @@ import msgspec
 from starlette.requests import Request
 
 from ..errors import ConfigError
+from ..names import is_owner
 
 __all__ = ["ANONYMOUS", "Auth", "Principal", "parse_entries"]
 
-_OWNER = re.compile(r"[A-Za-z0-9_.@\-]{1,128}")
 _ROLES = ("user", "admin")
 
 
@@ -59,7 +58,7 @@ def _digest(token: str) -> bytes:
 def _check(token: str, owner: str, role: str, where: str) -> Principal:
     if not token or token != token.strip() or any(c.isspace() for c in token):
         raise ConfigError(f"{where}: a token must be non-empty and contain no whitespace")
-    if not _OWNER.fullmatch(owner):
+    if not is_owner(owner):
         raise ConfigError(
             f"{where}: invalid owner {owner!r}: 1-128 letters, digits, '_', '.', '@', '-'"
         )

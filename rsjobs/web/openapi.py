@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from .. import __version__
+from ..names import NAME_SCHEMA
 from ..schemas import HistoryEntry
 from ..workflows.bodies import (
     ActionResult,
@@ -309,7 +310,7 @@ _BODY_ERRORS = {
     "415": _error("body is not application/json"),
 }
 _FILE_MEDIA = [*sorted(set(MEDIA_TYPES.values())), "application/octet-stream"]
-_NAME_PATTERN = "^[A-Za-z0-9_.\\-]{1,64}$"
+_NAME_PATTERN = NAME_SCHEMA.removesuffix("\\Z") + "$"  # ECMA-262 spelling
 
 
 def _action_body_description() -> str:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 from msgspec import Meta
 
+from ..names import NAME_SCHEMA, OWNER_SCHEMA
 from ..schemas import HistoryEntry, TaskInfo
 
 __all__ = [
@@ -28,14 +29,9 @@ __all__ = [
     "encode",
 ]
 
-# Patterns end with \Z, not $: Python's $ also matches before a final newline, so "q\n"
-# would pass. The OpenAPI document spells \Z as $, which means the same in ECMA-262.
-
-#: Same rule as ``rsjobs.keys.validate_name`` (queue names).
-QueueName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.\-]{1,64}\Z", description="queue name")]
-#: Owner names: no '/' or space (dedup keys are scoped as ``<owner>/<key>``), no ':' (role
-#: suffix).
-OwnerName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.@\-]{1,128}\Z")]
+# The name rules are rsjobs.names's (patterns end with \Z, see there).
+QueueName = Annotated[str, Meta(pattern=NAME_SCHEMA, description="queue name")]
+OwnerName = Annotated[str, Meta(pattern=OWNER_SCHEMA)]
 #: The ``Idempotency-Key`` rule: 1-128 printable ASCII characters, no space.
 DedupKey = Annotated[str, Meta(pattern=r"^[\x21-\x7e]{1,128}\Z")]
 Millis = Annotated[int, Meta(ge=0, le=30 * 24 * 3600 * 1000, description="milliseconds")]

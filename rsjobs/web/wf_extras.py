@@ -27,6 +27,7 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ..errors import ConfigError
+from ..names import is_name
 from ..workflows.client import WorkflowClient, validate_workflow_id
 from ..workflows.plan import Plan, decode_plan
 from ..workflows.schemas import decode_asset
@@ -42,7 +43,6 @@ __all__ = [
     "workflow_extra_routes",
 ]
 
-_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _VERSION = re.compile(r"[1-9][0-9]{0,6}")
 
 #: media types served by suffix; anything else is sent as an attachment
@@ -165,7 +165,7 @@ class WorkflowExtras:
         who = self.principal(request, allow_query=True)
         p = request.path_params
         version, stage, item = p["version"], p["stage"], p["item"]
-        valid = _VERSION.fullmatch(version) and _NAME.fullmatch(stage) and _NAME.fullmatch(item)
+        valid = _VERSION.fullmatch(version) and is_name(stage) and is_name(item)
         if not valid:
             raise ApiError(
                 400,

@@ -29,7 +29,8 @@ from ..codec import decode, encode, encode_payload
 from ..connection import describe, reset_connections
 from ..errors import ConfigError, NonRetryable, PayloadError
 from ..isolation import about_server, each_alone
-from ..keys import split_member, validate_name
+from ..keys import split_member
+from ..names import validate_name
 from ..schemas import _text
 from ..scripts import Scripts, TaskKeys
 from ..settings import Settings
@@ -128,10 +129,7 @@ class Worker:
         if not queues:
             raise ConfigError("a worker needs at least one queue")
         for q in queues:
-            try:
-                validate_name("queue", q)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
+            validate_name("queue", q)
         if concurrency < 1:
             raise ConfigError("concurrency must be >= 1")
         if lease_ms < 100:

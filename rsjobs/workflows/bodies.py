@@ -11,6 +11,8 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
+from ..names import NAME_SCHEMA, OWNER_SCHEMA
+
 __all__ = [
     "ActionResult",
     "CancelBody",
@@ -22,9 +24,9 @@ __all__ = [
     "StartBody",
 ]
 
-# \Z, not $ (which also matches before a final newline); the OpenAPI document spells it $
-Name = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.\-]{1,64}\Z")]
-OwnerName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.@\-]{1,128}\Z")]
+# the name rules of rsjobs.names (the OpenAPI document spells their \Z as $)
+Name = Annotated[str, Meta(pattern=NAME_SCHEMA)]
+OwnerName = Annotated[str, Meta(pattern=OWNER_SCHEMA)]
 Note = Annotated[str, Meta(max_length=500)]
 Version = Annotated[int, Meta(ge=1, le=1_000_000)]
 

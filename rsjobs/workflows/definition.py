@@ -15,7 +15,6 @@ A stage's tasks may also be a function of the workflow's input (resolved once, a
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
@@ -24,19 +23,10 @@ import msgspec
 
 from ..codec import encode_payload
 from ..errors import ConfigError, PayloadError
+from ..names import validate_name
 from .plan import Plan, StagePlan, TaskPlan
 
 __all__ = ["Stage", "TaskSpec", "WorkflowDefinition", "fan_out"]
-
-_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-
-
-def _name(kind: str, value: str) -> str:
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise ConfigError(
-            f"invalid {kind} {value!r}: use 1-64 characters of letters, digits, '_', '.', '-'"
-        )
-    return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,7 +49,7 @@ class TaskSpec:
     backoff_max_ms: int = 300_000
 
     def plan(self) -> TaskPlan:
-        _name("item", self.item)
+        validate_name("item", self.item)
         if not isinstance(self.type, str) or not self.type or len(self.type) > 200:
             raise ConfigError("task type must be a non-empty string of at most 200 characters")
         if not 1 <= self.max_attempts <= 1000:
@@ -128,8 +118,8 @@ class Stage:
     label: str = ""
 
     def plan(self, input: Any) -> StagePlan:
-        _name("stage name", self.name)
-        _name("queue", self.queue)
+        validate_name("stage name", self.name)
+        validate_name("queue", self.queue)
         if not 0 <= self.max_retries <= 1000:
             raise ConfigError("max_retries must be between 0 and 1000")
         specs = self.tasks(input) if callable(self.tasks) else self.tasks
@@ -166,7 +156,7 @@ class WorkflowDefinition:
         revision: int = 1,
         max_versions: int = 100,
     ) -> None:
-        self.name = _name("definition name", name)
+        self.name = validate_name("definition name", name)
         self.stages = tuple(stages)
         if not self.stages:
             raise ConfigError(f"workflow {name!r} has no stages")

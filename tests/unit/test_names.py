@@ -3,14 +3,16 @@ is refused before anything reaches Redis."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
 from rsjobs import ConfigError, Registry, Worker
 from rsjobs.client import MAX_MS, _check_request
 from rsjobs.keys import Keys, validate_name
+from rsjobs.names import NAME_SCHEMA, OWNER_SCHEMA
 from rsjobs.schemas import EnqueueRequest
+from rsjobs.workflows import Stage, TaskSpec, WorkflowDefinition
 
 BAD_NAMES = ["q\n", "q\r\n", "\nq", "q q", "", "q" * 65, "q:x", "q{x}"]
 
@@ -25,6 +27,33 @@ def test_a_bad_name_is_refused_everywhere(name: str) -> None:
         _check_request(EnqueueRequest(type="t", queue=name), 1000)
     with pytest.raises(ConfigError, match="invalid queue"):
         Worker(Registry(), queues=[name], url="redis://127.0.0.1:1/0")
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_workflow_names_follow_the_same_rule(name: str) -> None:
+    """Definitions, stages and items are checked by the same rule as queues (a trailing
+    newline passed the anchored pattern they had of their own)."""
+    with pytest.raises(ConfigError, match="invalid item"):
+        TaskSpec(item=name, type="t").plan()
+    with pytest.raises(ConfigError, match="invalid stage name"):
+        Stage(name, [TaskSpec(item="a", type="t")]).plan(None)
+    with pytest.raises(ConfigError, match="invalid definition name"):
+        WorkflowDefinition(name, [Stage("s", [TaskSpec(item="a", type="t")])])
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_the_schema_patterns_refuse_what_the_rule_refuses(name: str) -> None:
+    import msgspec
+
+    Name = Annotated[str, msgspec.Meta(pattern=NAME_SCHEMA)]
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert(name, Name)
+    Owner = Annotated[str, msgspec.Meta(pattern=OWNER_SCHEMA)]
+    if not name.strip() or any(c.isspace() for c in name):  # owners allow more
+        with pytest.raises(msgspec.ValidationError):
+            msgspec.convert(name, Owner)
+    assert msgspec.convert("gpu.high-1", Name) == "gpu.high-1"
+    assert msgspec.convert("alice@example.org", Owner) == "alice@example.org"
 
 
 def test_good_names_pass() -> None:

@@ -30,6 +30,7 @@ from schemathesis.config._auth import AuthConfig
 
 from rsjobs import Client, Settings, connect
 from rsjobs.keys import Keys
+from rsjobs.names import NAME
 from rsjobs.server import free_port
 from rsjobs.web import WebConfig, create_app
 from rsjobs.workflows import WorkflowClient
@@ -113,7 +114,7 @@ def served(redis_url: str, tmp_path: Path) -> Iterator[ServerThread]:
 
 
 _ID = re.compile(r"[0-9a-f]{32}")
-_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+_NAME = NAME
 
 
 def _valid(value: Any, pattern: re.Pattern[str] = _NAME) -> bool:
