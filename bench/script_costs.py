@@ -20,9 +20,9 @@ from collections.abc import Callable
 import redis
 
 from bench.redis_server import RedisServer
-from rsjobs.keys import GROUP, Keys
-from rsjobs.scripts import script_source
 from rsjobs.settings import Settings
+from rsjobs.store.keys import GROUP, Keys
+from rsjobs.store.scripts import script_source
 
 _EVENTS_XADD = """  redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*',
     'id', t.id, 'q', t.queue, 'hid', hid, unpack(f))"""

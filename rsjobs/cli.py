@@ -20,9 +20,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from .client import Client, connect
-from .connection import redact_url
 from .errors import ConfigError, RedisUnavailable, RsjobsError
 from .settings import Settings
+from .store.connection import redact_url
 from .worker import Registry, Worker
 
 __all__ = ["main"]

@@ -16,13 +16,13 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from .codec import encode_payload
-from .connection import connect
 from .errors import ConfigError, InvalidTransition, TaskNotFound, WaitTimeout
 from .names import validate_name
 from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo, repeat_fields
-from .scripts import Scripts
 from .settings import Settings
-from .transient import is_transient
+from .store.connection import connect
+from .store.scripts import Scripts
+from .store.transient import is_transient
 
 __all__ = ["Client", "connect", "validate_task_id"]
 

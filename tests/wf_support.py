@@ -11,10 +11,10 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from rsjobs.codec import decode, encode
-from rsjobs.keys import GROUP
 from rsjobs.model import TERMINAL as TASK_TERMINAL
-from rsjobs.scripts import Scripts, TaskKeys
 from rsjobs.settings import Settings
+from rsjobs.store.keys import GROUP
+from rsjobs.store.scripts import Scripts, TaskKeys
 from rsjobs.workflows import Stage, WorkflowClient, WorkflowDefinition, fan_out
 from rsjobs.workflows.finish import WorkflowFinisher
 from rsjobs.workflows.model import NOTES, TERMINAL, allowed

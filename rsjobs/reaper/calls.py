@@ -2,7 +2,7 @@
 
 They share the transition scripts' layout (common KEYS and ARGV, four keys per task; see
 ``fsm.lua``) and may add keys of their own after the task keys (``extra_keys``); calls go
-through :class:`rsjobs.scripts.Scripts`, with the reaper as their source.
+through :class:`rsjobs.store.scripts.Scripts`, with the reaper as their source.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from ..scripts import Scripts, TaskKeys
 from ..settings import Settings
+from ..store.scripts import Scripts, TaskKeys
 
 __all__ = ["REAPER_SCRIPTS", "ReaperScripts"]
 
-#: the scripts this package calls (all listed in ``rsjobs.scripts.SCRIPT_NAMES``)
+#: the scripts this package calls (all listed in ``rsjobs.store.scripts.SCRIPT_NAMES``)
 REAPER_SCRIPTS = ("reclaim", "deadline", "workers", "link", "quarantine")
 
 #: what history records as the actor of the reaper's transitions

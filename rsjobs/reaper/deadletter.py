@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 from ..client import Client, validate_task_id
 from ..codec import decode
 from ..errors import RsjobsError, TaskNotFound
-from ..keys import Keys
+from ..store.keys import Keys
 from .calls import ReaperScripts
 
 __all__ = ["CannotRequeue", "DeadLetter", "NotDeadLettered", "list_deadletters", "requeue"]

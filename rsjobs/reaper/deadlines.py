@@ -1,7 +1,7 @@
 """Deadlines: time out RUNNING attempts past their execution deadline (even when their
 worker hangs) and expire tasks that waited too long for a worker.
 
-Both live in the ``deadlines`` zset (see ``rsjobs.keys``); ``deadline.lua`` re-checks
+Both live in the ``deadlines`` zset (see ``rsjobs.store.keys``); ``deadline.lua`` re-checks
 each due member against its task and Redis TIME, and re-scores the ones not due yet, so
 every batch makes progress.
 """
@@ -14,8 +14,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from ..isolation import each_alone
-from ..keys import split_member
+from ..store.isolation import each_alone
+from ..store.keys import split_member
 from .calls import ReaperScripts
 from .config import ReaperConfig
 from .quarantine import Suspect, isolate

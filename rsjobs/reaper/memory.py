@@ -15,8 +15,8 @@ import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from ..keys import GROUP, Keys
 from ..model import TERMINAL, State
+from ..store.keys import GROUP, Keys
 
 __all__ = ["MemoryReport", "QueueMemory", "memory_report"]
 

@@ -14,8 +14,8 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from ..isolation import each_alone
-from ..keys import split_member
+from ..store.isolation import each_alone
+from ..store.keys import split_member
 from .calls import ReaperScripts
 from .config import ReaperConfig
 from .quarantine import Suspect, isolate

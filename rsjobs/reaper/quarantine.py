@@ -1,6 +1,6 @@
 """Quarantine: what the reaper does with a task whose data makes one of its scripts fail.
 
-A batch call that fails on the data is retried entry by entry (:func:`rsjobs.isolation.
+A batch call that fails on the data is retried entry by entry (:func:`rsjobs.store.isolation.
 each_alone`), so the other tasks of the batch are handled as usual. For an entry that
 fails alone, the task's stored data is checked here (:func:`task_defects`):
 
@@ -23,8 +23,8 @@ import traceback
 from collections.abc import Mapping
 from typing import Any
 
-from ..isolation import about_item
 from ..model import State
+from ..store.isolation import about_item
 from .calls import ReaperScripts
 from .config import ReaperConfig
 

@@ -31,10 +31,10 @@ from typing import TypeVar
 import msgspec
 from redis.asyncio import Redis
 
-from ..connection import describe, reset_connections
-from ..isolation import TRANSIENT, about_item
 from ..settings import Settings
-from ..transient import is_failover
+from ..store.connection import describe, reset_connections
+from ..store.isolation import TRANSIENT, about_item
+from ..store.transient import is_failover
 from .calls import ReaperScripts
 from .config import ReaperConfig
 from .deadlines import enforce_deadlines

@@ -19,8 +19,8 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from ..isolation import about_item, each_alone
-from ..keys import GROUP
+from ..store.isolation import about_item, each_alone
+from ..store.keys import GROUP
 from .calls import ReaperScripts
 from .config import ReaperConfig
 from .quarantine import Suspect, isolate, log_error

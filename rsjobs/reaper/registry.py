@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from ..codec import decode
-from ..keys import GROUP, Keys
+from ..store.keys import GROUP, Keys
 from .calls import ReaperScripts
 from .config import ReaperConfig
 

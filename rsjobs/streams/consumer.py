@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
-from ..keys import GROUP
-from ..transient import as_unavailable, is_transient
+from ..store.keys import GROUP
+from ..store.transient import as_unavailable, is_transient
 
 __all__ = ["Delivery", "ensure_group", "read_batch", "read_own_pending"]
 

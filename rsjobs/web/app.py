@@ -32,9 +32,9 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..client import Client
-from ..connection import connect, describe
 from ..errors import NotReplicated, RedisUnavailable
 from ..settings import Settings
+from ..store.connection import connect, describe
 from ..workflows.errors import CorruptWorkflow
 from .auth import Auth
 from .config import WebConfig

@@ -39,8 +39,8 @@ from prometheus_client.registry import Collector
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from ..keys import Keys
 from ..model import TERMINAL, State
+from ..store.keys import Keys
 
 __all__ = ["CONTENT_TYPE", "DURATION_BUCKETS", "Metrics"]
 

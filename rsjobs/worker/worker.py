@@ -26,16 +26,16 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from ..codec import decode, encode, encode_payload
-from ..connection import describe, reset_connections
 from ..errors import ConfigError, NonRetryable, PayloadError
-from ..isolation import about_server, each_alone
-from ..keys import split_member
 from ..names import validate_name
 from ..schemas import _text
-from ..scripts import Scripts, TaskKeys
 from ..settings import Settings
+from ..store.connection import describe, reset_connections
+from ..store.isolation import about_server, each_alone
+from ..store.keys import split_member
+from ..store.scripts import Scripts, TaskKeys
+from ..store.transient import TRANSIENT, is_failover
 from ..streams import Delivery, ensure_group, read_batch, read_own_pending
-from ..transient import TRANSIENT, is_failover
 from .context import Context
 from .registry import Registry
 from .threads import HandlerThread

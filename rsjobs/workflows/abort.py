@@ -25,7 +25,7 @@ from redis.exceptions import ResponseError
 from ..codec import decode
 from ..errors import PayloadError
 from ..schemas import _text
-from ..scripts import TaskKeys
+from ..store.scripts import TaskKeys
 from .calls import Reply, WorkflowScripts
 from .errors import CorruptWorkflow
 from .model import WfStatus

@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 from redis.asyncio import Redis
 
 from ..schemas import _text
-from ..scripts import Scripts, TaskKeys
 from ..settings import Settings
+from ..store.scripts import Scripts, TaskKeys
 
 __all__ = ["WF_SCRIPTS", "Reply", "WorkflowScripts"]
 

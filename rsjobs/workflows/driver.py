@@ -27,8 +27,8 @@ import msgspec
 from redis.asyncio import Redis
 
 from ..errors import ConfigError
-from ..isolation import TRANSIENT, about_item
 from ..settings import Settings
+from ..store.isolation import TRANSIENT, about_item
 from .abort import abort, reason_of
 from .calls import WorkflowScripts
 from .spawn import redrive

@@ -19,9 +19,9 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from ..schemas import _text
-from ..scripts import TaskKeys
 from ..settings import Settings
-from ..transient import TRANSIENT
+from ..store.scripts import TaskKeys
+from ..store.transient import TRANSIENT
 from .calls import WorkflowScripts
 from .spawn import redrive
 

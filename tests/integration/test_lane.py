@@ -1,4 +1,4 @@
-"""The scripts' connection (rsjobs.resp.Lane) against a real Redis: replies matched to
+"""The scripts' connection (rsjobs.store.lane.Lane) against a real Redis: replies matched to
 callers under concurrency and cancellation, redis-py's error classes, connection loss,
 reply timeouts, and which pools it serves."""
 
@@ -19,8 +19,8 @@ from redis.exceptions import (
 
 from rsjobs import Client, Settings
 from rsjobs.client import connect
-from rsjobs.resp import Lane, LaneTarget, lane_target
-from rsjobs.scripts import Scripts
+from rsjobs.store.lane import Lane, LaneTarget, lane_target
+from rsjobs.store.scripts import Scripts
 
 pytestmark = pytest.mark.integration
 

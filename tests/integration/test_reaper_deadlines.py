@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from rsjobs import Client
-from rsjobs.keys import GROUP
+from rsjobs.store.keys import GROUP
 from rsjobs.streams import ensure_group, read_batch
 from tests.helpers import stop_process, wait_for_state
 from tests.integration.reaper_support import (

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from rsjobs import connect
-from rsjobs.keys import GROUP
+from rsjobs.store.keys import GROUP
 from rsjobs.streams import ensure_group, read_batch, read_own_pending
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from rsjobs import Client, Settings, connect
 from rsjobs.model import TERMINAL as TASK_TERMINAL
-from rsjobs.scripts import Scripts
+from rsjobs.store.scripts import Scripts
 from rsjobs.worker import promote_due
 from rsjobs.workflows import ActionRefused, Stage, WorkflowClient, WorkflowDefinition, fan_out
 from rsjobs.workflows import client as client_module

@@ -6,9 +6,9 @@ from typing import Any
 
 import fakeredis
 
-from rsjobs.keys import GROUP, Keys
 from rsjobs.schemas import HistoryEntry
-from rsjobs.scripts import SCRIPT_NAMES, script_source
+from rsjobs.store.keys import GROUP, Keys
+from rsjobs.store.scripts import SCRIPT_NAMES, script_source
 
 
 class LuaHarness:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from rsjobs.keys import GROUP
 from rsjobs.model import TERMINAL, allowed
+from rsjobs.store.keys import GROUP
 from tests.lua.harness import LuaHarness
 
 

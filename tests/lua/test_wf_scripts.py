@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import fakeredis
 import pytest
 
-from rsjobs.scripts import Scripts
 from rsjobs.settings import Settings
+from rsjobs.store.scripts import Scripts
 from rsjobs.workflows import (
     ActionRefused,
     Stage,

@@ -16,9 +16,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from rsjobs import ConfigError, RedisUnavailable, Settings
-from rsjobs.connection import SentinelRedis, connect, parse_url, redact_url
-from rsjobs.resp import LaneRedis
-from rsjobs.transient import as_unavailable, is_failover, is_transient
+from rsjobs.store.connection import SentinelRedis, connect, parse_url, redact_url
+from rsjobs.store.lane import LaneRedis
+from rsjobs.store.transient import as_unavailable, is_failover, is_transient
 
 
 def test_plain_urls_are_standalone() -> None:
@@ -127,3 +127,38 @@ def test_durable_settings_are_checked() -> None:
     for bad in ({"wait_replicas": -1}, {"wait_replicas": 101}, {"wait_timeout_ms": 0}):
         with pytest.raises(ConfigError):
             Settings(**bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "reply, cls, message",
+    [
+        ("NOSCRIPT No matching script.", "NoScriptError", "No matching script."),
+        ("WRONGTYPE Operation against a key", "ResponseError", "WRONGTYPE Operation against a key"),
+        ("OOM command not allowed", "OutOfMemoryError", "command not allowed"),
+        ("ERR unknown command 'X'", "ResponseError", "unknown command 'X'"),
+        ("ERR max number of clients reached", "ConnectionError", "max number of clients reached"),
+        ("ERR invalid password", "AuthenticationError", "invalid password"),
+        ("LOADING Redis is loading", "BusyLoadingError", "Redis is loading"),
+        ("READONLY You can't write", "ReadOnlyError", "You can't write"),
+        ("MASTERDOWN Link down", "MasterDownError", "Link down"),
+        ("NOPERM no", "NoPermissionError", "no"),
+        (
+            "BUSY Redis is busy running a script",
+            "ResponseError",
+            "BUSY Redis is busy running a script",
+        ),
+        ("UNBLOCKED client unblocked", "ResponseError", "UNBLOCKED client unblocked"),
+        ("user_script:1: rsjobs: invalid x", "ResponseError", "user_script:1: rsjobs: invalid x"),
+    ],
+)
+def test_the_lane_classifies_error_replies_as_redis_py_does(
+    reply: str, cls: str, message: str
+) -> None:
+    """The lane's own table gives each error reply the class (and message) redis-py's
+    parser gives it, so callers handle both paths alike."""
+    from redis import exceptions
+
+    from rsjobs.store.lane import classify
+
+    err = classify(reply)
+    assert type(err) is getattr(exceptions, cls) and str(err) == message

@@ -15,7 +15,7 @@ from redis.exceptions import (
 )
 
 from rsjobs.errors import PayloadError
-from rsjobs.isolation import about_item, about_server, each_alone
+from rsjobs.store.isolation import about_item, about_server, each_alone
 
 
 @pytest.mark.parametrize(

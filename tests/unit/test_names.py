@@ -9,9 +9,9 @@ import pytest
 
 from rsjobs import ConfigError, Registry, Worker
 from rsjobs.client import MAX_MS, _check_request
-from rsjobs.keys import Keys, validate_name
 from rsjobs.names import NAME_SCHEMA, OWNER_SCHEMA
 from rsjobs.schemas import EnqueueRequest
+from rsjobs.store.keys import Keys, validate_name
 from rsjobs.workflows import Stage, TaskSpec, WorkflowDefinition
 
 BAD_NAMES = ["q\n", "q\r\n", "\nq", "q q", "", "q" * 65, "q:x", "q{x}"]

@@ -29,9 +29,9 @@ from schemathesis import Case, GenerationMode
 from schemathesis.config._auth import AuthConfig
 
 from rsjobs import Client, Settings, connect
-from rsjobs.keys import Keys
 from rsjobs.names import NAME
 from rsjobs.server import free_port
+from rsjobs.store.keys import Keys
 from rsjobs.web import WebConfig, create_app
 from rsjobs.workflows import WorkflowClient
 from tests.web.conftest import redis_state

@@ -29,11 +29,10 @@ from typing import Any
 
 import hiredis
 from redis import exceptions as rx
-from redis._parsers.base import BaseParser
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection, UnixDomainSocketConnection
 
-__all__ = ["Lane", "LaneRedis", "LaneTarget", "lane_target"]
+__all__ = ["Lane", "LaneRedis", "LaneTarget", "classify", "lane_target"]
 
 # Pool settings the lane reproduces; a pool with any other setting keeps using redis-py.
 _SUPPORTED = frozenset(
@@ -111,10 +110,45 @@ class _Reply(Exception):
     """A Redis error reply as hiredis hands it over, before classification."""
 
 
+#: the first word of an error reply -> the redis-py class redis-py's own parser gives it
+#: (which then takes the word off the message); any other reply is a ResponseError
+_CLASSES: dict[str, type[rx.RedisError]] = {
+    "OOM": rx.OutOfMemoryError,
+    "WRONGPASS": rx.AuthenticationError,
+    "EXECABORT": rx.ExecAbortError,
+    "LOADING": rx.BusyLoadingError,
+    "NOSCRIPT": rx.NoScriptError,
+    "READONLY": rx.ReadOnlyError,
+    "NOAUTH": rx.AuthenticationError,
+    "NOPERM": rx.NoPermissionError,
+    "ASK": rx.AskError,
+    "TRYAGAIN": rx.TryAgainError,
+    "MOVED": rx.MovedError,
+    "CLUSTERDOWN": rx.ClusterDownError,
+    "CROSSSLOT": rx.ClusterCrossSlotError,
+    "MASTERDOWN": rx.MasterDownError,
+}
+#: ``ERR <message>`` replies redis-py gives a class of their own
+_ERR_CLASSES: dict[str, type[rx.RedisError]] = {
+    "max number of clients reached": rx.ConnectionError,
+    "invalid password": rx.AuthenticationError,
+}
+
+
+def classify(reply: str) -> rx.RedisError:
+    """The redis-py exception for an error reply (``NOSCRIPT ...`` -> NoScriptError, ...),
+    as redis-py's parser makes it, so both paths raise alike."""
+    code, _, rest = reply.partition(" ")
+    if code == "ERR":
+        return _ERR_CLASSES.get(rest, rx.ResponseError)(rest)
+    cls = _CLASSES.get(code)
+    if cls is None:
+        return rx.ResponseError(reply)
+    return cls(rest)
+
+
 def _error(reply: _Reply) -> Exception:
-    """The redis-py exception for an error reply (``NOSCRIPT ...`` -> NoScriptError, ...)."""
-    err: Exception = BaseParser.parse_error(str(reply))
-    return err
+    return classify(str(reply))
 
 
 class _Protocol(asyncio.Protocol):

@@ -32,7 +32,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 #: errors Redis answers about its own condition, whatever the call's data, besides the
-#: transient ones (rsjobs.transient): they are not retried blindly, but blame no item
+#: transient ones (rsjobs.store.transient): they are not retried blindly, but blame no item
 _SERVER: tuple[type[BaseException], ...] = (
     OutOfMemoryError,
     NoScriptError,

@@ -21,9 +21,9 @@ connection is then usable as soon as it is open, so a frozen server costs each c
 reply timeout instead of queueing them behind each other in the pool. redis-py's own
 automatic retry (3 retries with up to 10 s of backoff by default since redis-py 6) is off:
 a retried ``start.lua`` after a lost reply would start work nobody runs, and the retry
-hides outages from the callers. rsjobs's policy (:mod:`rsjobs.transient`) decides instead.
+hides outages from the callers. rsjobs's policy (:mod:`rsjobs.store.transient`) decides instead.
 A plain TCP or Unix socket client also gets the pipelined script connection of
-:mod:`rsjobs.resp`.
+:mod:`rsjobs.store.lane`.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 
-from .errors import ConfigError
-from .resp import LaneRedis
+from ..errors import ConfigError
+from .lane import LaneRedis
 
 __all__ = [
     "SentinelRedis",

@@ -3,7 +3,8 @@
 Each script in ``scripts/`` is shipped as package data and loaded as ``fsm.lua`` (the table
 and shared helpers) followed by the script itself. Calls use EVALSHA and fall back to
 SCRIPT LOAD on NOSCRIPT (e.g. after a Redis restart or failover), as redis-py's registered
-scripts do, without their per-call overhead. They go over the client's :class:`~rsjobs.resp.Lane`
+scripts do, without their per-call overhead. They go over the client's
+:class:`~rsjobs.store.lane.Lane`
 (one pipelined connection) when it has one (clients made by :func:`rsjobs.connect`), else
 through redis-py. The reaper's and the workflows' script calls go through :class:`Scripts`
 too, with their own keys after the task keys.
@@ -20,10 +21,10 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, RedisError
 
-from .errors import NotReplicated
+from ..errors import NotReplicated
+from ..settings import Settings
 from .keys import GROUP, Keys
-from .resp import Lane
-from .settings import Settings
+from .lane import Lane
 from .transient import as_unavailable, is_transient
 
 __all__ = ["SCRIPT_NAMES", "Scripts", "script_source"]
@@ -115,7 +116,7 @@ class Scripts:
 
         EVALSHA over the client's lane when it has one; on NOSCRIPT (a restarted or
         failed-over Redis) the script is loaded and called again. A transient error
-        (:mod:`rsjobs.transient`) is raised as :class:`rsjobs.RedisUnavailable`.
+        (:mod:`rsjobs.store.transient`) is raised as :class:`rsjobs.RedisUnavailable`.
         ``durable``: the call is a write a caller acknowledges; in durable mode
         (``Settings.wait_replicas``) it is followed by WAIT on the same connection, and
         :class:`rsjobs.NotReplicated` is raised when too few replicas confirmed it."""

@@ -19,7 +19,7 @@ from redis.exceptions import ClusterDownError, ReadOnlyError, ResponseError, Try
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .errors import RedisUnavailable
+from ..errors import RedisUnavailable
 
 __all__ = ["TRANSIENT", "TRANSIENT_REPLIES", "as_unavailable", "is_failover", "is_transient"]
 

@@ -1,0 +1,160 @@
+"""Every Redis key rsjobs uses is built here, and only here.
+
+All keys of one namespace share the hash tag ``{namespace}``, so every script touches a
+single slot and the same code runs unchanged on Redis Cluster. Lua scripts never build a
+key name: they receive every key through ``KEYS``.
+
+Layout (namespace ``default``), readable with plain ``redis-cli``::
+
+    rsjobs:{default}:task:<id>            hash    the task: state, attempt, lease, payload, result
+    rsjobs:{default}:task:<id>:history    stream  every transition, and the first refusal of
+                                                  each kind in a state (repeats are counted
+                                                  on the task hash: rep:<entry id>)
+    rsjobs:{default}:queue:<name>         stream  work entries (field ``id``), group ``workers``
+    rsjobs:{default}:queues               set     names of the queues ever used
+    rsjobs:{default}:scheduled            zset    ``<queue>:<id>`` by due time (ms): delay, backoff
+    rsjobs:{default}:deadlines            zset    ``<queue>:<id>`` by execution deadline (ms)
+    rsjobs:{default}:events               stream  every transition of every task (MAXLEN ~)
+    rsjobs:{default}:stats                hash    ``<queue>:<STATE>`` counts, transition counters
+    rsjobs:{default}:dedup:<key>          string  id of the task submitted with that dedup key
+    rsjobs:{default}:workers              hash    worker name -> JSON of its registration
+    rsjobs:{default}:control              pubsub  cancel / pause notices to workers
+    rsjobs:{default}:deadletter           stream  dead-lettered tasks (MAXLEN ~), by the reaper
+    rsjobs:{default}:workers:dead         hash    worker name -> JSON {beat_at, since}: reaper marks
+    rsjobs:{default}:reaper:guard         string  name of the reaper sweeping now (SET NX PX)
+    rsjobs:{default}:scratch              stream  transient: exists only inside a script call,
+                                                  while a finished task's history is compacted
+
+Workflows (``rsjobs.workflows``; the scripts ``scripts/wf_*.lua`` get these seven keys, in
+this order, after their task keys; see ``wf.lua``)::
+
+    rsjobs:{default}:wf:<id>              hash    the workflow: status, stage, version, plan
+    rsjobs:{default}:wf:<id>:history      stream  every workflow transition and refused action
+    rsjobs:{default}:wf:<id>:tasks        hash    slot ``<version>:<stage>:<item>`` -> task id
+    rsjobs:{default}:wf:<id>:assets       hash    slot ``<version>:<stage>:<item>`` -> asset JSON
+    rsjobs:{default}:wf:<id>:open         set     ids of its tasks whose end it has not seen yet
+    rsjobs:{default}:workflows:active     set     ids of workflows the driver must visit
+    rsjobs:{default}:workflows            zset    every workflow id by creation time (ms)
+
+Tasks of a workflow are ordinary task hashes with the extra fields ``wf``, ``wf_version``,
+``wf_stage``, ``wf_item`` and ``wf_kind``.
+
+The ``deadlines`` zset also holds the queue-wait deadline (``expires_at``) of a task that
+was enqueued with ``wait_timeout_ms`` and has not started yet; ``start.lua`` replaces that
+score with the execution deadline (or removes it, for a task without one). The reaper
+(``scripts/deadline.lua``) tells them apart by the task's state; ``start.lua`` and
+``promote.lua`` enforce the queue-wait deadline themselves too.
+"""
+
+from __future__ import annotations
+
+from ..names import validate_name
+
+__all__ = ["GROUP", "Keys", "member", "split_member", "validate_name"]
+
+#: The consumer group every queue stream is read through.
+GROUP = "workers"
+
+
+def member(queue: str, task_id: str) -> str:
+    """The zset member for a task: carries the queue so a sweeper can build its keys."""
+    return f"{queue}:{task_id}"
+
+
+def split_member(value: str) -> tuple[str, str]:
+    """Inverse of :func:`member`: ``(queue, task_id)``."""
+    queue, _, task_id = value.rpartition(":")
+    return queue, task_id
+
+
+class Keys:
+    """Key names for one namespace."""
+
+    __slots__ = (
+        "control",
+        "deadletter",
+        "deadlines",
+        "events",
+        "namespace",
+        "nodedup",
+        "prefix",
+        "queues",
+        "reaper_guard",
+        "scheduled",
+        "scratch",
+        "stats",
+        "workers",
+        "workers_dead",
+        "workflows",
+        "workflows_active",
+    )
+
+    def __init__(self, namespace: str = "default") -> None:
+        validate_name("namespace", namespace)
+        self.namespace = namespace
+        self.prefix = f"rsjobs:{{{namespace}}}:"
+        p = self.prefix
+        self.events = p + "events"
+        self.stats = p + "stats"
+        self.scheduled = p + "scheduled"
+        self.deadlines = p + "deadlines"
+        self.queues = p + "queues"
+        self.workers = p + "workers"
+        self.control = p + "control"
+        self.deadletter = p + "deadletter"
+        self.workers_dead = p + "workers:dead"
+        self.reaper_guard = p + "reaper:guard"
+        self.scratch = p + "scratch"
+        self.workflows = p + "workflows"
+        self.workflows_active = p + "workflows:active"
+        # Passed in KEYS where a script expects a dedup key but the task has none; never
+        # written (the script checks its flag first), it only keeps KEYS positional.
+        self.nodedup = p + "dedup:"
+
+    def task(self, task_id: str) -> str:
+        return f"{self.prefix}task:{task_id}"
+
+    def history(self, task_id: str) -> str:
+        return f"{self.prefix}task:{task_id}:history"
+
+    def queue(self, name: str) -> str:
+        return f"{self.prefix}queue:{name}"
+
+    def dedup(self, key: str) -> str:
+        return f"{self.prefix}dedup:{key}"
+
+    def workflow(self, wf_id: str) -> str:
+        return f"{self.prefix}wf:{wf_id}"
+
+    def workflow_history(self, wf_id: str) -> str:
+        return f"{self.prefix}wf:{wf_id}:history"
+
+    def workflow_tasks(self, wf_id: str) -> str:
+        return f"{self.prefix}wf:{wf_id}:tasks"
+
+    def workflow_assets(self, wf_id: str) -> str:
+        return f"{self.prefix}wf:{wf_id}:assets"
+
+    def workflow_open(self, wf_id: str) -> str:
+        return f"{self.prefix}wf:{wf_id}:open"
+
+    def workflow_keys(self, wf_id: str) -> list[str]:
+        """The seven keys every workflow script takes after its task keys (see ``wf.lua``)."""
+        return [
+            self.workflow(wf_id),
+            self.workflow_history(wf_id),
+            self.workflow_tasks(wf_id),
+            self.workflow_assets(wf_id),
+            self.workflow_open(wf_id),
+            self.workflows_active,
+            self.workflows,
+        ]
+
+    def common(self) -> list[str]:
+        """The five KEYS every transition script starts with (see ``fsm.lua``)."""
+        return [self.events, self.stats, self.scheduled, self.deadlines, self.scratch]
+
+    def task_keys(self, task_id: str, queue: str) -> tuple[str, str, str]:
+        """The per-task KEYS triple of the transition scripts."""
+        p = self.prefix
+        return (f"{p}task:{task_id}", f"{p}task:{task_id}:history", f"{p}queue:{queue}")
