@@ -132,6 +132,12 @@ _CLASSES: dict[str, type[rx.RedisError]] = {
 _ERR_CLASSES: dict[str, type[rx.RedisError]] = {
     "max number of clients reached": rx.ConnectionError,
     "invalid password": rx.AuthenticationError,
+    "wrong number of arguments for 'auth' command": rx.AuthenticationWrongNumberOfArgsError,
+    "wrong number of arguments for 'AUTH' command": rx.AuthenticationWrongNumberOfArgsError,
+    # AUTH to a server without a password: Redis >= 6.0, then older ones
+    "AUTH <password> called without any password configured for the default user. Are you "
+    "sure your configuration is correct?": rx.AuthenticationError,
+    "Client sent AUTH, but no password is set": rx.AuthenticationError,
 }
 
 
@@ -147,7 +153,7 @@ def classify(reply: str) -> rx.RedisError:
     return cls(rest)
 
 
-def _error(reply: _Reply) -> Exception:
+def _error(reply: _Reply) -> rx.RedisError:
     return classify(str(reply))
 
 

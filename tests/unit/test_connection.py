@@ -143,6 +143,11 @@ def test_durable_settings_are_checked() -> None:
         ("MASTERDOWN Link down", "MasterDownError", "Link down"),
         ("NOPERM no", "NoPermissionError", "no"),
         (
+            "ERR Client sent AUTH, but no password is set",
+            "AuthenticationError",
+            "Client sent AUTH, but no password is set",
+        ),
+        (
             "BUSY Redis is busy running a script",
             "ResponseError",
             "BUSY Redis is busy running a script",
