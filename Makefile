@@ -3,16 +3,29 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# the oldest redis-py pyproject.toml allows: the suite runs on it too
+OLDEST := .venv-oldest
+OLDEST_REDIS := redis==5.2.*
+OLDEST_STAMP := $(OLDEST)/.installed
 
-.PHONY: setup demo test lint typecheck unit browser bench chaos clean
+.PHONY: setup setup-oldest demo test test-newest test-oldest lint typecheck unit browser bench chaos clean
 
 setup: $(STAMP)
 
+# the newest of every dependency pyproject.toml allows (redis-py included)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q --upgrade --upgrade-strategy eager -e '.[dev]'
 	touch $(STAMP)
+
+setup-oldest: $(OLDEST_STAMP)
+
+$(OLDEST_STAMP): pyproject.toml
+	test -x $(OLDEST)/bin/python || $(PY) -m venv $(OLDEST)
+	$(OLDEST)/bin/python -m pip install -q --upgrade pip
+	$(OLDEST)/bin/python -m pip install -q -e '.[dev]' '$(OLDEST_REDIS)'
+	touch $(OLDEST_STAMP)
 
 demo: setup
 	$(BIN)/python -m examples.demo
@@ -24,8 +37,15 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-test: setup lint typecheck browser
+test: setup lint typecheck browser test-newest test-oldest
+
+test-newest: setup
 	$(BIN)/python -m pytest -q
+
+# the same suite on the oldest supported redis-py (the browser test runs once, above)
+test-oldest: setup-oldest
+	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider --ignore=tests/web/test_browser.py \
+		--ignore=tests/workflows/test_browser.py
 
 # Debian's chromium for the browser test (skipped with a message where it cannot be had)
 browser:
@@ -42,8 +62,9 @@ CHAOS_DURATION ?= 600
 chaos: setup
 	$(BIN)/python -m rsjobs.chaos --duration $(CHAOS_DURATION) --tasks 6000 --report chaos-report.json $(CHAOS_ARGS)
 
+# the tiers without a real Redis (no Redis, and the scripts on fakeredis)
 unit: setup
-	$(BIN)/python -m pytest -q tests/unit tests/lua
+	$(BIN)/python -m pytest -q -m "not integration"
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(OLDEST) .pytest_cache .mypy_cache .ruff_cache .hypothesis

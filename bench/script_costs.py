@@ -16,12 +16,15 @@ import argparse
 import statistics
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import redis
 
 from bench.redis_server import RedisServer
 from rsjobs.settings import Settings
+from rsjobs.store import layout
 from rsjobs.store.keys import GROUP, Keys
+from rsjobs.store.layout import Common, Ending, Entry, NewTask, Packed, StartArgs, task_options
 from rsjobs.store.scripts import script_source
 
 _EVENTS_XADD = """  redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*',
@@ -52,34 +55,31 @@ def _cut(src: str, old: str, new: str) -> str:
     return src.replace(old, new)
 
 
-def _enqueue(
-    r: redis.Redis, sha: str, k: Keys, common: list[str], argv0: list[str], n: int
-) -> None:
+def _run(r: redis.Redis, shas: dict[str, str], call: Packed) -> Any:
+    return r.evalsha(shas[call.script], len(call.keys), *call.keys, *call.argv)
+
+
+def _enqueue(r: redis.Redis, shas: dict[str, str], k: Keys, c: Common, n: int) -> None:
+    options = task_options(max_attempts=3, backoff_base_ms=1000, backoff_max_ms=300_000)
     for _ in range(0, n, 250):
-        keys, argv = list(common), list(argv0)
+        tasks = []
         for _ in range(250):
             tid = uuid.uuid4().hex
-            keys += [*k.task_keys(tid, "q"), k.nodedup]
-            argv += [tid, "noop", "q", '{"i":1}', 3, 0, 0, "", "", 1000, 300000, 0]
-        r.evalsha(sha, len(keys), *keys, *argv)
+            tasks.append((k.task_keys(tid, "q"), NewTask(tid, "noop", "q", '{"i":1}', options)))
+        _run(r, shas, layout.enqueue(c, "api", tasks))
 
 
-def _process(
-    r: redis.Redis, shas: tuple[str, str], k: Keys, common: list[str], argv0: list[str], batch: int
-) -> int:
+def _process(r: redis.Redis, shas: dict[str, str], k: Keys, c: Common, batch: int) -> int:
     qkey, done = k.queue("q"), 0
     while rows := r.xreadgroup(GROUP, "c1", {qkey: ">"}, count=batch):
         entries = rows[0][1]
-        keys, argv = list(common), [*argv0, "c1", "30000", "n1"]
-        for eid, f in entries:
-            keys += [*k.task_keys(f["id"], "q"), k.nodedup]
-            argv.append(eid)
-        started = r.evalsha(shas[0], len(keys), *keys, *argv)
-        keys, argv = list(common), list(argv0)
-        for (_, f), s in zip(entries, started, strict=True):
-            keys += [*k.task_keys(f["id"], "q"), k.nodedup]
-            argv += ["COMPLETE", s[5], "null", "", "0", "-1", "0.5"]
-        finished = r.evalsha(shas[1], len(keys), *keys, *argv)
+        items = [(k.task_keys(f["id"], "q"), Entry(eid)) for eid, f in entries]
+        started = _run(r, shas, layout.start(c, "worker", StartArgs("c1", 30000, "n1"), items))
+        ends = [
+            (k.task_keys(f["id"], "q"), Ending("COMPLETE", s[5], "null", "", 0, -1, 0.5))
+            for (_, f), s in zip(entries, started, strict=True)
+        ]
+        finished = _run(r, shas, layout.finish(c, "worker", ends))
         done += sum(1 for f in finished if f[0] == 1)
     return done
 
@@ -101,23 +101,23 @@ def main() -> None:
         r = redis.Redis.from_url(server.url, decode_responses=True)
         settings = Settings(namespace="cost")
         k = Keys(settings.namespace)
-        common = k.common()
-        argv0 = [str(settings.events_maxlen), str(settings.retention_ms), GROUP]
+        c = Common.of(k, settings.events_maxlen, settings.retention_ms)
         enq: dict[str, list[float]] = {v: [] for v in VARIANTS}
         proc: dict[str, list[float]] = {v: [] for v in VARIANTS}
         for _ in range(a.rounds):
             for name, change in VARIANTS.items():
                 r.flushall()
                 r.script_flush()
-                shas = [
-                    r.script_load(change(script_source(s))) for s in ("enqueue", "start", "finish")
-                ]
+                shas = {
+                    s: r.script_load(change(script_source(s)))
+                    for s in ("enqueue", "start", "finish")
+                }
                 r.config_resetstat()
-                _enqueue(r, shas[0], k, common, ["api", *argv0], n)
+                _enqueue(r, shas, k, c, n)
                 enq[name].append(_evalsha_us(r) / n)
                 r.xgroup_create(k.queue("q"), GROUP, id="0")
                 r.config_resetstat()
-                done = _process(r, (shas[1], shas[2]), k, common, ["worker", *argv0], a.batch)
+                done = _process(r, shas, k, c, a.batch)
                 if done != n:
                     raise SystemExit(f"script_costs: {done} of {n} tasks finished ({name})")
                 proc[name].append(_evalsha_us(r) / n)

@@ -6,9 +6,10 @@ The worker side (``Worker``, ``Registry``, ``Context``) is imported on first use
 
 from typing import TYPE_CHECKING, Any
 
-from .client import Client, connect
+from .client import Client
 from .errors import (
     ConfigError,
+    CorruptData,
     InvalidTransition,
     LeaseLost,
     NonRetryable,
@@ -16,12 +17,14 @@ from .errors import (
     PayloadError,
     RedisUnavailable,
     RsjobsError,
+    StoreError,
     TaskNotFound,
     WaitTimeout,
 )
 from .model import Event, State
 from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo
 from .settings import Settings
+from .store.connection import connect
 
 if TYPE_CHECKING:
     from .worker import Context, Registry, Worker
@@ -30,6 +33,7 @@ __all__ = [
     "Client",
     "ConfigError",
     "Context",
+    "CorruptData",
     "EnqueueRequest",
     "EnqueueResult",
     "Event",
@@ -44,6 +48,7 @@ __all__ = [
     "RsjobsError",
     "Settings",
     "State",
+    "StoreError",
     "TaskInfo",
     "TaskNotFound",
     "WaitTimeout",

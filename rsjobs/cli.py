@@ -16,12 +16,10 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-
 from .client import Client, connect
-from .errors import ConfigError, RedisUnavailable, RsjobsError
+from .errors import ConfigError, RedisUnavailable, RsjobsError, StoreError
 from .settings import Settings
+from .store import Store
 from .store.connection import redact_url
 from .worker import Registry, Worker
 
@@ -192,15 +190,16 @@ async def cmd_healthcheck(args: argparse.Namespace) -> int:
     bound = args.timeout_ms / 1000
     if bound <= 0:
         raise CliError("--timeout-ms must be positive")
-    redis = connect(args.url, socket_timeout=bound, connect_timeout=bound)
+    store = Store(connect(args.url, socket_timeout=bound, connect_timeout=bound))
     try:
         async with asyncio.timeout(bound):
-            await redis.ping()
-    except (RedisError, OSError) as exc:
-        print(f"unhealthy: redis at {redact_url(args.url)}: {type(exc).__name__}: {exc}")
+            await store.ping()
+    except (RsjobsError, OSError) as exc:
+        cause = exc.__cause__ or exc
+        print(f"unhealthy: redis at {redact_url(args.url)}: {type(cause).__name__}: {cause}")
         return 3
     finally:
-        await redis.aclose()
+        await store.close()
     if args.http:
         import urllib.error
         import urllib.request
@@ -381,15 +380,15 @@ def main(argv: list[str] | None = None) -> int:
         return int(asyncio.run(args.func(args)))
     except KeyboardInterrupt:
         return 130
-    except (RedisConnectionError, RedisUnavailable) as exc:
+    except RedisUnavailable as exc:
         print(f"rsjobs: cannot reach redis at {redact_url(args.url)}: {exc}", file=sys.stderr)
+        return 3
+    except StoreError as exc:
+        print(f"rsjobs: redis error: {exc}", file=sys.stderr)
         return 3
     except (RsjobsError, ConfigError) as exc:
         print(f"rsjobs: {exc}", file=sys.stderr)
         return 2
-    except RedisError as exc:
-        print(f"rsjobs: redis error: {exc}", file=sys.stderr)
-        return 3
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,7 +1,8 @@
 """The asyncio client: submit tasks, read them, control them, wait for them.
 
-Every state change goes through a transition script (``fsm.lua``); this module only packs
-arguments, reads hashes and streams, and turns reply codes into results or exceptions.
+Every state change goes through a transition script (``fsm.lua``); this module checks
+arguments and turns the store's typed replies into results or exceptions. It speaks to
+Redis only through :class:`rsjobs.store.Store`.
 """
 
 from __future__ import annotations
@@ -13,16 +14,15 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from .codec import encode_payload
-from .errors import ConfigError, InvalidTransition, TaskNotFound, WaitTimeout
+from .errors import ConfigError, RedisUnavailable, TaskNotFound, WaitTimeout
 from .names import validate_name
-from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo, repeat_fields
+from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo
 from .settings import Settings
+from .store import Code, Store, TaskRef, error_of
 from .store.connection import connect
-from .store.scripts import Scripts
-from .store.transient import is_transient
+from .store.layout import NewTask, task_options
 
 __all__ = ["Client", "connect", "validate_task_id"]
 
@@ -73,22 +73,24 @@ def _check_request(r: EnqueueRequest, limit: int) -> bytes:
     return encode_payload(r.payload, limit)
 
 
-def _enqueue_argv(tid: str, r: EnqueueRequest, payload: bytes) -> list[Any]:
-    """The 12 per-task ARGV of enqueue.lua, in its header's order."""
-    return [
+def new_task(tid: str, r: EnqueueRequest, payload: bytes) -> NewTask:
+    """What ``enqueue.lua`` takes for one checked request."""
+    return NewTask(
         tid,
         r.type,
         r.queue,
         payload,
-        r.max_attempts,
-        r.timeout_ms,
-        r.delay_ms,
-        r.dedup_key or "",
-        r.owner or "",
-        r.backoff_base_ms,
-        r.backoff_max_ms,
-        r.wait_timeout_ms,
-    ]
+        task_options(
+            max_attempts=r.max_attempts,
+            timeout_ms=r.timeout_ms,
+            delay_ms=r.delay_ms,
+            wait_timeout_ms=r.wait_timeout_ms,
+            backoff_base_ms=r.backoff_base_ms,
+            backoff_max_ms=r.backoff_max_ms,
+            dedup=r.dedup_key,
+            owner=r.owner,
+        ),
+    )
 
 
 class Client:
@@ -105,8 +107,8 @@ class Client:
         self.redis = redis
         self.settings = settings or Settings()
         self.source = source
-        self.scripts = Scripts(redis, self.settings)
-        self.keys = self.scripts.keys
+        self.store = Store(redis, self.settings)
+        self.keys = self.store.keys
         self._known_queues: set[str] = set()
 
     @classmethod
@@ -114,7 +116,7 @@ class Client:
         return cls(connect(url), Settings(**settings), source=source)
 
     async def close(self) -> None:
-        await self.redis.aclose()
+        await self.store.close()
 
     async def __aenter__(self) -> Client:
         return self
@@ -171,15 +173,11 @@ class Client:
         if req.queue not in self._known_queues:
             await self._remember_queues({req.queue})
         tid = new_task_id()
-        replies = await self.scripts.call(
-            "enqueue",
-            self.source,
-            [self.scripts.task_keys(tid, req.queue, req.dedup_key)],
-            _enqueue_argv(tid, req, encoded),
-            durable=True,
+        keys = self.keys.task_keys(tid, req.queue, req.dedup_key)
+        (result,) = await self.store.tasks.enqueue(
+            self.source, [(keys, new_task(tid, req, encoded))], durable=True
         )
-        rid, state, dup = replies[0]
-        return EnqueueResult(id=str(rid), state=str(state), duplicate=bool(dup))
+        return result
 
     async def enqueue_many(
         self, requests: Iterable[EnqueueRequest], *, chunk: int = 250
@@ -195,19 +193,20 @@ class Client:
         # two chunks in flight (on two connections): Python packs the next chunk while
         # Redis runs the previous one
         gate = asyncio.Semaphore(2)
+        k = self.keys
 
         async def send(start: int) -> list[str]:
             async with gate:
                 tasks = []
-                argv: list[Any] = []
                 for r, payload in zip(
                     reqs[start : start + chunk], encoded[start : start + chunk], strict=True
                 ):
                     tid = new_task_id()
-                    tasks.append(self.scripts.task_keys(tid, r.queue, r.dedup_key))
-                    argv += _enqueue_argv(tid, r, payload)
-                replies = await self.scripts.call("enqueue", self.source, tasks, argv, durable=True)
-                return [str(reply[0]) for reply in replies]
+                    tasks.append(
+                        (k.task_keys(tid, r.queue, r.dedup_key), new_task(tid, r, payload))
+                    )
+                results = await self.store.tasks.enqueue(self.source, tasks, durable=True)
+                return [r.id for r in results]
 
         parts = await asyncio.gather(*(send(i) for i in range(0, len(reqs), chunk)))
         return [tid for part in parts for tid in part]
@@ -215,26 +214,22 @@ class Client:
     async def _remember_queues(self, queues: set[str]) -> None:
         new = queues - self._known_queues
         if new:
-            await self.redis.sadd(self.keys.queues, *new)
+            await self.store.tasks.remember_queues(new)
             self._known_queues |= new
 
     # -- reading -------------------------------------------------------------------------
 
     async def get(self, task_id: str) -> TaskInfo:
-        """The task as stored now. Raises :class:`TaskNotFound`."""
-        validate_task_id(task_id)
-        h = await self.redis.hgetall(self.keys.task(task_id))
-        if not h:
+        """The task as stored now. Raises :class:`TaskNotFound`, or
+        :class:`rsjobs.CorruptData` when its hash does not read (not written by rsjobs)."""
+        info = await self.store.tasks.get(validate_task_id(task_id))
+        if info is None:
             raise TaskNotFound(task_id)
-        return TaskInfo.from_hash(h)
+        return info
 
     async def get_many(self, task_ids: Sequence[str]) -> list[TaskInfo | None]:
         """Several tasks in one round trip; ``None`` for ids that name no task."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for tid in task_ids:
-                pipe.hgetall(self.keys.task(validate_task_id(tid)))
-            rows = await pipe.execute()
-        return [TaskInfo.from_hash(h) if h else None for h in rows]
+        return await self.store.tasks.get_many([validate_task_id(t) for t in task_ids])
 
     async def history(
         self, task_id: str, *, after: str = "-", count: int | None = None
@@ -246,15 +241,10 @@ class Client:
         """
         validate_task_id(task_id)
         start = "-" if after in ("-", "0", "") else f"({after}"
-        rows = await self.redis.xrange(self.keys.history(task_id), start, "+", count=count)
-        if not rows and not await self.redis.exists(self.keys.task(task_id)):
+        rows = await self.store.tasks.history(task_id, start=start, count=count)
+        if rows is None:
             raise TaskNotFound(task_id)
-        names = [n for i, f in rows if f.get("rej") == "1" for n in repeat_fields(i)]
-        task: dict[str, Any] = {}
-        if names:
-            values = await self.redis.hmget(self.keys.task(task_id), names)
-            task = dict(zip(names, values, strict=True))
-        return [HistoryEntry.from_entry(i, f, task_id, task) for i, f in rows]
+        return rows.entries(task_id)
 
     async def wait(self, task_id: str, *, timeout_ms: int | None = None) -> TaskInfo:
         """Block until the task is terminal; driven by its history stream (XREAD BLOCK).
@@ -262,9 +252,8 @@ class Client:
         Raises :class:`WaitTimeout` after ``timeout_ms`` (None = wait forever).
         """
         validate_task_id(task_id)
-        hkey = self.keys.history(task_id)
-        last = await self.redis.xrevrange(hkey, "+", "-", count=1)
-        last_id = last[0][0] if last else "0-0"
+        tasks = self.store.tasks
+        last_id = await tasks.last_history_id(task_id)
         info = await self.get(task_id)
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
         while not info.terminal:
@@ -275,16 +264,13 @@ class Client:
                     raise WaitTimeout(f"task {task_id} is still {info.state}")
                 block = max(1, min(block, int(left * 1000)))
             try:
-                rows = await self.redis.xread({hkey: last_id}, block=block)
-            except RedisError as exc:
+                entries = await tasks.read_history(task_id, last_id, block)
+            except RedisUnavailable:
                 # a failover (UNBLOCKED, READONLY, a dropped connection) ends the read, not
                 # the wait: read again once Redis answers, within the caller's timeout
-                if not is_transient(exc):
-                    raise
                 await asyncio.sleep(min(0.5, block / 1000))
-                rows = None
-            if rows:
-                entries = rows[0][1]
+                entries = []
+            if entries:
                 last_id = entries[-1][0]
                 if not any(f.get("to") != f.get("from") for _, f in entries):
                     continue
@@ -292,50 +278,45 @@ class Client:
         return info
 
     async def stats(self) -> dict[str, dict[str, int]]:
-        """Per queue: task counts per state, stream length and pending deliveries.
+        """Per queue: task counts per state and stream length.
 
         Counts of non-terminal states are live; terminal counts are totals since the
         namespace was created (finished tasks expire after the retention period).
         """
-        queues = sorted(await self.redis.smembers(self.keys.queues))
-        raw = await self.redis.hgetall(self.keys.stats)
-        out: dict[str, dict[str, int]] = {q: {} for q in queues}
-        for field, value in raw.items():
-            q, _, state = field.rpartition(":")
-            if q in out and state.isupper():
-                out[q][state] = int(value)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for q in queues:
-                pipe.xlen(self.keys.queue(q))
-            lengths = await pipe.execute()
-        for q, n in zip(queues, lengths, strict=True):
-            out[q]["stream_length"] = int(n)
-        return out
+        return await self.store.tasks.stats()
 
     async def counters(self) -> dict[str, int]:
         """Raw counters: transitions per event (``ev:X``) and refusals (``rej:X``)."""
-        raw = await self.redis.hgetall(self.keys.stats)
-        return {k: int(v) for k, v in raw.items() if k.startswith(("ev:", "rej:"))}
+        raw = await self.store.tasks.counters()
+        return {k: v for k, v in raw.items() if k.startswith(("ev:", "rej:"))}
 
     # -- control -------------------------------------------------------------------------
 
-    async def _control(self, task_id: str, event: str, reason: str) -> tuple[int, str]:
+    async def ref(self, task_id: str) -> TaskRef:
+        """The task's state, owner, queue and dedup key in one read (what a caller checks
+        before acting on it). Raises :class:`TaskNotFound`."""
+        ref = await self.store.tasks.ref(validate_task_id(task_id))
+        if ref is None:
+            raise TaskNotFound(task_id)
+        return ref
+
+    async def control(
+        self, task_id: str, event: str, reason: str = "", *, ref: TaskRef | None = None
+    ) -> tuple[Code, str]:
+        """CANCEL, PAUSE or RESUME; the reply code and the state after the call. ``ref``:
+        the task as :meth:`ref` read it (saves that read). Raises :class:`TaskNotFound`
+        and :class:`InvalidTransition` (a PAUSE or RESUME the table refuses)."""
         validate_task_id(task_id)
         if not isinstance(reason, str) or len(reason) > MAX_REASON:
             raise ConfigError(f"reason must be a string of at most {MAX_REASON} characters")
-        queue, dedup = await self.redis.hmget(self.keys.task(task_id), ["queue", "dedup"])
-        if queue is None:
-            raise TaskNotFound(task_id)
-        code, state = await self.scripts.call(
-            "control",
-            self.source,
-            [self.scripts.task_keys(task_id, queue, dedup)],
-            [event, reason, self.keys.control],
-            durable=True,
+        if ref is None:
+            ref = await self.ref(task_id)
+        code, state = await self.store.tasks.control(
+            self.source, task_id, ref, event, reason, durable=True
         )
-        if code == -1:
-            raise TaskNotFound(task_id)
-        return int(code), str(state)
+        if code is Code.NOT_FOUND or (code is Code.REFUSED and event != "CANCEL"):
+            raise error_of(code, subject=task_id, action=event, state=state)
+        return code, state
 
     async def cancel(self, task_id: str, reason: str = "") -> str:
         """Cancel the task from any non-terminal state; returns the state after the call.
@@ -344,7 +325,7 @@ class Client:
         returns its current state. A running handler is told at once (pub/sub) and at its
         next heartbeat at the latest.
         """
-        _, state = await self._control(task_id, "CANCEL", reason)
+        _, state = await self.control(task_id, "CANCEL", reason)
         return state
 
     async def pause(self, task_id: str, reason: str = "") -> str:
@@ -352,14 +333,10 @@ class Client:
 
         Raises :class:`InvalidTransition` when the task is terminal.
         """
-        code, state = await self._control(task_id, "PAUSE", reason)
-        if code == -2:
-            raise InvalidTransition(task_id, "PAUSE", state)
+        _, state = await self.control(task_id, "PAUSE", reason)
         return state
 
     async def resume(self, task_id: str, reason: str = "") -> str:
         """Put a PAUSED task back on its queue. Raises :class:`InvalidTransition` otherwise."""
-        code, state = await self._control(task_id, "RESUME", reason)
-        if code == -2:
-            raise InvalidTransition(task_id, "RESUME", state)
+        _, state = await self.control(task_id, "RESUME", reason)
         return state

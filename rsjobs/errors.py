@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 __all__ = [
+    "ActionRefused",
     "ConfigError",
+    "CorruptData",
+    "CorruptWorkflow",
     "InvalidTransition",
     "LeaseLost",
     "NonRetryable",
@@ -11,8 +14,12 @@ __all__ = [
     "PayloadError",
     "RedisUnavailable",
     "RsjobsError",
+    "StoreError",
     "TaskNotFound",
+    "UnknownDefinition",
     "WaitTimeout",
+    "WorkflowError",
+    "WorkflowNotFound",
 ]
 
 
@@ -48,7 +55,15 @@ class InvalidTransition(RsjobsError):
 
 
 class LeaseLost(RsjobsError):
-    """Raised inside a worker when it no longer holds the lease of the task it runs."""
+    """Raised by :meth:`rsjobs.Context.progress` and :meth:`rsjobs.Context.report` once the
+    worker has stopped the handler: its task left the worker's hands (cancelled, paused,
+    timed out, taken back by the reaper, handed back at shutdown), so nothing the handler
+    does now is recorded. A sync handler that ignores ``ctx.cancelled`` but reports
+    progress ends at its next report (a thread cannot be stopped from outside)."""
+
+    def __init__(self, task_id: str, reason: str) -> None:
+        super().__init__(f"task {task_id} is no longer this handler's to run ({reason})")
+        self.task_id, self.reason = task_id, reason
 
 
 class WaitTimeout(RsjobsError, TimeoutError):
@@ -56,7 +71,31 @@ class WaitTimeout(RsjobsError, TimeoutError):
 
 
 class RedisUnavailable(RsjobsError, ConnectionError):
-    """Raised when Redis cannot be reached (after the retries the caller allowed)."""
+    """Raised when Redis cannot be reached, or answers with a passing error (loading, a
+    failover's ``READONLY``...; see :mod:`rsjobs.store.transient`), after the retries the
+    caller allowed. The redis-py error is its cause."""
+
+
+class StoreError(RsjobsError):
+    """Raised when Redis answers an error that is not a passing one: a script refused its
+    arguments or failed on stored data it cannot handle (``rsjobs: ...``, ``WRONGTYPE``),
+    or Redis refuses the work for its own condition (``OOM``, ``BUSY``, ``MISCONF``,
+    ``NOPERM``...). ``code`` is the reply's first word (``ERR`` when it has none), ``reply``
+    the reply; the redis-py error is its cause."""
+
+    def __init__(self, what: str, code: str, reply: str) -> None:
+        super().__init__(f"{what}: {reply}")
+        self.what, self.code, self.reply = what, code, reply
+
+
+class CorruptData(RsjobsError, ValueError):
+    """Raised when stored data does not read as what rsjobs wrote there (a task hash whose
+    payload does not decode, a field that does not parse: written by something else). The
+    reaper and the workflow driver move such a task or workflow to FAILED."""
+
+    def __init__(self, kind: str, key_id: str, why: str) -> None:
+        super().__init__(f"{kind} {key_id} is corrupt: {why}")
+        self.kind, self.id, self.why = kind, key_id, why
 
 
 class NotReplicated(RsjobsError):
@@ -76,3 +115,46 @@ class NotReplicated(RsjobsError):
 
 class NonRetryable(RsjobsError):
     """Raised by a handler to fail its task at once, skipping the remaining attempts."""
+
+
+# -- workflows (rsjobs.workflows) --------------------------------------------------------------
+
+
+class WorkflowError(RsjobsError):
+    """Root of the errors of :mod:`rsjobs.workflows`."""
+
+
+class WorkflowNotFound(WorkflowError, LookupError):
+    """Raised when a workflow id names no workflow (never existed, or expired)."""
+
+    def __init__(self, wf_id: str) -> None:
+        super().__init__(f"no such workflow: {wf_id}")
+        self.wf_id = wf_id
+
+
+class ActionRefused(WorkflowError):
+    """Raised when the workflow's state machine refuses an action (confirm of a workflow
+    that waits for nothing, anything on a PUBLISHED one...). The refusal is recorded in
+    the workflow's history; ``status`` is the workflow's status, unchanged."""
+
+    def __init__(self, wf_id: str, action: str, status: str, reason: str) -> None:
+        super().__init__(f"{action} refused: workflow {wf_id} is {status}: {reason}")
+        self.wf_id, self.action, self.status, self.reason = wf_id, action, status, reason
+
+
+class UnknownDefinition(WorkflowError, ConfigError):
+    """Raised when a workflow is started with a definition name the client does not know."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"unknown workflow definition: {name!r}")
+        self.name = name
+
+
+class CorruptWorkflow(WorkflowError, CorruptData):
+    """Raised when a workflow's stored hash does not read as a workflow (a field that does
+    not parse, a plan that does not decode: written by something else than rsjobs). The
+    driver moves such a workflow to FAILED (see :mod:`rsjobs.workflows.abort`)."""
+
+    def __init__(self, wf_id: str, why: str) -> None:
+        CorruptData.__init__(self, "workflow", wf_id, why)
+        self.wf_id = wf_id

@@ -8,15 +8,24 @@ Common KEYS (every transition script):
   KEYS[3]  scheduled  zset    "<queue>:<id>" scored by due time (ms)
   KEYS[4]  deadlines  zset    "<queue>:<id>" scored by execution deadline (ms)
   KEYS[5]  scratch    stream  transient, within one call: see retain()
-Per task, from KEYS[6] on, four keys each:
-  task hash, history stream, queue stream, dedup string (or the unused "dedup:" key)
+The task keys, four per task (a script's items: its tasks, entries, members... follow the
+common KEYS, each with its keys; then the script's own keys, if any):
+  task       hash    the task
+  history    stream  its history
+  queue      stream  its queue's stream
+  dedup      string  its dedup key (the unused "dedup:" key when it has none)
 
 Common ARGV:
   ARGV[1]  source      who acts: worker | reaper | api | user
   ARGV[2]  events_max  approximate MAXLEN of the events stream
   ARGV[3]  retention   ms a finished task (hash, history, dedup key) is kept; 0 = forever
   ARGV[4]  group       the consumer group of the queue streams
-Script-specific ARGV follow from ARGV[5].
+Script-specific ARGV follow from ARGV[5]: first the script's own values, then the values of
+each item, in the item order of KEYS.
+
+Each header names every KEYS and ARGV of its script in this form (rsjobs/store/layout.py
+packs the calls by the same names, and a test checks that the two agree), and each script
+checks #KEYS and #ARGV against it with layout() before anything else.
 
 Every transition, and every rejected attempt at one, is appended to the task's history
 stream and to the events stream with: ev, from, to, src, att (attempt), ts (Redis TIME, ms),
@@ -159,8 +168,26 @@ local function task_keys(i)
   return KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
 end
 
-local function ntasks()
-  return (#KEYS - NCOMMON) / 4
+-- The number of items of this call (tasks, entries, members...), after checking #KEYS
+-- and #ARGV against the script's layout (its header): `nargs` values after the common
+-- ARGV, then `per_arg` values and `per_key` keys per item (the items' keys follow the
+-- common ones), and `tail` keys of the script's own after them; `exact`: the number of
+-- items when the script takes a fixed number. Returns nil and the error reply when the
+-- call does not match: the script returns it before writing anything.
+local function layout(nargs, per_arg, per_key, tail, exact)
+  local keys, args = #KEYS - NCOMMON - tail, #ARGV - NARGV - nargs
+  local n = 0
+  if per_key > 0 then
+    n = keys / per_key
+  elseif per_arg > 0 then
+    n = args / per_arg
+  end
+  if keys < 0 or args < 0 or n ~= math.floor(n) or keys ~= n * per_key
+      or args ~= n * per_arg or (exact ~= nil and n ~= exact) then
+    return nil, redis.error_reply('rsjobs: invalid layout: ' .. #KEYS .. ' KEYS and ' .. #ARGV
+      .. ' ARGV do not match the script\'s header')
+  end
+  return n, nil
 end
 
 local function member(t)
@@ -337,6 +364,75 @@ end
 -- Put the task on its queue stream as a new entry; returns the entry id.
 local function push_entry(t)
   return redis.call('XADD', t.qkey, '*', 'id', t.id)
+end
+
+-- The options of a new task: one JSON object per task, packed by the store
+-- (rsjobs/store/layout.py, task_options). A name left out is 0 (counts) or '' (texts).
+local TASK_OPTIONS = {max_attempts = 'count', timeout_ms = 'count', delay_ms = 'count',
+  wait_timeout_ms = 'count', backoff_base_ms = 'count', backoff_max_ms = 'count',
+  dedup = 'text', owner = 'text'}
+
+-- Decode and check the options of a new task: the table, or nil and what is wrong.
+-- Counts are integers >= 0 below 10^15 (exact in Lua, and stored as readers parse them);
+-- max_attempts is at least 1.
+local function task_options(raw)
+  local ok, o = pcall(cjson.decode, raw or '')
+  if not ok or type(o) ~= 'table' then return nil, 'options (not a JSON object)' end
+  for name, v in pairs(o) do
+    local kind = TASK_OPTIONS[name]
+    if kind == 'count' then
+      if type(v) ~= 'number' or v < 0 or v >= 1e15 or v ~= math.floor(v) then
+        return nil, 'option ' .. name .. ' (an integer >= 0)'
+      end
+    elseif kind ~= 'text' or type(v) ~= 'string' then
+      return nil, 'option ' .. tostring(name)
+    end
+  end
+  if (o.max_attempts or 0) < 1 then return nil, 'option max_attempts (at least 1)' end
+  return o, nil
+end
+
+-- ENQUEUE a new task, PENDING or SCHEDULED (delay_ms): the fields of a task hash are
+-- created here and nowhere else (enqueue.lua, and wf.lua's create_task). `i` is the
+-- task's index in KEYS; `o` its options (task_options); `msg` the history message;
+-- `more` extra hash fields and `extra` extra history fields (flat arrays, may be nil).
+-- The new history is compacted: a waiting task holds what its entries use, not its
+-- stream's 4 kB preallocation (see compact). Returns the task.
+local function new_task(i, id, typ, queue, payload, o, msg, more, extra)
+  local key, hkey, qkey, dkey = task_keys(i)
+  local dedup, owner = o.dedup or '', o.owner or ''
+  local t = {key = key, hkey = hkey, qkey = qkey, dkey = dkey, id = id, queue = queue,
+    state = '', attempt = 0, dedup = dedup}
+  local fields = {'id', id, 'type', typ, 'queue', queue, 'payload', payload,
+    'attempt', 0, 'failures', 0, 'max_attempts', o.max_attempts, 'timeout_ms', o.timeout_ms or 0,
+    'backoff_base_ms', o.backoff_base_ms or 0, 'backoff_max_ms', o.backoff_max_ms or 0,
+    'progress', 0, 'created_at', NOW}
+  if owner ~= '' then fields[#fields + 1] = 'owner'; fields[#fields + 1] = owner end
+  if dedup ~= '' then
+    fields[#fields + 1] = 'dedup'; fields[#fields + 1] = dedup
+    redis.call('SET', dkey, id)
+  end
+  local wait_ms = o.wait_timeout_ms or 0
+  if wait_ms > 0 then
+    fields[#fields + 1] = 'expires_at'; fields[#fields + 1] = NOW + wait_ms
+    -- indexed for the reaper, which expires the task if no worker started it in time
+    redis.call('ZADD', DEADLINES_KEY, NOW + wait_ms, member(t))
+  end
+  if more ~= nil then
+    for j = 1, #more do fields[#fields + 1] = more[j] end
+  end
+  local to = 'PENDING'
+  local delay_ms = o.delay_ms or 0
+  if delay_ms > 0 then
+    to = 'SCHEDULED'
+    fields[#fields + 1] = 'due_at'; fields[#fields + 1] = NOW + delay_ms
+    redis.call('ZADD', SCHED_KEY, NOW + delay_ms, member(t))
+  else
+    fields[#fields + 1] = 'entry'; fields[#fields + 1] = push_entry(t)
+  end
+  transition(t, 'ENQUEUE', to, msg, fields, extra)
+  compact(t.hkey)
+  return t
 end
 
 -- Exponential backoff with equal jitter: half fixed, half random (jitter in [0, 1)).

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from .codec import decode
+from .errors import CorruptData, PayloadError
+
+if TYPE_CHECKING:
+    from .store.record import TaskRecord
 
 __all__ = ["EnqueueRequest", "EnqueueResult", "HistoryEntry", "TaskInfo", "repeat_fields"]
 
@@ -23,7 +27,8 @@ def _int(v: bytes | str | None) -> int:
 
 
 class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """A task as stored in its hash. Times are Redis TIME in milliseconds (0 = not yet)."""
+    """A task as stored in its hash (:class:`rsjobs.store.record.TaskRecord`), its payload
+    and result decoded. Times are Redis TIME in milliseconds (0 = not yet)."""
 
     id: str
     type: str
@@ -58,35 +63,47 @@ class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
         return is_terminal(self.state)
 
     @classmethod
-    def from_hash(cls, h: dict[Any, Any]) -> TaskInfo:
-        g = {_text(k): v for k, v in h.items()}
+    def from_record(cls, r: TaskRecord) -> TaskInfo:
+        """The task of a decoded task hash (:func:`rsjobs.store.record.decode_task`).
+        Raises :class:`rsjobs.CorruptData` when its payload or result does not decode."""
+        try:
+            payload, result = decode(r.payload), decode(r.result)
+        except (msgspec.DecodeError, PayloadError) as exc:
+            raise CorruptData("task", r.id or "?", f"its payload or result: {exc}") from None
         return cls(
-            id=_text(g.get("id")),
-            type=_text(g.get("type")),
-            queue=_text(g.get("queue")),
-            state=_text(g.get("state")),
-            attempt=_int(g.get("attempt")),
-            failures=_int(g.get("failures")),
-            max_attempts=_int(g.get("max_attempts")) or 1,
-            progress=float(g.get("progress") or 0),
-            progress_msg=_text(g.get("progress_msg")),
-            payload=decode(g.get("payload")),
-            result=decode(g.get("result")),
-            error=_text(g.get("error")),
-            error_type=_text(g.get("error_type")),
-            owner=_text(g.get("owner")),
-            dedup=_text(g.get("dedup")),
-            timeout_ms=_int(g.get("timeout_ms")),
-            worker=_text(g.get("consumer")),
-            created_at=_int(g.get("created_at")),
-            updated_at=_int(g.get("updated_at")),
-            started_at=_int(g.get("started_at")),
-            finished_at=_int(g.get("finished_at")),
-            due_at=_int(g.get("due_at")),
-            deadline_at=_int(g.get("deadline_at")),
-            expires_at=_int(g.get("expires_at")),
-            lease_expires_at=_int(g.get("lease_expires_at")),
+            id=r.id,
+            type=r.type,
+            queue=r.queue,
+            state=r.state,
+            attempt=r.attempt,
+            failures=r.failures,
+            max_attempts=r.max_attempts or 1,
+            progress=r.progress,
+            progress_msg=r.progress_msg,
+            payload=payload,
+            result=result,
+            error=r.error,
+            error_type=r.error_type,
+            owner=r.owner,
+            dedup=r.dedup,
+            timeout_ms=r.timeout_ms,
+            worker=r.consumer,
+            created_at=r.created_at,
+            updated_at=r.updated_at,
+            started_at=r.started_at,
+            finished_at=r.finished_at,
+            due_at=r.due_at,
+            deadline_at=r.deadline_at,
+            expires_at=r.expires_at,
+            lease_expires_at=r.lease_expires_at,
         )
+
+    @classmethod
+    def from_hash(cls, h: Mapping[Any, Any]) -> TaskInfo:
+        """The task of an ``HGETALL`` reply. Raises :class:`rsjobs.CorruptData`."""
+        from .store.record import decode_task
+
+        return cls.from_record(decode_task(h))
 
 
 _CORE = {"ev", "from", "to", "src", "att", "ts", "msg", "rej", "id", "q", "hid"}

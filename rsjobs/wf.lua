@@ -9,20 +9,22 @@ definition taken at start). Each stage fans out into tasks, one per item; a stag
 complete when the current task of every item SUCCEEDED and its asset is recorded, which
 is decided here, in the same script call that records the last asset.
 
-Workflow KEYS: the last seven keys of every workflow script, after the common keys
-(fsm.lua) and the task keys (four per task):
-  KEYS[-7]  wf        hash    the workflow: status, stage, version, counters, plan, input
-  KEYS[-6]  history   stream  every workflow transition and every refused action (MAXLEN ~)
-  KEYS[-5]  tasks     hash    slot "<version>:<stage>:<item>" -> id of the slot's current task
-  KEYS[-4]  assets    hash    slot -> asset JSON {ref, kind, version, stage, item, task, ts}
-  KEYS[-3]  open      set     ids of its tasks whose end the workflow has not accounted yet
-  KEYS[-2]  active    set     ids of the workflows the driver must visit (not finished, or
-                              finished with open tasks left to cancel)
-  KEYS[-1]  index     zset    every workflow id by creation time (ms)
-Workflow ARGV, after the common ARGV of fsm.lua:
+The workflow keys: the last seven keys of every workflow script, after the common keys
+(fsm.lua) and its items' keys:
+  wf          hash    the workflow: status, stage, version, counters, plan, input
+  wf_history  stream  every workflow transition and every refused action (MAXLEN ~)
+  wf_tasks    hash    slot "<version>:<stage>:<item>" -> id of the slot's current task
+  wf_assets   hash    slot -> asset JSON {ref, kind, version, stage, item, task, ts}
+  wf_open     set     ids of its tasks whose end the workflow has not accounted yet
+  wf_active   set     ids of the workflows the driver must visit (not finished, or
+                      finished with open tasks left to cancel)
+  wf_index    zset    every workflow id by creation time (ms)
+Workflow ARGV, after the common ARGV of fsm.lua (then the script's own from ARGV[7]):
   ARGV[5]  channel      pub/sub channel on which running workers hear "CANCEL <id>"
   ARGV[6]  history_max  approximate MAXLEN of the workflow's history stream
-Script-specific ARGV follow from ARGV[7].
+A new task of a workflow (wf_spawn.lua, wf_retry.lua) is described by seven values, the
+five of enqueue.lua and two of its workflow (see create_task below): id, type, queue,
+payload, options, item, kind.
 
 Workflow hash fields: id, def, owner, status, stage (index, 0-based), stage_name, version,
 spawned ("<version>:<stage>" whose tasks exist), need (items of the stage), done (assets
@@ -83,10 +85,6 @@ local NWARG = 6
 
 -- Task hash fields a workflow script reads besides fsm.lua's ATTEMPT_FIELDS.
 local WF_TASK_FIELDS = {'wf', 'wf_version', 'wf_stage', 'wf_item', 'wf_kind', 'error', 'result'}
-
-local function wf_ntasks()
-  return (#KEYS - NCOMMON - WF_NKEYS) / 4
-end
 
 local function wf_allowed(from, event, to)
   return WF_TRANSITIONS[from .. '|' .. event .. '|' .. to] == true
@@ -324,28 +322,32 @@ local function cancel_open(n, reason)
 end
 
 -- Number of ARGV values describing one task to create (see create_task).
-local SPEC = 10
+local SPEC = 7
+
+-- The options of the task to create from the SPEC values at ARGV[a + 1 ...] (checked
+-- before the script's first write): the table, or nil and what is wrong.
+local function check_spec(a)
+  for j = 1, 3 do
+    if (ARGV[a + j] or '') == '' then return nil, 'empty id, type or queue' end
+  end
+  if (ARGV[a + 6] or '') == '' then return nil, 'empty item' end
+  return task_options(ARGV[a + 5])
+end
 
 -- ENQUEUE the task at task index `i` for the current version and stage, from the SPEC
--- values at ARGV[a + 1 ...]: id, type, queue, payload, max_attempts, timeout_ms,
--- backoff_base_ms, backoff_max_ms, item, kind. It becomes the current task of its slot
--- and joins the open set. `extra_fields` (may be nil) are more task hash fields.
-local function create_task(w, i, a, msg, extra_fields)
-  local key, hkey, qkey, dkey = task_keys(i)
-  local id, typ, queue, item = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 9]
-  local t = {key = key, hkey = hkey, qkey = qkey, dkey = dkey, id = id, queue = queue,
-    state = '', attempt = 0, dedup = ''}
-  local fields = {'id', id, 'type', typ, 'queue', queue, 'payload', ARGV[a + 4],
-    'attempt', 0, 'failures', 0, 'max_attempts', ARGV[a + 5], 'timeout_ms', ARGV[a + 6],
-    'backoff_base_ms', ARGV[a + 7], 'backoff_max_ms', ARGV[a + 8], 'progress', 0,
-    'created_at', NOW, 'wf', w.id, 'wf_version', w.version, 'wf_stage', w.stage,
-    'wf_item', item, 'wf_kind', ARGV[a + 10]}
-  if w.owner ~= '' then fields[#fields + 1] = 'owner'; fields[#fields + 1] = w.owner end
+-- values at ARGV[a + 1 ...] (id, type, queue, payload, options, item, kind) and its
+-- checked options `o`. Its owner is the workflow's; it has no dedup key, delay or
+-- queue-wait deadline. It becomes the current task of its slot and joins the open set.
+-- `extra_fields` (may be nil) are more task hash fields.
+local function create_task(w, i, a, o, msg, extra_fields)
+  local id, typ, queue, item = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 6]
+  o.owner, o.dedup, o.delay_ms, o.wait_timeout_ms = w.owner, nil, nil, nil
+  local more = {'wf', w.id, 'wf_version', w.version, 'wf_stage', w.stage, 'wf_item', item,
+    'wf_kind', ARGV[a + 7]}
   if extra_fields ~= nil then
-    for j = 1, #extra_fields do fields[#fields + 1] = extra_fields[j] end
+    for j = 1, #extra_fields do more[#more + 1] = extra_fields[j] end
   end
-  fields[#fields + 1] = 'entry'; fields[#fields + 1] = push_entry(t)
-  transition(t, 'ENQUEUE', 'PENDING', msg, fields, {'type', typ, 'wf', w.id})
+  new_task(i, id, typ, queue, ARGV[a + 4], o, msg, more, {'type', typ, 'wf', w.id})
   redis.call('HSET', WF_TASKS, slot(w.version, w.stage, item), id)
   redis.call('SADD', WF_OPEN, id)
   return id

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import IO
 
 from rsjobs import Client, TaskInfo
+from rsjobs.store import Started
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -72,3 +73,21 @@ async def wait_for_state(
         if time.monotonic() > deadline:
             raise AssertionError(f"task {task_id} is {info.state}, expected {sorted(wanted)}")
         await asyncio.sleep(0.02)
+
+
+async def start_as(
+    client: Client,
+    consumer: str,
+    *,
+    lease_ms: int = 60_000,
+    nonce: str = "n",
+    queue: str = "default",
+    count: int = 100,
+) -> list[Started]:
+    """Deliver a queue's waiting entries to ``consumer`` and START them through the store,
+    as a worker of that name would (it then runs nothing: a ghost, or a zombie)."""
+    work = client.store.work
+    stream = client.keys.queue(queue)
+    await work.ensure_groups([stream])
+    deliveries = await work.read(consumer, {stream: queue}, count, None)
+    return await work.start(consumer, lease_ms, nonce, deliveries)

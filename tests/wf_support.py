@@ -8,13 +8,12 @@ import uuid
 from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
 
 from rsjobs.codec import decode, encode
 from rsjobs.model import TERMINAL as TASK_TERMINAL
 from rsjobs.settings import Settings
-from rsjobs.store.keys import GROUP
-from rsjobs.store.scripts import Scripts, TaskKeys
+from rsjobs.store import Code, Store, TaskKeys
+from rsjobs.store.layout import Ending, WfStartArgs
 from rsjobs.workflows import Stage, WorkflowClient, WorkflowDefinition, fan_out
 from rsjobs.workflows.finish import WorkflowFinisher
 from rsjobs.workflows.model import NOTES, TERMINAL, allowed
@@ -67,36 +66,28 @@ class Claimed(NamedTuple):
 
 
 class Hand:
-    """A worker driven by hand: claims workflow tasks (start.lua) and ends them through the
-    same call the worker makes (wf_finish.lua via WorkflowFinisher)."""
+    """A worker driven by hand: claims workflow tasks (start.lua, through the store) and
+    ends them through the same call the worker makes (wf_finish.lua via WorkflowFinisher)."""
 
     def __init__(self, redis: Redis, settings: Settings, name: str = "hand") -> None:
         self.redis = redis
-        self.scripts = Scripts(redis, settings)
-        self.finisher = WorkflowFinisher(redis, settings, name)
+        self.store = Store(redis, settings)
+        self.finisher = WorkflowFinisher(self.store, name)
         self.name = name
 
     async def claim(self, queue: str = "wf", count: int = 100) -> list[Claimed]:
-        stream = self.scripts.keys.queue(queue)
-        try:
-            await self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
-        except ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
-        rows = await self.redis.xreadgroup(GROUP, self.name, {stream: ">"}, count=count)
-        entries = [(eid, f["id"]) for _, es in rows or [] for eid, f in es if f]
-        if not entries:
+        stream = self.store.keys.queue(queue)
+        work = self.store.work
+        await work.ensure_groups([stream])
+        deliveries = await work.read(self.name, {stream: queue}, count, None)
+        if not deliveries:
             return []
-        keys = [self.scripts.task_keys(tid, queue) for _, tid in entries]
-        replies = await self.scripts.call(
-            "start", "worker", keys, [self.name, 60_000, self.name, *(e for e, _ in entries)]
-        )
+        replies = await work.start(self.name, 60_000, self.name, deliveries)
         out = []
-        for (_, tid), r in zip(entries, replies, strict=True):
-            if r[0] == 1:
-                out.append(
-                    Claimed(tid, r[5], self.scripts.task_keys(tid, queue), r[9], decode(r[3]))
-                )
+        for r in replies:
+            if r.code is Code.APPLIED:
+                keys = self.store.keys.task_keys(r.id, queue)
+                out.append(Claimed(r.id, r.lease, keys, r.wf, decode(r.payload)))
         return out
 
     async def end(
@@ -104,11 +95,11 @@ class Hand:
     ) -> int:
         if event == "COMPLETE":
             text = encode(body if body is not None else {"ref": ref_of(c)}).decode()
-            args = [event, c.lease, text, "", "1", -1, 0.5]
+            ending = Ending(event, c.lease, text, "", 1, -1, 0.5)
         else:
-            args = [event, c.lease, str(body or "planned failure"), "Planned",
-                    "1" if retryable else "0", -1, 0.5]  # fmt: skip
-        return await self.finisher.finish(c.wf, c.id, c.keys, args, give_up_s=5)
+            ending = Ending(event, c.lease, str(body or "planned failure"), "Planned",
+                            int(retryable), -1, 0.5)  # fmt: skip
+        return await self.finisher.finish(c.wf, c.id, c.keys, ending, give_up_s=5)
 
     async def complete(self, c: Claimed, body: Any = None) -> int:
         return await self.end(c, "COMPLETE", body)
@@ -258,9 +249,10 @@ async def raw_start(
     driver): the workflow RUNNING at stage 0, no task yet. No check of the payloads."""
     p = definition.plan(value)
     wf_id = uuid.uuid4().hex
-    argv = [wf_id, definition.name, "", encode(value), plan if plan is not None else encode_plan(p),
-            len(p.stages), p.stages[0].name, len(p.stages[0].tasks), ""]  # fmt: skip
-    reply = await c.scripts.call("wf_start", "api", wf_id, [], argv)
+    args = WfStartArgs(wf_id, definition.name, "", encode(value),
+                       plan if plan is not None else encode_plan(p), len(p.stages),
+                       p.stages[0].name, len(p.stages[0].tasks), "")  # fmt: skip
+    reply = await c.store.workflows.start("api", args)
     assert reply.code == 1 and reply.drive
     return wf_id
 

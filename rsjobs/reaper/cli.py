@@ -97,7 +97,7 @@ async def cmd_reaper(args: argparse.Namespace) -> int:
 
 async def cmd_workers(args: argparse.Namespace) -> int:
     async with _client(args) as client:
-        workers = await list_workers(client.redis, client.keys, default_lease_ms=args.lease_ms)
+        workers = await list_workers(client.store, default_lease_ms=args.lease_ms)
     if args.json:
         _print_json(workers)
         return 0
@@ -125,7 +125,7 @@ async def cmd_workers(args: argparse.Namespace) -> int:
 
 async def cmd_deadletter_list(args: argparse.Namespace) -> int:
     async with _client(args) as client:
-        letters = await list_deadletters(client.redis, client.keys, count=args.count)
+        letters = await list_deadletters(client.store, count=args.count)
     if args.json:
         _print_json(letters)
         return 0
@@ -161,7 +161,7 @@ async def cmd_queues_memory(args: argparse.Namespace) -> int:
     if args.sample < 1:
         raise CliError("--sample must be >= 1")
     async with _client(args) as client:
-        report = await memory_report(client.redis, client.keys, sample=args.sample)
+        report = await memory_report(client.store, sample=args.sample)
     if args.json:
         _print_json(report)
         return 0

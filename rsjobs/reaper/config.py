@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from ..errors import ConfigError
+from ..store.quarantine import DEADLETTER_MAXLEN
 
 __all__ = ["DAY_MS", "ReaperConfig"]
 
@@ -31,7 +32,7 @@ class ReaperConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: how long a dead worker stays listed (and an idle, empty consumer kept); 0 = forever
     forget_ms: int = DAY_MS
     #: approximate bound of the dead-letter stream (MAXLEN ~)
-    deadletter_maxlen: int = 10_000
+    deadletter_maxlen: int = DEADLETTER_MAXLEN
     #: entries / members handled per script call, and calls per queue per sweep
     batch: int = 200
     max_batches: int = 20

@@ -14,13 +14,11 @@ REMOVED: the task was only taken out of an index).
 from __future__ import annotations
 
 import msgspec
-from redis.asyncio import Redis
 
 from ..client import Client, validate_task_id
 from ..codec import decode
-from ..errors import RsjobsError, TaskNotFound
-from ..store.keys import Keys
-from .calls import ReaperScripts
+from ..errors import CorruptData, RsjobsError, TaskNotFound
+from ..store import LinkCode, Store
 
 __all__ = ["CannotRequeue", "DeadLetter", "NotDeadLettered", "list_deadletters", "requeue"]
 
@@ -63,18 +61,14 @@ class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
     action: str = ""
 
 
-async def list_deadletters(redis: Redis, keys: Keys, *, count: int = 50) -> list[DeadLetter]:
+async def list_deadletters(store: Store, *, count: int = 50) -> list[DeadLetter]:
     """The newest ``count`` dead letters, newest first."""
-    rows = await redis.xrevrange(keys.deadletter, "+", "-", count=count)
-    async with redis.pipeline(transaction=False) as pipe:
-        for _, f in rows:
-            pipe.hmget(keys.task(f.get("id", "")), ["state", "requeued_as"])
-        tasks = await pipe.execute()
     out = []
-    for (eid, f), (state, requeued_as) in zip(rows, tasks, strict=True):
+    for row in await store.reaper.deadletters(count):
+        f = row.fields
         out.append(
             DeadLetter(
-                entry=eid,
+                entry=row.entry,
                 task_id=f.get("id", ""),
                 queue=f.get("q", ""),
                 type=f.get("type", ""),
@@ -83,8 +77,8 @@ async def list_deadletters(redis: Redis, keys: Keys, *, count: int = 50) -> list
                 deliveries=int(f.get("deliveries") or 0),
                 attempt=int(f.get("att") or 0),
                 ts=int(f.get("ts") or 0),
-                exists=state is not None,
-                requeued_as=requeued_as or "",
+                exists=row.state is not None,
+                requeued_as=row.requeued_as,
                 step=f.get("step", ""),
                 action=f.get("action", ""),
             )
@@ -102,51 +96,42 @@ async def requeue(client: Client, task_id: str) -> tuple[str, bool]:
     anything is written.
     """
     validate_task_id(task_id)
-    keys = client.keys
-    h: dict[str, str] = await client.redis.hgetall(keys.task(task_id))
-    if not h:
+    reaper = client.store.reaper
+    try:
+        t = await reaper.task_record(task_id)
+    except CorruptData as exc:
+        raise CannotRequeue(task_id, f"a number field does not parse ({exc.why})") from None
+    if t is None:
         raise TaskNotFound(task_id)
-    if not h.get("deadletter"):
-        raise NotDeadLettered(task_id, h.get("state", "?"))
-    prev = h.get("requeued_as")
-    if prev and await client.redis.exists(keys.task(prev)):
-        return prev, False
+    if not t.deadletter:
+        raise NotDeadLettered(task_id, t.state or "?")
+    if t.requeued_as and await reaper.exists(t.requeued_as):
+        return t.requeued_as, False
     # everything the clone takes from the original is checked before anything is written
     for name in ("type", "queue"):
-        if not h.get(name):
+        if not getattr(t, name):
             raise CannotRequeue(task_id, f"it has no {name} field")
     try:
-        payload = decode(h.get("payload"))
-        numbers = {
-            name: int(h.get(name) or default)
-            for name, default in (
-                ("max_attempts", 1),
-                ("timeout_ms", 0),
-                ("backoff_base_ms", 1000),
-                ("backoff_max_ms", 300_000),
-            )
-        }
+        payload = decode(t.payload)
     except msgspec.DecodeError as exc:
         raise CannotRequeue(task_id, f"its payload does not decode ({exc})") from None
-    except ValueError as exc:
-        raise CannotRequeue(task_id, f"a number field does not parse ({exc})") from None
+    dedup = f"requeue:{task_id}"
     clone = await client.enqueue(
-        h["type"],
+        t.type,
         payload,
-        queue=h["queue"],
-        owner=h.get("owner") or None,
+        queue=t.queue,
+        owner=t.owner or None,
         # a second requeue while the clone lives answers with the same clone
-        dedup_key=f"requeue:{task_id}",
-        **numbers,
+        dedup_key=dedup,
+        max_attempts=t.max_attempts or 1,
+        timeout_ms=t.timeout_ms,
+        backoff_base_ms=t.backoff_base_ms or 1000,
+        backoff_max_ms=t.backoff_max_ms or 300_000,
     )
-    rs = ReaperScripts(client.redis, client.settings)
-    code, _ = await rs.call(
-        "link",
-        [
-            rs.task_keys(task_id, h["queue"], h.get("dedup")),
-            rs.task_keys(clone, h["queue"], f"requeue:{task_id}"),
-        ],
-        [],
-        source=client.source,
+    k = client.keys
+    code = await reaper.link(
+        client.source,
+        k.task_keys(task_id, t.queue, t.dedup or None),
+        k.task_keys(clone, t.queue, dedup),
     )
-    return clone, int(code) != 0
+    return clone, code is not LinkCode.ALREADY

@@ -12,11 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from redis.asyncio import Redis
-from redis.exceptions import ResponseError
 
 from ..model import TERMINAL, State
-from ..store.keys import GROUP, Keys
+from ..store import Store
 
 __all__ = ["MemoryReport", "QueueMemory", "memory_report"]
 
@@ -42,32 +40,11 @@ class MemoryReport(msgspec.Struct, frozen=True, kw_only=True):
     queues: list[QueueMemory]
 
 
-async def _usage(redis: Redis, names: list[str]) -> list[int]:
-    async with redis.pipeline(transaction=False) as pipe:
-        for n in names:
-            pipe.memory_usage(n)
-        rows = await pipe.execute()
-    return [int(r or 0) for r in rows]
-
-
-async def _sample_ids(redis: Redis, keys: Keys, queue: str, sample: int) -> list[str]:
-    ids: list[str] = []
-    for _, f in await redis.xrange(keys.queue(queue), "-", "+", count=sample):
-        if f.get("id"):
-            ids.append(f["id"])
-    if len(ids) < sample:
-        for _, f in await redis.xrevrange(keys.events, "+", "-", count=sample * 20):
-            if f.get("q") == queue and f.get("id") and f["id"] not in ids:
-                ids.append(f["id"])
-                if len(ids) >= sample:
-                    break
-    return ids
-
-
-async def memory_report(redis: Redis, keys: Keys, *, sample: int = 20) -> MemoryReport:
+async def memory_report(store: Store, *, sample: int = 20) -> MemoryReport:
     """Memory of the namespace-wide keys and, per queue, its stream and sampled tasks."""
-    queues = sorted(await redis.smembers(keys.queues))
-    stats: dict[str, str] = await redis.hgetall(keys.stats)
+    reaper, keys = store.reaper, store.keys
+    queues = await reaper.queues()
+    stats = await store.tasks.counters()
     shared = {
         "events": keys.events,
         "stats": keys.stats,
@@ -78,19 +55,15 @@ async def memory_report(redis: Redis, keys: Keys, *, sample: int = 20) -> Memory
         "workers:dead": keys.workers_dead,
         "queues": keys.queues,
     }
-    shared_bytes = dict(zip(shared, await _usage(redis, list(shared.values())), strict=True))
+    sizes_shared = await reaper.memory_usage(list(shared.values()))
+    shared_bytes = dict(zip(shared, sizes_shared, strict=True))
     out: list[QueueMemory] = []
     for q in queues:
-        qkey = keys.queue(q)
-        (stream_bytes,) = await _usage(redis, [qkey])
-        length = int(await redis.xlen(qkey))
-        try:
-            pending = int((await redis.xpending(qkey, GROUP))["pending"])
-        except ResponseError:
-            pending = 0
-        live = sum(int(stats.get(f"{q}:{s}", 0)) for s in _LIVE)
-        ids = await _sample_ids(redis, keys, q, sample)
-        sizes = await _usage(redis, [k for i in ids for k in (keys.task(i), keys.history(i))])
+        (stream_bytes,) = await reaper.memory_usage([keys.queue(q)])
+        length, pending = await reaper.queue_sizes(q)
+        live = sum(stats.get(f"{q}:{s}", 0) for s in _LIVE)
+        ids = await reaper.sample_tasks(q, sample)
+        sizes = await reaper.memory_usage([k for i in ids for k in (keys.task(i), keys.history(i))])
         task_sizes = [s for s in sizes[0::2] if s]
         hist_sizes = [s for s in sizes[1::2] if s]
         t_avg = sum(task_sizes) // len(task_sizes) if task_sizes else 0
@@ -108,7 +81,7 @@ async def memory_report(redis: Redis, keys: Keys, *, sample: int = 20) -> Memory
                 live_bytes_est=live * (t_avg + h_avg) + stream_bytes,
             )
         )
-    info: dict[str, Any] = await redis.info("memory")
+    info: dict[str, Any] = await reaper.memory_info()
     return MemoryReport(
         used_memory=int(info.get("used_memory", 0)),
         used_memory_human=str(info.get("used_memory_human", "")),

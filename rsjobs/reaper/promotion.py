@@ -1,6 +1,6 @@
 """Promotion: due SCHEDULED tasks (delays, retry backoff) back to their queues.
 
-Workers promote too (``rsjobs.worker.promote_due``); the reaper's pass makes delayed work
+Workers promote too (``store.work.promote_due``); the reaper's pass makes delayed work
 run on time when no worker polls, and isolates a member whose task makes ``promote.lua``
 fail (see :mod:`rsjobs.reaper.quarantine`), so one bad task cannot stop promotion.
 Candidates come from the scheduled zset by this machine's clock (1 s of slack); the script
@@ -14,40 +14,37 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
+from ..store import Store, Suspect
 from ..store.isolation import each_alone
 from ..store.keys import split_member
-from .calls import ReaperScripts
 from .config import ReaperConfig
-from .quarantine import Suspect, isolate
+from .quarantine import SOURCE, isolate
 
 __all__ = ["promote"]
 
 log = logging.getLogger("rsjobs.reaper")
 
 
-async def promote(rs: ReaperScripts, cfg: ReaperConfig) -> Counter[str]:
+async def promote(store: Store, cfg: ReaperConfig) -> Counter[str]:
     """Promote due SCHEDULED tasks; returns PROMOTED, QUARANTINED and ERRORS counts."""
+    work = store.work
     counts: Counter[str] = Counter()
     suspects: list[Suspect] = []
     skip: set[str] = set()
 
     async def call(members: Sequence[str]) -> int:
-        tasks = [rs.task_keys(tid, q) for q, tid in map(split_member, members)]
-        promoted, _next_due = await rs.core.call("promote", "reaper", tasks, list(members))
-        return int(promoted)
+        return (await work.promote(SOURCE, members)).promoted
 
     for _ in range(cfg.max_batches):
         horizon = int(time.time() * 1000) + 1000
-        fetched: list[str] = await rs.redis.zrangebyscore(
-            rs.keys.scheduled, "-inf", horizon, start=0, num=cfg.batch + len(skip)
-        )
+        fetched = await work.due_scheduled(horizon, cfg.batch + len(skip))
         members = [m for m in fetched if m not in skip][: cfg.batch]
         if not members:
             break
-        screened = await rs.screen([split_member(m)[1] for m in members])
+        screened = await store.reaper.screen([split_member(m)[1] for m in members])
         items = []
-        for m, (_, intact) in zip(members, screened, strict=True):
-            if intact:
+        for m, sc in zip(members, screened, strict=True):
+            if sc.intact:
                 items.append(m)
             else:
                 q, tid = split_member(m)
@@ -65,5 +62,5 @@ async def promote(rs: ReaperScripts, cfg: ReaperConfig) -> Counter[str]:
         if len(members) < cfg.batch or promoted < len(items) - failed:
             break  # nothing more is due (by Redis TIME), or what is left is stale
     if suspects:
-        counts["QUARANTINED"], counts["ERRORS"] = await isolate(rs, cfg, "promotion", suspects)
+        counts["QUARANTINED"], counts["ERRORS"] = await isolate(store, cfg, "promotion", suspects)
     return counts

@@ -31,11 +31,12 @@ from typing import TypeVar
 import msgspec
 from redis.asyncio import Redis
 
+from ..errors import RedisUnavailable
 from ..settings import Settings
-from ..store.connection import describe, reset_connections
-from ..store.isolation import TRANSIENT, about_item
+from ..store import Store
+from ..store.connection import connect
+from ..store.isolation import about_item
 from ..store.transient import is_failover
-from .calls import ReaperScripts
 from .config import ReaperConfig
 from .deadlines import enforce_deadlines
 from .promotion import promote
@@ -132,15 +133,13 @@ class Reaper:
         name: str | None = None,
         handle_signals: bool = False,
     ) -> None:
-        from ..client import connect
-
         self.redis = redis if redis is not None else connect(url)
         self._own_redis = redis is None
         self._url = url if redis is None else None
         self.settings = settings or Settings()
         self.config = config or ReaperConfig()
-        self.scripts = ReaperScripts(self.redis, self.settings)
-        self.keys = self.scripts.keys
+        self.store = Store(self.redis, self.settings)
+        self.keys = self.store.keys
         from ..workflows.driver import WorkflowDriver
 
         self._driver = WorkflowDriver(redis=self.redis, settings=self.settings, source="reaper")
@@ -154,7 +153,7 @@ class Reaper:
 
     async def close(self) -> None:
         if self._own_redis:
-            await self.redis.aclose()
+            await self.store.close()
 
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current sweep."""
@@ -164,11 +163,7 @@ class Reaper:
 
     async def _take_guard(self) -> str:
         """'' when this reaper may sweep now, else the name of the reaper that does."""
-        g = self.keys.reaper_guard
-        if await self.redis.set(g, self.name, nx=True, px=self.config.guard_ms):
-            return ""
-        holder = await self.redis.get(g)
-        return "" if holder in (None, self.name) else str(holder)
+        return await self.store.reaper.take_guard(self.name, self.config.guard_ms)
 
     async def sweep_once(self) -> SweepReport:
         """One full sweep now (unless another reaper holds the guard); returns its report."""
@@ -181,11 +176,11 @@ class Reaper:
                 report.skipped, report.guard_holder = True, holder
                 self.sweeps += 1
                 return report
-        queues = sorted(await self.redis.smembers(self.keys.queues))
+        queues = await self.store.reaper.queues()
         report.queues = len(queues)
         # each step on its own: one that fails on some data is logged and counted, and the
         # sweep goes on with the next (a failure of Redis itself ends the sweep)
-        rec = await self._step(report, "recovery", lambda: recover(self.scripts, queues, cfg))
+        rec = await self._step(report, "recovery", lambda: recover(self.store, queues, cfg))
         if rec is not None:
             report.retried, report.failed = rec["RETRIED"], rec["FAILED"]
             report.deadlettered, report.redelivered = rec["DEADLETTERED"], rec["REDELIVERED"]
@@ -193,22 +188,21 @@ class Reaper:
             report.stale_entries = rec["STALE"]
             self._isolated(report, rec)
 
-        secs, micros = await self.redis.time()
-        now_ms = int(secs) * 1000 + int(micros) // 1000
+        now_ms = await self.store.reaper.now_ms()
         dl = await self._step(
-            report, "deadlines", lambda: enforce_deadlines(self.scripts, cfg, now_ms)
+            report, "deadlines", lambda: enforce_deadlines(self.store, cfg, now_ms)
         )
         if dl is not None:
             report.timeout_retried, report.timed_out = dl["RETRY"], dl["TIMED_OUT"]
             report.expired = dl["EXPIRED"]
             self._isolated(report, dl)
 
-        pr = await self._step(report, "promotion", lambda: promote(self.scripts, cfg))
+        pr = await self._step(report, "promotion", lambda: promote(self.store, cfg))
         if pr is not None:
             report.promoted = pr["PROMOTED"]
             self._isolated(report, pr)
 
-        ws = await self._step(report, "workers", lambda: sweep_workers(self.scripts, queues, cfg))
+        ws = await self._step(report, "workers", lambda: sweep_workers(self.store, queues, cfg))
         if ws is not None:
             report.workers_dead, report.workers_forgotten = ws.newly_dead, ws.forgotten
             report.consumers_deleted = ws.consumers_deleted
@@ -269,7 +263,7 @@ class Reaper:
             "start",
             reaper=self.name,
             namespace=self.settings.namespace,
-            redis=describe(self.redis, self._url),
+            redis=self.store.describe(self._url),
             config=msgspec.to_builtins(cfg),
         )
         backoff = 0.1
@@ -281,7 +275,7 @@ class Reaper:
                     backoff = 0.1
                     if cfg.log_idle or report.changed or report.workers_dead or report.errors:
                         self._log("sweep", **msgspec.to_builtins(report))
-                except TRANSIENT as exc:
+                except RedisUnavailable as exc:
                     self._log(
                         "redis_unavailable",
                         logging.WARNING,
@@ -291,7 +285,7 @@ class Reaper:
                     )
                     if is_failover(exc):
                         # a failover: drop the connections so the next ones find the primary
-                        await reset_connections(self.redis)
+                        await self.store.reset_connections()
                     delay, backoff = backoff, min(backoff * 2, MAX_BACKOFF)
                 except Exception as exc:
                     # not one input may end the reaper: log it whole, back off, go on

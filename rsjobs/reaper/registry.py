@@ -13,23 +13,14 @@ import time
 from typing import Any
 
 import msgspec
-from redis.asyncio import Redis
-from redis.exceptions import ResponseError
 
 from ..codec import decode
-from ..store.keys import GROUP, Keys
-from .calls import ReaperScripts
+from ..store import Store
+from ..store.layout import WorkersArgs
+from ..store.replies import WorkersSweep
 from .config import ReaperConfig
 
 __all__ = ["WorkerInfo", "WorkersSweep", "list_workers", "sweep_workers"]
-
-
-class WorkersSweep(msgspec.Struct, frozen=True, kw_only=True):
-    """What one pass over the registry did."""
-
-    newly_dead: list[str] = msgspec.field(default_factory=list)
-    forgotten: list[str] = msgspec.field(default_factory=list)
-    consumers_deleted: int = 0
 
 
 class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,66 +45,34 @@ class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True):
     holding: list[str] = msgspec.field(default_factory=list)
 
 
-async def sweep_workers(rs: ReaperScripts, queues: list[str], cfg: ReaperConfig) -> WorkersSweep:
+async def sweep_workers(store: Store, queues: list[str], cfg: ReaperConfig) -> WorkersSweep:
     """Mark silent workers dead, forget long-dead ones, delete idle empty consumers."""
-    keys = rs.keys
-    dead, forgotten, deleted = await rs.call(
-        "workers",
-        [],
-        [cfg.dead_after_leases, cfg.lease_ms, cfg.forget_ms],
-        extra_keys=[keys.workers, keys.workers_dead, *(keys.queue(q) for q in queues)],
-    )
-    return WorkersSweep(
-        newly_dead=list(dead), forgotten=list(forgotten), consumers_deleted=int(deleted)
+    return await store.reaper.sweep_workers(
+        queues, WorkersArgs(cfg.dead_after_leases, cfg.lease_ms, cfg.forget_ms)
     )
 
 
-async def _holdings(
-    redis: Redis, keys: Keys, queues: list[str], limit: int
-) -> dict[str, list[str]]:
-    """consumer -> task ids of the entries it holds (at most ``limit`` per queue)."""
-    out: dict[str, list[str]] = {}
-    for q in queues:
-        qkey = keys.queue(q)
-        try:
-            summary = await redis.xpending(qkey, GROUP)
-        except ResponseError:
-            continue  # no group yet
-        for c in summary.get("consumers") or []:
-            name = str(c["name"])
-            rows = await redis.xpending_range(qkey, GROUP, "-", "+", limit, consumername=name)
-            async with redis.pipeline(transaction=False) as pipe:
-                for r in rows:
-                    pipe.xrange(qkey, r["message_id"], r["message_id"], count=1)
-                found = await pipe.execute()
-            ids = [f[0][1].get("id", "?") if f else "?" for f in found]
-            out.setdefault(name, []).extend(ids)
-    return out
+def _json(raw: str | None) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    try:
+        value = decode(raw)
+    except msgspec.DecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 async def list_workers(
-    redis: Redis, keys: Keys, *, default_lease_ms: int = 30_000, limit: int = 100
+    store: Store, *, default_lease_ms: int = 30_000, limit: int = 100
 ) -> list[WorkerInfo]:
     """Every registered worker (and every consumer holding entries without one)."""
-    regs: dict[str, str] = await redis.hgetall(keys.workers)
-    marks: dict[str, str] = await redis.hgetall(keys.workers_dead)
-    queues = sorted(await redis.smembers(keys.queues))
-    holdings = await _holdings(redis, keys, queues, limit)
+    reg_all = await store.reaper.registry(limit)
+    regs, marks, holdings = reg_all.registrations, reg_all.marks, reg_all.holdings
     now = int(time.time() * 1000)
     out: list[WorkerInfo] = []
     for name in sorted(set(regs) | set(holdings)):
-        reg: dict[str, Any] = {}
-        if name in regs:
-            try:
-                reg = decode(regs[name]) or {}
-            except msgspec.DecodeError:
-                reg = {}
-        mark: dict[str, Any] = {}
-        if name in marks:
-            try:
-                mark = decode(marks[name]) or {}
-            except msgspec.DecodeError:
-                mark = {}
+        reg = _json(regs.get(name))
+        mark = _json(marks.get(name))
         beat = int(reg.get("beat_at") or 0)
         lease = int(reg.get("lease_ms") or default_lease_ms)
         if not reg or (mark and int(mark.get("beat_at") or -1) == beat):

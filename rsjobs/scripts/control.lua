@@ -1,7 +1,8 @@
 --[[ control.lua — CANCEL, PAUSE or RESUME of one task, on behalf of a user or the API.
 
-KEYS: common (see fsm.lua), then the four task keys.
-ARGV: common, then
+KEYS: common (see fsm.lua), then
+  per task (one): the task keys (see fsm.lua)
+ARGV: common (see fsm.lua), then
   ARGV[5]  event     CANCEL | PAUSE | RESUME
   ARGV[6]  message   reason given by the caller ('' = none)
   ARGV[7]  channel   pub/sub channel on which running workers hear "<EVENT> <id>"
@@ -16,6 +17,8 @@ Events: CANCEL (-> CANCELLED), PAUSE (-> PAUSED), RESUME (PAUSED -> PENDING); re
   acked and its worker notified. RESUME of a task never started re-indexes its queue-wait
   deadline (a pause does not stop that clock).
 ]]
+local _, bad = layout(3, 0, 4, 0, 1)
+if bad then return bad end
 local event, msg, channel = ARGV[5], ARGV[6], ARGV[7]
 local TARGET = {CANCEL = 'CANCELLED', PAUSE = 'PAUSED', RESUME = 'PENDING'}
 local MSG_MAX = 4096

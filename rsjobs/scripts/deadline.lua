@@ -15,11 +15,14 @@ member is harmless:
   * due later than the member's score: the member is re-scored to that time.
   * anything else (task gone, PAUSED, finished, started without a deadline): ZREM.
 
-KEYS: common (see fsm.lua), then per candidate the four task keys (with the task's real
-      dedup key, so a TIMED_OUT task's dedup key expires with it).
-ARGV: common, then
+KEYS: common (see fsm.lua), then
+  per candidate: the task keys (see fsm.lua; with the task's real dedup key, so a
+    TIMED_OUT task's dedup key expires with it)
+ARGV: common (see fsm.lua), then
   ARGV[5]  grace_ms   how long past deadline_at a RUNNING attempt is left to its worker
-  then per candidate 2 values: its zset member, and a random number in [0, 1) (backoff jitter)
+  per candidate:
+    member  its deadlines zset member "<queue>:<id>"
+    jitter  a random number in [0, 1) (backoff jitter)
 Returns: per candidate one word:
   RETRY      TIMEOUT -> SCHEDULED (a new attempt after the backoff)
   TIMED_OUT  TIMEOUT -> TIMED_OUT (attempts exhausted)
@@ -30,15 +33,16 @@ An error (nothing written) when grace_ms or a jitter is malformed.
 Events: TIMEOUT (RUNNING -> SCHEDULED | TIMED_OUT), EXPIRE (PENDING | SCHEDULED -> TIMED_OUT).
 ]]
 local NARG, PER = 5, 2
+local n, bad = layout(1, PER, 4, 0)
+if bad then return bad end
 local grace = tonumber(ARGV[5])
-if #ARGV ~= NARG + ntasks() * PER then return bad_arg('ARGV count', #ARGV) end
 if not is_count(ARGV[5]) then return bad_arg('grace_ms', ARGV[5]) end
-for i = 1, ntasks() do  -- the whole batch before the first write
+for i = 1, n do  -- the whole batch before the first write
   local jitter = ARGV[NARG + (i - 1) * PER + 2]
   if not is_number(jitter, 0, 1) then return bad_arg('jitter', jitter) end
 end
 local out = {}
-for i = 1, ntasks() do
+for i = 1, n do
   local a = NARG + (i - 1) * PER
   local m, jitter = ARGV[a + 1], tonumber(ARGV[a + 2])
   local t = load(i, {'lease', 'entry', 'failures', 'max_attempts', 'backoff_base_ms',

@@ -1,14 +1,16 @@
 --[[ finish.lua — a worker ends attempts (a batch): COMPLETE, FAIL, TIMEOUT or REQUEUE.
 
-KEYS: common (see fsm.lua), then per task the four task keys.
-ARGV: common, then per task 7 values:
-  event       COMPLETE | FAIL | TIMEOUT | REQUEUE
-  lease       the lease token START issued to this worker
-  body        COMPLETE: result (JSON); FAIL/TIMEOUT/REQUEUE: the error or reason text
-  error_type  exception class name ('' for COMPLETE)
-  retryable   '1' or '0' (FAIL only; TIMEOUT is always retryable)
-  delay_ms    retry delay override, '-1' = the task's exponential backoff
-  jitter      random number in [0, 1) for the backoff jitter
+KEYS: common (see fsm.lua), then
+  per task: the task keys (see fsm.lua)
+ARGV: common (see fsm.lua), then
+  per task:
+    event       COMPLETE | FAIL | TIMEOUT | REQUEUE
+    lease       the lease token START issued to this worker
+    body        COMPLETE: result (JSON); FAIL/TIMEOUT/REQUEUE: the error or reason text
+    error_type  exception class name ('' for COMPLETE)
+    retryable   '1' or '0' (FAIL only; TIMEOUT is always retryable)
+    delay_ms    retry delay override, '-1' = the task's exponential backoff
+    jitter      random number in [0, 1) for the backoff jitter
 Returns: per task {code, state}:
    1  applied; state is the new state (SUCCEEDED, SCHEDULED, FAILED, TIMED_OUT, PENDING)
    2  a repeated COMPLETE from the lease holder of a SUCCEEDED task: nothing written
@@ -23,8 +25,9 @@ Events: COMPLETE, FAIL, TIMEOUT, REQUEUE; rejected ones are recorded with rej=1 
 ]]
 local PER = 7
 local EVENTS = {COMPLETE = true, FAIL = true, TIMEOUT = true, REQUEUE = true}
-if #ARGV ~= NARGV + ntasks() * PER then return bad_arg('ARGV count', #ARGV) end
-for i = 1, ntasks() do  -- the whole batch before the first write
+local n, bad = layout(0, PER, 4, 0)
+if bad then return bad end
+for i = 1, n do  -- the whole batch before the first write
   local a = NARGV + (i - 1) * PER
   if not EVENTS[ARGV[a + 1]] then return bad_arg('event', ARGV[a + 1]) end
   if ARGV[a + 6] ~= '-1' and not is_count(ARGV[a + 6]) then
@@ -34,7 +37,7 @@ for i = 1, ntasks() do  -- the whole batch before the first write
   if #ARGV[a + 2] > TEXT_MAX then return bad_arg('lease length', #ARGV[a + 2]) end
 end
 local out = {}
-for i = 1, ntasks() do
+for i = 1, n do
   local a = NARGV + (i - 1) * PER
   local event, lease, body = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local etype, retryable = ARGV[a + 4], ARGV[a + 5] == '1'

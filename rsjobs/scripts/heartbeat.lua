@@ -3,11 +3,16 @@
 Renews each lease and, in the same step, the idle time of its stream entry (XCLAIM to the
 same consumer), so "idle longer than the lease" always means "the owner stopped beating".
 
-KEYS: common (see fsm.lua), then per task the four task keys.
-ARGV: common, then
+KEYS: common (see fsm.lua), then
+  per task: the task keys (see fsm.lua)
+ARGV: common (see fsm.lua), then
   ARGV[5]  consumer   the worker's consumer name
   ARGV[6]  lease_ms   new lease duration from now
-  then per task 4 values: lease, entry id, progress ('' = no change, else 0-100), message
+  per task:
+    lease     the lease token START issued
+    entry     its stream entry id
+    progress  '' = no change, else 0-100
+    message   the progress message
 Returns: per task one word the worker acts on:
   OK        lease renewed (and progress recorded)
   LOST      RUNNING under another lease: stop, the result would be refused
@@ -18,12 +23,13 @@ a lease or message is longer than TEXT_MAX (fsm.lua) bytes.
 Events: PROGRESS (RUNNING -> RUNNING) when a progress value is given; a refused HEARTBEAT
   or PROGRESS is recorded with rej=1 (and the attempt its lease names).
 ]]
-local consumer, lease_ms = ARGV[5], tonumber(ARGV[6])
 local PER = 4
-if #ARGV ~= NARGV + 2 + ntasks() * PER then return bad_arg('ARGV count', #ARGV) end
+local n, bad = layout(2, PER, 4, 0)
+if bad then return bad end
+local consumer, lease_ms = ARGV[5], tonumber(ARGV[6])
 if not consumer or consumer == '' then return bad_arg('consumer', consumer) end
 if not is_count(ARGV[6]) or lease_ms < 1 then return bad_arg('lease_ms', ARGV[6]) end
-for i = 1, ntasks() do  -- the whole batch before the first write
+for i = 1, n do  -- the whole batch before the first write
   local a = NARGV + 2 + (i - 1) * PER
   if not is_entry_id(ARGV[a + 2]) then return bad_arg('entry id', ARGV[a + 2]) end
   if ARGV[a + 3] ~= '' and not is_number(ARGV[a + 3], 0, 100) then
@@ -35,7 +41,7 @@ for i = 1, ntasks() do  -- the whole batch before the first write
   end
 end
 local out = {}
-for i = 1, ntasks() do
+for i = 1, n do
   local a = NARGV + 2 + (i - 1) * PER
   local lease, entry, progress, msg = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local event = 'HEARTBEAT'

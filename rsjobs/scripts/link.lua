@@ -5,15 +5,17 @@ enqueue path, then calls this script: the original gets `requeued_as` = clone id
 clone gets `requeued_from` = original id. Only existing hashes are written, so a task that
 expired in between is not resurrected as a stub.
 
-KEYS: common (see fsm.lua), then the four task keys of the original, then the four of the
-      clone.
-ARGV: common only.
+KEYS: common (see fsm.lua), then
+  per task (two, the original then the clone): the task keys (see fsm.lua)
+ARGV: common (see fsm.lua)
 Returns: {code, clone id}
    1  linked (a link to an earlier clone, which expired, is replaced)
    0  already linked to this clone (a repeated or concurrent requeue): nothing written
   -1  the original no longer exists
   -2  the clone no longer exists
 ]]
+local _, bad = layout(0, 0, 4, 0, 2)
+if bad then return bad end
 local orig = load(1, {'requeued_as'})
 local clone = load(2, {})
 if orig == nil then return {-1, ''} end

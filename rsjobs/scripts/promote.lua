@@ -1,7 +1,10 @@
 --[[ promote.lua — PROMOTE: due SCHEDULED tasks (delay or retry backoff) back to PENDING.
 
-KEYS: common (see fsm.lua), then per candidate task the four task keys.
-ARGV: common, then per candidate its zset member "<queue>:<id>".
+KEYS: common (see fsm.lua), then
+  per candidate: the task keys (see fsm.lua)
+ARGV: common (see fsm.lua), then
+  per candidate:
+    member  its scheduled zset member "<queue>:<id>"
 Candidates come from the scheduled zset; each is re-checked here against Redis TIME and
 its own state, so a stale or early candidate is harmless. A candidate never started whose
 queue-wait deadline (expires_at) has passed is expired instead (EXPIRE -> TIMED_OUT), due
@@ -10,8 +13,10 @@ Returns: {promoted, next_due_ms}: how many were promoted, and the score of the e
   member still scheduled (-1 when none).
 Events: PROMOTE (SCHEDULED -> PENDING), EXPIRE (SCHEDULED -> TIMED_OUT).
 ]]
+local n, bad = layout(0, 1, 4, 0)
+if bad then return bad end
 local promoted = 0
-for i = 1, ntasks() do
+for i = 1, n do
   local t = load(i, {'due_at', 'expires_at', 'created_at'})
   if t == nil then
     redis.call('ZREM', SCHED_KEY, ARGV[NARGV + i])

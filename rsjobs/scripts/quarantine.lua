@@ -15,13 +15,14 @@ fsm.lua's `load`, which refuses such a hash.
     dead-letter stream records what was done (there is no transition to make).
   * the hash is gone, or the reference left its index meanwhile: nothing to do.
 
-KEYS: common (see fsm.lua), the four task keys (queue stream of the caller's queue; the
-      task's real dedup key), then
-  KEYS[10]  deadletter  stream  dead-lettered tasks, trimmed with MAXLEN ~
-ARGV: common, then
+KEYS: common (see fsm.lua), then
+  per task (one): the task keys (see fsm.lua; the queue stream of the caller's queue, the
+    task's real dedup key)
+  deadletter  stream  dead-lettered tasks, trimmed with MAXLEN ~
+ARGV: common (see fsm.lua), then
   ARGV[5]   task_id         the task's id (from the index)
   ARGV[6]   queue           its queue (from the hash when it has one, else from the index)
-  ARGV[7]   index           where the reference is: queue | deadlines | scheduled
+  ARGV[7]   indexed_in      where the reference is: queue | deadlines | scheduled
   ARGV[8]   ref             the work entry id (queue) or the zset member
   ARGV[9]   step            what failed on it: recovery | deadlines | promotion
   ARGV[10]  why             the defects found and the error the script raised
@@ -31,8 +32,11 @@ Returns: {outcome, state}: outcome DEADLETTERED (DEADLETTER -> FAILED), REMOVED 
   state: the task's state after the call ('' when it has none).
 Events: DEADLETTER (PENDING | SCHEDULED | RUNNING -> FAILED), extra fields step, dl.
 ]]
+local _, bad = layout(7, 0, 4, 1, 1)
+if bad then return bad end
 local tid, queue, index, ref = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local step, why, dl_max = ARGV[9], ARGV[10], tonumber(ARGV[11])
+if not is_count(ARGV[11]) then return bad_arg('deadletter_max', ARGV[11]) end
 local key, hkey, qkey, dkey = task_keys(1)
 local DEADLETTER_KEY = KEYS[NCOMMON + 5]
 

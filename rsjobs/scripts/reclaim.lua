@@ -25,18 +25,20 @@ task's entry, or the task no longer RUNNING under that lease) and does nothing. 
 worker that was only frozen learns at its next heartbeat that the task left its hands;
 its late COMPLETE / FAIL is refused by finish.lua and recorded.
 
-KEYS: common (see fsm.lua), then per entry the four task keys (the task named by the
-      entry's `id` field; its real dedup key, so FAILED tasks expire with it), then
-  KEYS[-2]  deadletter  stream  dead-lettered tasks, trimmed with MAXLEN ~
-  KEYS[-1]  workers     hash    worker name -> JSON registration (beat_at, lease_ms)
-ARGV: common, then
+KEYS: common (see fsm.lua), then
+  per entry: the task keys (see fsm.lua; of the task named by the entry's `id` field,
+    with its real dedup key, so FAILED tasks expire with it)
+  deadletter  stream  dead-lettered tasks, trimmed with MAXLEN ~
+  workers     hash    worker name -> JSON registration (beat_at, lease_ms)
+ARGV: common (see fsm.lua), then
   ARGV[5]   min_idle_ms       an entry idle for less is left alone
   ARGV[6]   max_deliveries    lost deliveries after which a task is dead-lettered
   ARGV[7]   dead_leases       a consumer whose registration beat is older than this many of
                               its leases (lease_ms in its registration) is gone
   ARGV[8]   default_lease_ms  the lease assumed when a registration does not say
   ARGV[9]   deadletter_max    approximate MAXLEN of the dead-letter stream
-  then per entry 1 value: the stream entry id
+  per entry:
+    entry  the stream entry id
 Returns: per entry one word:
   RETRIED       RECLAIM -> PENDING (new attempt)
   FAILED        RECLAIM -> FAILED (attempts exhausted)
@@ -51,16 +53,16 @@ Events: RECLAIM (RUNNING -> PENDING | FAILED), DEADLETTER (RUNNING | PENDING -> 
   with extra fields worker (the lost consumer), idle_ms and deliveries.
 ]]
 local NARG = 9
+local n, bad = layout(5, 1, 4, 2)
+if bad then return bad end
 for j = 5, NARG do
   if not is_count(ARGV[j]) then return bad_arg('number ARGV[' .. j .. ']', ARGV[j]) end
 end
 local min_idle, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6])
 local dead_leases, default_lease = tonumber(ARGV[7]), tonumber(ARGV[8])
 local dl_max = tonumber(ARGV[9])
-local n = #ARGV - NARG
 local DEADLETTER_KEY = KEYS[NCOMMON + 4 * n + 1]
 local WORKERS_KEY = KEYS[NCOMMON + 4 * n + 2]
-if #KEYS ~= NCOMMON + 4 * n + 2 then return bad_arg('KEYS count', #KEYS) end
 for i = 1, n do
   if not is_entry_id(ARGV[NARG + i]) then return bad_arg('entry id', ARGV[NARG + i]) end
 end

@@ -6,18 +6,22 @@ transition, so no history entry): its delivered entry is acked and deleted and a
 entry is added for another worker. The reaper does the same for a dead worker's
 unstarted deliveries.
 
-KEYS: common (see fsm.lua), then per task the four task keys.
-ARGV: common, then per task 1 value: the delivered stream entry id.
+KEYS: common (see fsm.lua), then
+  per task: the task keys (see fsm.lua)
+ARGV: common (see fsm.lua), then
+  per task:
+    entry  the delivered stream entry id
 Returns: per task 1 when re-queued, 0 when the entry was stale (task gone, no longer
   PENDING, or its entry already replaced: the entry is then only acked and deleted).
   An error (nothing written) when an entry id is malformed.
 ]]
-if #ARGV ~= NARGV + ntasks() then return bad_arg('ARGV count', #ARGV) end
-for i = 1, ntasks() do  -- a malformed id would fail the XACK at the end of the call
+local n, bad = layout(0, 1, 4, 0)
+if bad then return bad end
+for i = 1, n do  -- a malformed id would fail the XACK at the end of the call
   if not is_entry_id(ARGV[NARGV + i]) then return bad_arg('entry id', ARGV[NARGV + i]) end
 end
 local out = {}
-for i = 1, ntasks() do
+for i = 1, n do
   local entry = ARGV[NARGV + i]
   local t = load(i, {'entry'})
   if t ~= nil and t.state == 'PENDING' and t.f.entry == entry then

@@ -1,15 +1,20 @@
 --[[ start.lua — START: claim delivered work entries (a batch) with a fencing lease.
 
-KEYS: common (see fsm.lua), then per task the four task keys.
-ARGV: common, then
+KEYS: common (see fsm.lua), then
+  per task: the task keys (see fsm.lua)
+ARGV: common (see fsm.lua), then
   ARGV[5]  consumer   the worker's consumer name (recorded as the lease holder)
   ARGV[6]  lease_ms   lease duration; the worker renews it with heartbeat.lua
   ARGV[7]  nonce      worker-unique string; lease token = "<attempt>:<nonce>"
-  then per task 1 value: the stream entry id that was delivered
+  per task:
+    entry  the stream entry id that was delivered
 Returns: per task either
   {1, id, type, payload, attempt, lease, deadline_at (0 = none), dedup, timeout_ms, wf}
                         wf: the id of the workflow the task belongs to ('' = none); the
-                        worker ends such a task through wf_finish.lua (rsjobs.workflows)
+                        worker ends such a task through wf_finish.lua (rsjobs.workflows).
+                        A repeated START of a task this consumer started from this entry
+                        under this nonce (its reply was lost) answers the same, writing
+                        nothing (like a repeated COMPLETE of the lease holder)
   {-1}                  the task no longer exists (entry acked and deleted)
   {-2, state}           START refused: the task is not PENDING or the entry is stale;
                         recorded in history, stale entry acked and deleted
@@ -20,24 +25,39 @@ An error (nothing written) when the consumer, nonce or lease_ms is malformed or 
 number of entries does not match the tasks.
 Events: START (PENDING -> RUNNING); EXPIRE (PENDING -> TIMED_OUT); rejected START.
 ]]
+local n, bad = layout(3, 1, 4, 0)
+if bad then return bad end
 local consumer, lease_ms, nonce = ARGV[5], tonumber(ARGV[6]), ARGV[7]
-if #ARGV ~= NARGV + 3 + ntasks() then return bad_arg('ARGV count', #ARGV) end
 if not consumer or consumer == '' or not nonce or nonce == '' then
   return bad_arg('consumer or nonce', consumer)
 end
 if not is_count(ARGV[6]) or lease_ms < 1 then return bad_arg('lease_ms', ARGV[6]) end
 if #consumer > TEXT_MAX or #nonce > TEXT_MAX then return bad_arg('consumer or nonce length', #nonce) end
-for i = 1, ntasks() do  -- a malformed id would fail the XACK at the end of the call
+for i = 1, n do  -- a malformed id would fail the XACK at the end of the call
   if not is_entry_id(ARGV[NARGV + 3 + i]) then return bad_arg('entry id', ARGV[NARGV + 3 + i]) end
 end
+
+-- START's reply for the RUNNING task `t`.
+local function started(t, lease, deadline, timeout)
+  -- a missing field must not end the reply early (a nil ends a Lua array): the worker
+  -- fails such a task (no handler for '', no payload) instead of losing the batch
+  return {1, t.id, t.f.type or '', t.f.payload or '', t.attempt, lease, deadline,
+    t.dedup or '', timeout, t.f.wf or ''}
+end
+
 local out = {}
-for i = 1, ntasks() do
+for i = 1, n do
   local entry = ARGV[NARGV + 3 + i]
-  local t = load(i, {'entry', 'timeout_ms', 'type', 'payload', 'wf', 'expires_at'})
+  local t = load(i, {'entry', 'timeout_ms', 'type', 'payload', 'wf', 'expires_at', 'lease',
+    'consumer', 'deadline_at'})
   if t == nil then
     local _, _, qkey = task_keys(i)
     drop_entry(qkey, entry)
     out[i] = {-1}
+  elseif t.state == 'RUNNING' and t.f.entry == entry and t.f.consumer == consumer
+      and t.f.lease == t.attempt .. ':' .. nonce then
+    -- this consumer's own START again (its reply was lost): the same answer, no write
+    out[i] = started(t, t.f.lease, tonumber(t.f.deadline_at) or 0, tonumber(t.f.timeout_ms) or 0)
   elseif t.state ~= 'PENDING' or t.f.entry ~= entry then
     -- keep the entry only when it is the live delivery of a RUNNING task (reaper's call)
     if not (t.state == 'RUNNING' and t.f.entry == entry) then drop_entry(t.qkey, entry) end
@@ -64,10 +84,7 @@ for i = 1, ntasks() do
     transition(t, 'START', 'RUNNING', '', {'attempt', attempt, 'lease', lease,
       'consumer', consumer, 'started_at', NOW, 'lease_expires_at', NOW + lease_ms,
       'deadline_at', deadline}, {'worker', consumer})
-    -- a missing field must not end the reply early (a nil ends a Lua array): the worker
-    -- fails such a task (no handler for '', no payload) instead of losing the batch
-    out[i] = {1, t.id, t.f.type or '', t.f.payload or '', attempt, lease, deadline,
-      t.dedup or '', timeout, t.f.wf or ''}
+    out[i] = started(t, lease, deadline, timeout)
   end
 end
 return out

@@ -16,21 +16,24 @@ field here (nothing below needs its plan or counters), so a broken hash can stil
     history can be written).
 The caller names the open set it read: another set (a concurrent change) is stale.
 
-KEYS: common (see fsm.lua), then the four keys of each open task, then the seven workflow
-      keys (see wf.lua).
-ARGV: common, workflow common (ARGV[5] channel, ARGV[6] history_max), then
+KEYS: common (see fsm.lua), then
+  per open task: the task keys (see fsm.lua)
+  the workflow keys (see wf.lua)
+ARGV: common (see fsm.lua), the workflow's (see wf.lua), then
   ARGV[7]  wf_id   the workflow id
   ARGV[8]  reason  why it cannot go on
-  then per open task its id
+  per open task:
+    id  the open task's id
 Returns: {code, status, drive, message}: 1 aborted (now FAILED), 0 already finished
   (nothing written), -1 no such workflow (dropped from the active set), -3 quarantined
   (dropped from the active set without a transition), -5 stale (nothing written).
 Events: ABORT (RUNNING | PARTIALLY_FAILED | WAITING_CONFIRMATION | READY_TO_PUBLISH ->
   FAILED); CANCEL of each open task; a refused ABORT for a quarantined workflow.
 ]]
+local n, bad = layout(4, 1, 4, WF_NKEYS)
+if bad then return bad end
 local wf_id, reason = ARGV[NWARG + 1], ARGV[NWARG + 2]
 local FIRST = NWARG + 3
-local n = wf_ntasks()
 local COUNTERS = {'stage', 'version', 'need', 'done', 'nfailed', 'retries', 'n_stages'}
 
 local function key_type(k)

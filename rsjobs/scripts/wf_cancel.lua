@@ -4,18 +4,21 @@ The caller names the open set it read: another set (a concurrent change) is stal
 A repeated cancel answers 0 and changes nothing (recorded as refused, like a cancel of a
 PUBLISHED or FAILED workflow, which answers -2).
 
-KEYS: common (see fsm.lua), then the four keys of each open task, then the seven workflow
-      keys (see wf.lua).
-ARGV: common, workflow common (ARGV[5] channel, ARGV[6] history_max), then
+KEYS: common (see fsm.lua), then
+  per open task: the task keys (see fsm.lua)
+  the workflow keys (see wf.lua)
+ARGV: common (see fsm.lua), the workflow's (see wf.lua), then
   ARGV[7]  reason   why ('' = none); kept as the workflow's terminated reason
-  then per open task its id
+  per open task:
+    id  the open task's id
 Returns: {code, status, drive, message}: 1 applied, 0 already CANCELLED, -1 no such
   workflow, -2 refused (finished otherwise), -5 stale (nothing written).
 Events: CANCEL (any non-terminal status -> CANCELLED); CANCEL of each open task.
 ]]
+local n, bad = layout(3, 1, 4, WF_NKEYS)
+if bad then return bad end
 local reason = ARGV[7]
 local FIRST = NWARG + 2
-local n = wf_ntasks()
 local w = wf_load()
 if w == nil then return reply(-1, nil, 'no such workflow') end
 if w.status == 'CANCELLED' then

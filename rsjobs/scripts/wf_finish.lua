@@ -16,11 +16,18 @@ The task moves exactly as in finish.lua (fsm.lua: check_lease, then end_attempt)
 A refused result from a worker that lost its lease (check_lease: -2, -3) is also recorded
 in the workflow's history as a refused RESULT.
 
-KEYS: common (see fsm.lua), the four task keys, then the seven workflow keys (see wf.lua).
-ARGV: common, workflow common (ARGV[5] channel, ARGV[6] history_max), then the 7 values
-  of finish.lua: ARGV[7] event (COMPLETE | FAIL | TIMEOUT | REQUEUE), ARGV[8] lease,
-  ARGV[9] body (result JSON or error text), ARGV[10] error_type, ARGV[11] retryable
-  ('1' | '0'), ARGV[12] delay_ms ('-1' = backoff), ARGV[13] jitter in [0, 1)
+KEYS: common (see fsm.lua), then
+  per task (one): the task keys (see fsm.lua)
+  the workflow keys (see wf.lua)
+ARGV: common (see fsm.lua), the workflow's (see wf.lua), then
+  per task (one; as finish.lua's):
+    event       COMPLETE | FAIL | TIMEOUT | REQUEUE
+    lease       the lease token START issued to this worker
+    body        COMPLETE: result (JSON); FAIL/TIMEOUT/REQUEUE: the error or reason text
+    error_type  exception class name ('' for COMPLETE)
+    retryable   '1' or '0'
+    delay_ms    retry delay override, '-1' = the task's exponential backoff
+    jitter      random number in [0, 1) for the backoff jitter
 Returns: {code, task state, workflow status, drive, message}
    1  applied
    2  a repeated COMPLETE from the lease holder of a SUCCEEDED task: nothing written
@@ -29,9 +36,17 @@ Returns: {code, task state, workflow status, drive, message}
   -4  refused by the workflow (message says why): the task is now CANCELLED
   drive = 1 when the workflow needs the driver now (spawn the next stage, or cancel the
   open tasks of a workflow that just FAILED): the worker then calls it at once.
+An error (nothing written) when the event, delay or jitter is malformed (as in finish.lua).
 Events: the task's COMPLETE / FAIL / TIMEOUT / REQUEUE (or CANCEL); the workflow's ASSET
   note, GATE, READY, ADVANCE, TASK_FAILED; refused RESULT entries.
 ]]
+local _, bad = layout(2, 7, 4, WF_NKEYS, 1)
+if bad then return bad end
+local EVENTS = {COMPLETE = true, FAIL = true, TIMEOUT = true, REQUEUE = true}
+if not EVENTS[ARGV[7]] then return bad_arg('event', ARGV[7]) end
+if ARGV[12] ~= '-1' and not is_count(ARGV[12]) then return bad_arg('delay_ms', ARGV[12]) end
+if not is_number(ARGV[13], 0, 1) then return bad_arg('jitter', ARGV[13]) end
+if #ARGV[8] > TEXT_MAX then return bad_arg('lease length', #ARGV[8]) end
 local event, lease, body = ARGV[7], ARGV[8], ARGV[9]
 local etype, retryable = ARGV[10], ARGV[11] == '1'
 local delay, jitter = tonumber(ARGV[12]), tonumber(ARGV[13])

@@ -8,8 +8,9 @@ An expected version / stage (from what the user saw) makes a stale decision harm
 is refused when the workflow has moved on. Refusals are recorded; a repeated PUBLISH of a
 PUBLISHED workflow answers 0 (and is recorded as refused, changing nothing).
 
-KEYS: common (see fsm.lua), no task keys, then the seven workflow keys (see wf.lua).
-ARGV: common, workflow common (ARGV[5] channel, ARGV[6] history_max), then
+KEYS: common (see fsm.lua), then
+  the workflow keys (see wf.lua)
+ARGV: common (see fsm.lua), the workflow's (see wf.lua), then
   ARGV[7]   event           CONFIRM | PUBLISH
   ARGV[8]   expect_version  '' = any
   ARGV[9]   expect_stage    stage index, '' = any
@@ -18,6 +19,8 @@ Returns: {code, status, drive, message}: 1 applied, 0 already done, -1 no such w
   -2 refused (message says why; recorded).
 Events: CONFIRM, PUBLISH; refused ones with rej=1.
 ]]
+local _, bad = layout(6, 0, 0, WF_NKEYS)
+if bad then return bad end
 local event, ev, es, note = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 local w = wf_load()
 if w == nil then return reply(-1, nil, 'no such workflow') end

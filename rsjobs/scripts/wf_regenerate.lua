@@ -8,23 +8,26 @@ regenerated one are carried into the new version (asset field `carried_from` = t
 that made it); those of the regenerated stage and later stay with their own version.
 The caller names the open set it read: another set (a concurrent change) is stale.
 
-KEYS: common (see fsm.lua), then the four keys of each open task, then the seven workflow
-      keys (see wf.lua).
-ARGV: common, workflow common (ARGV[5] channel, ARGV[6] history_max), then
+KEYS: common (see fsm.lua), then
+  per open task: the task keys (see fsm.lua)
+  the workflow keys (see wf.lua)
+ARGV: common (see fsm.lua), the workflow's (see wf.lua), then
   ARGV[7]   stage           index of the stage to regenerate (<= the current stage)
   ARGV[8]   reason          why ('' = none)
   ARGV[9]   max_versions    a workflow never goes past this version
   ARGV[10]  expect_version  '' = any; else refused when the version moved on
-  then per open task its id
+  per open task:
+    id  the open task's id
 Returns: {code, status, drive, message}: 1 applied, -1 no such workflow, -2 refused
   (recorded), -5 stale (nothing written).
 Events: REGENERATE (RUNNING | WAITING_CONFIRMATION | PARTIALLY_FAILED | READY_TO_PUBLISH
   -> RUNNING); CANCEL of each open task.
 ]]
+local n, bad = layout(6, 1, 4, WF_NKEYS)
+if bad then return bad end
 local target, reason = tonumber(ARGV[7]), ARGV[8]
 local max_versions, ev = tonumber(ARGV[9]), ARGV[10]
 local FIRST = NWARG + 5
-local n = wf_ntasks()
 local w = wf_load()
 if w == nil then return reply(-1, nil, 'no such workflow') end
 local function refuse(why)

@@ -3,8 +3,9 @@
 The first stage's tasks are created by wf_spawn.lua right after (by the caller, or by the
 driver if the caller died in between), like every later stage's.
 
-KEYS: common (see fsm.lua), no task keys, then the seven workflow keys (see wf.lua).
-ARGV: common, workflow common (ARGV[5] channel, ARGV[6] history_max), then
+KEYS: common (see fsm.lua), then
+  the workflow keys (see wf.lua)
+ARGV: common (see fsm.lua), the workflow's (see wf.lua), then
   ARGV[7]   id              the workflow id
   ARGV[8]   definition      the definition's name
   ARGV[9]   owner           '' = none
@@ -19,6 +20,8 @@ Returns: {code, status, drive, message}
    0  a workflow with this id exists already: nothing written (idempotent repeat)
 Events: START ('' -> RUNNING).
 ]]
+local _, bad = layout(11, 0, 0, WF_NKEYS)
+if bad then return bad end
 local id, def, owner, input, plan = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11]
 local n_stages, first, need, from_id = tonumber(ARGV[12]), ARGV[13], tonumber(ARGV[14]), ARGV[15]
 local existing = wf_load()

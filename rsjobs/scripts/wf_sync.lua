@@ -12,19 +12,22 @@ is open.
 Idempotent: a second call finds nothing left to do. The caller names the open set it
 read: another set (a concurrent change) is stale.
 
-KEYS: common (see fsm.lua), then the four keys of each open task, then the seven workflow
-      keys (see wf.lua).
-ARGV: common, workflow common (ARGV[5] channel, ARGV[6] history_max), then
-  ARGV[7]  the workflow id
-  then per open task its id
+KEYS: common (see fsm.lua), then
+  per open task: the task keys (see fsm.lua)
+  the workflow keys (see wf.lua)
+ARGV: common (see fsm.lua), the workflow's (see wf.lua), then
+  ARGV[7]  wf_id  the workflow id
+  per open task:
+    id  the open task's id
 Returns: {code, status, drive, message}: 1 done (drive = 1: a stage is to be spawned),
   -1 no such workflow (it is dropped from the active set), -5 stale.
 Events: as wf_finish.lua's accounting (ASSET, GATE, READY, ADVANCE, TASK_FAILED); CANCEL of
   tasks that are no longer current.
 ]]
+local n, bad = layout(3, 1, 4, WF_NKEYS)
+if bad then return bad end
 local wf_id = ARGV[NWARG + 1]
 local FIRST = NWARG + 2
-local n = wf_ntasks()
 local w = wf_load()
 if w == nil then
   redis.call('SREM', WF_ACTIVE, wf_id)

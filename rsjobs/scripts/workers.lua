@@ -12,20 +12,26 @@ belong to no registered worker (forgotten, or stopped gracefully) are deleted, s
 groups do not grow with every worker restart. No task state is touched.
 
 KEYS: common (see fsm.lua), then
-  KEYS[6]     workers       hash    worker name -> JSON registration
-  KEYS[7]     workers:dead  hash    worker name -> JSON {beat_at, since}
-  KEYS[8...]  the queue streams (group "workers" read by the workers)
-ARGV: common, then
+  per queue:
+    queue  stream  a queue stream (group "workers" read by the workers)
+  workers       hash  worker name -> JSON registration
+  workers_dead  hash  worker name -> JSON {beat_at, since}
+ARGV: common (see fsm.lua), then
   ARGV[5]  dead_leases       a worker is dead after this many of its leases without a beat
   ARGV[6]  default_lease_ms  lease assumed for a registration without lease_ms
   ARGV[7]  forget_ms         how long a dead worker stays listed, and how long an idle
                              consumer is kept (0 = forever)
 Returns: {newly_dead, forgotten, consumers_deleted}: two lists of worker names, a count.
 ]]
+local nqueues, bad = layout(3, 0, 1, 2)
+if bad then return bad end
+for j = 5, 7 do
+  if not is_count(ARGV[j]) then return bad_arg('number ARGV[' .. j .. ']', ARGV[j]) end
+end
 local dead_leases, default_lease = tonumber(ARGV[5]), tonumber(ARGV[6])
 local forget_ms = tonumber(ARGV[7])
-local WORKERS_KEY, DEAD_KEY = KEYS[NCOMMON + 1], KEYS[NCOMMON + 2]
-local FIRST_QUEUE = NCOMMON + 3
+local FIRST_QUEUE, LAST_QUEUE = NCOMMON + 1, NCOMMON + nqueues
+local WORKERS_KEY, DEAD_KEY = KEYS[LAST_QUEUE + 1], KEYS[LAST_QUEUE + 2]
 
 local function decode(raw)
   if not raw then return nil end
@@ -50,7 +56,7 @@ end
 
 -- Whether consumer `name` holds a pending entry in any queue.
 local function holds_entries(name)
-  for k = FIRST_QUEUE, #KEYS do
+  for k = FIRST_QUEUE, LAST_QUEUE do
     if redis.call('EXISTS', KEYS[k]) == 1 then
       local pel = redis.pcall('XPENDING', KEYS[k], GROUP, '-', '+', 1, name)
       if type(pel) == 'table' and pel.err == nil and #pel > 0 then return true end
@@ -86,7 +92,7 @@ for j = 1, #marks do
   end
 end
 if forget_ms > 0 then
-  for k = FIRST_QUEUE, #KEYS do
+  for k = FIRST_QUEUE, LAST_QUEUE do
     for _, c in ipairs(consumers(KEYS[k])) do
       if c[2] == 0 and c[3] > forget_ms and redis.call('HEXISTS', WORKERS_KEY, c[1]) == 0 then
         redis.call('XGROUP', 'DELCONSUMER', KEYS[k], GROUP, c[1])

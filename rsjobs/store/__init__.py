@@ -1,2 +1,118 @@
 """The store: the one part of rsjobs that speaks Redis about tasks, workflows, workers and
-their streams (keys, script loading, packing, typed replies, error mapping, transport)."""
+their streams. Keys (:mod:`.keys`), the connection and its topology (:mod:`.connection`,
+:mod:`.lane`), the scripts and their calls (:mod:`.scripts`, packed by :mod:`.layout`,
+answered in :mod:`.replies`), the stored records (:mod:`.record`), and the one place where
+Redis errors become rsjobs's (:mod:`.transient`). Everything else calls a :class:`Store`:
+
+    store = Store(rsjobs.connect(url), Settings(namespace="images"))
+    info = await store.tasks.get(task_id)
+
+The parts are attributes, each one idea: ``tasks`` (clients and the web app), ``work``
+(workers), ``reaper``, ``quarantine``, ``workflows``, ``events`` (the web app's hub).
+"""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from ..settings import Settings
+from .connection import connect, describe, reset_connections
+from .events import Events
+from .keys import GROUP, Keys, TaskKeys, WorkflowKeys
+from .quarantine import Quarantine, Suspect, Verdict
+from .reaper import Reaping
+from .record import TaskRecord, WorkflowRecord
+from .replies import (
+    Beat,
+    Code,
+    DeadlineOutcome,
+    LinkCode,
+    QuarantineOutcome,
+    Recovery,
+    Started,
+    TaskReply,
+    WfCode,
+    WfFinishReply,
+    WfReply,
+    error_of,
+)
+from .scripts import Scripts
+from .tasks import TaskRef, Tasks
+from .transient import boundary
+from .work import Delivery, Work
+from .workflows import HISTORY_MAXLEN, OpenSet, Workflows
+
+__all__ = [
+    "GROUP",
+    "Beat",
+    "Code",
+    "DeadlineOutcome",
+    "Delivery",
+    "Keys",
+    "LinkCode",
+    "OpenSet",
+    "QuarantineOutcome",
+    "Recovery",
+    "Started",
+    "Store",
+    "Suspect",
+    "TaskKeys",
+    "TaskRecord",
+    "TaskRef",
+    "TaskReply",
+    "Verdict",
+    "WfCode",
+    "WfFinishReply",
+    "WfReply",
+    "WorkflowKeys",
+    "WorkflowRecord",
+    "connect",
+    "error_of",
+]
+
+
+class Store:
+    """Tasks, workflows, workers and streams of one namespace, on one redis-py asyncio
+    client (``decode_responses=True``: :func:`rsjobs.connect` makes one). Every method
+    raises :class:`rsjobs.RedisUnavailable` when Redis cannot be reached (the redis-py
+    error chained) and :class:`rsjobs.StoreError` on any other error Redis answers.
+
+    ``wf_history_maxlen`` bounds each workflow's history; ``durable_workflows``: the
+    workflow calls are writes a client acknowledges (durable mode applies to them)."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        settings: Settings | None = None,
+        *,
+        wf_history_maxlen: int = HISTORY_MAXLEN,
+        durable_workflows: bool = False,
+    ) -> None:
+        self.redis = redis
+        self.settings = settings or Settings()
+        self.scripts = Scripts(redis, self.settings)
+        self.keys = self.scripts.keys
+        self.tasks = Tasks(self.scripts)
+        self.work = Work(self.scripts)
+        self.reaper = Reaping(self.scripts)
+        self.quarantine = Quarantine(self.scripts)
+        self.workflows = Workflows(
+            self.scripts, history_maxlen=wf_history_maxlen, durable=durable_workflows
+        )
+        self.events = Events(self.scripts)
+
+    async def ping(self) -> None:
+        with boundary("PING"):
+            await self.redis.ping()
+
+    async def reset_connections(self) -> None:
+        """Drop every connection (pool and lane): after a failover the next ones are
+        opened anew (under Sentinel, to the new primary)."""
+        await reset_connections(self.redis)
+
+    def describe(self, url: str | None = None) -> str:
+        """One line saying what the client connects to, for start-up logs."""
+        return describe(self.redis, url)
+
+    async def close(self) -> None:
+        await self.redis.aclose()

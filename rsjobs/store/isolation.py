@@ -24,6 +24,7 @@ from redis.exceptions import (
     OutOfMemoryError,
 )
 
+from ..errors import StoreError
 from .transient import TRANSIENT, is_transient
 
 __all__ = ["TRANSIENT", "Isolated", "about_item", "about_server", "each_alone"]
@@ -48,8 +49,21 @@ _SERVER: tuple[type[BaseException], ...] = (
 _SERVER_WORDS = frozenset({"BUSY", "MISCONF"})
 
 
+#: the same, as the code words of :class:`rsjobs.StoreError` (the store's errors)
+_SERVER_CODES = frozenset(
+    {"OOM", "NOSCRIPT", "NOAUTH", "NOPERM", "EXECABORT", "MOVED", "ASK", "CROSSSLOT"}
+    | _SERVER_WORDS
+)
+
+
 def about_server(exc: BaseException) -> bool:
-    """Whether ``exc`` is about Redis itself (retry the pass later), not about an item."""
+    """Whether ``exc`` is about Redis itself (retry the pass later), not about an item:
+    redis-py's errors and the store's (:class:`rsjobs.RedisUnavailable` always,
+    :class:`rsjobs.StoreError` by its code) alike."""
+    if isinstance(exc, StoreError):
+        return exc.code in _SERVER_CODES or (
+            exc.__cause__ is not None and about_server(exc.__cause__)
+        )
     if is_transient(exc) or isinstance(exc, _SERVER):
         return True
     return str(exc).split(" ", 1)[0] in _SERVER_WORDS

@@ -48,12 +48,35 @@ score with the execution deadline (or removes it, for a task without one). The r
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..names import validate_name
 
-__all__ = ["GROUP", "Keys", "member", "split_member", "validate_name"]
+__all__ = ["GROUP", "Keys", "TaskKeys", "WorkflowKeys", "member", "split_member", "validate_name"]
 
 #: The consumer group every queue stream is read through.
 GROUP = "workers"
+
+
+class TaskKeys(NamedTuple):
+    """The four KEYS of one task in a script call, in their order (``fsm.lua``)."""
+
+    task: str
+    history: str
+    queue: str
+    dedup: str
+
+
+class WorkflowKeys(NamedTuple):
+    """The seven KEYS every workflow script ends with, in their order (``wf.lua``)."""
+
+    wf: str
+    wf_history: str
+    wf_tasks: str
+    wf_assets: str
+    wf_open: str
+    wf_active: str
+    wf_index: str
 
 
 def member(queue: str, task_id: str) -> str:
@@ -138,9 +161,9 @@ class Keys:
     def workflow_open(self, wf_id: str) -> str:
         return f"{self.prefix}wf:{wf_id}:open"
 
-    def workflow_keys(self, wf_id: str) -> list[str]:
-        """The seven keys every workflow script takes after its task keys (see ``wf.lua``)."""
-        return [
+    def workflow_keys(self, wf_id: str) -> WorkflowKeys:
+        """The seven keys every workflow script takes after its items' keys (``wf.lua``)."""
+        return WorkflowKeys(
             self.workflow(wf_id),
             self.workflow_history(wf_id),
             self.workflow_tasks(wf_id),
@@ -148,13 +171,19 @@ class Keys:
             self.workflow_open(wf_id),
             self.workflows_active,
             self.workflows,
-        ]
+        )
 
-    def common(self) -> list[str]:
+    def common(self) -> tuple[str, str, str, str, str]:
         """The five KEYS every transition script starts with (see ``fsm.lua``)."""
-        return [self.events, self.stats, self.scheduled, self.deadlines, self.scratch]
+        return (self.events, self.stats, self.scheduled, self.deadlines, self.scratch)
 
-    def task_keys(self, task_id: str, queue: str) -> tuple[str, str, str]:
-        """The per-task KEYS triple of the transition scripts."""
+    def task_keys(self, task_id: str, queue: str, dedup: str | None = None) -> TaskKeys:
+        """The four KEYS of one task in a script call (``fsm.lua``): the unused ``dedup:``
+        key when the task has no dedup key."""
         p = self.prefix
-        return (f"{p}task:{task_id}", f"{p}task:{task_id}:history", f"{p}queue:{queue}")
+        return TaskKeys(
+            f"{p}task:{task_id}",
+            f"{p}task:{task_id}:history",
+            f"{p}queue:{queue}",
+            f"{p}dedup:{dedup}" if dedup else self.nodedup,
+        )

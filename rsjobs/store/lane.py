@@ -57,6 +57,16 @@ _SUPPORTED = frozenset(
         "lib_version",
         # the lane never retries (as a pool given no retries)
         "retry",
+        # redis-py 8: maintenance notifications arrive only over RESP3 (a pool with a
+        # `protocol` setting keeps using redis-py), the original host and timeouts they
+        # would restore, and the registry of HIMPORT field sets, a command the lane never
+        # sends
+        "maint_notifications_config",
+        "maint_notifications_pool_handler",
+        "orig_host_address",
+        "orig_socket_timeout",
+        "orig_socket_connect_timeout",
+        "himport_registry",
     }
 )
 

@@ -1,19 +1,18 @@
-"""The transition scripts, registered once and called with their KEYS and ARGV packed here.
+"""The scripts: their sources, registered once, and the one call every script goes through.
 
 Each script in ``scripts/`` is shipped as package data and loaded as ``fsm.lua`` (the table
-and shared helpers) followed by the script itself. Calls use EVALSHA and fall back to
-SCRIPT LOAD on NOSCRIPT (e.g. after a Redis restart or failover), as redis-py's registered
-scripts do, without their per-call overhead. They go over the client's
-:class:`~rsjobs.store.lane.Lane`
+and shared helpers; workflow scripts also ``wf.lua``) followed by the script itself. A call
+(:meth:`Scripts.run`, packed by :mod:`rsjobs.store.layout`) is an EVALSHA, loading the
+script on NOSCRIPT (a restarted or failed-over Redis) as redis-py's registered scripts do,
+without their per-call overhead. It goes over the client's :class:`~rsjobs.store.lane.Lane`
 (one pipelined connection) when it has one (clients made by :func:`rsjobs.connect`), else
-through redis-py. The reaper's and the workflows' script calls go through :class:`Scripts`
-too, with their own keys after the task keys.
+through redis-py. Durable mode (``Settings.wait_replicas``) follows a write with WAIT.
+Errors leave as rsjobs's (:mod:`rsjobs.store.transient`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -23,11 +22,12 @@ from redis.exceptions import NoScriptError, RedisError
 
 from ..errors import NotReplicated
 from ..settings import Settings
-from .keys import GROUP, Keys
+from .keys import Keys
 from .lane import Lane
-from .transient import as_unavailable, is_transient
+from .layout import Common, Packed
+from .transient import translate
 
-__all__ = ["SCRIPT_NAMES", "Scripts", "script_source"]
+__all__ = ["SCRIPT_NAMES", "Scripts", "script_sha", "script_source"]
 
 SCRIPT_NAMES = (
     "enqueue",
@@ -37,13 +37,13 @@ SCRIPT_NAMES = (
     "control",
     "promote",
     "release",
-    # the reaper's (rsjobs/reaper/)
+    # the reaper's
     "reclaim",
     "deadline",
     "workers",
     "link",
     "quarantine",
-    # the workflows' (rsjobs/workflows/): fsm.lua + wf.lua + the script
+    # the workflows': fsm.lua + wf.lua + the script
     "wf_start",
     "wf_spawn",
     "wf_finish",
@@ -74,19 +74,20 @@ def script_source(name: str) -> str:
     return f"{fsm}\nlocal function main()\n{body}\nend\nreturn finish_call(main)\n"
 
 
-TaskKeys = tuple[str, str, str, str]
+@cache
+def script_sha(name: str) -> str:
+    return hashlib.sha1(script_source(name).encode()).hexdigest()
 
 
 class Scripts:
-    """Binds the scripts to one Redis connection pool, namespace and settings."""
+    """The scripts bound to one Redis client, namespace and settings."""
 
     def __init__(self, redis: Redis, settings: Settings) -> None:
         self.redis = redis
         self.settings = settings
         self.keys = Keys(settings.namespace)
-        self._common_keys = self.keys.common()
-        self._common_argv = [str(settings.events_maxlen), str(settings.retention_ms), GROUP]
-        self._sha = {n: hashlib.sha1(script_source(n).encode()).hexdigest() for n in SCRIPT_NAMES}
+        #: what every call starts with (see rsjobs.store.layout)
+        self.common = Common.of(self.keys, settings.events_maxlen, settings.retention_ms)
 
     @property
     def lane(self) -> Lane | None:
@@ -94,40 +95,18 @@ class Scripts:
         lane: Lane | None = getattr(self.redis, "lane", None)
         return lane
 
-    def task_keys(self, task_id: str, queue: str, dedup: str | None = None) -> TaskKeys:
-        k = self.keys
-        return (
-            *k.task_keys(task_id, queue),
-            k.dedup(dedup) if dedup else k.nodedup,
-        )
+    async def run(self, call: Packed, *, durable: bool = False) -> Any:
+        """Run one packed script call; its raw reply.
 
-    async def call(
-        self,
-        name: str,
-        source: str,
-        tasks: Sequence[TaskKeys],
-        argv: Sequence[Any],
-        *,
-        extra_keys: Sequence[str] = (),
-        durable: bool = False,
-    ) -> Any:
-        """Run script ``name``: KEYS = common + the tasks' keys + ``extra_keys`` (the
-        reaper's and the workflows' own), ARGV = common + ``argv``.
-
-        EVALSHA over the client's lane when it has one; on NOSCRIPT (a restarted or
-        failed-over Redis) the script is loaded and called again. A transient error
-        (:mod:`rsjobs.store.transient`) is raised as :class:`rsjobs.RedisUnavailable`.
-        ``durable``: the call is a write a caller acknowledges; in durable mode
-        (``Settings.wait_replicas``) it is followed by WAIT on the same connection, and
-        :class:`rsjobs.NotReplicated` is raised when too few replicas confirmed it."""
-        keys = list(self._common_keys)
-        for tk in tasks:
-            keys.extend(tk)
-        keys.extend(extra_keys)
-        cmd = ("EVALSHA", self._sha[name], len(keys), *keys, source, *self._common_argv, *argv)
+        ``durable``: the call is a write a caller acknowledges; in durable mode it is
+        followed by WAIT on the same connection, and :class:`rsjobs.NotReplicated` is raised
+        when too few replicas confirmed it. Raises :class:`rsjobs.RedisUnavailable` on a
+        passing error, :class:`rsjobs.StoreError` on any other error reply."""
+        name = call.script
+        cmd = ("EVALSHA", script_sha(name), len(call.keys), *call.keys, *call.argv)
         try:
             if durable and self.settings.wait_replicas:
-                return await self._call_durable(name, cmd)
+                return await self._run_durable(name, cmd)
             lane = self.lane
             send = lane.call if lane is not None else self.redis.execute_command
             try:
@@ -135,12 +114,10 @@ class Scripts:
             except NoScriptError:
                 await self.redis.script_load(script_source(name))
                 return await send(*cmd)
-        except RedisError as exc:
-            if is_transient(exc):
-                raise as_unavailable(exc, f"redis ({name}.lua)") from exc
-            raise
+        except (RedisError, OSError) as exc:
+            raise translate(exc, f"{name}.lua") from exc
 
-    async def _call_durable(self, name: str, cmd: tuple[Any, ...]) -> Any:
+    async def _run_durable(self, name: str, cmd: tuple[Any, ...]) -> Any:
         """EVALSHA then WAIT on one pooled connection (WAIT counts that connection's
         writes; the lane is shared and must not block on it)."""
         s = self.settings

@@ -1,4 +1,5 @@
-"""Which Redis errors are passing ones: the one policy every rsjobs process follows.
+"""Which Redis errors are passing ones, and the one place where Redis errors become
+rsjobs's: the policy every rsjobs process follows.
 
 A passing (transient) error is one that a retry after a short backoff can outlive: the
 connection dropped or timed out, the server is loading its data after a restart, or the
@@ -7,21 +8,37 @@ reads, ``MASTERDOWN``, ``NOREPLICAS``, and the cluster's ``TRYAGAIN`` / ``CLUSTE
 Workers, reapers, drivers and the web app treat them alike: log once, back off, go on. Any
 other Redis error is a bug or bad data and is not retried blindly.
 
-redis-py turns most of these replies into exception classes; ``UNBLOCKED`` and
-``NOREPLICAS`` arrive as a plain ``ResponseError``. :func:`as_unavailable` gives every
-transient error the one type callers catch, :class:`rsjobs.RedisUnavailable` (an
-``OSError``, so ``except TRANSIENT`` covers it), with the original chained as its cause.
+Every Redis call of the store runs inside :class:`boundary` (the scripts' calls inside
+:class:`rsjobs.store.scripts.Scripts`, which uses it too): a passing error leaves it as
+:class:`rsjobs.RedisUnavailable` (an ``OSError``, so ``except TRANSIENT`` covers it), any
+other Redis error as :class:`rsjobs.StoreError` with the reply in its message, the
+redis-py error chained as the cause. Nothing outside the store sees redis-py's errors.
+redis-py turns most of the passing replies into exception classes; ``UNBLOCKED`` and
+``NOREPLICAS`` arrive as a plain ``ResponseError``.
 """
 
 from __future__ import annotations
 
+from types import TracebackType
+from typing import Literal
+
+from redis import exceptions as rx
 from redis.exceptions import ClusterDownError, ReadOnlyError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..errors import RedisUnavailable
+from ..errors import RedisUnavailable, RsjobsError, StoreError
 
-__all__ = ["TRANSIENT", "TRANSIENT_REPLIES", "as_unavailable", "is_failover", "is_transient"]
+__all__ = [
+    "TRANSIENT",
+    "TRANSIENT_REPLIES",
+    "as_unavailable",
+    "boundary",
+    "is_failover",
+    "is_transient",
+    "reply_code",
+    "translate",
+]
 
 #: Exception types that are always transient (OSError covers RedisUnavailable, socket
 #: errors and asyncio's TimeoutError; redis-py's BusyLoadingError is a ConnectionError,
@@ -70,3 +87,68 @@ def as_unavailable(exc: BaseException, what: str = "redis") -> RedisUnavailable:
     if isinstance(exc, RedisUnavailable):
         return exc
     return RedisUnavailable(f"{what} unavailable: {type(exc).__name__}: {exc}")
+
+
+#: the code words redis-py takes off the messages of the errors it gives a class of their
+#: own (see rsjobs.store.lane.classify); any other reply keeps its first word
+_CODES: tuple[tuple[type[BaseException], str], ...] = (
+    (rx.NoScriptError, "NOSCRIPT"),
+    (rx.OutOfMemoryError, "OOM"),
+    (rx.NoPermissionError, "NOPERM"),
+    (rx.AuthenticationError, "NOAUTH"),
+    (rx.ExecAbortError, "EXECABORT"),
+    (rx.AskError, "ASK"),
+    (rx.MovedError, "MOVED"),
+    (rx.ClusterCrossSlotError, "CROSSSLOT"),
+    (rx.MasterDownError, "MASTERDOWN"),
+    (rx.ClusterDownError, "CLUSTERDOWN"),
+    (rx.TryAgainError, "TRYAGAIN"),
+    (rx.ReadOnlyError, "READONLY"),
+    (rx.BusyLoadingError, "LOADING"),
+)
+
+
+def reply_code(exc: BaseException) -> str:
+    """The first word of the error reply behind ``exc`` (``ERR`` when it has none)."""
+    if isinstance(exc, StoreError):
+        return exc.code
+    for cls, code in _CODES:
+        if isinstance(exc, cls):
+            return code
+    word = _code(exc)
+    return word if word.isalpha() and word.isupper() else "ERR"
+
+
+def translate(exc: BaseException, what: str) -> RsjobsError:
+    """The rsjobs error for the Redis error ``exc`` of the call ``what`` (raise it ``from
+    exc``): :class:`RedisUnavailable` when it is passing, else :class:`StoreError`."""
+    if isinstance(exc, RsjobsError):
+        return exc
+    if is_transient(exc):
+        return as_unavailable(exc, what)
+    return StoreError(what, reply_code(exc), str(exc))
+
+
+class boundary:  # a statement more than a class: ``with boundary("HGETALL task"):``
+    """Around the Redis calls of one store method: redis-py's errors (and the socket's)
+    leave it as rsjobs's (:func:`translate`); everything else passes unchanged."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]:
+        if exc is None or isinstance(exc, RsjobsError):
+            return False
+        if isinstance(exc, rx.RedisError | OSError):
+            raise translate(exc, self.what) from exc
+        return False

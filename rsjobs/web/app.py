@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -32,10 +31,9 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..client import Client
-from ..errors import NotReplicated, RedisUnavailable
+from ..errors import CorruptData, NotReplicated, RedisUnavailable, RsjobsError, StoreError
 from ..settings import Settings
 from ..store.connection import connect, describe
-from ..workflows.errors import CorruptWorkflow
 from .auth import Auth
 from .config import WebConfig
 from .http import ApiError, error_response, store_error
@@ -115,7 +113,7 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             await service.start()
-        except (RedisError, OSError) as exc:
+        except (RsjobsError, OSError) as exc:
             log.warning("redis unavailable at startup (%s); will retry on first use", exc)
         try:
             yield
@@ -157,10 +155,10 @@ def create_app(
         exception_handlers={
             ApiError: _api_error,
             HTTPException: _http_error,
-            RedisError: _store_error,
             RedisUnavailable: _store_error,
+            StoreError: _store_error,
             NotReplicated: _store_error,
-            CorruptWorkflow: _store_error,
+            CorruptData: _store_error,
         },
     )
     app.state.rsjobs = service
@@ -179,7 +177,7 @@ def _workflow_routes(
     """``/workflows`` and its actions (rsjobs.workflows), sharing the app's Redis and auth,
     plus the plan and asset routes of ``wf_extras``."""
     from ..workflows import WorkflowClient
-    from ..workflows.http import workflow_routes
+    from .workflows import workflow_routes
 
     client = WorkflowClient(redis, settings, definitions=definitions, source="api")
     return workflow_routes(

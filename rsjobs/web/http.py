@@ -6,7 +6,6 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -61,18 +60,19 @@ def unavailable() -> ApiError:
 def store_error(exc: Exception) -> ApiError | None:
     """The answer for an error of the store behind a route (None: not one of those).
 
-    Redis unreachable, frozen or failing over: 503 ``redis_unavailable``. Durable mode's
-    replicas not confirming a write in time: 503 ``not_replicated`` (the write was applied;
-    repeating the request is safe). Stored data rsjobs cannot read (written by something
-    else): 500 ``corrupt_data``, logged, the request changed nothing."""
-    from ..errors import NotReplicated, RedisUnavailable
-    from ..workflows.errors import CorruptWorkflow
+    Redis unreachable, frozen or failing over, or refusing the work for its own condition
+    (:class:`rsjobs.StoreError`): 503 ``redis_unavailable``. Durable mode's replicas not
+    confirming a write in time: 503 ``not_replicated`` (the write was applied; repeating
+    the request is safe). Stored data rsjobs cannot read, a task's or a workflow's
+    (written by something else): 500 ``corrupt_data``, logged, the request changed
+    nothing."""
+    from ..errors import CorruptData, NotReplicated, RedisUnavailable, StoreError
 
-    if isinstance(exc, RedisError | RedisUnavailable):
+    if isinstance(exc, RedisUnavailable | StoreError):
         return unavailable()
     if isinstance(exc, NotReplicated):
         return ApiError(503, "not_replicated", str(exc), {"Retry-After": "1"})
-    if isinstance(exc, CorruptWorkflow):
+    if isinstance(exc, CorruptData):
         log.error("corrupt stored data: %s", exc)
         return ApiError(500, "corrupt_data", str(exc))
     return None

@@ -20,13 +20,11 @@ import logging
 import re
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any
 
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
-
+from ..errors import RedisUnavailable, StoreError
 from ..model import TERMINAL
 from ..schemas import HistoryEntry
+from ..store.events import Events
 from .schemas import encode
 
 __all__ = ["Hub", "Item", "Subscription", "exclusive", "parse_id"]
@@ -131,12 +129,12 @@ class Subscription:
 
 
 class Hub:
-    """The per-process reader of ``events_key``; start it with :meth:`start`."""
+    """The per-process reader of the events stream (``events``: the store's, on a client
+    of its own for the blocking reads); start it with :meth:`start`."""
 
     def __init__(
         self,
-        redis: Redis,
-        events_key: str,
+        events: Events,
         *,
         block_ms: int = 5000,
         count: int = 1000,
@@ -144,8 +142,7 @@ class Hub:
         retry_ms: int = 500,
         outage_ms: int = 5000,
     ) -> None:
-        self.redis = redis
-        self.events_key = events_key
+        self.events = events
         self.block_ms = block_ms
         self.count = count
         self.buffer = buffer
@@ -183,8 +180,7 @@ class Hub:
                 return
             # The current end of the stream, not '$': entries written between this call and
             # the first XREAD must not fall in between.
-            last = await self.redis.xrevrange(self.events_key, "+", "-", count=1)
-            self.cursor = last[0][0] if last else "0-0"
+            self.cursor = await self.events.last_id()
             self.healthy = True
             self._closing = False
             self._task = asyncio.create_task(self._run(), name="rsjobs-web-hub")
@@ -246,12 +242,10 @@ class Hub:
         while not self._closing:
             started = loop.time()
             try:
-                reply: Any = await self.redis.xread(
-                    {self.events_key: self.cursor}, count=self.count, block=self.block_ms
-                )
+                entries = await self.events.read(self.cursor, self.count, self.block_ms)
             except asyncio.CancelledError:
                 raise
-            except (RedisError, OSError) as exc:
+            except (RedisUnavailable, StoreError, OSError) as exc:
                 task = asyncio.current_task()
                 if self._closing or (task is not None and task.cancelling()):
                     # redis-py can turn a cancellation into "connection closed": honour it
@@ -274,8 +268,7 @@ class Hub:
                 log.info("events reader: redis is back")
                 failed, self.healthy = False, True
                 self._resync_all()
-            if reply:
-                entries = reply[0][1]
+            if entries:
                 if len(entries) == self.count:
                     await self._check_trimmed()
                 self._dispatch(entries)
@@ -284,10 +277,10 @@ class Hub:
         """A full batch means this reader lags; if MAXLEN trimming overtook it, entries
         were lost to it: every subscriber catches up from its task's history."""
         try:
-            first = await self.redis.xrange(self.events_key, "-", "+", count=1)
-        except (RedisError, OSError):
+            first = await self.events.first_id()
+        except (RedisUnavailable, StoreError, OSError):
             return
-        if first and parse_id(first[0][0]) > parse_id(self.cursor):
+        if first is not None and parse_id(first) > parse_id(self.cursor):
             log.warning("events reader fell behind the stream's trimming; resyncing")
             self._resync_all()
 

@@ -30,17 +30,15 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
+from ..errors import RsjobsError
 from ..model import TERMINAL, State
-from ..store.keys import Keys
+from ..store.tasks import Tasks
 
 __all__ = ["CONTENT_TYPE", "DURATION_BUCKETS", "Metrics"]
 
@@ -133,9 +131,8 @@ class _RedisCollector(Collector):
 class Metrics:
     """The metrics of one app: a private registry (several apps may live in one process)."""
 
-    def __init__(self, redis: Redis, keys: Keys, *, max_tracked: int = 100_000) -> None:
-        self.redis = redis
-        self.keys = keys
+    def __init__(self, tasks: Tasks, *, max_tracked: int = 100_000) -> None:
+        self.tasks = tasks
         self.registry = CollectorRegistry(auto_describe=False)
         self.duration = Histogram(
             "rsjobs_task_duration_seconds",
@@ -169,23 +166,10 @@ class Metrics:
                 self.duration.labels(fields.get("q", ""), to).observe(seconds)
 
     async def _read(self) -> _Snapshot:
-        k = self.keys
+        o = await self.tasks.overview()
         snap = _Snapshot()
-        raw: Any
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(k.stats)
-            pipe.smembers(k.queues)
-            pipe.hlen(k.workers)
-            pipe.xlen(k.events)
-            raw, queues, snap.workers, snap.events = await pipe.execute()
-        snap.stats = {f: int(v) for f, v in raw.items()}
-        snap.queues = sorted(queues)
-        if snap.queues:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for q in snap.queues:
-                    pipe.xlen(k.queue(q))
-                lengths = await pipe.execute()
-            snap.lengths = dict(zip(snap.queues, (int(n) for n in lengths), strict=True))
+        snap.stats, snap.queues, snap.lengths = o.counters, o.queues, o.lengths
+        snap.workers, snap.events = o.workers, o.events
         snap.up = True
         return snap
 
@@ -193,7 +177,7 @@ class Metrics:
         """The exposition text, reading Redis now (a failed read reports redis_up 0)."""
         try:
             snap = await self._read()
-        except (RedisError, OSError):
+        except (RsjobsError, OSError):
             snap = _Snapshot()
         self._collector.snap = snap
         return generate_latest(self.registry)

@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 document of the HTTP API (``GET /openapi.json``).
 
 Paths are written by hand; every body schema is generated from the msgspec Structs the
-handlers decode and encode (``schemas.py``; for workflows ``rsjobs.workflows.bodies`` and
+handlers decode and encode (``schemas.py``; for workflows ``rsjobs.web.wf_bodies`` and
 ``rsjobs.workflows.schemas``; ``wf_extras.py``), so the document cannot drift from the
 code. Two fields the Structs type as ``Any`` (the status document in ``ActionResult``, the
 entries of ``EventsPage``) are narrowed here to the Structs the handlers put in them.
@@ -19,16 +19,6 @@ import msgspec
 from .. import __version__
 from ..names import NAME_SCHEMA
 from ..schemas import HistoryEntry
-from ..workflows.bodies import (
-    ActionResult,
-    CancelBody,
-    ConfirmBody,
-    EventsPage,
-    PublishBody,
-    RegenerateBody,
-    RetryBody,
-    StartBody,
-)
 from ..workflows.schemas import WorkflowEvent, WorkflowStatus
 from .schemas import (
     CancelRequest,
@@ -40,6 +30,16 @@ from .schemas import (
     SubmitRequest,
     SubmitResult,
     TaskView,
+)
+from .wf_bodies import (
+    ActionResult,
+    CancelBody,
+    ConfirmBody,
+    EventsPage,
+    PublishBody,
+    RegenerateBody,
+    RetryBody,
+    StartBody,
 )
 from .wf_extras import MEDIA_TYPES, WorkflowPlan
 
@@ -71,7 +71,7 @@ _STRUCTS = (
 )
 
 #: ``POST /workflows/{wf_id}/{action}``: the body each action decodes (see
-#: ``rsjobs.workflows.http``; a test posts each one)
+#: ``rsjobs.web.workflows``; a test posts each one)
 ACTION_BODIES: dict[str, type[msgspec.Struct]] = {
     "confirm": ConfirmBody,
     "regenerate": RegenerateBody,

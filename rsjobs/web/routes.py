@@ -9,14 +9,14 @@ import re
 from typing import Any
 
 import msgspec
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
 from ..client import validate_task_id
-from ..errors import ConfigError, PayloadError, TaskNotFound
+from ..errors import ConfigError, PayloadError, RsjobsError, TaskNotFound
 from ..model import is_terminal
 from ..schemas import EnqueueRequest, HistoryEntry, TaskInfo
+from ..store import TaskRef
 from .auth import Principal, require_principal
 from .http import (
     PAGE_PARAMS,
@@ -73,8 +73,8 @@ class Api:
 
     def __init__(self, service: Service) -> None:
         self.svc = service
-        self.redis = service.client.redis
-        self.keys = service.client.keys
+        self.client = service.client
+        self.tasks = service.client.store.tasks
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -93,15 +93,13 @@ class Api:
                 400, "invalid_id", "a task id is 32 lowercase hexadecimal characters"
             ) from None
 
-    async def visible_state(self, who: Principal, task_id: str) -> str:
-        """The task's state; 404 when it does not exist or ``who`` may not see it."""
-        fields: list[str | None] = await self.redis.hmget(
-            self.keys.task(task_id), ["state", "owner"]
-        )
-        state, owner = fields
-        if state is None or not who.may_see(owner or ""):
+    async def visible(self, who: Principal, task_id: str) -> TaskRef:
+        """The task's state, owner and keys in one read; 404 when it does not exist or
+        ``who`` may not see it."""
+        ref = await self.tasks.ref(task_id)
+        if ref is None or not who.may_see(ref.owner):
             raise _not_found(task_id)
-        return state
+        return ref
 
     async def body(self, request: Request, kind: type[Any]) -> Any:
         raw = await read_body(request, self.svc.config.max_body_bytes)
@@ -159,23 +157,20 @@ class Api:
             raise ApiError(422, "invalid_body", str(exc)) from None
         state = result.state
         if result.duplicate:  # a concurrent submit with the same key won the race
-            state = await self.redis.hget(self.keys.task(result.id), "state") or ""
+            ref = await self.tasks.ref(result.id)
+            state = ref.state if ref is not None else ""
         return self.submitted(request, result.id, state or "PENDING", duplicate=result.duplicate)
 
     async def duplicate_of(self, dedup: str, req: SubmitRequest) -> TaskInfo | None:
         """The live task this idempotency key already names, checked against ``req``."""
-        tid = await self.redis.get(self.keys.dedup(dedup))
-        if tid is None:
+        info = await self.tasks.by_dedup(dedup)
+        if info is None:
             return None
-        h = await self.redis.hgetall(self.keys.task(tid))
-        if not h:
-            return None
-        info = TaskInfo.from_hash(h)
         if (info.type, info.queue, info.payload) != (req.type, req.queue, req.payload):
             raise ApiError(
                 422,
                 "idempotency_key_reused",
-                f"this idempotency key already names task {tid}, submitted with a "
+                f"this idempotency key already names task {info.id}, submitted with a "
                 "different type, queue or payload",
             )
         return info
@@ -192,24 +187,17 @@ class Api:
     async def get_task(self, request: Request) -> Response:
         who = self.principal(request)
         tid = self.task_id(request)
-        n = self.svc.config.recent_history
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hgetall(self.keys.task(tid))
-            pipe.xrevrange(self.keys.history(tid), "+", "-", count=max(n, 1))
-            h, rows = await pipe.execute()
-        if not h:
+        found = await self.tasks.view(tid, self.svc.config.recent_history)
+        if found is None or not who.may_see(found[0].owner):
             raise _not_found(tid)
-        info = TaskInfo.from_hash(h)
-        if not who.may_see(info.owner):
-            raise _not_found(tid)
-        recent = [HistoryEntry.from_entry(i, f, tid, h) for i, f in reversed(rows)] if n else []
+        info, recent = found
         return json_response(TaskView.build(info, recent))
 
     async def history(self, request: Request) -> Response:
         who = self.principal(request, params=PAGE_PARAMS)
         tid = self.task_id(request)
         after, limit = page_params(request)
-        await self.visible_state(who, tid)
+        await self.visible(who, tid)
         entries: list[HistoryEntry] = []
         if exclusive(after) is not None:  # nothing follows the largest id
             try:
@@ -224,21 +212,22 @@ class Api:
         who = self.principal(request)
         tid = self.task_id(request)
         req: CancelRequest = await self.body(request, CancelRequest)
-        before = await self.visible_state(who, tid)
+        ref = await self.visible(who, tid)
         by = who.owner or "anonymous"
         reason = f"{req.reason} (by {by})" if req.reason else f"by {by}"
         try:
-            state = await self.svc.client.cancel(tid, reason)
+            # the visibility read gave the script's keys: one more round trip, the script
+            _, state = await self.client.control(tid, "CANCEL", reason, ref=ref)
         except TaskNotFound:
             raise _not_found(tid) from None
-        changed = not is_terminal(before) and state == "CANCELLED"
+        changed = not is_terminal(ref.state) and state == "CANCELLED"
         return json_response(CancelResult(id=tid, state=state, changed=changed))
 
     async def task_events(self, request: Request) -> Response:
         who = self.principal(request, allow_query=True, params=RESUME_PARAMS)
         tid = self.task_id(request)
         last = last_event_id(request)
-        await self.visible_state(who, tid)
+        await self.visible(who, tid)
         svc = self.svc
         client_key = svc.limiter.claim(request, who)
         done = False
@@ -255,9 +244,7 @@ class Api:
         try:
             await svc.start()
             sub = svc.hub.subscribe(tid)
-            first = await snapshot(
-                self.redis, self.keys.task(tid), self.keys.history(tid), tid, last or "0-0"
-            )
+            first = await snapshot(self.tasks, tid, last or "0-0")
         except BaseException:
             release()
             raise
@@ -275,9 +262,7 @@ class Api:
             release()
             return Response(status_code=204)
         body = events(
-            self.redis,
-            self.keys.task(tid),
-            self.keys.history(tid),
+            self.tasks,
             sub,
             first,
             last or "0-0",
@@ -293,9 +278,9 @@ class Api:
         check_query(request)
         try:
             async with asyncio.timeout(2):
-                await self.redis.ping()
+                await self.client.store.ping()
             redis_ok = True
-        except (RedisError, OSError, TimeoutError):
+        except (RsjobsError, OSError, TimeoutError):
             redis_ok = False
         hub = self.svc.hub
         body = Health(
@@ -315,7 +300,7 @@ class Api:
             check_query(request)
         try:
             await self.svc.start()  # durations are observed by the events reader
-        except (RedisError, OSError):
+        except (RsjobsError, OSError):
             pass
         return Response(await self.svc.metrics.render(), media_type=CONTENT_TYPE)
 

@@ -8,6 +8,7 @@ import logging
 from redis.asyncio import Redis
 
 from ..client import Client
+from ..store import Store
 from .auth import Auth
 from .config import WebConfig
 from .hub import Hub
@@ -43,14 +44,13 @@ class Service:
         #: the client of the events reader's blocking reads (the app's own, or ``client``'s)
         self.blocking = blocking if blocking is not None else client.redis
         self.hub = Hub(
-            self.blocking,
-            client.keys.events,
+            Store(self.blocking, client.settings).events,
             block_ms=config.hub_block_ms,
             buffer=config.subscriber_buffer,
             outage_ms=config.redis_outage_ms,
         )
         self.limiter = StreamLimiter(config.max_streams_per_client)
-        self.metrics = Metrics(client.redis, client.keys)
+        self.metrics = Metrics(client.store.tasks)
         self.metrics.open_streams = lambda: self.limiter.total
         self.metrics.entries_read = lambda: self.hub.entries_read
         self.hub.observers.append(self.metrics.observe)

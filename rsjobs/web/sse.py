@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from ..errors import RedisUnavailable, StoreError
 from ..model import is_terminal
-from ..schemas import repeat_fields
+from ..store.tasks import HistoryRows, Tasks
 from .auth import Principal
 from .http import ApiError
 from .hub import Item, Subscription, exclusive, parse_id
@@ -96,39 +94,30 @@ class Snapshot:
         return self.state is None or is_terminal(self.state)
 
 
-async def _items(redis: Redis, task_key: str, task_id: str, rows: Any) -> list[Item]:
-    """Replayed entries; refusals carry their repeat counts from the task hash (one HMGET,
-    only when the page holds refusals), as ``GET /tasks/{id}/history`` shows them."""
-    names = [n for hid, f in rows if f.get("rej") == "1" for n in repeat_fields(hid)]
-    counts: dict[str, str] = {}
-    if names:
-        counts = dict(zip(names, await redis.hmget(task_key, names), strict=True))
-    return [Item(task_id, hid, fields, counts or None) for hid, fields in rows]
+def _items(task_id: str, page: HistoryRows) -> list[Item]:
+    """Replayed entries; refusals carry their repeat counts from the task hash (read with
+    the page, only when it holds refusals), as ``GET /tasks/{id}/history`` shows them."""
+    repeats = page.repeats or None
+    return [Item(task_id, hid, fields, repeats) for hid, fields in page.rows]
 
 
-async def _page(redis: Redis, task_key: str, hkey: str, task_id: str, after: str) -> list[Item]:
+async def _page(tasks: Tasks, task_id: str, after: str) -> list[Item]:
     start = exclusive(after)
     if start is None:
         return []
-    rows: Any = await redis.xrange(hkey, start, "+", count=PAGE)
-    return await _items(redis, task_key, task_id, rows)
+    return _items(task_id, await tasks.page(task_id, start, PAGE))
 
 
-async def snapshot(redis: Redis, task_key: str, hkey: str, task_id: str, after: str) -> Snapshot:
+async def snapshot(tasks: Tasks, task_id: str, after: str) -> Snapshot:
     """The task's state and the first page of its history after ``after``, atomically.
 
     Atomic (MULTI) so that when the state is terminal, the terminal entry is either in this
     page, in a later page, or at or before ``after``: the stream can end safely.
     """
-    start = exclusive(after) or "+"
-    async with redis.pipeline(transaction=True) as pipe:
-        pipe.hget(task_key, "state")
-        pipe.xrange(hkey, start, "+", count=PAGE)
-        pipe.xrange(hkey, after, after, count=1)
-        state, rows, own = await pipe.execute()
     # (after the largest id the range is "+".."+", which can only hold that id itself)
-    items = await _items(redis, task_key, task_id, [(h, f) for h, f in rows if h != after])
-    return Snapshot(state, items, len(items) == PAGE, known=after == "0-0" or bool(own))
+    snap = await tasks.snapshot(task_id, exclusive(after) or "+", after, PAGE)
+    items = _items(task_id, snap.page)
+    return Snapshot(snap.state, items, len(items) == PAGE, known=snap.known)
 
 
 def _end(state: str) -> bytes:
@@ -136,9 +125,7 @@ def _end(state: str) -> bytes:
 
 
 async def events(
-    redis: Redis,
-    task_key: str,
-    hkey: str,
+    tasks: Tasks,
     sub: Subscription,
     first: Snapshot,
     after: str,
@@ -172,7 +159,7 @@ async def events(
                 yield b"".join(out)
             if not more:
                 break
-            items = await _page(redis, task_key, hkey, task_id, after)
+            items = await _page(tasks, task_id, after)
             more = len(items) == PAGE
         if first.finished:
             # the terminal entry was at or before the client's last id
@@ -194,7 +181,7 @@ async def events(
             if resync:
                 items = []
                 while True:
-                    page = await _page(redis, task_key, hkey, task_id, after)
+                    page = await _page(tasks, task_id, after)
                     items += page
                     if len(page) < PAGE:
                         break
@@ -211,7 +198,7 @@ async def events(
                     return
             if out:
                 yield b"".join(out)
-    except RedisError:
+    except (RedisUnavailable, StoreError):
         # Redis went away mid-stream: end it; the client reconnects with Last-Event-ID.
         return
     finally:

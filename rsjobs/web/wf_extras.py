@@ -1,4 +1,4 @@
-"""Two read-only workflow routes the web app adds to those of ``rsjobs.workflows.http``:
+"""Two read-only workflow routes the web app adds to those of ``rsjobs.web.workflows``:
 
 - ``GET /workflows/{wf_id}/plan``: the stages the workflow was started with (labels,
   queues, gates, items), so a frontend can draw the stage list with its gates;
@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ..errors import ConfigError
+from ..errors import ConfigError, CorruptWorkflow
 from ..names import is_name
 from ..workflows.client import WorkflowClient, validate_workflow_id
 from ..workflows.plan import Plan, decode_plan
@@ -149,12 +149,13 @@ class WorkflowExtras:
             raise ApiError(
                 400, "invalid_id", "a workflow id is 32 lowercase hexadecimal characters"
             ) from None
-        status, owner, raw = await self.client.redis.hmget(
-            self.client.keys.workflow(wf_id), ["status", "owner", "plan"]
-        )
-        if status is None or raw is None or not who.may_see(owner or ""):
+        seen = await self.client.store.workflows.visible(wf_id)
+        if seen is None or not seen[2] or not who.may_see(seen[1]):
             raise ApiError(404, "not_found", f"no such workflow: {wf_id}")
-        return wf_id, decode_plan(raw)
+        try:
+            return wf_id, decode_plan(seen[2])
+        except msgspec.DecodeError as exc:
+            raise CorruptWorkflow(wf_id, f"its plan does not decode ({exc})") from None
 
     async def plan(self, request: Request) -> Response:
         who = self.principal(request)
@@ -180,9 +181,7 @@ class WorkflowExtras:
             index = plan.stage_index(stage)
         except ValueError:
             raise ApiError(404, "not_found", f"no stage {stage!r} in this workflow") from None
-        raw = await self.client.redis.hget(
-            self.client.keys.workflow_assets(wf_id), f"{version}:{index}:{item}"
-        )
+        raw = await self.client.store.workflows.asset(wf_id, f"{version}:{index}:{item}")
         if raw is None:
             raise ApiError(404, "not_found", f"no asset {stage}/{item} in version {version}")
         path = self.file_of(decode_asset(raw).ref)

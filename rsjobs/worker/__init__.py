@@ -2,6 +2,6 @@
 
 from .context import Context
 from .registry import Handler, Registry
-from .worker import Worker, promote_due
+from .worker import Worker
 
-__all__ = ["Context", "Handler", "Registry", "Worker", "promote_due"]
+__all__ = ["Context", "Handler", "Registry", "Worker"]

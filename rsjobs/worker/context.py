@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, LeaseLost
 
 __all__ = ["Context"]
 
@@ -19,6 +19,9 @@ class Context:
     ``cancelled`` is set when the task is cancelled, paused, timed out or its lease lost;
     async handlers are also cancelled (``asyncio.CancelledError``), sync handlers running
     in a thread should poll :attr:`is_cancelled` (or ``cancelled.wait(...)``) and return.
+    From then on :meth:`progress` and :meth:`report` raise :class:`rsjobs.LeaseLost`: what
+    the handler reports is no longer recorded, and a sync handler that ignores
+    ``cancelled`` but reports progress ends at its next report.
     """
 
     __slots__ = (
@@ -77,6 +80,8 @@ class Context:
         return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
 
     def _set_progress(self, value: float, message: str) -> None:
+        if self.stop_reason:
+            raise LeaseLost(self.task_id, self.stop_reason)
         if not 0 <= value <= 100:
             raise ConfigError("progress must be between 0 and 100")
         self.progress_value = float(value)
@@ -84,11 +89,13 @@ class Context:
 
     async def progress(self, value: float, message: str = "") -> None:
         """Report progress (0-100) and a short message; written to Redis coalesced (the
-        latest value wins) within the worker's progress interval, and pushed to watchers."""
+        latest value wins) within the worker's progress interval, and pushed to watchers.
+        Raises :class:`rsjobs.LeaseLost` once the worker stopped the handler."""
         self._set_progress(value, message)
         self._on_progress()
 
     def report(self, value: float, message: str = "") -> None:
-        """Thread-safe :meth:`progress` for sync handlers."""
+        """Thread-safe :meth:`progress` for sync handlers (raises :class:`rsjobs.LeaseLost`
+        alike)."""
         self._set_progress(value, message)
         self._loop.call_soon_threadsafe(self._on_progress)

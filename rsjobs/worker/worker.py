@@ -23,19 +23,23 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from ..codec import decode, encode, encode_payload
-from ..errors import ConfigError, NonRetryable, PayloadError
+from ..errors import (
+    ConfigError,
+    LeaseLost,
+    NonRetryable,
+    PayloadError,
+    RedisUnavailable,
+    RsjobsError,
+)
 from ..names import validate_name
-from ..schemas import _text
 from ..settings import Settings
-from ..store.connection import describe, reset_connections
+from ..store import Beat, Code, Delivery, Started, Store, Suspect, TaskKeys
 from ..store.isolation import about_server, each_alone
-from ..store.keys import split_member
-from ..store.scripts import Scripts, TaskKeys
-from ..store.transient import TRANSIENT, is_failover
-from ..streams import Delivery, ensure_group, read_batch, read_own_pending
+from ..store.layout import BeatItem, Ending
+from ..store.quarantine import DEADLETTER_MAXLEN
+from ..store.transient import is_failover
 from .context import Context
 from .registry import Registry
 from .threads import HandlerThread
@@ -144,8 +148,8 @@ class Worker:
         #: where this worker connects (None when given a client), for its start-up line
         self.url: str | None = url if redis is None else None
         self.settings = settings or Settings()
-        self.scripts = Scripts(self.redis, self.settings)
-        self.keys = self.scripts.keys
+        self.store = Store(self.redis, self.settings)
+        self.keys = self.store.keys
         self.queues = list(queues)
         self.streams = {self.keys.queue(q): q for q in self.queues}
         self.concurrency = concurrency
@@ -179,7 +183,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._force = False
         self._progress_wake = asyncio.Event()
-        self._finish_items: list[tuple[TaskKeys, list[Any], str]] = []
+        self._finish_items: list[tuple[TaskKeys, Ending, str]] = []
         self._finish_idle = asyncio.Event()
         self._finish_idle.set()
         self._finisher: asyncio.Task[None] | None = None
@@ -223,7 +227,7 @@ class Worker:
             self.name,
             self.queues,
             self.concurrency,
-            describe(self.redis, self.url),
+            self.store.describe(self.url),
         )
         try:
             await self._fetch_loop()
@@ -257,10 +261,9 @@ class Worker:
 
     async def _setup(self) -> None:
         """The groups of the queue streams, the queue names, the first registration."""
-        await self.redis.ping()
-        for stream in self.streams:
-            await ensure_group(self.redis, stream)
-        await self.redis.sadd(self.keys.queues, *self.queues)
+        await self.store.ping()
+        await self.store.work.ensure_groups(self.streams)
+        await self.store.tasks.remember_queues(self.queues)
         await self._register()
 
     async def _wait_for_redis(self) -> bool:
@@ -338,9 +341,7 @@ class Worker:
                 if self._buffer:
                     batch = [self._buffer.popleft() for _ in range(min(free, len(self._buffer)))]
                 else:
-                    batch = await read_batch(
-                        self.redis, self.name, self.streams, free, self.block_ms
-                    )
+                    batch = await self.store.work.read(self.name, self.streams, free, self.block_ms)
                     if len(batch) > free:  # several queues: keep the surplus for later
                         self._buffer.extend(batch[free:])
                         batch = batch[:free]
@@ -351,21 +352,16 @@ class Worker:
                     self._start_tasks.add(task)
                     task.add_done_callback(self._start_tasks.discard)
                 backoff = 0.1
-            except TRANSIENT as exc:
+            except RedisUnavailable as exc:
                 # a batch read but not started, or a reply lost on the way, is still in this
                 # consumer's pending list: look there once Redis answers again
                 self._recheck = True
                 log.warning("worker %s: redis unavailable (%s); retrying", self.name, exc)
                 if is_failover(exc):
-                    await reset_connections(self.redis)
+                    await self.store.reset_connections()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
-            except Exception as exc:
-                if isinstance(exc, RedisError) and "NOGROUP" in str(exc):
-                    with contextlib.suppress(*TRANSIENT):
-                        for stream in self.streams:
-                            await ensure_group(self.redis, stream)
-                    continue
+            except Exception:
                 # OOM, BUSY, a queue key that is not a stream, a bug: nothing one task or
                 # one key does may end the worker; say it loudly, back off, go on
                 self._recheck = True
@@ -401,102 +397,81 @@ class Worker:
         whatever turns out stale)."""
         known = {j.entry for j in self.jobs.values()} | {d.entry for d in self._buffer}
         known |= self._starting_entries
-        for d in await read_own_pending(self.redis, self.name, self.streams):
+        for d in await self.store.work.own_pending(self.name, self.streams):
             if d.entry not in known:
                 self._buffer.append(d)
 
     async def _start(self, batch: list[Delivery]) -> None:
-        s = self.scripts
+        work = self.store.work
 
-        async def call(part: Sequence[Delivery]) -> list[Any]:
-            tkeys = [s.task_keys(d.task_id, d.queue) for d in part]
-            argv = [self.name, self.lease_ms, self.nonce, *(d.entry for d in part)]
-            replies: list[Any] = await s.call("start", "worker", tkeys, argv)
-            return replies
+        async def call(part: Sequence[Delivery]) -> list[Started]:
+            return await work.start(self.name, self.lease_ms, self.nonce, part)
 
-        # one task whose data breaks start.lua must not stop the others (nor the worker)
+        # one task whose data breaks start.lua must not stop the others (nor the worker);
+        # a failed batch call started the tasks before the bad one and its reply was lost:
+        # the single calls find them started by this consumer and answer the same
         done = await each_alone(call, batch, log, f"worker {self.name}: start batch")
         if done.failed:
             await self._quarantine(done.failed)
             bad = {d.entry for d, _ in done.failed}
             batch = [d for d in batch if d.entry not in bad]
         replies = [r for part in done.replies for r in part]
-        if done.split:
-            # the failed batch call started the tasks before the bad one, and its reply
-            # was lost: the single calls found them RUNNING; they are ours to run
-            replies = [await self._adopt(d, r) for d, r in zip(batch, replies, strict=True)]
         loop = asyncio.get_running_loop()
         now = time.monotonic()
-        for d, reply in zip(batch, replies, strict=True):
-            if reply[0] != 1:
+        for d, r in zip(batch, replies, strict=True):
+            if r.code is not Code.APPLIED:
                 continue
-            _, tid, ttype, payload, attempt, lease, _deadline_at, dedup, timeout, wf = reply
-            keys = s.task_keys(tid, d.queue, dedup or None)
-            job = _Job(tid, d.queue, d.entry, lease, dedup, keys, wf)
-            timeout_s = int(timeout) / 1000 if int(timeout) else None
+            keys = self.keys.task_keys(r.id, d.queue, r.dedup or None)
+            job = _Job(r.id, d.queue, d.entry, r.lease, r.dedup, keys, r.wf)
+            timeout_s = r.timeout_ms / 1000 if r.timeout_ms else None
             ctx = Context(
-                task_id=tid,
-                type=ttype,
+                task_id=r.id,
+                type=r.type,
                 queue=d.queue,
                 payload=None,
-                attempt=int(attempt),
+                attempt=r.attempt,
                 deadline=None if timeout_s is None else now + timeout_s,
                 worker=self.name,
                 loop=loop,
                 on_progress=self._progress_wake.set,
             )
             job.ctx = ctx
-            old = self.jobs.get(tid)
+            old = self.jobs.get(r.id)
             if old is not None:
                 # this worker ran an earlier attempt of the task and lost its lease (the
                 # reaper took it back while heartbeats could not get through): that attempt's
                 # result would be refused, so stop it now
                 old.stop("LOST")
-            self.jobs[tid] = job
-            job.task = loop.create_task(self._run(job, ttype, payload, timeout_s))
-
-    async def _adopt(self, d: Delivery, reply: Any) -> Any:
-        """start.lua's reply for ``d`` when this worker started it (under its nonce, on
-        that entry) in a call whose reply was lost; else ``reply``."""
-        if reply[0] != -2 or reply[1] != "RUNNING":
-            return reply
-        names = ["id", "type", "payload", "attempt", "lease", "deadline_at", "dedup",
-                 "timeout_ms", "wf", "consumer", "entry"]  # fmt: skip
-        v = await self.redis.hmget(self.keys.task(d.task_id), names)
-        if v[9] != self.name or v[10] != d.entry or not (v[4] or "").endswith(":" + self.nonce):
-            return reply
-        try:
-            return [1, v[0], v[1] or "", v[2] or "", int(v[3]), v[4], int(v[5] or 0),
-                    v[6] or "", int(v[7] or 0), v[8] or ""]  # fmt: skip
-        except (TypeError, ValueError):  # not ours to read: the reaper takes it back
-            return reply
+            self.jobs[r.id] = job
+            job.task = loop.create_task(self._run(job, r.type, r.payload, timeout_s))
 
     async def _quarantine(self, failed: list[tuple[Delivery, Exception]]) -> None:
-        """Deliveries whose task start.lua fails on: to the reaper's quarantine (FAILED
-        through DEADLETTER when the task's data is found defective), else left in this
-        consumer's pending list for the reaper."""
-        from ..reaper.calls import ReaperScripts
-        from ..reaper.config import ReaperConfig
-        from ..reaper.quarantine import Suspect, isolate
-
+        """Deliveries whose task start.lua fails on: quarantined (FAILED through DEADLETTER
+        when the task's data is found defective), else left in this consumer's pending
+        list for the reaper."""
         for d, exc in failed:
             log.error("worker %s: cannot start task %s: %s", self.name, d.task_id, exc)
         suspects = [Suspect(d.task_id, d.queue, "queue", d.entry, exc) for d, exc in failed]
-        rs = ReaperScripts(self.redis, self.settings)
         try:
-            await isolate(rs, ReaperConfig(), "start", suspects)
-        except RedisError as exc:
+            verdicts = await self.store.quarantine.isolate(
+                "worker", "start", suspects, DEADLETTER_MAXLEN
+            )
+        except RsjobsError as exc:
             log.warning("worker %s: quarantine failed (%s); left to the reaper", self.name, exc)
+            return
+        for v in verdicts:
+            if v.outcome is not None:
+                log.warning(
+                    "worker %s: task %s quarantined (%s): %s",
+                    self.name,
+                    v.suspect.task_id,
+                    v.outcome,
+                    v.why,
+                )
 
     async def _release(self, deliveries: list[Delivery]) -> None:
-        s = self.scripts
-        with contextlib.suppress(RedisError):
-            await s.call(
-                "release",
-                "worker",
-                [s.task_keys(d.task_id, d.queue) for d in deliveries],
-                [d.entry for d in deliveries],
-            )
+        with contextlib.suppress(RsjobsError):
+            await self.store.work.release(deliveries)
 
     # -- running -------------------------------------------------------------------------
 
@@ -525,7 +500,7 @@ class Worker:
                 else:
                     async with asyncio.timeout(timeout_s):
                         result = await self._call(job, handler, ctx)
-            except asyncio.CancelledError:
+            except (asyncio.CancelledError, LeaseLost):
                 if ctx.stop_reason == "SHUTDOWN":
                     self._finish(job, "REQUEUE", "worker shutting down: task handed back", "")
                 elif not ctx.stop_reason:
@@ -615,14 +590,14 @@ class Worker:
         *,
         retryable: bool = True,
     ) -> None:
-        args = [event, job.lease, body, etype, "1" if retryable else "0", -1, random.random()]
+        ending = Ending(event, job.lease, body, etype, int(retryable), -1, random.random())
         self.processed += 1
         if job.wf:
             # a workflow's task: its end and the workflow's accounting are one script call
             # (wf_finish.lua), off the batched path below
-            self._finish_workflow_task(job, args)
+            self._finish_workflow_task(job, ending)
             return
-        self._finish_items.append((job.keys, args, job.id))
+        self._finish_items.append((job.keys, ending, job.id))
         if self._finisher is None or self._finisher.done():
             self._finish_idle.clear()
             self._finisher = asyncio.get_running_loop().create_task(self._flush_finishes())
@@ -631,15 +606,12 @@ class Worker:
         """Send whatever finished, in one script call per batch, until nothing is left."""
         backoff = 0.05
         give_up = time.monotonic() + self.lease_ms / 1000
+        work = self.store.work
         while self._finish_items:
             items, self._finish_items = self._finish_items[:500], self._finish_items[500:]
 
-            async def call(part: Sequence[tuple[TaskKeys, list[Any], str]]) -> list[Any]:
-                argv: list[Any] = [v for _, a, _ in part for v in a]
-                out: list[Any] = await self.scripts.call(
-                    "finish", "worker", [k for k, _, _ in part], argv
-                )
-                return out
+            async def call(part: Sequence[tuple[TaskKeys, Ending, str]]) -> list[Any]:
+                return await work.finish([(k, e) for k, e, _ in part])
 
             try:
                 done = await each_alone(call, items, log, f"worker {self.name}: finish batch")
@@ -661,27 +633,31 @@ class Worker:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
-            for (_, a, tid), err in done.failed:
+            for (_, e, tid), err in done.failed:
                 # its task's data breaks finish.lua: the reaper takes the task back after
                 # its lease and quarantines it
-                log.error("worker %s: %s of task %s failed: %s", self.name, a[0], tid, err)
+                log.error("worker %s: %s of task %s failed: %s", self.name, e.event, tid, err)
             bad = {tid for (_, _, tid), _ in done.failed}
             items = [i for i in items if i[2] not in bad]
             replies = [r for part in done.replies for r in part]
-            for (_, a, tid), (code, state) in zip(items, replies, strict=True):
+            for (_, e, tid), (code, state) in zip(items, replies, strict=True):
                 if code < 0:
                     log.warning(
-                        "worker %s: %s of task %s refused (task is %s)", self.name, a[0], tid, state
+                        "worker %s: %s of task %s refused (task is %s)",
+                        self.name,
+                        e.event,
+                        tid,
+                        state,
                     )
         self._finish_idle.set()
 
-    def _finish_workflow_task(self, job: _Job, args: list[Any]) -> None:
+    def _finish_workflow_task(self, job: _Job, ending: Ending) -> None:
         if self._wf_finisher is None:
             from ..workflows.finish import WorkflowFinisher
 
-            self._wf_finisher = WorkflowFinisher(self.redis, self.settings, self.name)
+            self._wf_finisher = WorkflowFinisher(self.store, self.name)
         call = self._wf_finisher.finish(
-            job.wf, job.id, job.keys, args, give_up_s=self.lease_ms / 1000
+            job.wf, job.id, job.keys, ending, give_up_s=self.lease_ms / 1000
         )
         task = asyncio.get_running_loop().create_task(call)
         self._wf_pending.add(task)
@@ -731,27 +707,25 @@ class Worker:
                 await asyncio.sleep(self.progress_ms / 1000)  # coalesce progress bursts
 
     async def _beat(self, jobs: list[_Job]) -> None:
-        argv: list[Any] = [self.name, self.lease_ms]
+        items: list[tuple[TaskKeys, BeatItem]] = []
         sent: list[float | None] = []
         for j in jobs:
             ctx = j.ctx
             assert ctx is not None
             p = ctx.progress_value
             changed = p is not None and p != j.progress_sent
-            argv += (
+            beat = BeatItem(
                 j.lease,
                 j.entry,
                 f"{p:g}" if changed and p is not None else "",
                 ctx.progress_msg if changed else "",
             )
+            items.append((j.keys, beat))
             sent.append(p)
+        work = self.store.work
 
-        async def call(part: Sequence[int]) -> list[Any]:
-            args = [*argv[:2], *(v for i in part for v in argv[2 + 4 * i : 6 + 4 * i])]
-            out: list[Any] = await self.scripts.call(
-                "heartbeat", "worker", [jobs[i].keys for i in part], args
-            )
-            return out
+        async def call(part: Sequence[int]) -> list[Beat]:
+            return await work.heartbeat(self.name, self.lease_ms, [items[i] for i in part])
 
         # one task whose data breaks heartbeat.lua must not cost every other its lease
         done = await each_alone(call, range(len(jobs)), log, f"worker {self.name}: heartbeat")
@@ -765,28 +739,20 @@ class Worker:
         replies = [r for part in done.replies for r in part]
         for j, p, word in zip(jobs, sent, replies, strict=True):
             j.progress_sent = p
-            if word != "OK":
+            if word is not Beat.OK:
                 log.info("worker %s: task %s is %s; stopping its handler", self.name, j.id, word)
-                j.stop(word)
+                j.stop(word.value)
 
     async def _control_loop(self) -> None:
         """Hear CANCEL / PAUSE notices at once (heartbeats are the fallback)."""
         while not self._closing:
-            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(self.keys.control)
-                async for msg in pubsub.listen():
-                    if msg.get("type") != "message":
-                        continue
-                    event, _, tid = _text(msg["data"]).partition(" ")
+                async for event, tid in self.store.work.control_notices():
                     job = self.jobs.get(tid)
                     if job is not None:
                         job.stop({"CANCEL": "CANCELLED", "PAUSE": "PAUSED"}.get(event, event))
-            except TRANSIENT:
+            except RedisUnavailable:
                 await asyncio.sleep(0.5)
-            finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()
 
     async def _promote_loop(self) -> None:
         """Move due SCHEDULED tasks back to their queues (the reaper does it too)."""
@@ -794,9 +760,9 @@ class Worker:
         while not self._closing:
             await asyncio.sleep(self.promote_ms / 1000)
             try:
-                await promote_due(self.scripts, "worker")
+                await self.store.work.promote_due("worker")
                 last = ""
-            except TRANSIENT:
+            except RedisUnavailable:
                 pass
             except Exception as exc:  # e.g. a corrupt scheduled task: the reaper isolates it
                 if str(exc) != last:
@@ -825,11 +791,11 @@ class Worker:
                 for s in list(self._stuck.values())[:100]
             ],
         }
-        await self.redis.hset(self.keys.workers, self.name, encode(info))
+        await self.store.work.register(self.name, encode(info))
 
     async def _unregister(self) -> None:
-        with contextlib.suppress(RedisError, OSError):
-            await self.redis.hdel(self.keys.workers, self.name)
+        with contextlib.suppress(RsjobsError, OSError):
+            await self.store.work.unregister(self.name)
 
 
 def _payload(raw: str) -> Any:
@@ -841,20 +807,3 @@ def _payload(raw: str) -> Any:
         return decode(raw)
     except msgspec.DecodeError as exc:
         raise PayloadError(f"the task's payload does not decode as JSON: {exc}") from None
-
-
-async def promote_due(scripts: Scripts, source: str, limit: int = 200) -> int:
-    """Promote due SCHEDULED tasks; returns how many. Candidates come from the zset by the
-    local clock (with 1 s of slack); the script decides by Redis TIME."""
-    horizon = int(time.time() * 1000) + 1000
-    members = await scripts.redis.zrangebyscore(
-        scripts.keys.scheduled, "-inf", horizon, start=0, num=limit
-    )
-    if not members:
-        return 0
-    tkeys = []
-    for m in members:
-        queue, tid = split_member(m)
-        tkeys.append(scripts.task_keys(tid, queue))
-    promoted, _next_due = await scripts.call("promote", source, tkeys, members)
-    return int(promoted)

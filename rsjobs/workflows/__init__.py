@@ -7,7 +7,7 @@ versions** (what each task produced, for which version). Stages are declared in 
 inside Redis by the ``wf_*`` scripts; :class:`WorkflowClient` starts and acts;
 :class:`WorkflowDriver` re-drives from persisted state. See ``docs/workflows.md``.
 
-Importable without the web parts (``rsjobs.workflows.http`` needs Starlette).
+Importable without the web parts: its HTTP routes are the web app's (``rsjobs.web.workflows``).
 """
 
 from .client import WorkflowClient, validate_workflow_id

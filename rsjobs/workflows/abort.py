@@ -20,13 +20,11 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from redis.exceptions import ResponseError
 
 from ..codec import decode
-from ..errors import PayloadError
+from ..errors import PayloadError, StoreError
 from ..schemas import _text
-from ..store.scripts import TaskKeys
-from .calls import Reply, WorkflowScripts
+from ..store import OpenSet, Store, WfCode, WfReply
 from .errors import CorruptWorkflow
 from .model import WfStatus
 from .plan import decode_plan
@@ -103,49 +101,34 @@ def defects_of(
     return found
 
 
-async def workflow_defects(ws: WorkflowScripts, wf_id: str) -> list[str]:
+async def workflow_defects(store: Store, wf_id: str) -> list[str]:
     """What is wrong with the stored workflow ``wf_id`` ([] when nothing is found)."""
-    k = ws.keys
-    names = {
-        "wf": k.workflow(wf_id),
-        "history": k.workflow_history(wf_id),
-        "tasks": k.workflow_tasks(wf_id),
-        "assets": k.workflow_assets(wf_id),
-        "open": k.workflow_open(wf_id),
-    }
-    async with ws.redis.pipeline(transaction=False) as pipe:
-        for key in names.values():
-            pipe.type(key)
-        found = await pipe.execute()
-    types = {n: _text(t) for n, t in zip(names, found, strict=True)}
-    h = await ws.redis.hgetall(names["wf"]) if types["wf"] == "hash" else {}
-    assets = await ws.redis.hgetall(names["assets"]) if types["assets"] == "hash" else {}
+    types, h, assets = await store.workflows.inspect(wf_id)
     return defects_of(wf_id, types, h, assets)
 
 
-async def reason_of(ws: WorkflowScripts, wf_id: str, exc: BaseException) -> str:
+async def reason_of(store: Store, wf_id: str, exc: BaseException) -> str:
     """Why the workflow cannot go on after ``exc`` ('' when nothing wrong is found)."""
     if isinstance(exc, PayloadError):
         return f"its next tasks cannot be created: {exc}"
-    defects = await workflow_defects(ws, wf_id)
+    defects = await workflow_defects(store, wf_id)
     if not defects:
         return ""
     return f"its stored data is corrupt: {'; '.join(defects)} ({type(exc).__name__}: {exc})"
 
 
-async def abort(ws: WorkflowScripts, wf_id: str, reason: str, source: str) -> Reply:
+async def abort(store: Store, wf_id: str, reason: str, source: str) -> WfReply:
     """Run ``wf_abort.lua`` (see its header for the reply codes)."""
     reply = None
     for _ in range(8):
-        ids: list[str] = []
-        tkeys: list[TaskKeys] = []
+        open_set = OpenSet([], [])
         try:
-            ids, tkeys = await ws.open_tasks(wf_id)
-        except ResponseError as exc:  # the open set is not a set: named tasks stay as they are
-            if "WRONGTYPE" not in str(exc):
+            open_set = await store.workflows.open_tasks(wf_id)
+        except StoreError as exc:  # the open set is not a set: named tasks stay as they are
+            if exc.code != "WRONGTYPE":
                 raise
-        reply = await ws.call("wf_abort", source, wf_id, tkeys, [wf_id, reason[:1000], *ids])
-        if reply.code != -5:
+        reply = await store.workflows.abort(source, wf_id, reason[:1000], open_set)
+        if reply.code is not WfCode.STALE:
             break
     assert reply is not None
     return reply

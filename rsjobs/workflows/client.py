@@ -9,6 +9,7 @@ the driver does it (see :mod:`rsjobs.workflows.spawn`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Iterable, Mapping
@@ -18,9 +19,11 @@ import msgspec
 from redis.asyncio import Redis
 
 from ..codec import encode
-from ..errors import ConfigError, WaitTimeout
+from ..errors import ConfigError, RedisUnavailable, WaitTimeout
 from ..settings import Settings
-from .calls import HISTORY_MAXLEN, Reply, WorkflowScripts
+from ..store import Store, WfCode, WfReply, error_of
+from ..store.layout import WfGateArgs, WfRegenerateArgs, WfRetryArgs, WfRetryItem, WfStartArgs
+from ..store.workflows import HISTORY_MAXLEN
 from .definition import WorkflowDefinition
 from .errors import ActionRefused, CorruptWorkflow, UnknownDefinition, WorkflowNotFound
 from .model import allowed, is_terminal
@@ -34,7 +37,7 @@ from .spawn import (
     new_id,
     redrive,
     spawn,
-    task_argv,
+    wf_task,
 )
 from .spawn import current_assets as _current_assets
 from .spawn import task_payload as _task_payload
@@ -72,10 +75,12 @@ class WorkflowClient:
         self.redis = redis
         self.settings = settings or Settings()
         self.source = source
-        self.scripts = WorkflowScripts(
-            redis, self.settings, history_maxlen=history_maxlen, durable=True
+        # every call is a write this client acknowledges (its starts and actions, and the
+        # spawns that follow them): durable mode applies to them
+        self.store = Store(
+            redis, self.settings, wf_history_maxlen=history_maxlen, durable_workflows=True
         )
-        self.keys = self.scripts.keys
+        self.keys = self.store.keys
         self.definitions: dict[str, WorkflowDefinition] = {}
         for d in definitions:
             self.register(d)
@@ -102,7 +107,7 @@ class WorkflowClient:
         return definition
 
     async def close(self) -> None:
-        await self.redis.aclose()
+        await self.store.close()
 
     async def __aenter__(self) -> WorkflowClient:
         return self
@@ -153,14 +158,11 @@ class WorkflowClient:
             input=value,
             plan=plan,
         )
-        check_stage(self.scripts, first, [])
-        await self.redis.sadd(self.keys.queues, *{s.queue for s in plan.stages})
-        reply = await self.scripts.call(
-            "wf_start",
+        check_stage(self.settings, first, [])
+        await self.store.tasks.remember_queues({s.queue for s in plan.stages})
+        reply = await self.store.workflows.start(
             self.source,
-            wf_id,
-            [],
-            [
+            WfStartArgs(
                 wf_id,
                 d.name,
                 owner or "",
@@ -170,10 +172,10 @@ class WorkflowClient:
                 plan.stages[0].name,
                 len(plan.stages[0].tasks),
                 restarted_from or "",
-            ],
+            ),
         )
         if reply.drive:
-            await spawn(self.scripts, wf_id, self.source)
+            await spawn(self.store, wf_id, self.source)
         return wf_id
 
     async def restart(
@@ -191,14 +193,14 @@ class WorkflowClient:
 
     async def get(self, wf_id: str) -> WorkflowInfo:
         """The workflow as stored. Raises :class:`WorkflowNotFound`."""
-        info = await load_info(self.scripts, validate_workflow_id(wf_id))
+        info = await load_info(self.store, validate_workflow_id(wf_id))
         if info is None:
             raise WorkflowNotFound(wf_id)
         return info
 
     async def status(self, wf_id: str) -> WorkflowStatus:
         """The status document. Raises :class:`WorkflowNotFound`."""
-        doc = await load_status(self.scripts, validate_workflow_id(wf_id))
+        doc = await load_status(self.store, validate_workflow_id(wf_id))
         if doc is None:
             raise WorkflowNotFound(wf_id)
         return doc
@@ -209,40 +211,36 @@ class WorkflowClient:
         """The workflow's history, oldest first; ``after`` is an exclusive stream id."""
         validate_workflow_id(wf_id)
         start = "-" if after in ("-", "0", "0-0", "") else f"({after}"
-        rows = await self.redis.xrange(self.keys.workflow_history(wf_id), start, "+", count=count)
-        if not rows and not await self.redis.exists(self.keys.workflow(wf_id)):
+        rows = await self.store.workflows.history(wf_id, start, count)
+        if rows is None:
             raise WorkflowNotFound(wf_id)
         return [WorkflowEvent.from_entry(i, f) for i, f in rows]
 
     async def assets(self, wf_id: str, version: int | None = None) -> list[Asset]:
         """The assets of ``version`` (default: the current one), in stage order."""
         info = await self.get(wf_id)
-        found = await _current_assets(self.scripts, wf_id, version or info.version)
+        found = await _current_assets(self.store, wf_id, version or info.version)
         return sorted(found, key=lambda a: (a.stage_index, a.item))
 
     async def all_assets(self, wf_id: str) -> list[Asset]:
         """Every asset of every version (regenerated ones included), by version and stage."""
         validate_workflow_id(wf_id)
-        raw: Mapping[str, str] = await self.redis.hgetall(self.keys.workflow_assets(wf_id))
+        raw: Mapping[str, str] = await self.store.workflows.assets(wf_id)
         found = [decode_asset(v) for v in raw.values()]
         return sorted(found, key=lambda a: (a.version, a.stage_index, a.item))
 
     async def list(self, *, limit: int = 50, owner: str | None = None) -> list[WorkflowInfo]:
         """The most recently started workflows (that still exist), newest first."""
-        ids = await self.redis.zrevrange(self.keys.workflows, 0, max(limit * 4, limit) - 1)
+        ids = await self.store.workflows.recent(max(limit * 4, limit))
         out: list[WorkflowInfo] = []
         if not ids:
             return out
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for wf_id in ids:
-                pipe.hgetall(self.keys.workflow(wf_id))
-            rows = await pipe.execute(raise_on_error=False)
-        for h in rows:
-            if isinstance(h, dict) and h and (owner is None or h.get("owner", "") == owner):
+        for record in await self.store.workflows.records(ids):
+            if record is not None and (owner is None or record.owner == owner):
                 # one corrupt workflow must not hide all the others: it is left out here
                 # (its history still reads; the driver moves it to FAILED)
                 with contextlib.suppress(CorruptWorkflow):
-                    out.append(WorkflowInfo.from_hash(h))
+                    out.append(WorkflowInfo.from_record(record))
             if len(out) >= limit:
                 break
         return out
@@ -257,9 +255,7 @@ class WorkflowClient:
         """Block until the workflow's status is one of ``statuses`` (default: a terminal
         one), driven by its history stream. Raises :class:`rsjobs.WaitTimeout`."""
         wanted = set(statuses) if statuses is not None else None
-        hkey = self.keys.workflow_history(wf_id)
-        last = await self.redis.xrevrange(hkey, "+", "-", count=1)
-        last_id = last[0][0] if last else "0-0"
+        last_id = await self.store.workflows.last_history_id(wf_id)
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
         while True:
             info = await self.get(wf_id)
@@ -273,26 +269,26 @@ class WorkflowClient:
                 if left <= 0:
                     raise WaitTimeout(f"workflow {wf_id} is still {info.status}")
                 block = max(1, min(block, int(left * 1000)))
-            rows = await self.redis.xread({hkey: last_id}, block=block)
+            try:
+                rows = await self.store.workflows.read_history(wf_id, last_id, block)
+            except RedisUnavailable:  # a failover ends the read, not the wait
+                await asyncio.sleep(min(0.5, block / 1000))
+                rows = []
             if rows:
-                last_id = rows[0][1][-1][0]
+                last_id = rows[-1][0]
 
     # -- acting ----------------------------------------------------------------------------
 
-    def _result(self, wf_id: str, action: str, reply: Reply) -> str:
-        if reply.code == -1:
-            raise WorkflowNotFound(wf_id)
-        if reply.code == -2:
-            raise ActionRefused(wf_id, action, reply.status, reply.message)
-        if reply.code == -5:
-            raise ActionRefused(
-                wf_id, action, reply.status, "the workflow kept changing; try again"
+    def _result(self, wf_id: str, action: str, reply: WfReply) -> str:
+        if reply.code in (WfCode.NOT_FOUND, WfCode.REFUSED, WfCode.STALE):
+            raise error_of(
+                reply.code, subject=wf_id, action=action, state=reply.status, message=reply.message
             )
         return reply.status
 
-    async def _after(self, wf_id: str, reply: Reply) -> None:
+    async def _after(self, wf_id: str, reply: WfReply) -> None:
         if reply.code >= 0 and reply.drive:
-            await spawn(self.scripts, wf_id, self.source)
+            await spawn(self.store, wf_id, self.source)
 
     async def confirm(
         self,
@@ -335,8 +331,8 @@ class WorkflowClient:
             if event == "CONFIRM" and await self._check_confirm(info, version_arg, stage_arg):
                 # checked for what was read: a confirm of anything else is refused as stale
                 version_arg, stage_arg = str(info.version), str(info.stage)
-        reply = await self.scripts.call(
-            "wf_gate", self.source, wf_id, [], [event, version_arg, stage_arg, note[:500]]
+        reply = await self.store.workflows.gate(
+            self.source, wf_id, WfGateArgs(event, version_arg, stage_arg, note[:500])
         )
         status = self._result(wf_id, event, reply)
         await self._after(wf_id, reply)
@@ -349,9 +345,9 @@ class WorkflowClient:
             return False
         if version not in ("", str(info.version)) or stage not in ("", str(info.stage)):
             return False  # refused as stale by the script
-        assets = await _current_assets(self.scripts, info.id, info.version)
+        assets = await _current_assets(self.store, info.id, info.version)
         nxt = msgspec.structs.replace(info, status="RUNNING", stage=info.stage + 1)
-        check_stage(self.scripts, nxt, assets)
+        check_stage(self.settings, nxt, assets)
         return True
 
     async def regenerate(
@@ -381,18 +377,18 @@ class WorkflowClient:
         ):
             # the new version's tasks fit, or nothing is written; checked for the version
             # read, so a regenerate of another one is refused as stale
-            assets = await _current_assets(self.scripts, wf_id, info.version)
+            assets = await _current_assets(self.store, wf_id, info.version)
             nxt = msgspec.structs.replace(
                 info, status="RUNNING", version=info.version + 1, stage=target
             )
-            check_stage(self.scripts, nxt, assets)
+            check_stage(self.settings, nxt, assets)
             expect = str(info.version)
         reply = None
+        args = WfRegenerateArgs(target, reason[:500], info.plan.max_versions, expect)
         for _ in range(ATTEMPTS):
-            ids, tkeys = await self.scripts.open_tasks(wf_id)
-            argv = [target, reason[:500], info.plan.max_versions, expect, *ids]
-            reply = await self.scripts.call("wf_regenerate", self.source, wf_id, tkeys, argv)
-            if reply.code != -5:
+            open_set = await self.store.workflows.open_tasks(wf_id)
+            reply = await self.store.workflows.regenerate(self.source, wf_id, args, open_set)
+            if reply.code is not WfCode.STALE:
                 break
         assert reply is not None
         status = self._result(wf_id, "REGENERATE", reply)
@@ -405,11 +401,9 @@ class WorkflowClient:
         validate_workflow_id(wf_id)
         reply = None
         for _ in range(ATTEMPTS):
-            ids, tkeys = await self.scripts.open_tasks(wf_id)
-            reply = await self.scripts.call(
-                "wf_cancel", self.source, wf_id, tkeys, [reason[:500], *ids]
-            )
-            if reply.code != -5:
+            open_set = await self.store.workflows.open_tasks(wf_id)
+            reply = await self.store.workflows.cancel(self.source, wf_id, reason[:500], open_set)
+            if reply.code is not WfCode.STALE:
                 break
         assert reply is not None
         return self._result(wf_id, "CANCEL", reply)
@@ -420,46 +414,37 @@ class WorkflowClient:
         writing nothing, when a new task would be over the payload limit. Returns the new
         status."""
         reply = None
+        wf = self.store.workflows
         for _ in range(ATTEMPTS):
             info = await self.get(wf_id)
+            args = WfRetryArgs(info.version, info.stage, note[:500])
             if info.status != "PARTIALLY_FAILED":
-                reply = await self.scripts.call(
-                    "wf_retry", self.source, wf_id, [], [info.version, info.stage, note[:500]]
-                )
-                if reply.code != -5:
+                reply = await wf.retry(self.source, wf_id, args, [])
+                if reply.code is not WfCode.STALE:
                     break
                 continue
             stage = info.plan.stages[info.stage]
-            k = self.keys
-            async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.hgetall(k.workflow_tasks(wf_id))
-                pipe.smembers(k.workflow_open(wf_id))
-                slots, open_ids = await pipe.execute()
+            slots, open_ids = await wf.slots_and_open(wf_id)
             ended = []
             for spec in stage.tasks:
                 tid = slots.get(f"{info.version}:{info.stage}:{spec.item}")
                 if tid is not None and tid not in open_ids:
                     ended.append((spec, tid))
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for _, tid in ended:
-                    pipe.hget(k.task(tid), "state")
-                # a task hash that is not a hash any more answers an error: failed too
-                states = await pipe.execute(raise_on_error=False) if ended else []
+            # a task hash that is not a hash any more reads '': failed too
+            states = await wf.task_states([tid for _, tid in ended])
             failed = [e for e, st in zip(ended, states, strict=True) if st != "SUCCEEDED"]
-            assets = await _current_assets(self.scripts, wf_id, info.version)
-            tasks, argv = [], [info.version, info.stage, note[:500]]
+            assets = await _current_assets(self.store, wf_id, info.version)
+            retries = []
             for spec, old in failed:
-                new = new_id()
-                tasks += [self.scripts.task_keys(old, stage.queue)]
-                tasks += [self.scripts.task_keys(new, stage.queue)]
                 payload = _task_payload(info, stage, spec, assets, info.retries + 1)
-                argv += [old, *task_argv(self.scripts, new, stage, spec, payload)]
-            reply = await self.scripts.call("wf_retry", self.source, wf_id, tasks, argv)
-            if reply.code != -5:
+                task = wf_task(self.settings, new_id(), stage, spec, payload)
+                retries.append(WfRetryItem(old, *task))
+            reply = await wf.retry(self.source, wf_id, args, retries)
+            if reply.code is not WfCode.STALE:
                 break
         assert reply is not None
         return self._result(wf_id, "RETRY", reply)
 
     async def redrive(self, wf_id: str) -> DriveResult:
         """Bring the workflow up to date with its tasks now (what the driver does)."""
-        return await redrive(self.scripts, validate_workflow_id(wf_id), self.source)
+        return await redrive(self.store, validate_workflow_id(wf_id), self.source)

@@ -26,11 +26,12 @@ import traceback
 import msgspec
 from redis.asyncio import Redis
 
-from ..errors import ConfigError
+from ..errors import ConfigError, RedisUnavailable
 from ..settings import Settings
-from ..store.isolation import TRANSIENT, about_item
+from ..store import Store, WfCode
+from ..store.connection import connect
+from ..store.isolation import about_item
 from .abort import abort, reason_of
-from .calls import WorkflowScripts
 from .spawn import redrive
 
 __all__ = ["DriveReport", "WorkflowDriver"]
@@ -77,13 +78,11 @@ class WorkflowDriver:
     ) -> None:
         if interval_ms < 1 or batch < 1:
             raise ConfigError("interval_ms and batch must be >= 1")
-        from ..client import connect
-
         self.redis = redis if redis is not None else connect(url)
         self._own_redis = redis is None
         self.settings = settings or Settings()
-        self.scripts = WorkflowScripts(self.redis, self.settings)
-        self.keys = self.scripts.keys
+        self.store = Store(self.redis, self.settings)
+        self.keys = self.store.keys
         self.interval_ms = interval_ms
         self.batch = batch
         self.source = source
@@ -95,7 +94,7 @@ class WorkflowDriver:
 
     async def close(self) -> None:
         if self._own_redis:
-            await self.redis.aclose()
+            await self.store.close()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -104,15 +103,13 @@ class WorkflowDriver:
         """Re-drive every active workflow once; returns what was done."""
         t0 = time.monotonic()
         report = DriveReport()
-        cursor: int | str = 0
+        cursor = 0
         while True:
-            cursor, ids = await self.redis.sscan(
-                self.keys.workflows_active, cursor, count=self.batch
-            )
+            cursor, ids = await self.store.workflows.active(cursor, self.batch)
             for wf_id in ids:
                 report.visited += 1
                 try:
-                    result = await redrive(self.scripts, wf_id, self.source)
+                    result = await redrive(self.store, wf_id, self.source)
                 except Exception as exc:
                     if not about_item(exc):
                         raise  # Redis itself: the pass is retried
@@ -129,7 +126,7 @@ class WorkflowDriver:
                 if result.spawned:
                     report.spawned_workflows += 1
                     report.spawned_tasks += result.spawned
-            if int(cursor) == 0:
+            if cursor == 0:
                 break
         report.pruned = await self._prune_index()
         report.ms = int((time.monotonic() - t0) * 1000)
@@ -138,7 +135,7 @@ class WorkflowDriver:
 
     async def _isolate(self, wf_id: str, exc: Exception, report: DriveReport) -> None:
         """One workflow failed to be driven: ABORT it when its data says why, else log."""
-        reason = await reason_of(self.scripts, wf_id, exc)
+        reason = await reason_of(self.store, wf_id, exc)
         if not reason:
             report.errors += 1
             log.error(
@@ -147,17 +144,21 @@ class WorkflowDriver:
                 exc_info=exc,
             )
             return
-        reply = await abort(self.scripts, wf_id, reason, self.source)
-        if reply.code == 1:
+        reply = await abort(self.store, wf_id, reason, self.source)
+        if reply.code is WfCode.APPLIED:
             report.aborted += 1
-        elif reply.code == -3:
+        elif reply.code is WfCode.QUARANTINED:
             report.quarantined += 1
-        elif reply.code == -1:
+        elif reply.code is WfCode.NOT_FOUND:
             report.gone += 1
         log.warning(
             "workflow drive: %s %s: %s",
             wf_id,
-            {1: "FAILED (ABORT)", -3: "quarantined", -1: "gone"}.get(reply.code, reply.status),
+            {
+                WfCode.APPLIED: "FAILED (ABORT)",
+                WfCode.QUARANTINED: "quarantined",
+                WfCode.NOT_FOUND: "gone",
+            }.get(reply.code, reply.status),
             reason,
         )
 
@@ -166,18 +167,8 @@ class WorkflowDriver:
         retention = self.settings.retention_ms
         if retention <= 0 or self.passes % 60:
             return 0
-        secs, micros = await self.redis.time()
-        horizon = int(secs) * 1000 + int(micros) // 1000 - retention
-        old = await self.redis.zrangebyscore(
-            self.keys.workflows, "-inf", horizon, start=0, num=1000
-        )
-        gone = []
-        for wf_id in old:
-            if not await self.redis.exists(self.keys.workflow(wf_id)):
-                gone.append(wf_id)
-        if gone:
-            await self.redis.zrem(self.keys.workflows, *gone)
-        return len(gone)
+        horizon = await self.store.reaper.now_ms() - retention
+        return await self.store.workflows.prune_index(horizon)
 
     async def run(self) -> None:
         """Sweep every ``interval_ms`` until :meth:`stop` (or SIGTERM / SIGINT)."""
@@ -200,7 +191,7 @@ class WorkflowDriver:
                         or report.errors
                     ):
                         log.info("workflow drive: %s", msgspec.json.encode(report).decode())
-                except TRANSIENT as exc:
+                except RedisUnavailable as exc:
                     log.warning("workflow drive: redis unavailable (%s)", exc)
                     delay, backoff = backoff, min(backoff * 2, 5.0)
                 except Exception as exc:

@@ -12,17 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
-from typing import Any
 
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
-
-from ..schemas import _text
-from ..settings import Settings
-from ..store.scripts import TaskKeys
-from ..store.transient import TRANSIENT
-from .calls import WorkflowScripts
+from ..errors import RedisUnavailable, RsjobsError
+from ..store import Store, TaskKeys
+from ..store.layout import Ending
 from .spawn import redrive
 
 __all__ = ["WorkflowFinisher"]
@@ -33,8 +26,8 @@ log = logging.getLogger("rsjobs.workflows")
 class WorkflowFinisher:
     """Ends attempts of workflow tasks for one worker, one ``wf_finish.lua`` call each."""
 
-    def __init__(self, redis: Redis, settings: Settings, worker: str = "") -> None:
-        self.scripts = WorkflowScripts(redis, settings)
+    def __init__(self, store: Store, worker: str = "") -> None:
+        self.store = store
         self.worker = worker
 
     async def finish(
@@ -42,11 +35,12 @@ class WorkflowFinisher:
         wf_id: str,
         task_id: str,
         keys: TaskKeys,
-        args: Sequence[Any],
+        ending: Ending,
         *,
         give_up_s: float,
     ) -> int:
-        """Send one attempt's end (the 7 values of finish.lua); returns the reply code.
+        """Send one attempt's end; returns the reply code (a :class:`WfCode`; 0 when it
+        was not sent).
 
         Transient Redis errors are retried until ``give_up_s`` (the lease: past it the
         reaper takes the task back and the result would be refused anyway).
@@ -55,9 +49,9 @@ class WorkflowFinisher:
         deadline = time.monotonic() + give_up_s
         while True:
             try:
-                raw = await self.scripts.raw("wf_finish", "worker", wf_id, [keys], list(args))
+                reply = await self.store.workflows.finish("worker", wf_id, keys, ending)
                 break
-            except TRANSIENT as exc:
+            except RedisUnavailable as exc:
                 if time.monotonic() > deadline:
                     log.error(
                         "worker %s: dropping the result of task %s after redis outage (%s); "
@@ -69,24 +63,23 @@ class WorkflowFinisher:
                     return 0
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
-            except RedisError as exc:
+            except RsjobsError as exc:
                 log.error("worker %s: ending task %s failed: %s", self.worker, task_id, exc)
                 return 0
-        code, state, wf_status, drive = int(raw[0]), _text(raw[1]), _text(raw[2]), int(raw[3])
-        if code < 0:
+        if reply.code < 0:
             log.warning(
                 "worker %s: %s of task %s refused (task is %s, workflow %s is %s): %s",
                 self.worker,
-                args[0],
+                ending.event,
                 task_id,
-                state,
+                reply.state,
                 wf_id,
-                wf_status,
-                _text(raw[4]),
+                reply.status,
+                reply.message,
             )
-        if drive:
+        if reply.drive:
             try:
-                await redrive(self.scripts, wf_id, "worker")
+                await redrive(self.store, wf_id, "worker")
             except Exception as exc:
                 # the driver will do it, or move the workflow to FAILED when it cannot go
                 # on (e.g. its next tasks' payloads are over the limit); the worker goes on
@@ -97,4 +90,4 @@ class WorkflowFinisher:
                     type(exc).__name__,
                     exc,
                 )
-        return code
+        return int(reply.code)

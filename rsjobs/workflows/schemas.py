@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
 from ..codec import decode
-from ..schemas import _int, _text
-from .errors import CorruptWorkflow
+from ..errors import CorruptWorkflow, PayloadError
+from ..schemas import _text
+from ..store.record import WorkflowRecord, decode_workflow
 from .model import is_terminal
 from .plan import Plan, decode_plan
 
@@ -51,40 +53,43 @@ class WorkflowInfo(msgspec.Struct, frozen=True, kw_only=True):
         return self.status == "RUNNING" and self.spawned != f"{self.version}:{self.stage}"
 
     @classmethod
-    def from_hash(cls, h: dict[Any, Any]) -> WorkflowInfo:
-        """Raises :class:`CorruptWorkflow` when the hash does not read as a workflow."""
+    def from_record(cls, r: WorkflowRecord) -> WorkflowInfo:
+        """The workflow of a decoded hash (:func:`rsjobs.store.record.decode_workflow`).
+        Raises :class:`CorruptWorkflow` when its plan or input does not decode."""
         try:
-            return cls._from_hash(h)
-        except (ValueError, TypeError, msgspec.DecodeError) as exc:
-            raise CorruptWorkflow(_text(h.get("id")) or "?", str(exc)) from None
+            value, plan = decode(r.input), decode_plan(r.plan)
+        except (msgspec.DecodeError, PayloadError) as exc:
+            raise CorruptWorkflow(r.id or "?", str(exc)) from None
+        return cls(
+            id=r.id,
+            definition=r.definition,
+            owner=r.owner,
+            status=r.status,
+            stage=r.stage,
+            stage_name=r.stage_name,
+            version=r.version,
+            spawned=r.spawned,
+            need=r.need,
+            done=r.done,
+            nfailed=r.nfailed,
+            retries=r.retries,
+            n_stages=r.n_stages,
+            input=value,
+            plan=plan,
+            message=r.message,
+            reason=r.reason,
+            published_version=r.published_version,
+            restarted_from=r.restarted_from,
+            created_at=r.created_at,
+            updated_at=r.updated_at,
+            finished_at=r.finished_at,
+        )
 
     @classmethod
-    def _from_hash(cls, h: dict[Any, Any]) -> WorkflowInfo:
-        g = {_text(k): v for k, v in h.items()}
-        return cls(
-            id=_text(g.get("id")),
-            definition=_text(g.get("def")),
-            owner=_text(g.get("owner")),
-            status=_text(g.get("status")),
-            stage=_int(g.get("stage")),
-            stage_name=_text(g.get("stage_name")),
-            version=_int(g.get("version")),
-            spawned=_text(g.get("spawned")),
-            need=_int(g.get("need")),
-            done=_int(g.get("done")),
-            nfailed=_int(g.get("nfailed")),
-            retries=_int(g.get("retries")),
-            n_stages=_int(g.get("n_stages")),
-            input=decode(g.get("input")),
-            plan=decode_plan(_text(g.get("plan"))),
-            message=_text(g.get("message")),
-            reason=_text(g.get("reason")),
-            published_version=_int(g.get("published_version")),
-            restarted_from=_text(g.get("restarted_from")),
-            created_at=_int(g.get("created_at")),
-            updated_at=_int(g.get("updated_at")),
-            finished_at=_int(g.get("finished_at")),
-        )
+    def from_hash(cls, h: Mapping[Any, Any]) -> WorkflowInfo:
+        """The workflow of an ``HGETALL`` reply. Raises :class:`CorruptWorkflow` when the
+        hash does not read as a workflow."""
+        return cls.from_record(decode_workflow(h))
 
 
 class Asset(msgspec.Struct, frozen=True, kw_only=True):

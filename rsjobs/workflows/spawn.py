@@ -14,22 +14,27 @@ from typing import Any
 import msgspec
 
 from ..codec import encode_payload
-from .calls import WorkflowScripts
+from ..settings import Settings
+from ..store import Store, WfCode
+from ..store.layout import WfSpawnArgs, WfTask, task_options
 from .plan import StagePlan, TaskPlan
 from .schemas import Asset, WorkflowInfo, decode_asset
 
 __all__ = [
+    "ATTEMPTS",
     "DriveResult",
     "check_stage",
     "current_assets",
     "encoded_payload",
+    "load_info",
+    "new_id",
     "redrive",
     "spawn",
-    "task_argv",
     "task_payload",
+    "wf_task",
 ]
 
-#: how often a call that raced a concurrent change (reply -5) is prepared again
+#: how often a call that raced a concurrent change (reply STALE) is prepared again
 ATTEMPTS = 8
 
 
@@ -37,9 +42,9 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
-async def current_assets(ws: WorkflowScripts, wf_id: str, version: int) -> list[Asset]:
+async def current_assets(store: Store, wf_id: str, version: int) -> list[Asset]:
     """The assets of ``version``, unordered."""
-    raw: dict[str, str] = await ws.redis.hgetall(ws.keys.workflow_assets(wf_id))
+    raw = await store.workflows.assets(wf_id)
     prefix = f"{version}:"
     return [decode_asset(v) for f, v in raw.items() if f.startswith(prefix)]
 
@@ -66,15 +71,15 @@ def task_payload(
     }
 
 
-def encoded_payload(ws: WorkflowScripts, stage: StagePlan, spec: TaskPlan, payload: Any) -> bytes:
+def encoded_payload(settings: Settings, stage: StagePlan, spec: TaskPlan, payload: Any) -> bytes:
     """``payload`` encoded; :class:`rsjobs.PayloadError` (naming the task and its stage)
     when it is over the limit."""
     what = f"the payload of task {spec.item!r} of stage {stage.name!r}"
-    return encode_payload(payload, ws.settings.payload_limit, what)
+    return encode_payload(payload, settings.payload_limit, what)
 
 
 def check_stage(
-    ws: WorkflowScripts, info: WorkflowInfo, assets: list[Asset], retry: int = 0
+    settings: Settings, info: WorkflowInfo, assets: list[Asset], retry: int = 0
 ) -> None:
     """Raise :class:`rsjobs.PayloadError` when a task of the current stage of ``info`` (the
     workflow as an action would leave it) would get a payload over the limit. Actions
@@ -82,53 +87,54 @@ def check_stage(
     nothing."""
     stage = info.plan.stages[info.stage]
     for spec in stage.tasks:
-        encoded_payload(ws, stage, spec, task_payload(info, stage, spec, assets, retry))
+        encoded_payload(settings, stage, spec, task_payload(info, stage, spec, assets, retry))
 
 
-def task_argv(
-    ws: WorkflowScripts, tid: str, stage: StagePlan, spec: TaskPlan, payload: Any
-) -> list[Any]:
-    """The 10 values describing one task to create (``create_task`` in wf.lua)."""
-    return [
+def wf_task(settings: Settings, tid: str, stage: StagePlan, spec: TaskPlan, payload: Any) -> WfTask:
+    """One task to create (``create_task`` in wf.lua)."""
+    return WfTask(
         tid,
         spec.type,
         stage.queue,
-        encoded_payload(ws, stage, spec, payload),
-        spec.max_attempts,
-        spec.timeout_ms,
-        spec.backoff_base_ms,
-        spec.backoff_max_ms,
+        encoded_payload(settings, stage, spec, payload),
+        task_options(
+            max_attempts=spec.max_attempts,
+            timeout_ms=spec.timeout_ms,
+            backoff_base_ms=spec.backoff_base_ms,
+            backoff_max_ms=spec.backoff_max_ms,
+        ),
         spec.item,
         spec.kind,
-    ]
+    )
 
 
-async def load_info(ws: WorkflowScripts, wf_id: str) -> WorkflowInfo | None:
-    h = await ws.redis.hgetall(ws.keys.workflow(wf_id))
-    return WorkflowInfo.from_hash(h) if h else None
+async def load_info(store: Store, wf_id: str) -> WorkflowInfo | None:
+    record = await store.workflows.record(wf_id)
+    return WorkflowInfo.from_record(record) if record is not None else None
 
 
-async def spawn(ws: WorkflowScripts, wf_id: str, source: str) -> int:
+async def spawn(store: Store, wf_id: str, source: str) -> int:
     """Create the current stage's tasks if they do not exist yet; returns how many.
 
     Raises :class:`rsjobs.PayloadError` when a task's payload would be over the limit
     (nothing is written then; the driver moves such a workflow to FAILED)."""
     for _ in range(ATTEMPTS):
-        info = await load_info(ws, wf_id)
+        info = await load_info(store, wf_id)
         if info is None or not info.needs_spawn:
             return 0
         stage = info.plan.stages[info.stage]
-        assets = await current_assets(ws, wf_id, info.version)
-        tasks, argv = [], [info.version, info.stage]
-        for spec in stage.tasks:
-            tid = new_id()
-            tasks.append(ws.task_keys(tid, stage.queue))
-            argv += task_argv(ws, tid, stage, spec, task_payload(info, stage, spec, assets))
-        await ws.redis.sadd(ws.keys.queues, stage.queue)
-        reply = await ws.call("wf_spawn", source, wf_id, tasks, argv)
-        if reply.code == 1:
+        assets = await current_assets(store, wf_id, info.version)
+        tasks = [
+            wf_task(store.settings, new_id(), stage, spec, task_payload(info, stage, spec, assets))
+            for spec in stage.tasks
+        ]
+        await store.tasks.remember_queues([stage.queue])
+        reply = await store.workflows.spawn(
+            source, wf_id, WfSpawnArgs(info.version, info.stage), tasks
+        )
+        if reply.code is WfCode.APPLIED:
             return len(tasks)
-        if reply.code != -5:
+        if reply.code is not WfCode.STALE:
             return 0
     return 0
 
@@ -146,25 +152,25 @@ class DriveResult(msgspec.Struct, kw_only=True):
     open: int = 0
 
 
-async def redrive(ws: WorkflowScripts, wf_id: str, source: str = "driver") -> DriveResult:
+async def redrive(store: Store, wf_id: str, source: str = "driver") -> DriveResult:
     """Bring one workflow up to date with its tasks: account for task ends that did not
     pass through the workflow (reaper, task API), cancel tasks no longer current, spawn a
     stage whose tasks are missing. Idempotent."""
     result = DriveResult(id=wf_id)
     reply = None
     for _ in range(ATTEMPTS):
-        ids, tkeys = await ws.open_tasks(wf_id)
-        result.open = len(ids)
-        reply = await ws.call("wf_sync", source, wf_id, tkeys, [wf_id, *ids])
-        if reply.code != -5:
+        open_set = await store.workflows.open_tasks(wf_id)
+        result.open = len(open_set.ids)
+        reply = await store.workflows.sync(source, wf_id, open_set)
+        if reply.code is not WfCode.STALE:
             break
-    if reply is None or reply.code == -1:
+    if reply is None or reply.code is WfCode.NOT_FOUND:
         result.found = False
         return result
     result.status = reply.status
     if reply.drive:
-        result.spawned = await spawn(ws, wf_id, source)
+        result.spawned = await spawn(store, wf_id, source)
         if result.spawned:
-            info = await load_info(ws, wf_id)
+            info = await load_info(store, wf_id)
             result.status = info.status if info is not None else result.status
     return result

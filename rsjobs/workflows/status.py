@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..schemas import _text
-from .calls import WorkflowScripts
+from ..store import Store
 from .schemas import Asset, WorkflowInfo, WorkflowStatus, WorkflowTask, decode_asset
 
 __all__ = ["build_status", "load_status", "progress_of", "status_message"]
@@ -111,31 +111,19 @@ def build_status(
 _TASK_FIELDS = ("state", "progress", "attempt", "error")
 
 
-async def load_status(ws: WorkflowScripts, wf_id: str) -> WorkflowStatus | None:
+async def load_status(store: Store, wf_id: str) -> WorkflowStatus | None:
     """The status document of ``wf_id`` (None when it does not exist)."""
-    k = ws.keys
-    async with ws.redis.pipeline(transaction=True) as pipe:
-        pipe.hgetall(k.workflow(wf_id))
-        pipe.hgetall(k.workflow_tasks(wf_id))
-        pipe.hgetall(k.workflow_assets(wf_id))
-        h, slots, raw_assets = await pipe.execute()
-    if not h:
+    state = await store.workflows.state(wf_id)
+    if state is None:
         return None
-    info = WorkflowInfo.from_hash(h)
+    info = WorkflowInfo.from_record(state.record)
     stage = info.plan.stages[info.stage]
+    slots = state.slots
     current = [
         (t.item, slots[key])
         for t in stage.tasks
         if (key := f"{info.version}:{info.stage}:{t.item}") in slots
     ]
-    rows: list[list[Any]] = []
-    if current:
-        async with ws.redis.pipeline(transaction=False) as pipe:
-            for _, tid in current:
-                pipe.hmget(k.task(tid), list(_TASK_FIELDS))
-            rows = await pipe.execute()
-    tasks = [
-        (item, tid, dict(zip(_TASK_FIELDS, row, strict=True)))
-        for (item, tid), row in zip(current, rows, strict=True)
-    ]
-    return build_status(info, slots, raw_assets, tasks)
+    rows = await store.workflows.task_fields([tid for _, tid in current], _TASK_FIELDS)
+    tasks = [(item, tid, row) for (item, tid), row in zip(current, rows, strict=True)]
+    return build_status(info, slots, state.assets, tasks)

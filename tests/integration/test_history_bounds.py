@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from rsjobs import Client, ConfigError
+from rsjobs.store.layout import BeatItem, Ending
+from tests.helpers import start_as
 
 pytestmark = pytest.mark.integration
 
@@ -43,16 +45,12 @@ async def test_ten_thousand_refused_cancels_keep_a_history_small(client: Client)
 
 async def _started_then_cancelled(client: Client) -> tuple[str, list[Any], str, str]:
     """A task STARTed by worker "w" (by its script), then cancelled: (id, keys, entry, lease)."""
-    s = client.scripts
     tid = await client.enqueue("noop", {"x": 1})
-    qkey = client.keys.queue("default")
-    await client.redis.xgroup_create(qkey, "workers", id="0")
-    rows = await client.redis.xreadgroup("workers", "w", {qkey: ">"})
-    entry = rows[0][1][0][0]
-    keys = [s.task_keys(tid, "default")]
-    lease = (await s.call("start", "worker", keys, ["w", 60_000, "n", entry]))[0][5]
+    (started,) = await start_as(client, "w")
+    entry = await client.redis.hget(client.keys.task(tid), "entry")
+    keys = client.keys.task_keys(tid, "default")
     assert await client.cancel(tid) == "CANCELLED"
-    return tid, keys, entry, lease
+    return tid, keys, entry, started.lease
 
 
 @pytest.fixture
@@ -73,7 +71,7 @@ async def test_a_mix_of_refused_commands_keeps_a_history_small(client: Client) -
     """Refused CANCEL / PAUSE / RESUME from clients and HEARTBEAT / COMPLETE from a worker
     that lost the task, interleaved at random: one entry per kind, every call counted, and
     the history does not grow after the first refusal of each kind."""
-    s = client.scripts
+    work = client.store.work
     tid, keys, entry, lease = await _started_then_cancelled(client)
 
     async def refused_call(kind: str) -> None:
@@ -86,11 +84,11 @@ async def test_a_mix_of_refused_commands_keeps_a_history_small(client: Client) -
             with pytest.raises(Exception, match="RESUME"):
                 await client.resume(tid)
         elif kind == "HEARTBEAT":
-            reply = await s.call("heartbeat", "worker", keys, ["w", 60_000, lease, entry, "", ""])
+            reply = await work.heartbeat("w", 60_000, [(keys, BeatItem(lease, entry, "", ""))])
             assert reply == ["CANCELLED"]
         else:
-            argv = ["COMPLETE", lease, '"late"', "", "1", -1, 0.5]
-            assert list((await s.call("finish", "worker", keys, argv))[0]) == [-2, "CANCELLED"]
+            ending = Ending("COMPLETE", lease, '"late"', "", 1, -1, 0.5)
+            assert list((await work.finish([(keys, ending)]))[0]) == [-2, "CANCELLED"]
 
     kinds = ["CANCEL", "PAUSE", "RESUME", "HEARTBEAT", "COMPLETE"]
     rng = random.Random(7)

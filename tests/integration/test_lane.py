@@ -143,7 +143,7 @@ def test_only_pools_the_lane_can_reproduce() -> None:
 async def test_client_calls_go_through_the_lane(redis_url: str) -> None:
     c = Client.from_url(redis_url, namespace="t")
     try:
-        assert c.scripts.lane is not None
+        assert c.store.scripts.lane is not None
         tid = await c.enqueue("noop", {"x": 1})
         assert (await c.get(tid)).state == "PENDING"
         # after SCRIPT FLUSH (a restarted Redis) the call reloads the script and succeeds

@@ -11,7 +11,6 @@ import pytest
 
 from rsjobs import Client
 from rsjobs.store.keys import GROUP
-from rsjobs.streams import ensure_group, read_batch
 from tests.helpers import stop_process, wait_for_state
 from tests.integration.reaper_support import (
     reaper_loop,
@@ -96,9 +95,10 @@ async def test_deliveries_of_a_vanished_consumer_go_back_on_the_queue(
     """Entries read by a consumer that never started them (its worker died in between)
     are put back on the queue once that consumer is gone from the registry."""
     qkey = dclient.keys.queue("ghosted")
-    await ensure_group(dclient.redis, qkey)
+    work = dclient.store.work
+    await work.ensure_groups([qkey])
     ids = [await dclient.enqueue("noop", {"n": n}, queue="ghosted") for n in range(2)]
-    got = await read_batch(dclient.redis, "ghost", {qkey: "ghosted"}, 10, 100)
+    got = await work.read("ghost", {qkey: "ghosted"}, 10, 100)
     assert sorted(d.task_id for d in got) == sorted(ids)
     async with reaper_loop(redis_url, "dl", interval_ms=100, lease_ms=300) as r:
         deadline = time.monotonic() + 5
@@ -111,5 +111,5 @@ async def test_deliveries_of_a_vanished_consumer_go_back_on_the_queue(
         info = await dclient.get(tid)
         assert info.state == "PENDING"
         assert await dclient.redis.hget(dclient.keys.task(tid), "deliveries") == "1"
-    again = await read_batch(dclient.redis, "fresh", {qkey: "ghosted"}, 10, 100)
+    again = await work.read("fresh", {qkey: "ghosted"}, 10, 100)
     assert sorted(d.task_id for d in again) == sorted(ids)

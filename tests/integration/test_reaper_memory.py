@@ -114,7 +114,7 @@ async def test_keyspace_returns_to_baseline_after_retention(redis_url: str) -> N
             await round_of_tasks(client, 500)
             peak = int(await client.redis.dbsize())
             assert peak > base_n + 500  # the finished tasks are there for a while...
-            report = await memory_report(client.redis, client.keys)
+            report = await memory_report(client.store)
             assert {q.queue for q in report.queues} >= {"default", "nobody"}
 
             n = await settle(client, timeout=RETENTION_MS / 1000 + 15)  # ...then gone

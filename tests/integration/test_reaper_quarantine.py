@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from redis.exceptions import ResponseError
 
-from rsjobs import Client
+from rsjobs import Client, StoreError
 from rsjobs.reaper import CannotRequeue, Reaper, ReaperConfig, list_deadletters, requeue
 from rsjobs.reaper.reaper import SweepReport
+from rsjobs.store.layout import Packed
 
 pytestmark = pytest.mark.integration
 
@@ -38,12 +38,11 @@ async def started(c: Client, n: int, *, lease_ms: int, **kw: Any) -> list[str]:
     """``n`` tasks started by a consumer that then vanished (never beats, unregistered)."""
     ids = [await c.enqueue("noop", {"i": i}, **kw) for i in range(n)]
     stream = c.keys.queue("default")
-    await c.redis.xgroup_create(stream, "workers", id="0", mkstream=True)
-    rows = await c.redis.xreadgroup("workers", "ghost", {stream: ">"}, count=n)
-    entries = [eid for _, es in rows for eid, _ in es]
-    keys = [c.scripts.task_keys(t, "default") for t in ids]
-    replies = await c.scripts.call("start", "worker", keys, ["ghost", lease_ms, "g", *entries])
-    assert [r[0] for r in replies] == [1] * n
+    work = c.store.work
+    await work.ensure_groups([stream])
+    deliveries = await work.read("ghost", {stream: "default"}, n, None)
+    replies = await work.start("ghost", lease_ms, "g", deliveries)
+    assert [r.code for r in replies] == [1] * n
     return ids
 
 
@@ -58,7 +57,7 @@ async def check_quarantined(c: Client, tid: str, step: str, was: str) -> None:
     assert t["error"].startswith(f"quarantined: {step} failed on this task: no queue field")
     last = (await c.history(tid))[-1]
     assert (last.from_state, last.event, last.to_state) == (was, "DEADLETTER", "FAILED")
-    (letter,) = await list_deadletters(c.redis, c.keys)
+    (letter,) = await list_deadletters(c.store)
     assert (letter.task_id, letter.step, letter.action) == (tid, step, "DEADLETTER")
 
 
@@ -113,19 +112,19 @@ async def test_a_failure_its_data_does_not_explain_fails_no_task(qc: Client) -> 
     victim = ids[1]
     await asyncio.sleep(0.3)
     r = reaper(qc, lease_ms=100)
-    real = r.scripts.call
+    real = r.store.scripts.run
 
-    async def buggy(name: str, tasks: Any, argv: Any, **kw: Any) -> Any:
-        if name == "reclaim" and any(victim in k[0] for k in tasks):
-            raise ResponseError("user_script:1: a bug")
-        return await real(name, tasks, argv, **kw)
+    async def buggy(call: Packed, **kw: Any) -> Any:
+        if call.script == "reclaim" and qc.keys.task(victim) in call.keys:
+            raise StoreError("reclaim.lua", "ERR", "user_script:1: a bug")
+        return await real(call, **kw)
 
-    r.scripts.call = buggy  # type: ignore[method-assign]
+    r.store.scripts.run = buggy  # type: ignore[method-assign]
     before = await qc.redis.hgetall(qc.keys.task(victim))
     report = await r.sweep_once()
     assert (report.retried, report.quarantined, report.errors) == (2, 0, 1)
     assert await qc.redis.hgetall(qc.keys.task(victim)) == before
-    assert await list_deadletters(qc.redis, qc.keys) == []
+    assert await list_deadletters(qc.store) == []
 
 
 async def test_no_error_ends_the_reaper_loop(qc: Client, caplog: pytest.LogCaptureFixture) -> None:

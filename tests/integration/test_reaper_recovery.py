@@ -85,7 +85,7 @@ async def test_sigkilled_worker_task_is_recovered_and_finished_elsewhere(
     # the registry marks the dead worker; `rsjobs workers` lists it beside the live one
     deadline = time.monotonic() + 10
     while True:
-        status = {w.name: w.status for w in await list_workers(rclient.redis, rclient.keys)}
+        status = {w.name: w.status for w in await list_workers(rclient.store)}
         if status.get(victim) == "dead":
             break
         assert time.monotonic() < deadline, status

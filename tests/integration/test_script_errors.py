@@ -10,8 +10,8 @@ import asyncio
 import pytest
 from redis.exceptions import ResponseError
 
-from rsjobs import Client, EnqueueRequest
-from rsjobs.client import _enqueue_argv, new_task_id
+from rsjobs import Client, EnqueueRequest, StoreError
+from rsjobs.client import new_task, new_task_id
 from rsjobs.codec import encode_payload
 
 pytestmark = pytest.mark.integration
@@ -23,13 +23,12 @@ async def test_counters_follow_the_writes_of_a_failing_batch(client: Client) -> 
     # after the first task was fully written and the second's hash was
     await client.redis.set(client.keys.history(ids[1]), "not a stream")
     req = EnqueueRequest(type="noop")
-    argv: list[object] = []
-    for tid in ids:
-        argv += _enqueue_argv(tid, req, encode_payload(None, 1 << 20))
-    with pytest.raises(ResponseError, match="WRONGTYPE"):
-        await client.scripts.call(
-            "enqueue", "api", [client.scripts.task_keys(tid, "default") for tid in ids], argv
-        )
+    tasks = [
+        (client.keys.task_keys(tid, "default"), new_task(tid, req, encode_payload(None, 1 << 20)))
+        for tid in ids
+    ]
+    with pytest.raises(StoreError, match="WRONGTYPE"):
+        await client.store.tasks.enqueue("api", tasks)
     states = [await client.redis.hget(client.keys.task(tid), "state") for tid in ids]
     assert states[0] == "PENDING" and states[2] is None
     written = sum(1 for st in states if st == "PENDING")

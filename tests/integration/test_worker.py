@@ -17,8 +17,9 @@ import pytest
 from rsjobs import Client, Settings, Worker
 from rsjobs.model import TERMINAL
 from rsjobs.server import EmbeddedRedis
+from rsjobs.store.layout import Ending
 from tests.apps import tasks
-from tests.helpers import spawn_worker, stop_process, wait_for_state
+from tests.helpers import spawn_worker, start_as, stop_process, wait_for_state
 from tests.reference import replay
 
 pytestmark = pytest.mark.integration
@@ -154,22 +155,17 @@ async def test_fencing_rejects_a_late_result_from_a_lost_lease(
 ) -> None:
     """A zombie started the task, lost it (pause/resume gives it to a new owner); its late
     completion is refused and recorded, and the result is the new owner's."""
-    s = client.scripts
     tid = await client.enqueue("noop", {"who": "owner"})
-    await client.redis.xgroup_create(client.keys.queue("default"), "workers", id="0")
-    rows = await client.redis.xreadgroup("workers", "zombie", {client.keys.queue("default"): ">"})
-    entry = rows[0][1][0][0]
-    keys = [s.task_keys(tid, "default")]
-    started = await s.call("start", "worker", keys, ["zombie", 60_000, "z", entry])
-    zombie_lease = started[0][5]
+    (started,) = await start_as(client, "zombie", nonce="z")
+    zombie_lease = started.lease
+    keys = client.keys.task_keys(tid, "default")
     await client.pause(tid)
     await client.resume(tid)
     async with running_worker(redis_url):
         info = await client.wait(tid, timeout_ms=5000)
     assert info.state == "SUCCEEDED" and info.result == {"who": "owner"}
-    late = await s.call(
-        "finish", "worker", keys, ["COMPLETE", zombie_lease, '{"who":"zombie"}', "", "1", -1, 0.1]
-    )
+    ending = Ending("COMPLETE", zombie_lease, '{"who":"zombie"}', "", 1, -1, 0.1)
+    late = await client.store.work.finish([(keys, ending)])
     assert list(late[0]) == [-2, "SUCCEEDED"]
     info = await client.get(tid)
     assert info.result == {"who": "owner"} and info.attempt == 2

@@ -14,6 +14,7 @@ import pytest
 
 from rsjobs import Client, Context, Registry, Settings, Worker
 from rsjobs.reaper import Reaper, ReaperConfig, list_deadletters
+from rsjobs.store.layout import Ending
 from tests.helpers import wait_for_state
 
 pytestmark = pytest.mark.integration
@@ -102,7 +103,7 @@ async def test_a_task_hash_without_its_queue_does_not_stop_the_batch(
     # set aside through the reaper's quarantine: a dead letter with the reason
     assert info.state == "FAILED" and info.error_type == "DeadLetter"
     assert info.error.startswith("quarantined: start failed on this task: no queue field")
-    (letter,) = await list_deadletters(wc.redis, wc.keys)
+    (letter,) = await list_deadletters(wc.store)
     assert (letter.task_id, letter.step) == (bad, "start")
 
 
@@ -132,16 +133,16 @@ async def test_a_finish_batch_with_one_bad_task_keeps_the_others_results(
     w = Worker(tasks, url=redis_url, settings=Settings(namespace=NS), handle_signals=False)
     try:
         stream = w.keys.queue("default")
-        await w.redis.xgroup_create(stream, "workers", id="0", mkstream=True)
-        rows = await w.redis.xreadgroup("workers", w.name, {stream: ">"}, count=3)
-        entries = [eid for _, es in rows for eid, _ in es]
-        keys = [w.scripts.task_keys(t, "default") for t in ids]
-        argv = [w.name, 60_000, w.nonce, *entries]
-        replies = await w.scripts.call("start", "worker", keys, argv)
+        work = w.store.work
+        await work.ensure_groups([stream])
+        deliveries = await work.read(w.name, {stream: "default"}, 3, None)
+        assert [d.task_id for d in deliveries] == ids
+        replies = await work.start(w.name, 60_000, w.nonce, deliveries)
         bad = ids[1]
         await w.redis.hdel(w.keys.task(bad), "queue")
-        for k, tid, r in zip(keys, ids, replies, strict=True):
-            w._finish_items.append((k, ["COMPLETE", r[5], '"done"', "", "1", -1, 0.5], tid))
+        for tid, r in zip(ids, replies, strict=True):
+            ending = Ending("COMPLETE", r.lease, '"done"', "", 1, -1, 0.5)
+            w._finish_items.append((w.keys.task_keys(tid, "default"), ending, tid))
         await w._flush_finishes()
     finally:
         await w.redis.aclose()

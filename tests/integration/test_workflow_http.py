@@ -14,9 +14,9 @@ from starlette.applications import Starlette
 
 from rsjobs import Settings, connect
 from rsjobs.web.auth import Auth
+from rsjobs.web.wf_sse import workflow_events
+from rsjobs.web.workflows import workflow_routes
 from rsjobs.workflows import WorkflowClient
-from rsjobs.workflows.http import workflow_routes
-from rsjobs.workflows.sse import workflow_events
 from tests.integration.wf_fixtures import NS
 from tests.wf_support import Hand, character
 
@@ -162,7 +162,7 @@ async def test_events_replay_to_the_end(api: httpx.AsyncClient, wf: WorkflowClie
 async def test_live_events_follow_the_workflow(wf: WorkflowClient) -> None:
     """The live part of the stream (what ASGITransport cannot show: it buffers)."""
     wid = await wf.start("character", {"n": 1}, owner="alice")
-    stream = workflow_events(wf.scripts, wid, "0-0", keepalive_ms=100, status_ms=20)
+    stream = workflow_events(wf.store, wid, "0-0", keepalive_ms=100, status_ms=20)
     got: list[bytes] = []
 
     async def read() -> None:

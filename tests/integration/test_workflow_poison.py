@@ -23,7 +23,7 @@ import pytest
 
 from rsjobs import Client, Settings, connect
 from rsjobs.workflows import Stage, TaskSpec, WorkflowClient, WorkflowDefinition, fan_out
-from tests.helpers import ROOT, spawn_worker, stop_process
+from tests.helpers import ROOT, spawn_worker, start_as, stop_process
 from tests.integration.reaper_support import spawn_reaper
 from tests.integration.wf_fixtures import wait_status
 from tests.wf_support import raw_start, replay
@@ -57,13 +57,8 @@ def spawn_driver(url: str, log_path: Path) -> subprocess.Popen[bytes]:
 async def ghost_task(c: Client) -> str:
     """A plain task started by a consumer that vanished: only the reaper brings it back."""
     tid = await c.enqueue("echo", {"hello": 1}, max_attempts=3)
-    stream = c.keys.queue("default")
-    await c.redis.xgroup_create(stream, "workers", id="0", mkstream=True)
-    rows = await c.redis.xreadgroup("workers", "ghost", {stream: ">"}, count=1)
-    (entry,) = [eid for _, es in rows for eid, _ in es]
-    keys = [c.scripts.task_keys(tid, "default")]
-    (reply,) = await c.scripts.call("start", "worker", keys, ["ghost", 500, "g", entry])
-    assert reply[0] == 1
+    (reply,) = await start_as(c, "ghost", lease_ms=500, nonce="g", count=1)
+    assert reply.code == 1 and reply.id == tid
     return tid
 
 

@@ -19,8 +19,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from rsjobs import Client, Settings, connect
 from rsjobs.model import TERMINAL as TASK_TERMINAL
-from rsjobs.store.scripts import Scripts
-from rsjobs.worker import promote_due
 from rsjobs.workflows import ActionRefused, Stage, WorkflowClient, WorkflowDefinition, fan_out
 from rsjobs.workflows import client as client_module
 from rsjobs.workflows import spawn as spawn_module
@@ -68,7 +66,7 @@ class WorkflowMachine(RuleBasedStateMachine):
         self.wf = WorkflowClient(self.redis, st_, definitions=[DEFINITION], source="user")
         self.hand = Hand(self.redis, st_)
         self.tasks = Client(self.redis, st_)
-        self.core = Scripts(self.redis, st_)
+        self.work = self.tasks.store.work
         self.running: list[Claimed] = []
         self.ended: list[Claimed] = []
         self.wid = self.run(self.wf.start("prop", {"name": "x"}))
@@ -100,7 +98,7 @@ class WorkflowMachine(RuleBasedStateMachine):
     def workers(self, outcomes: list[str]) -> None:
         """Claim what is runnable, then end the running tasks: the i-th with outcomes[i]
         (success once the list runs out); KEEP leaves it running."""
-        self.run(promote_due(self.core, "worker"))
+        self.run(self.work.promote_due("worker"))
         self.running += self.run(self.hand.claim())
         still = []
         for i, c in enumerate(self.running):
@@ -168,7 +166,7 @@ class WorkflowMachine(RuleBasedStateMachine):
         """Run every runnable task to success and let the driver pass, until nothing
         is left to run."""
         for _ in range(30):
-            await promote_due(self.core, "worker")
+            await self.work.promote_due("worker")
             for c in self.running + await self.hand.claim():
                 await self.hand.complete(c)
             self.running = []

@@ -95,7 +95,7 @@ async def test_a_terminal_workflow_refuses_everything(wf: WorkflowClient, kind: 
     if "cancelled" in keep:
         assert await hand.complete(keep["cancelled"]) == -2
     assert (await wf.redrive(wid)).spawned == 0
-    assert await spawn(wf.scripts, wid, "test") == 0
+    assert await spawn(wf.store, wid, "test") == 0
 
     assert await wf_keys_dump(wf, wid) == before
     assert await wf.redis.xlen(wf.keys.queue("wf")) == queue_len  # no task created

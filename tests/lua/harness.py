@@ -1,4 +1,9 @@
-"""Synchronous access to the transition scripts on fakeredis, for the Lua tier."""
+"""Synchronous access to the transition scripts on fakeredis, for the Lua tier.
+
+Every call is packed by the store's own packers (``rsjobs.store.layout``) and only run
+here: a packing mistake shows in this tier as in production. ``run`` takes any packed call
+(tests build malformed ones through the packers, or cut one's ARGV).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,21 @@ from typing import Any
 import fakeredis
 
 from rsjobs.schemas import HistoryEntry
-from rsjobs.store.keys import GROUP, Keys
+from rsjobs.store import layout
+from rsjobs.store.keys import GROUP, Keys, TaskKeys
+from rsjobs.store.layout import (
+    BeatArgs,
+    BeatItem,
+    Common,
+    ControlArgs,
+    Ending,
+    Entry,
+    Member,
+    NewTask,
+    Packed,
+    StartArgs,
+    task_options,
+)
 from rsjobs.store.scripts import SCRIPT_NAMES, script_source
 
 
@@ -15,20 +34,17 @@ class LuaHarness:
     def __init__(self, namespace: str = "t", retention_ms: int = 0) -> None:
         self.r = fakeredis.FakeRedis(decode_responses=True)
         self.k = Keys(namespace)
-        self.common_argv = ["1000", str(retention_ms), GROUP]
-        self.scripts = {n: self.r.register_script(script_source(n)) for n in SCRIPT_NAMES}
+        self.c = Common.of(self.k, 1000, retention_ms)
+        self.sha = {n: self.r.script_load(script_source(n)) for n in SCRIPT_NAMES}
 
-    def tk(self, tid: str, queue: str = "q", dedup: str | None = None) -> list[str]:
-        k = self.k
-        return [k.task(tid), k.history(tid), k.queue(queue), k.dedup(dedup) if dedup else k.nodedup]
+    def run(self, call: Packed) -> Any:
+        """Run one packed call, as the store does (EVALSHA)."""
+        return self.r.evalsha(self.sha[call.script], len(call.keys), *call.keys, *call.argv)
 
-    def call(self, name: str, source: str, tasks: list[list[str]], argv: list[Any]) -> Any:
-        keys = self.k.common()
-        for t in tasks:
-            keys += t
-        return self.scripts[name](keys=keys, args=[source, *self.common_argv, *argv])
+    def tk(self, tid: str, queue: str = "q", dedup: str | None = None) -> TaskKeys:
+        return self.k.task_keys(tid, queue, dedup)
 
-    def enqueue(
+    def new_task(
         self,
         tid: str,
         *,
@@ -38,23 +54,24 @@ class LuaHarness:
         timeout_ms: int = 0,
         dedup: str | None = None,
         backoff: int = 0,
+        backoff_max: int | None = None,
         wait_timeout_ms: int = 0,
-    ) -> Any:
-        argv = [
-            tid,
-            "img",
-            queue,
-            '{"p":1}',
-            max_attempts,
-            timeout_ms,
-            delay_ms,
-            dedup or "",
-            "",
-            backoff,
-            backoff,
-            wait_timeout_ms,
-        ]
-        return self.call("enqueue", "api", [self.tk(tid, queue, dedup)], argv)[0]
+        payload: str = '{"p":1}',
+    ) -> NewTask:
+        options = task_options(
+            max_attempts=max_attempts,
+            timeout_ms=timeout_ms,
+            delay_ms=delay_ms,
+            wait_timeout_ms=wait_timeout_ms,
+            backoff_base_ms=backoff,
+            backoff_max_ms=backoff if backoff_max is None else backoff_max,
+            dedup=dedup,
+        )
+        return NewTask(tid, "img", queue, payload, options)
+
+    def enqueue(self, tid: str, *, queue: str = "q", dedup: str | None = None, **kw: Any) -> Any:
+        task = self.new_task(tid, queue=queue, dedup=dedup, **kw)
+        return self.run(layout.enqueue(self.c, "api", [(self.tk(tid, queue, dedup), task)]))[0]
 
     def group(self, queue: str = "q") -> None:
         try:
@@ -68,11 +85,23 @@ class LuaHarness:
         return [eid for _, entries in rows for eid, _ in entries]
 
     def start(
-        self, tid: str, entry: str, nonce: str = "n1", queue: str = "q", lease_ms: int = 30_000
+        self,
+        tid: str,
+        entry: str,
+        nonce: str = "n1",
+        queue: str = "q",
+        lease_ms: int = 30_000,
+        consumer: str = "w1",
     ) -> Any:
-        return self.call("start", "worker", [self.tk(tid, queue)], ["w1", lease_ms, nonce, entry])[
-            0
-        ]
+        args = StartArgs(consumer, lease_ms, nonce)
+        return self.run(
+            layout.start(self.c, "worker", args, [(self.tk(tid, queue), Entry(entry))])
+        )[0]
+
+    def ending(self, event: str, lease: str, body: str = "", retryable: bool = True) -> Ending:
+        return Ending(
+            event, lease, body, "E" if event != "COMPLETE" else "", int(retryable), -1, 0.5
+        )
 
     def finish(
         self,
@@ -84,31 +113,31 @@ class LuaHarness:
         queue: str = "q",
         dedup: str | None = None,
     ) -> Any:
-        argv = [
-            event,
-            lease,
-            body,
-            "E" if event != "COMPLETE" else "",
-            "1" if retryable else "0",
-            -1,
-            0.5,
-        ]
-        return self.call("finish", "worker", [self.tk(tid, queue, dedup)], argv)[0]
+        ending = self.ending(event, lease, body, retryable)
+        return self.run(layout.finish(self.c, "worker", [(self.tk(tid, queue, dedup), ending)]))[0]
 
     def heartbeat(
         self, tid: str, lease: str, entry: str, progress: str = "", queue: str = "q"
     ) -> Any:
-        return self.call(
-            "heartbeat", "worker", [self.tk(tid, queue)], ["w1", 30_000, lease, entry, progress, ""]
-        )[0]
+        call = layout.heartbeat(
+            self.c,
+            "worker",
+            BeatArgs("w1", 30_000),
+            [(self.tk(tid, queue), BeatItem(lease, entry, progress, ""))],
+        )
+        return self.run(call)[0]
 
-    def control(self, tid: str, event: str, queue: str = "q") -> Any:
-        return self.call("control", "user", [self.tk(tid, queue)], [event, "", self.k.control])
+    def control(self, tid: str, event: str, queue: str = "q", message: str = "") -> Any:
+        args = ControlArgs(event, message, self.k.control)
+        return self.run(layout.control(self.c, "user", self.tk(tid, queue), args))
 
     def promote(self) -> Any:
         members = self.r.zrange(self.k.scheduled, 0, -1)
-        tasks = [self.tk(m.rpartition(":")[2], m.rpartition(":")[0]) for m in members]
-        return self.call("promote", "worker", tasks, members)
+        items = []
+        for m in members:
+            queue, _, tid = m.rpartition(":")
+            items.append((self.tk(tid, queue), Member(m)))
+        return self.run(layout.promote(self.c, "worker", items))
 
     def snapshot(self) -> dict[str, Any]:
         """Every key and its content (streams by entries): to show a call wrote nothing."""

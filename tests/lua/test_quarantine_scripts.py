@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from redis.exceptions import ResponseError
 
+from rsjobs.store import layout
+from rsjobs.store.layout import QuarantineArgs
 from tests.lua.harness import LuaHarness
 
 TID = "a" * 32
@@ -30,12 +32,8 @@ def running(h: LuaHarness, tid: str = TID) -> str:
 def quarantine(
     h: LuaHarness, index: str, ref: str, tid: str = TID, queue: str = "q", step: str = "test"
 ) -> list[Any]:
-    reply: list[Any] = h.call(
-        "quarantine",
-        "reaper",
-        [h.tk(tid, queue), [h.k.deadletter]],
-        [tid, queue, index, ref, step, "broken on purpose", 1000],
-    )
+    args = QuarantineArgs(tid, queue, index, ref, step, "broken on purpose", 1000)
+    reply: list[Any] = h.run(layout.quarantine(h.c, h.k, "reaper", h.tk(tid, queue), args))
     return reply
 
 

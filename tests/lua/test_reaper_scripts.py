@@ -9,19 +9,14 @@ from typing import Any
 import pytest
 
 from rsjobs.model import TERMINAL, allowed
+from rsjobs.store import layout
 from rsjobs.store.keys import GROUP
+from rsjobs.store.layout import DeadlineArgs, DeadlineItem, Entry, ReclaimArgs, WorkersArgs
 from tests.lua.harness import LuaHarness
 
 
 class Reaper(LuaHarness):
     """The harness plus the reaper's calls (which add keys after the task keys)."""
-
-    def raw(self, name: str, tasks: list[list[str]], argv: list[Any], extra: list[str]) -> Any:
-        keys = self.k.common()
-        for t in tasks:
-            keys += t
-        keys += extra
-        return self.scripts[name](keys=keys, args=["reaper", *self.common_argv, *argv])
 
     def reclaim(
         self,
@@ -33,21 +28,20 @@ class Reaper(LuaHarness):
         dedup: str | None = None,
     ) -> list[str]:
         """``entries``: (task id, entry id) pairs."""
-        tasks = [self.tk(tid, queue, dedup) for tid, _ in entries]
-        argv: list[Any] = [min_idle, max_deliveries, 3, 1000, 100, *(e for _, e in entries)]
-        return list(self.raw("reclaim", tasks, argv, [self.k.deadletter, self.k.workers]))
+        items = [(self.tk(tid, queue, dedup), Entry(e)) for tid, e in entries]
+        args = ReclaimArgs(min_idle, max_deliveries, 3, 1000, 100)
+        return list(self.run(layout.reclaim(self.c, self.k, "reaper", args, items)))
 
     def deadline(self, members: list[str], grace: int = 0) -> list[str]:
-        tasks = [self.tk(m.rpartition(":")[2], m.rpartition(":")[0]) for m in members]
-        argv: list[Any] = [grace]
-        for m in members:
-            argv += [m, 0.5]
-        return list(self.raw("deadline", tasks, argv, []))
+        items = [
+            (self.tk(m.rpartition(":")[2], m.rpartition(":")[0]), DeadlineItem(m, 0.5))
+            for m in members
+        ]
+        return list(self.run(layout.deadline(self.c, "reaper", DeadlineArgs(grace), items)))
 
     def workers(self, forget_ms: int = 60_000, queues: tuple[str, ...] = ("q",)) -> Any:
-        k = self.k
-        extra = [k.workers, k.workers_dead, *(k.queue(q) for q in queues)]
-        return self.raw("workers", [], [3, 1000, forget_ms], extra)
+        args = WorkersArgs(3, 1000, forget_ms)
+        return self.run(layout.workers(self.c, self.k, "reaper", args, queues))
 
     def register(self, name: str, beat_ms: int, lease_ms: int = 1000) -> None:
         reg = {"pid": 1, "queues": ["q"], "beat_at": beat_ms, "lease_ms": lease_ms}
@@ -259,11 +253,11 @@ def test_running_past_deadline_times_out_with_the_retry_policy(h: Reaper) -> Non
 
 def test_queue_wait_deadline_expires_unstarted_tasks(h: Reaper) -> None:
     pending, scheduled = "6" * 32, "7" * 32
-    argv = [
-        pending, "img", "q", "{}", 3, 0, 0, "", "", 0, 0, 1,
-        scheduled, "img", "q", "{}", 3, 0, 60_000, "", "", 0, 0, 1,
-    ]  # fmt: skip
-    h.call("enqueue", "api", [h.tk(pending), h.tk(scheduled)], argv)
+    tasks = [
+        (h.tk(pending), h.new_task(pending, payload="{}", wait_timeout_ms=1)),
+        (h.tk(scheduled), h.new_task(scheduled, payload="{}", delay_ms=60_000, wait_timeout_ms=1)),
+    ]
+    h.run(layout.enqueue(h.c, "api", tasks))
     members = h.r.zrange(h.k.deadlines, 0, -1)
     assert sorted(members) == sorted([f"q:{pending}", f"q:{scheduled}"])
     time.sleep(0.005)
@@ -279,7 +273,7 @@ def test_queue_wait_deadline_expires_unstarted_tasks(h: Reaper) -> None:
 
 def test_wait_deadline_does_not_apply_once_started(h: Reaper) -> None:
     tid = "8" * 32
-    h.call("enqueue", "api", [h.tk(tid)], [tid, "img", "q", "{}", 3, 0, 0, "", "", 0, 0, 60_000])
+    h.enqueue(tid, payload="{}", wait_timeout_ms=60_000)
     h.group()
     entry = h.deliver()[-1]
     assert h.start(tid, entry)[0] == 1  # in time
@@ -291,7 +285,7 @@ def test_wait_deadline_does_not_apply_once_started(h: Reaper) -> None:
 
 def test_not_yet_due_member_is_rescored(h: Reaper) -> None:
     tid = "a1" + "0" * 30
-    h.call("enqueue", "api", [h.tk(tid)], [tid, "img", "q", "{}", 3, 0, 0, "", "", 0, 0, 60_000])
+    h.enqueue(tid, payload="{}", wait_timeout_ms=60_000)
     m = f"q:{tid}"
     h.r.zadd(h.k.deadlines, {m: 0})  # an early score
     assert h.deadline([m]) == ["LATER"]
@@ -342,9 +336,9 @@ def test_link_sets_both_ids_once(h: Reaper) -> None:
     a, b = "c1" + "0" * 30, "c2" + "0" * 30
     h.enqueue(a)
     h.enqueue(b)
-    assert list(h.call("link", "user", [h.tk(a), h.tk(b)], [])) == [1, b]
-    assert list(h.call("link", "user", [h.tk(a), h.tk(b)], [])) == [0, b]
+    assert list(h.run(layout.link(h.c, "user", h.tk(a), h.tk(b)))) == [1, b]
+    assert list(h.run(layout.link(h.c, "user", h.tk(a), h.tk(b)))) == [0, b]
     assert h.task(a)["requeued_as"] == b and h.task(b)["requeued_from"] == a
     gone = "c3" + "0" * 30
-    assert list(h.call("link", "user", [h.tk(gone), h.tk(b)], [])) == [-1, ""]
+    assert list(h.run(layout.link(h.c, "user", h.tk(gone), h.tk(b)))) == [-1, ""]
     assert not h.r.exists(h.k.task(gone))

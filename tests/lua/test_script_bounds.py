@@ -10,6 +10,18 @@ from typing import Any
 import pytest
 import redis
 
+from rsjobs.store import layout
+from rsjobs.store.layout import (
+    BeatArgs,
+    BeatItem,
+    ControlArgs,
+    DeadlineArgs,
+    DeadlineItem,
+    Ending,
+    Entry,
+    Packed,
+    StartArgs,
+)
 from tests.lua.harness import LuaHarness
 
 A, B = "a" * 32, "b" * 32
@@ -201,10 +213,10 @@ def test_a_pause_does_not_stop_the_queue_wait_clock() -> None:
 # -- malformed arguments are refused before any write -----------------------------------
 
 
-def _fails_writing_nothing(h: LuaHarness, name: str, tasks: list[str], argv: list[Any]) -> None:
+def _fails_writing_nothing(h: LuaHarness, call: Packed) -> None:
     before = h.snapshot()
     with pytest.raises(redis.ResponseError, match="rsjobs: invalid"):
-        h.call(name, "worker", [h.tk(t) for t in tasks], argv)
+        h.run(call)
     assert h.snapshot() == before
 
 
@@ -216,46 +228,85 @@ def _two_running(h: LuaHarness) -> tuple[list[Any], list[Any]]:
     return h.start(A, ea), h.start(B, eb)
 
 
+def _finish(h: LuaHarness, *endings: tuple[str, Ending]) -> Packed:
+    return layout.finish(h.c, "worker", [(h.tk(t), e) for t, e in endings])
+
+
+def _beat(h: LuaHarness, lease_ms: Any, *beats: tuple[str, BeatItem]) -> Packed:
+    return layout.heartbeat(
+        h.c, "worker", BeatArgs("w1", lease_ms), [(h.tk(t), b) for t, b in beats]
+    )
+
+
+def _start(h: LuaHarness, tid: str, lease_ms: Any, nonce: str, entry: str) -> Packed:
+    return layout.start(
+        h.c, "worker", StartArgs("w1", lease_ms, nonce), [(h.tk(tid), Entry(entry))]
+    )
+
+
 def test_finish_checks_the_whole_batch_first() -> None:
     h = LuaHarness()
     ra, rb = _two_running(h)
-    good = ["COMPLETE", ra[5], '"ok"', "", "1", -1, 0.5]
+    good = Ending("COMPLETE", ra[5], '"ok"', "", 1, -1, 0.5)
     for bad in (
-        ["CANCEL", rb[5], "x", "E", "1", -1, 0.5],  # not an end of attempt
-        ["FAIL", rb[5], "x", "E", "1", "soon", 0.5],
-        ["FAIL", rb[5], "x", "E", "1", -1, "nan"],
-        ["FAIL", rb[5], "x", "E", "1", -1, 2],
+        Ending("CANCEL", rb[5], "x", "E", 1, -1, 0.5),  # not an end of attempt
+        Ending("FAIL", rb[5], "x", "E", 1, "soon", 0.5),
+        Ending("FAIL", rb[5], "x", "E", 1, -1, "nan"),
+        Ending("FAIL", rb[5], "x", "E", 1, -1, 2),
     ):
-        _fails_writing_nothing(h, "finish", [A, B], good + bad)
-    _fails_writing_nothing(h, "finish", [A, B], good)  # one task's values missing
+        _fails_writing_nothing(h, _finish(h, (A, good), (B, bad)))
+    both = _finish(h, (A, good), (B, good))
+    _fails_writing_nothing(h, both._replace(argv=both.argv[:-7]))  # one task's values missing
     assert h.task(A)["state"] == "RUNNING" and h.task(B)["state"] == "RUNNING"
 
 
 def test_heartbeat_start_enqueue_deadline_control_check_arguments_first() -> None:
     h = LuaHarness()
     ra, rb = _two_running(h)
-    beat = [ra[5], h.task(A)["entry"], "10", "m"]
+    beat = BeatItem(ra[5], h.task(A)["entry"], "10", "m")
     for bad_b in (
-        [rb[5], "not-an-id", "", ""],
-        [rb[5], "1-1", "0x10", ""],
-        [rb[5], "1-1", "101", ""],
+        BeatItem(rb[5], "not-an-id", "", ""),
+        BeatItem(rb[5], "1-1", "0x10", ""),
+        BeatItem(rb[5], "1-1", "101", ""),
     ):
-        _fails_writing_nothing(h, "heartbeat", [A, B], ["w1", 30_000, *beat, *bad_b])
-    _fails_writing_nothing(h, "heartbeat", [A], ["w1", "1e3", *beat])
+        _fails_writing_nothing(h, _beat(h, 30_000, (A, beat), (B, bad_b)))
+    _fails_writing_nothing(h, _beat(h, "1e3", (A, beat)))
     h.enqueue("c" * 32)
     (entry,) = h.deliver()
-    _fails_writing_nothing(h, "start", ["c" * 32], ["w1", "-5", "n", entry])
-    _fails_writing_nothing(h, "start", ["c" * 32], ["w1", 1000, "", entry])
-    ok = ["d" * 32, "img", "q", "{}", 3, 0, 0, "", "", 0, 0, 0]
-    for i, bad in ((4, 0), (6, "1e30"), (6, "-1"), (11, "1.5"), (2, "")):
-        spec = ["e" * 32, "img", "q", "{}", 3, 0, 0, "", "", 0, 0, 0]
-        spec[i] = bad
-        _fails_writing_nothing(h, "enqueue", ["d" * 32, "e" * 32], ok + spec)
+    _fails_writing_nothing(h, _start(h, "c" * 32, "-5", "n", entry))
+    _fails_writing_nothing(h, _start(h, "c" * 32, 1000, "", entry))
+    ok = h.new_task("d" * 32, payload="{}")
+    for change in (
+        {"max_attempts": 0},
+        {"delay_ms": 10**30},
+        {"delay_ms": "1e30"},
+        {"delay_ms": -1},
+        {"wait_timeout_ms": 1.5},
+        {"queue": ""},
+    ):
+        queue = str(change.pop("queue", "q"))
+        spec = h.new_task("e" * 32, payload="{}", **change)._replace(queue=queue)
+        tasks = [(h.tk("d" * 32), ok), (h.tk("e" * 32, queue or "q"), spec)]
+        _fails_writing_nothing(h, layout.enqueue(h.c, "api", tasks))
+    for raw in (
+        b"[]",
+        b"{",
+        b'{"max_attempts": 3, "priority": 1}',
+        b'{"owner": 5, "max_attempts": 1}',
+    ):
+        spec = h.new_task("e" * 32)._replace(options=raw)
+        tasks = [(h.tk("d" * 32), ok), (h.tk("e" * 32), spec)]
+        _fails_writing_nothing(h, layout.enqueue(h.c, "api", tasks))
     members = [f"q:{A}", f"q:{B}"]
-    _fails_writing_nothing(h, "deadline", [A, B], [0, members[0], 0.5, members[1], "x"])
-    _fails_writing_nothing(h, "deadline", [A], ["later", members[0], 0.5])
-    _fails_writing_nothing(h, "control", [A], ["CANCEL", "x" * 5000, h.k.control])
-    _fails_writing_nothing(h, "control", [A], ["CANCEL", "", ""])
+    items = [(h.tk(A), DeadlineItem(members[0], 0.5)), (h.tk(B), DeadlineItem(members[1], "x"))]
+    _fails_writing_nothing(h, layout.deadline(h.c, "reaper", DeadlineArgs(0), items))
+    items = [(h.tk(A), DeadlineItem(members[0], 0.5))]
+    _fails_writing_nothing(h, layout.deadline(h.c, "reaper", DeadlineArgs("later"), items))
+    for args in (
+        ControlArgs("CANCEL", "x" * 5000, h.k.control),
+        ControlArgs("CANCEL", "", ""),
+    ):
+        _fails_writing_nothing(h, layout.control(h.c, "user", h.tk(A), args))
 
 
 def test_release_start_and_worker_texts_are_checked_first() -> None:
@@ -263,10 +314,32 @@ def test_release_start_and_worker_texts_are_checked_first() -> None:
     ra, _ = _two_running(h)
     h.enqueue("c" * 32)
     (entry,) = h.deliver()
-    _fails_writing_nothing(h, "release", ["c" * 32, A], [entry, "garbage"])
-    _fails_writing_nothing(h, "start", ["c" * 32], ["w1", 1000, "n", "garbage"])
+    items = [(h.tk("c" * 32), Entry(entry)), (h.tk(A), Entry("garbage"))]
+    _fails_writing_nothing(h, layout.release(h.c, "worker", items))
+    _fails_writing_nothing(h, _start(h, "c" * 32, 1000, "n", "garbage"))
     long = "x" * 3000
-    _fails_writing_nothing(h, "heartbeat", [A], ["w1", 30_000, ra[5], "1-1", "5", long])
-    _fails_writing_nothing(h, "heartbeat", [A], ["w1", 30_000, long, "1-1", "", ""])
-    _fails_writing_nothing(h, "finish", [A], ["COMPLETE", long, '"x"', "", "1", -1, 0.5])
-    assert h.call("release", "worker", [h.tk("c" * 32)], [entry]) == [1]  # well formed
+    _fails_writing_nothing(h, _beat(h, 30_000, (A, BeatItem(ra[5], "1-1", "5", long))))
+    _fails_writing_nothing(h, _beat(h, 30_000, (A, BeatItem(long, "1-1", "", ""))))
+    _fails_writing_nothing(h, _finish(h, (A, Ending("COMPLETE", long, '"x"', "", 1, -1, 0.5))))
+    release = layout.release(h.c, "worker", [(h.tk("c" * 32), Entry(entry))])
+    assert h.run(release) == [1]  # well formed
+
+
+def test_every_script_refuses_a_call_that_does_not_match_its_layout() -> None:
+    """A call with a key or a value too many or too few is refused before any write, by
+    each script's own check of #KEYS and #ARGV against its header."""
+    from rsjobs.store.scripts import SCRIPT_NAMES
+
+    h = LuaHarness()
+    h.group()
+    h.enqueue(A)
+    for name in SCRIPT_NAMES:
+        keys = [*h.k.common(), *h.tk(A)]
+        for call in (
+            Packed(name, keys, ["api", *h.c.argv]),
+            Packed(name, [*keys, "x"], ["api", *h.c.argv, "x", "y"]),
+        ):
+            before = h.snapshot()
+            with pytest.raises(redis.ResponseError, match="rsjobs: invalid layout"):
+                h.run(call)
+            assert h.snapshot() == before, name

@@ -50,8 +50,7 @@ def test_late_completion_from_an_old_lease_is_refused_and_recorded() -> None:
 def test_fail_backs_off_exponentially_then_fails() -> None:
     h = LuaHarness()
     h.group()
-    argv = [A, "img", "q", "{}", 3, 0, 0, "", "", 1000, 3000, 0]
-    h.call("enqueue", "api", [h.tk(A)], argv)
+    h.enqueue(A, payload="{}", backoff=1000, backoff_max=3000)
     delays = []
     for attempt in (1, 2, 3):
         r = h.start(A, h.deliver()[0], nonce=f"n{attempt}")

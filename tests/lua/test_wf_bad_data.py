@@ -10,9 +10,8 @@ from typing import Any
 
 import fakeredis
 import pytest
-from redis.exceptions import ResponseError
 
-from rsjobs import PayloadError
+from rsjobs import PayloadError, StoreError
 from rsjobs.settings import Settings
 from rsjobs.workflows import (
     CorruptWorkflow,
@@ -248,9 +247,9 @@ async def test_a_corrupt_workflow_hash_is_refused_before_any_write(env: Env) -> 
     (task,) = await hand.claim()
     await c.redis.hdel(c.keys.workflow(wid), "stage")
     before = await redis_dump(c.redis)
-    ids, tkeys = await c.scripts.open_tasks(wid)
-    with pytest.raises(ResponseError, match=r"corrupt workflow hash .* field stage is missing"):
-        await c.scripts.call("wf_sync", "driver", wid, tkeys, [wid, *ids])
+    open_set = await c.store.workflows.open_tasks(wid)
+    with pytest.raises(StoreError, match=r"corrupt workflow hash .* field stage is missing"):
+        await c.store.workflows.sync("driver", wid, open_set)
     assert await redis_dump(c.redis) == before
     assert await c.redis.hget(c.keys.task(task.id), "state") == "RUNNING"
 

@@ -10,7 +10,8 @@ import fakeredis
 import pytest
 
 from rsjobs.settings import Settings
-from rsjobs.store.scripts import Scripts
+from rsjobs.store import OpenSet, Store
+from rsjobs.store.layout import Ending, WfRegenerateArgs, WfSpawnArgs
 from rsjobs.workflows import (
     ActionRefused,
     Stage,
@@ -125,11 +126,13 @@ async def test_stale_calls_write_nothing(env: tuple[WorkflowClient, Hand]) -> No
     (task,) = await hand.claim()
     before = await wf_keys_dump(c, wid)
     history = await c.redis.xlen(c.keys.workflow_history(wid))
-    s = c.scripts
+    s = c.store.workflows
+    none = OpenSet([], [])
     # regenerate and cancel naming the wrong open set; spawn for a version that is not current
-    assert (await s.call("wf_regenerate", "api", wid, [], [0, "", 100, "", *[]])).code == -5
-    assert (await s.call("wf_cancel", "api", wid, [], [""])).code == -5
-    assert (await s.call("wf_spawn", "api", wid, [], [7, 0])).code == -5
+    regenerate = WfRegenerateArgs(0, "", 100, "")
+    assert (await s.regenerate("api", wid, regenerate, none)).code == -5
+    assert (await s.cancel("api", wid, "", none)).code == -5
+    assert (await s.spawn("api", wid, WfSpawnArgs(7, 0), [])).code == -5
     assert await wf_keys_dump(c, wid) == before
     assert await c.redis.xlen(c.keys.workflow_history(wid)) == history
     assert await c.redis.hget(c.keys.task(task.id), "state") == "RUNNING"
@@ -143,9 +146,9 @@ async def test_the_driver_accounts_for_task_ends_it_did_not_see(
     c, hand = env
     wid = await c.start("small")
     (task,) = await hand.claim()
-    core = Scripts(c.redis, c.settings)
-    args = ["COMPLETE", task.lease, '{"ref": "file:///a.json"}', "", "1", -1, 0.5]
-    assert list((await core.call("finish", "worker", [task.keys], args))[0]) == [1, "SUCCEEDED"]
+    work = Store(c.redis, c.settings).work
+    done = Ending("COMPLETE", task.lease, '{"ref": "file:///a.json"}', "", 1, -1, 0.5)
+    assert list((await work.finish([(task.keys, done)]))[0]) == [1, "SUCCEEDED"]
     assert (await c.get(wid)).status == "RUNNING"
     assert (await c.redrive(wid)).status == "WAITING_CONFIRMATION"
     assert [a.ref for a in await c.assets(wid)] == ["file:///a.json"]
@@ -153,8 +156,8 @@ async def test_the_driver_accounts_for_task_ends_it_did_not_see(
     x, y, z = sorted(await hand.claim(), key=lambda t: t.item)
     await hand.complete(x)
     await hand.complete(z)
-    lost = ["FAIL", y.lease, "worker lost", "WorkerLost", "0", -1, 0.5]
-    await core.call("finish", "worker", [y.keys], lost)
+    lost = Ending("FAIL", y.lease, "worker lost", "WorkerLost", 0, -1, 0.5)
+    await work.finish([(y.keys, lost)])
     assert (await c.redrive(wid)).status == "FAILED"
     assert await invariants(c, wid, quiet=True) == []
 

@@ -34,7 +34,7 @@ async def _drain(sub: Subscription, n: int, after: str = "0-0") -> list[Item]:
 
 
 async def test_fans_out_per_task_with_history_ids(client: Client) -> None:
-    hub = Hub(client.redis, client.keys.events, block_ms=200)
+    hub = Hub(client.store.events, block_ms=200)
     await hub.start()
     try:
         a = await client.enqueue("x")
@@ -64,7 +64,7 @@ async def test_fans_out_per_task_with_history_ids(client: Client) -> None:
 
 async def test_entries_written_before_start_returns_are_not_lost(client: Client) -> None:
     """start() fixes the read position at the current end: nothing in between is lost."""
-    hub = Hub(client.redis, client.keys.events, block_ms=200)
+    hub = Hub(client.store.events, block_ms=200)
     tid = await client.enqueue("x")
     await hub.start()
     sub = hub.subscribe(tid)
@@ -75,7 +75,7 @@ async def test_entries_written_before_start_returns_are_not_lost(client: Client)
 
 
 async def test_slow_subscriber_overflows_into_resync(client: Client) -> None:
-    hub = Hub(client.redis, client.keys.events, block_ms=200, buffer=2)
+    hub = Hub(client.store.events, block_ms=200, buffer=2)
     await hub.start()
     try:
         tid = await client.enqueue("x")
@@ -91,7 +91,7 @@ async def test_slow_subscriber_overflows_into_resync(client: Client) -> None:
 
 
 async def test_observers_see_every_entry(client: Client) -> None:
-    hub = Hub(client.redis, client.keys.events, block_ms=200)
+    hub = Hub(client.store.events, block_ms=200)
     seen: list[tuple[str, str]] = []
     hub.observers.append(lambda tid, hid, f: seen.append((tid, f["ev"])))
 
@@ -111,7 +111,7 @@ async def test_observers_see_every_entry(client: Client) -> None:
 
 
 async def test_trimming_past_the_reader_triggers_resync(client: Client) -> None:
-    hub = Hub(client.redis, client.keys.events, block_ms=200)
+    hub = Hub(client.store.events, block_ms=200)
     tid = await client.enqueue("x")
     sub = hub.subscribe(tid)
     old = (await client.redis.xrange(client.keys.events, "-", "+", count=1))[0][0]

@@ -54,3 +54,23 @@ async def test_corrupt_workflow_is_a_clear_500(redis_url: str) -> None:
         assert resp.status_code == 500, resp.text
         assert resp.json()["error"] == "corrupt_data"
     await app.state.rsjobs.aclose()
+
+
+async def test_corrupt_task_is_a_clear_500(redis_url: str) -> None:
+    """A task hash whose payload does not decode answers 500 corrupt_data with a body that
+    says so (it was msgspec's DecodeError: a 500 without a clear body)."""
+    import redis as sync_redis
+
+    from rsjobs import Client
+
+    app = make_app(redis_url)
+    async with Client.from_url(redis_url, namespace=NAMESPACE) as c:
+        tid = await c.enqueue("x", owner="alice")
+    r = sync_redis.Redis.from_url(redis_url)
+    r.hset(f"rsjobs:{{{NAMESPACE}}}:task:{tid}", "payload", "{not json")
+    r.close()
+    async with _client(app) as api:
+        resp = await api.get(f"/tasks/{tid}", headers=ALICE)
+        assert resp.status_code == 500, resp.text
+        assert resp.json()["error"] == "corrupt_data" and tid in resp.json()["detail"]
+    await app.state.rsjobs.aclose()

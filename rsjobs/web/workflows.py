@@ -1,7 +1,7 @@
 """The workflow routes: a list of Starlette routes to mount in any app.
 
     from rsjobs.workflows import WorkflowClient
-    from rsjobs.workflows.http import workflow_routes
+    from rsjobs.web.workflows import workflow_routes
 
     wf = WorkflowClient(redis, settings, definitions=[character], source="api")
     routes += workflow_routes(lambda: wf, auth)        # auth: rsjobs.web.Auth
@@ -28,8 +28,11 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from ..errors import ConfigError, PayloadError, RsjobsError
-from ..web.auth import Auth, Principal, require_principal
-from ..web.http import (
+from ..workflows.client import WorkflowClient, validate_workflow_id
+from ..workflows.errors import ActionRefused, UnknownDefinition, WorkflowNotFound
+from ..workflows.schemas import WorkflowEvent
+from .auth import Auth, Principal, require_principal
+from .http import (
     PAGE_PARAMS,
     RESUME_PARAMS,
     ApiError,
@@ -39,9 +42,9 @@ from ..web.http import (
     page_params,
     read_body,
 )
-from ..web.hub import exclusive
-from ..web.sse import StreamLimiter
-from .bodies import (
+from .hub import exclusive
+from .sse import StreamLimiter
+from .wf_bodies import (
     ActionResult,
     CancelBody,
     ConfirmBody,
@@ -51,10 +54,7 @@ from .bodies import (
     RetryBody,
     StartBody,
 )
-from .client import WorkflowClient, validate_workflow_id
-from .errors import ActionRefused, UnknownDefinition, WorkflowNotFound
-from .schemas import WorkflowEvent
-from .sse import ended_before, is_entry, workflow_events
+from .wf_sse import ended_before, is_entry, workflow_events
 
 __all__ = ["workflow_routes"]
 
@@ -112,10 +112,8 @@ class WorkflowApi:
 
     async def visible(self, who: Principal, wf_id: str) -> None:
         """404 unless the workflow exists and ``who`` may see it."""
-        status, owner = await self.client.redis.hmget(
-            self.client.keys.workflow(wf_id), ["status", "owner"]
-        )
-        if status is None or not who.may_see(owner or ""):
+        seen = await self.client.store.workflows.visible(wf_id)
+        if seen is None or not who.may_see(seen[1]):
             raise _not_found(wf_id)
 
     async def body(self, request: Request, kind: type[B], *, optional: bool = True) -> B:
@@ -216,7 +214,7 @@ class WorkflowApi:
         wf_id = self.wf_id(request)
         last = last_event_id(request)
         await self.visible(who, wf_id)
-        ws = self.client.scripts
+        ws = self.client.store
         if last and last != "0-0" and not await is_entry(ws, wf_id, last):
             # resuming after an id that is not this workflow's would skip entries silently
             raise ApiError(

@@ -18,13 +18,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
-from redis.exceptions import RedisError
 
-from ..web.hub import exclusive
-from .calls import WorkflowScripts
-from .model import is_terminal
-from .schemas import WorkflowEvent
-from .status import load_status
+from ..errors import RedisUnavailable, StoreError
+from ..store import Store
+from ..workflows.model import is_terminal
+from ..workflows.schemas import WorkflowEvent
+from ..workflows.status import load_status
+from .hub import exclusive
 
 __all__ = ["ended_before", "is_entry", "workflow_events"]
 
@@ -45,26 +45,24 @@ def _ends(fields: dict[str, Any]) -> bool:
     )
 
 
-async def is_entry(ws: WorkflowScripts, wf_id: str, entry_id: str) -> bool:
+async def is_entry(store: Store, wf_id: str, entry_id: str) -> bool:
     """Whether ``entry_id`` (a valid stream id) is an entry of the workflow's history."""
-    rows = await ws.redis.xrange(ws.keys.workflow_history(wf_id), entry_id, entry_id, count=1)
-    return bool(rows)
+    return await store.workflows.is_entry(wf_id, entry_id)
 
 
-async def ended_before(ws: WorkflowScripts, wf_id: str, after: str) -> bool:
+async def ended_before(store: Store, wf_id: str, after: str) -> bool:
     """Whether the workflow is finished and has no history entry after ``after``."""
-    status = await ws.redis.hget(ws.keys.workflow(wf_id), "status")
+    status = await store.workflows.status(wf_id)
     if status is None or not is_terminal(status):
         return False
     start = exclusive(after)
     if start is None:
         return True
-    rows = await ws.redis.xrange(ws.keys.workflow_history(wf_id), start, "+", count=1)
-    return not rows
+    return not await store.workflows.history_range(wf_id, start, 1)
 
 
 async def workflow_events(
-    ws: WorkflowScripts,
+    ws: Store,
     wf_id: str,
     after: str,
     *,
@@ -73,7 +71,6 @@ async def workflow_events(
     retry_ms: int = 2_000,
 ) -> AsyncIterator[bytes]:
     """The SSE byte stream of one connection."""
-    hkey = ws.keys.workflow_history(wf_id)
     last = after or "0-0"
 
     async def status() -> tuple[bytes, str]:
@@ -94,7 +91,7 @@ async def workflow_events(
         yield sent
         # 1. replay from the client's last id
         while (start := exclusive(last)) is not None:
-            rows = await ws.redis.xrange(hkey, start, "+", count=PAGE)
+            rows = await ws.workflows.history_range(wf_id, start, PAGE)
             out = []
             for entry_id, fields in rows:
                 out.append(_event(entry_id, fields))
@@ -114,14 +111,13 @@ async def workflow_events(
         # 2. live
         quiet_since = time.monotonic()
         while True:
-            rows = await ws.redis.xread({hkey: last}, block=status_ms, count=PAGE)
+            rows = await ws.workflows.read_history(wf_id, last, status_ms, PAGE)
             out = []
             ended = False
-            for _, entries in rows or []:
-                for entry_id, fields in entries:
-                    out.append(_event(entry_id, fields))
-                    last = entry_id
-                    ended = ended or _ends(fields)
+            for entry_id, fields in rows:
+                out.append(_event(entry_id, fields))
+                last = entry_id
+                ended = ended or _ends(fields)
             doc, state = await status()
             if out or doc != sent:
                 yield b"".join(out) + doc
@@ -134,5 +130,5 @@ async def workflow_events(
             if ended or state == "gone":
                 yield b"event: end\ndata: {}\n\n"
                 return
-    except RedisError:
+    except (RedisUnavailable, StoreError):
         return  # Redis went away: end; the client reconnects with Last-Event-ID

@@ -1,4 +1,4 @@
-"""Request and response bodies of the workflow HTTP routes (``http.py``).
+"""Request and response bodies of the workflow HTTP routes (``workflows.py``).
 
 Request bodies forbid unknown fields and carry their limits, so a bad body is refused
 while it is decoded, before anything touches Redis.

@@ -1,0 +1,643 @@
+"""How each script's KEYS and ARGV are laid out, and one packer per script.
+
+Every call of a script is: the common KEYS (``fsm.lua``: events, stats, scheduled,
+deadlines, scratch), then each item's keys (a task's four: :class:`TaskKeys`), then the
+script's own keys (workflow scripts: :class:`WorkflowKeys`); the common ARGV (source,
+events_max, retention, group; workflow scripts then channel, history_max), then the
+script's own values, then each item's values. A script's header names all of them; the
+:class:`Layout` of its packer below names the same, from the NamedTuples the packer takes,
+and a test parses every header and checks the two agree (``tests/store/test_layout.py``).
+Each script checks ``#KEYS`` and ``#ARGV`` against its header before anything else.
+
+Packers are pure functions: they only place values (no Redis, no checks: the scripts
+check everything before their first write), so the Lua tests run the scripts through them.
+Hot batches (start, finish, heartbeat) are positional tuples, flattened as they are; a new
+task's rarely used options travel as one JSON object (:func:`task_options`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+import msgspec
+
+from .keys import GROUP, Keys, TaskKeys, WorkflowKeys
+
+__all__ = [
+    "LAYOUTS",
+    "TASK_OPTIONS",
+    "WF_COMMON",
+    "BeatArgs",
+    "BeatItem",
+    "Common",
+    "ControlArgs",
+    "DeadlineArgs",
+    "DeadlineItem",
+    "Ending",
+    "Entry",
+    "Layout",
+    "Member",
+    "NewTask",
+    "OpenTask",
+    "Packed",
+    "QuarantineArgs",
+    "ReclaimArgs",
+    "StartArgs",
+    "WfAbortArgs",
+    "WfCancelArgs",
+    "WfGateArgs",
+    "WfRegenerateArgs",
+    "WfRetryArgs",
+    "WfRetryItem",
+    "WfSpawnArgs",
+    "WfStartArgs",
+    "WfSyncArgs",
+    "WfTask",
+    "WorkersArgs",
+    "task_options",
+]
+
+Value = str | int | float | bytes
+
+
+class Common(NamedTuple):
+    """What every call of one namespace and settings starts with (see ``fsm.lua``)."""
+
+    keys: tuple[str, ...]
+    #: events_max, retention, group (ARGV[2..4]; ARGV[1] is the call's source)
+    argv: tuple[Value, ...]
+    #: the control channel (the first of the workflow scripts' common ARGV)
+    channel: str
+
+    @classmethod
+    def of(cls, keys: Keys, events_maxlen: int, retention_ms: int) -> Common:
+        return cls(keys.common(), (str(events_maxlen), str(retention_ms), GROUP), keys.control)
+
+
+class Packed(NamedTuple):
+    """One script call: the script's name, its KEYS and its ARGV."""
+
+    script: str
+    keys: list[str]
+    argv: list[Any]
+
+
+class Layout(NamedTuple):
+    """The names of a script's KEYS and ARGV after the common ones, as its header names
+    them: its own values, then per item (``item`` names what one is) values and keys,
+    then its own keys; ``exact`` when it takes exactly that many items."""
+
+    script: str
+    args: tuple[str, ...] = ()
+    item: str = ""
+    item_args: tuple[str, ...] = ()
+    item_keys: tuple[str, ...] = ()
+    tail_keys: tuple[str, ...] = ()
+    exact: int | None = None
+
+
+def _pack(
+    layout: Layout,
+    c: Common,
+    source: str,
+    args: Iterable[Value],
+    items: Iterable[tuple[Sequence[str], Sequence[Value]]],
+    tail: Sequence[str] = (),
+) -> Packed:
+    keys = list(c.keys)
+    argv: list[Any] = [source, *c.argv, *args]
+    for item_keys, values in items:
+        keys += item_keys
+        argv += values
+    keys += tail
+    return Packed(layout.script, keys, argv)
+
+
+#: the ARGV every workflow script has after the common ones (``wf.lua``)
+WF_COMMON = ("channel", "history_max")
+
+# -- new tasks -------------------------------------------------------------------------------
+
+#: the names a new task's options object may have (``task_options`` in ``fsm.lua``)
+TASK_OPTIONS = (
+    "max_attempts",
+    "timeout_ms",
+    "delay_ms",
+    "wait_timeout_ms",
+    "backoff_base_ms",
+    "backoff_max_ms",
+    "dedup",
+    "owner",
+)
+_options = msgspec.json.Encoder()
+
+
+def task_options(
+    *,
+    max_attempts: int,
+    backoff_base_ms: int,
+    backoff_max_ms: int,
+    timeout_ms: int = 0,
+    delay_ms: int = 0,
+    wait_timeout_ms: int = 0,
+    dedup: str | None = None,
+    owner: str | None = None,
+) -> bytes:
+    """A new task's options as the one JSON object the scripts take; 0 and empty values
+    are left out (the scripts read a missing name as 0 or '')."""
+    o: dict[str, Any] = {"max_attempts": max_attempts}
+    if timeout_ms:
+        o["timeout_ms"] = timeout_ms
+    if delay_ms:
+        o["delay_ms"] = delay_ms
+    if wait_timeout_ms:
+        o["wait_timeout_ms"] = wait_timeout_ms
+    if backoff_base_ms:
+        o["backoff_base_ms"] = backoff_base_ms
+    if backoff_max_ms:
+        o["backoff_max_ms"] = backoff_max_ms
+    if dedup:
+        o["dedup"] = dedup
+    if owner:
+        o["owner"] = owner
+    return _options.encode(o)
+
+
+class NewTask(NamedTuple):
+    """One task for ``enqueue.lua`` (options: :func:`task_options`)."""
+
+    id: str
+    type: str
+    queue: str
+    payload: bytes | str
+    options: bytes | str
+
+
+ENQUEUE = Layout("enqueue", item="task", item_args=NewTask._fields, item_keys=TaskKeys._fields)
+
+
+def enqueue(c: Common, source: str, tasks: Iterable[tuple[TaskKeys, NewTask]]) -> Packed:
+    return _pack(ENQUEUE, c, source, (), tasks)
+
+
+# -- the worker's hot path -------------------------------------------------------------------
+
+
+class StartArgs(NamedTuple):
+    consumer: str
+    lease_ms: int | str
+    nonce: str
+
+
+class Entry(NamedTuple):
+    """A delivered stream entry (``start.lua``, ``release.lua``, ``reclaim.lua``)."""
+
+    entry: str
+
+
+START = Layout("start", StartArgs._fields, "task", Entry._fields, TaskKeys._fields)
+
+
+def start(
+    c: Common, source: str, args: StartArgs, items: Iterable[tuple[TaskKeys, Entry]]
+) -> Packed:
+    return _pack(START, c, source, args, items)
+
+
+class Ending(NamedTuple):
+    """The end of one attempt (``finish.lua``, ``wf_finish.lua``)."""
+
+    event: str
+    lease: str
+    body: str | bytes
+    error_type: str
+    #: 1 or 0 (FAIL only)
+    retryable: int | str
+    #: -1 = the task's exponential backoff
+    delay_ms: int | str
+    jitter: float | str
+
+
+FINISH = Layout("finish", (), "task", Ending._fields, TaskKeys._fields)
+
+
+def finish(c: Common, source: str, items: Iterable[tuple[TaskKeys, Ending]]) -> Packed:
+    return _pack(FINISH, c, source, (), items)
+
+
+class BeatArgs(NamedTuple):
+    consumer: str
+    lease_ms: int | str
+
+
+class BeatItem(NamedTuple):
+    lease: str
+    entry: str
+    #: '' = no change, else 0-100
+    progress: str
+    message: str
+
+
+HEARTBEAT = Layout("heartbeat", BeatArgs._fields, "task", BeatItem._fields, TaskKeys._fields)
+
+
+def heartbeat(
+    c: Common, source: str, args: BeatArgs, items: Iterable[tuple[TaskKeys, BeatItem]]
+) -> Packed:
+    return _pack(HEARTBEAT, c, source, args, items)
+
+
+RELEASE = Layout("release", (), "task", Entry._fields, TaskKeys._fields)
+
+
+def release(c: Common, source: str, items: Iterable[tuple[TaskKeys, Entry]]) -> Packed:
+    return _pack(RELEASE, c, source, (), items)
+
+
+class Member(NamedTuple):
+    """A zset member ``<queue>:<id>`` (``promote.lua``)."""
+
+    member: str
+
+
+PROMOTE = Layout("promote", (), "candidate", Member._fields, TaskKeys._fields)
+
+
+def promote(c: Common, source: str, items: Iterable[tuple[TaskKeys, Member]]) -> Packed:
+    return _pack(PROMOTE, c, source, (), items)
+
+
+# -- control ---------------------------------------------------------------------------------
+
+
+class ControlArgs(NamedTuple):
+    event: str
+    message: str
+    channel: str
+
+
+CONTROL = Layout("control", ControlArgs._fields, "task", (), TaskKeys._fields, exact=1)
+
+
+def control(c: Common, source: str, keys: TaskKeys, args: ControlArgs) -> Packed:
+    return _pack(CONTROL, c, source, args, [(keys, ())])
+
+
+LINK = Layout("link", (), "task", (), TaskKeys._fields, exact=2)
+
+
+def link(c: Common, source: str, original: TaskKeys, clone: TaskKeys) -> Packed:
+    return _pack(LINK, c, source, (), [(original, ()), (clone, ())])
+
+
+# -- the reaper's ----------------------------------------------------------------------------
+
+
+class ReclaimArgs(NamedTuple):
+    min_idle_ms: int | str
+    max_deliveries: int | str
+    dead_leases: int | str
+    default_lease_ms: int | str
+    deadletter_max: int | str
+
+
+RECLAIM = Layout(
+    "reclaim",
+    ReclaimArgs._fields,
+    "entry",
+    Entry._fields,
+    TaskKeys._fields,
+    ("deadletter", "workers"),
+)
+
+
+def reclaim(
+    c: Common, k: Keys, source: str, args: ReclaimArgs, items: Iterable[tuple[TaskKeys, Entry]]
+) -> Packed:
+    return _pack(RECLAIM, c, source, args, items, (k.deadletter, k.workers))
+
+
+class DeadlineArgs(NamedTuple):
+    grace_ms: int | str
+
+
+class DeadlineItem(NamedTuple):
+    member: str
+    jitter: float | str
+
+
+DEADLINE = Layout(
+    "deadline", DeadlineArgs._fields, "candidate", DeadlineItem._fields, TaskKeys._fields
+)
+
+
+def deadline(
+    c: Common, source: str, args: DeadlineArgs, items: Iterable[tuple[TaskKeys, DeadlineItem]]
+) -> Packed:
+    return _pack(DEADLINE, c, source, args, items)
+
+
+class WorkersArgs(NamedTuple):
+    dead_leases: int | str
+    default_lease_ms: int | str
+    forget_ms: int | str
+
+
+WORKERS = Layout(
+    "workers", WorkersArgs._fields, "queue", (), ("queue",), ("workers", "workers_dead")
+)
+
+
+def workers(c: Common, k: Keys, source: str, args: WorkersArgs, queues: Iterable[str]) -> Packed:
+    return _pack(
+        WORKERS, c, source, args, (((k.queue(q),), ()) for q in queues), (k.workers, k.workers_dead)
+    )
+
+
+class QuarantineArgs(NamedTuple):
+    task_id: str
+    queue: str
+    indexed_in: str
+    ref: str
+    step: str
+    why: str
+    deadletter_max: int | str
+
+
+QUARANTINE = Layout(
+    "quarantine", QuarantineArgs._fields, "task", (), TaskKeys._fields, ("deadletter",), exact=1
+)
+
+
+def quarantine(c: Common, k: Keys, source: str, keys: TaskKeys, args: QuarantineArgs) -> Packed:
+    return _pack(QUARANTINE, c, source, args, [(keys, ())], (k.deadletter,))
+
+
+# -- workflows -------------------------------------------------------------------------------
+
+
+def _wf(
+    layout: Layout,
+    c: Common,
+    source: str,
+    history_max: int,
+    wf: WorkflowKeys,
+    args: Iterable[Value],
+    items: Iterable[tuple[Sequence[str], Sequence[Value]]] = (),
+) -> Packed:
+    return _pack(layout, c, source, (c.channel, history_max, *args), items, wf)
+
+
+class WfStartArgs(NamedTuple):
+    id: str
+    definition: str
+    owner: str
+    input: bytes | str
+    plan: bytes | str
+    n_stages: int
+    first_stage: str
+    need: int
+    restarted_from: str
+
+
+WF_START = Layout("wf_start", WF_COMMON + WfStartArgs._fields, tail_keys=WorkflowKeys._fields)
+
+
+def wf_start(
+    c: Common, source: str, history_max: int, wf: WorkflowKeys, args: WfStartArgs
+) -> Packed:
+    return _wf(WF_START, c, source, history_max, wf, args)
+
+
+class WfTask(NamedTuple):
+    """One task for a workflow to create (``create_task`` in ``wf.lua``): a
+    :class:`NewTask`'s values and its item and asset kind."""
+
+    id: str
+    type: str
+    queue: str
+    payload: bytes | str
+    options: bytes | str
+    item: str
+    kind: str
+
+
+class WfSpawnArgs(NamedTuple):
+    version: int
+    stage: int
+
+
+WF_SPAWN = Layout(
+    "wf_spawn",
+    WF_COMMON + WfSpawnArgs._fields,
+    "task",
+    WfTask._fields,
+    TaskKeys._fields,
+    WorkflowKeys._fields,
+)
+
+
+def wf_spawn(
+    c: Common,
+    source: str,
+    history_max: int,
+    wf: WorkflowKeys,
+    args: WfSpawnArgs,
+    tasks: Iterable[tuple[TaskKeys, WfTask]],
+) -> Packed:
+    return _wf(WF_SPAWN, c, source, history_max, wf, args, tasks)
+
+
+WF_FINISH = Layout(
+    "wf_finish",
+    WF_COMMON,
+    "task",
+    Ending._fields,
+    TaskKeys._fields,
+    WorkflowKeys._fields,
+    exact=1,
+)
+
+
+def wf_finish(
+    c: Common, source: str, history_max: int, wf: WorkflowKeys, keys: TaskKeys, ending: Ending
+) -> Packed:
+    return _wf(WF_FINISH, c, source, history_max, wf, (), [(keys, ending)])
+
+
+class WfGateArgs(NamedTuple):
+    event: str
+    #: '' = any
+    expect_version: int | str
+    #: a stage index, '' = any
+    expect_stage: int | str
+    message: str
+
+
+WF_GATE = Layout("wf_gate", WF_COMMON + WfGateArgs._fields, tail_keys=WorkflowKeys._fields)
+
+
+def wf_gate(c: Common, source: str, history_max: int, wf: WorkflowKeys, args: WfGateArgs) -> Packed:
+    return _wf(WF_GATE, c, source, history_max, wf, args)
+
+
+class WfRetryArgs(NamedTuple):
+    version: int
+    stage: int
+    message: str
+
+
+class WfRetryItem(NamedTuple):
+    """A failed slot: its failed task's id, then the new task (:class:`WfTask`)."""
+
+    failed_id: str
+    id: str
+    type: str
+    queue: str
+    payload: bytes | str
+    options: bytes | str
+    item: str
+    kind: str
+
+
+#: a failed slot's KEYS: the failed task's four, then the new task's four
+RETRY_KEYS = tuple(f"failed_{n}" for n in TaskKeys._fields) + TaskKeys._fields
+
+WF_RETRY = Layout(
+    "wf_retry",
+    WF_COMMON + WfRetryArgs._fields,
+    "failed slot",
+    WfRetryItem._fields,
+    RETRY_KEYS,
+    WorkflowKeys._fields,
+)
+
+
+def wf_retry(
+    c: Common,
+    source: str,
+    history_max: int,
+    wf: WorkflowKeys,
+    args: WfRetryArgs,
+    slots: Iterable[tuple[TaskKeys, TaskKeys, WfRetryItem]],
+) -> Packed:
+    items = (((*failed, *new), item) for failed, new, item in slots)
+    return _wf(WF_RETRY, c, source, history_max, wf, args, items)
+
+
+class OpenTask(NamedTuple):
+    """An open task of a workflow, as the caller read the open set."""
+
+    id: str
+
+
+def _open_layout(script: str, own: tuple[str, ...]) -> Layout:
+    return Layout(
+        script,
+        WF_COMMON + own,
+        "open task",
+        OpenTask._fields,
+        TaskKeys._fields,
+        WorkflowKeys._fields,
+    )
+
+
+class WfRegenerateArgs(NamedTuple):
+    stage: int
+    reason: str
+    max_versions: int
+    #: '' = any
+    expect_version: int | str
+
+
+class WfCancelArgs(NamedTuple):
+    reason: str
+
+
+class WfSyncArgs(NamedTuple):
+    wf_id: str
+
+
+class WfAbortArgs(NamedTuple):
+    wf_id: str
+    reason: str
+
+
+WF_REGENERATE = _open_layout("wf_regenerate", WfRegenerateArgs._fields)
+WF_CANCEL = _open_layout("wf_cancel", WfCancelArgs._fields)
+WF_SYNC = _open_layout("wf_sync", WfSyncArgs._fields)
+WF_ABORT = _open_layout("wf_abort", WfAbortArgs._fields)
+
+
+def wf_regenerate(
+    c: Common,
+    source: str,
+    history_max: int,
+    wf: WorkflowKeys,
+    args: WfRegenerateArgs,
+    open_tasks: Iterable[tuple[TaskKeys, OpenTask]],
+) -> Packed:
+    return _wf(WF_REGENERATE, c, source, history_max, wf, args, open_tasks)
+
+
+def wf_cancel(
+    c: Common,
+    source: str,
+    history_max: int,
+    wf: WorkflowKeys,
+    args: WfCancelArgs,
+    open_tasks: Iterable[tuple[TaskKeys, OpenTask]],
+) -> Packed:
+    return _wf(WF_CANCEL, c, source, history_max, wf, args, open_tasks)
+
+
+def wf_sync(
+    c: Common,
+    source: str,
+    history_max: int,
+    wf: WorkflowKeys,
+    args: WfSyncArgs,
+    open_tasks: Iterable[tuple[TaskKeys, OpenTask]],
+) -> Packed:
+    return _wf(WF_SYNC, c, source, history_max, wf, args, open_tasks)
+
+
+def wf_abort(
+    c: Common,
+    source: str,
+    history_max: int,
+    wf: WorkflowKeys,
+    args: WfAbortArgs,
+    open_tasks: Iterable[tuple[TaskKeys, OpenTask]],
+) -> Packed:
+    return _wf(WF_ABORT, c, source, history_max, wf, args, open_tasks)
+
+
+#: every script's layout, by name (``rsjobs.store.scripts.SCRIPT_NAMES``)
+LAYOUTS: dict[str, Layout] = {
+    lay.script: lay
+    for lay in (
+        ENQUEUE,
+        START,
+        FINISH,
+        HEARTBEAT,
+        CONTROL,
+        PROMOTE,
+        RELEASE,
+        RECLAIM,
+        DEADLINE,
+        WORKERS,
+        LINK,
+        QUARANTINE,
+        WF_START,
+        WF_SPAWN,
+        WF_FINISH,
+        WF_GATE,
+        WF_RETRY,
+        WF_REGENERATE,
+        WF_CANCEL,
+        WF_SYNC,
+        WF_ABORT,
+    )
+}

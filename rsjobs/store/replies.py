@@ -1,0 +1,276 @@
+"""What the scripts answer, typed: an enum for every reply code and word, a Struct (or
+NamedTuple) for every compound reply, and one map from codes to exceptions.
+
+The codes and words are those of the script headers (``rsjobs/scripts/*.lua``); a test
+checks every enum against the header that defines it. Callers switch on the members;
+:func:`error_of` is the only place where a code becomes an exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import IntEnum, StrEnum
+from typing import Any, NamedTuple
+
+from ..errors import (
+    ActionRefused,
+    InvalidTransition,
+    RsjobsError,
+    TaskNotFound,
+    WorkflowNotFound,
+)
+from ..model import State
+
+__all__ = [
+    "Beat",
+    "Code",
+    "DeadlineOutcome",
+    "LinkCode",
+    "Promoted",
+    "QuarantineOutcome",
+    "Recovery",
+    "Started",
+    "TaskReply",
+    "WfCode",
+    "WfFinishReply",
+    "WfReply",
+    "WorkersSweep",
+    "error_of",
+    "text",
+]
+
+
+def text(v: Any) -> str:
+    """A reply value as text (replies are str with decode_responses; bytes otherwise)."""
+    if v is None:
+        return ""
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class Code(IntEnum):
+    """The codes of the task scripts (``control``, ``start``, ``finish``, ``release``)."""
+
+    #: finish: a repeated COMPLETE of the lease holder, nothing written
+    REPEATED = 2
+    #: applied (start: started, with its lease)
+    APPLIED = 1
+    #: control: already in the state asked for (idempotent repeat); release: stale entry
+    NOTHING = 0
+    #: the task does not exist
+    NOT_FOUND = -1
+    #: refused: the table does not allow it (finish: the task is no longer RUNNING)
+    REFUSED = -2
+    #: finish: RUNNING under another lease (fencing)
+    LEASE_LOST = -3
+    #: start: never started and past its queue-wait deadline: EXPIRE instead
+    EXPIRED = -4
+
+
+class WfCode(IntEnum):
+    """The codes of the workflow scripts (``wf_*``)."""
+
+    #: wf_finish: a repeated COMPLETE of the lease holder, nothing written
+    REPEATED = 2
+    APPLIED = 1
+    #: already done / exists (a repeated start, spawn, publish, cancel)
+    NOTHING = 0
+    NOT_FOUND = -1
+    #: refused by the workflow's table (recorded); wf_finish: the task is no longer RUNNING
+    REFUSED = -2
+    #: wf_abort: dropped from the active set without a transition; wf_finish: lease lost
+    QUARANTINED = -3
+    #: wf_finish: the result was refused by the workflow, the task is CANCELLED
+    RESULT_REFUSED = -4
+    #: the workflow changed since the caller read it: nothing written
+    STALE = -5
+
+
+class LinkCode(IntEnum):
+    """``link.lua``."""
+
+    LINKED = 1
+    ALREADY = 0
+    NO_ORIGINAL = -1
+    NO_CLONE = -2
+
+
+class Beat(StrEnum):
+    """``heartbeat.lua``'s word per task: OK, LOST, GONE, or the state the task left
+    RUNNING for (``UNKNOWN`` for a state word rsjobs does not know)."""
+
+    OK = "OK"
+    LOST = "LOST"
+    GONE = "GONE"
+    PENDING = State.PENDING.value
+    SCHEDULED = State.SCHEDULED.value
+    PAUSED = State.PAUSED.value
+    SUCCEEDED = State.SUCCEEDED.value
+    FAILED = State.FAILED.value
+    CANCELLED = State.CANCELLED.value
+    TIMED_OUT = State.TIMED_OUT.value
+    UNKNOWN = "UNKNOWN"
+
+    @classmethod
+    def of(cls, word: Any) -> Beat:
+        try:
+            return cls(text(word))
+        except ValueError:
+            return cls.UNKNOWN
+
+
+class Recovery(StrEnum):
+    """``reclaim.lua``'s word per entry."""
+
+    RETRIED = "RETRIED"
+    FAILED = "FAILED"
+    DEADLETTERED = "DEADLETTERED"
+    REDELIVERED = "REDELIVERED"
+    ALIVE = "ALIVE"
+    BUSY = "BUSY"
+    STALE = "STALE"
+
+
+class DeadlineOutcome(StrEnum):
+    """``deadline.lua``'s word per member."""
+
+    RETRY = "RETRY"
+    TIMED_OUT = "TIMED_OUT"
+    EXPIRED = "EXPIRED"
+    LATER = "LATER"
+    STALE = "STALE"
+
+
+class QuarantineOutcome(StrEnum):
+    """``quarantine.lua``'s outcome."""
+
+    DEADLETTERED = "DEADLETTERED"
+    REMOVED = "REMOVED"
+    GONE = "GONE"
+
+
+class TaskReply(NamedTuple):
+    """``{code, state}`` (``control``, ``finish``)."""
+
+    code: Code
+    state: str
+
+    @classmethod
+    def of(cls, raw: Sequence[Any]) -> TaskReply:
+        return cls(Code(int(raw[0])), text(raw[1]) if len(raw) > 1 else "")
+
+
+class Started(NamedTuple):
+    """``start.lua``'s reply for one delivery: ``code`` APPLIED with the task's values, or
+    NOT_FOUND / REFUSED / EXPIRED with only ``state``."""
+
+    code: Code
+    state: str = ""
+    id: str = ""
+    type: str = ""
+    #: the stored payload, as JSON text
+    payload: str = ""
+    attempt: int = 0
+    lease: str = ""
+    deadline_at: int = 0
+    dedup: str = ""
+    timeout_ms: int = 0
+    #: the workflow the task belongs to ('' = a plain task)
+    wf: str = ""
+
+    @classmethod
+    def of(cls, raw: Sequence[Any]) -> Started:
+        code = Code(int(raw[0]))
+        if code is not Code.APPLIED:
+            return cls(code, text(raw[1]) if len(raw) > 1 else "")
+        _, tid, ttype, payload, attempt, lease, deadline, dedup, timeout, wf = raw
+        return cls(
+            code,
+            State.RUNNING.value,
+            text(tid),
+            text(ttype),
+            text(payload),
+            int(attempt),
+            text(lease),
+            int(deadline),
+            text(dedup),
+            int(timeout),
+            text(wf),
+        )
+
+
+class Promoted(NamedTuple):
+    """``promote.lua``: how many were promoted; the earliest due time left (-1 = none)."""
+
+    promoted: int
+    next_due_ms: int
+
+    @classmethod
+    def of(cls, raw: Sequence[Any]) -> Promoted:
+        return cls(int(raw[0]), int(raw[1]))
+
+
+class WorkersSweep(NamedTuple):
+    """``workers.lua``: what one pass over the registry did."""
+
+    newly_dead: list[str]
+    forgotten: list[str]
+    consumers_deleted: int
+
+    @classmethod
+    def of(cls, raw: Sequence[Any]) -> WorkersSweep:
+        return cls([text(n) for n in raw[0]], [text(n) for n in raw[1]], int(raw[2]))
+
+
+class WfReply(NamedTuple):
+    """``{code, status, drive, message}`` of the workflow scripts: the workflow's status
+    after the call, whether the driver has work on it now, and a reason for refusals."""
+
+    code: WfCode
+    status: str
+    drive: bool
+    message: str
+
+    @classmethod
+    def of(cls, raw: Sequence[Any]) -> WfReply:
+        return cls(WfCode(int(raw[0])), text(raw[1]), bool(int(raw[2])), text(raw[3]))
+
+
+class WfFinishReply(NamedTuple):
+    """``wf_finish.lua``: ``{code, task state, workflow status, drive, message}``."""
+
+    code: WfCode
+    state: str
+    status: str
+    drive: bool
+    message: str
+
+    @classmethod
+    def of(cls, raw: Sequence[Any]) -> WfFinishReply:
+        return cls(WfCode(int(raw[0])), text(raw[1]), text(raw[2]), bool(int(raw[3])), text(raw[4]))
+
+
+def error_of(
+    code: Code | WfCode, *, subject: str, action: str, state: str = "", message: str = ""
+) -> RsjobsError:
+    """The exception a refusing ``code`` stands for: ``subject`` is the task or workflow
+    id, ``action`` the event, ``state`` its state (or status) after the call, ``message``
+    the script's reason. Callers decide which codes are answers rather than errors (a
+    cancel of a finished task answers its state)."""
+    # by type first: the two enums share values (IntEnum members compare as ints)
+    if isinstance(code, WfCode):
+        match code:
+            case WfCode.NOT_FOUND:
+                return WorkflowNotFound(subject)
+            case WfCode.STALE:
+                return ActionRefused(
+                    subject, action, state, "the workflow kept changing; try again"
+                )
+            case WfCode.REFUSED | WfCode.QUARANTINED | WfCode.RESULT_REFUSED:
+                return ActionRefused(subject, action, state, message)
+    else:
+        match code:
+            case Code.NOT_FOUND:
+                return TaskNotFound(subject)
+            case Code.REFUSED | Code.LEASE_LOST | Code.EXPIRED:
+                return InvalidTransition(subject, action, state)
+    raise ValueError(f"{code!r} is not a refusal")

@@ -1,0 +1,217 @@
+"""The worker's calls: consumer-group reads of the queue streams, START, the batched ends
+of attempts and heartbeats, hand-backs, promotion of due work, registration, the control
+channel.
+
+Each queue is one stream; every worker reads it through the group ``workers`` with its
+own consumer name, so an entry is delivered to exactly one consumer and stays in that
+consumer's pending list (PEL) until a transition script acks and deletes it. The hot path
+(read, start, finish, heartbeat) is one round trip per batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Any, NamedTuple
+
+from ..errors import StoreError
+from . import layout
+from .keys import GROUP, TaskKeys, split_member
+from .layout import BeatArgs, BeatItem, Ending, Entry, Member, StartArgs
+from .replies import Beat, Promoted, Started, TaskReply, text
+from .scripts import Scripts
+from .transient import boundary
+
+__all__ = ["Delivery", "Work"]
+
+
+class Delivery(NamedTuple):
+    """One delivered work entry."""
+
+    stream: str  #: the queue stream key
+    queue: str  #: the queue name
+    entry: str  #: the stream entry id
+    task_id: str
+
+
+class Work:
+    """The worker's side of the store (``store.work``)."""
+
+    def __init__(self, scripts: Scripts) -> None:
+        self.scripts = scripts
+        self.redis = scripts.redis
+        self.keys = scripts.keys
+
+    # -- set-up and registration -----------------------------------------------------------
+
+    async def ensure_groups(self, streams: Iterable[str]) -> None:
+        """Create the ``workers`` group on each stream (and the stream) if missing. The
+        group starts at id 0, so entries added before any worker existed are delivered."""
+        for stream in streams:
+            try:
+                with boundary("XGROUP CREATE"):
+                    await self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+            except StoreError as exc:
+                if exc.code != "BUSYGROUP":
+                    raise
+
+    async def register(self, name: str, registration: bytes) -> None:
+        """Write the worker's registration (JSON) into the workers hash."""
+        with boundary("HSET workers"):
+            await self.redis.hset(self.keys.workers, name, registration)
+
+    async def unregister(self, name: str) -> None:
+        with boundary("HDEL workers"):
+            await self.redis.hdel(self.keys.workers, name)
+
+    # -- deliveries ------------------------------------------------------------------------
+
+    async def read(
+        self, consumer: str, streams: dict[str, str], count: int, block_ms: int | None
+    ) -> list[Delivery]:
+        """Up to ``count`` new entries per stream (``streams``: stream key -> queue name),
+        blocking up to ``block_ms`` when idle (0: until one comes; None: not at all). A
+        stream whose group is gone (the stream was deleted) gets its group again and
+        delivers nothing this time."""
+        try:
+            with boundary("XREADGROUP"):
+                reply = await self.redis.xreadgroup(
+                    GROUP, consumer, dict.fromkeys(streams, ">"), count=count, block=block_ms
+                )
+        except StoreError as exc:
+            if exc.code != "NOGROUP":
+                raise
+            await self.ensure_groups(streams)
+            return []
+        out: list[Delivery] = []
+        for stream, entries in reply or ():
+            queue = streams[text(stream)]
+            for entry_id, fields in entries:
+                if fields:  # a deleted entry shows as an empty field map: nothing to run
+                    out.append(Delivery(text(stream), queue, text(entry_id), fields.get("id", "")))
+        return out
+
+    async def own_pending(
+        self, consumer: str, streams: dict[str, str], count: int = 1000
+    ) -> list[Delivery]:
+        """The entries delivered to ``consumer`` and not yet acked (its pending list).
+
+        A worker reads them after a connection error: a batch it read but could not
+        start, or a START whose reply was lost (start.lua answers a repeat of it alike),
+        is still there. They are listed with XPENDING and read with XRANGE, which change
+        nothing: reading them again with ``XREADGROUP ... 0`` would count a delivery each
+        time and reset their idle time. Entries deleted from the stream meanwhile (their
+        task moved on) are acked here, which clears them from the pending list."""
+        out: list[Delivery] = []
+        for stream, queue in streams.items():
+            try:
+                with boundary("XPENDING own"):
+                    rows = await self.redis.xpending_range(
+                        stream, GROUP, "-", "+", count, consumername=consumer
+                    )
+                    if not rows:
+                        continue
+                    async with self.redis.pipeline(transaction=False) as pipe:
+                        for r in rows:
+                            pipe.xrange(stream, r["message_id"], r["message_id"], count=1)
+                        found = await pipe.execute()
+            except StoreError as exc:
+                if exc.code == "NOGROUP":
+                    continue
+                raise
+            gone = []
+            for r, entry in zip(rows, found, strict=True):
+                entry_id = text(r["message_id"])
+                if entry and entry[0][1]:
+                    out.append(Delivery(stream, queue, entry_id, entry[0][1].get("id", "")))
+                else:
+                    gone.append(entry_id)
+            if gone:
+                with boundary("XACK gone"):
+                    await self.redis.xack(stream, GROUP, *gone)
+        return out
+
+    # -- the scripts -----------------------------------------------------------------------
+
+    async def start(
+        self, consumer: str, lease_ms: int, nonce: str, deliveries: Sequence[Delivery]
+    ) -> list[Started]:
+        """``start.lua`` for a batch of deliveries; one reply each, in order."""
+        k = self.keys
+        call = layout.start(
+            self.scripts.common,
+            "worker",
+            StartArgs(consumer, lease_ms, nonce),
+            [(k.task_keys(d.task_id, d.queue), Entry(d.entry)) for d in deliveries],
+        )
+        return [Started.of(r) for r in await self.scripts.run(call)]
+
+    async def finish(self, items: Sequence[tuple[TaskKeys, Ending]]) -> list[TaskReply]:
+        """``finish.lua`` for a batch of ended attempts; ``{code, state}`` each."""
+        call = layout.finish(self.scripts.common, "worker", items)
+        return [TaskReply.of(r) for r in await self.scripts.run(call)]
+
+    async def heartbeat(
+        self, consumer: str, lease_ms: int, items: Sequence[tuple[TaskKeys, BeatItem]]
+    ) -> list[Beat]:
+        """``heartbeat.lua`` for a batch of running tasks; the word each answers."""
+        call = layout.heartbeat(self.scripts.common, "worker", BeatArgs(consumer, lease_ms), items)
+        return [Beat.of(w) for w in await self.scripts.run(call)]
+
+    async def release(self, deliveries: Sequence[Delivery]) -> list[bool]:
+        """``release.lua``: hand back deliveries never started; True for each re-queued."""
+        k = self.keys
+        call = layout.release(
+            self.scripts.common,
+            "worker",
+            [(k.task_keys(d.task_id, d.queue), Entry(d.entry)) for d in deliveries],
+        )
+        return [int(r) == 1 for r in await self.scripts.run(call)]
+
+    # -- promotion (the worker's and the reaper's) -----------------------------------------
+
+    async def due_scheduled(self, horizon_ms: int, count: int) -> list[str]:
+        """Members of the scheduled zset due by ``horizon_ms`` (a local clock: the script
+        decides by Redis TIME), earliest first."""
+        with boundary("ZRANGEBYSCORE scheduled"):
+            members: list[Any] = await self.redis.zrangebyscore(
+                self.keys.scheduled, "-inf", horizon_ms, start=0, num=count
+            )
+        return [text(m) for m in members]
+
+    async def promote(self, source: str, members: Sequence[str]) -> Promoted:
+        """``promote.lua`` for scheduled members ``<queue>:<id>``."""
+        k = self.keys
+        items = []
+        for m in members:
+            queue, tid = split_member(m)
+            items.append((k.task_keys(tid, queue), Member(m)))
+        return Promoted.of(
+            await self.scripts.run(layout.promote(self.scripts.common, source, items))
+        )
+
+    async def promote_due(self, source: str, limit: int = 200) -> int:
+        """Promote due SCHEDULED tasks; returns how many. Candidates come from the zset by
+        the local clock (with 1 s of slack); the script decides by Redis TIME."""
+        members = await self.due_scheduled(int(time.time() * 1000) + 1000, limit)
+        if not members:
+            return 0
+        return (await self.promote(source, members)).promoted
+
+    # -- the control channel ---------------------------------------------------------------
+
+    async def control_notices(self) -> AsyncIterator[tuple[str, str]]:
+        """``(event, task id)`` of every CANCEL / PAUSE notice published from now on, until
+        the connection fails (:class:`rsjobs.RedisUnavailable`) or the caller stops."""
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            with boundary("SUBSCRIBE control"):
+                await pubsub.subscribe(self.keys.control)
+                async for msg in pubsub.listen():
+                    if msg.get("type") == "message":
+                        event, _, tid = text(msg["data"]).partition(" ")
+                        yield event, tid
+        finally:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
