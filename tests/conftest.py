@@ -1,15 +1,32 @@
 """Shared fixtures: a real Redis server for the whole session (integration tier), a fresh
-database per test, and clients / workers bound to it."""
+database per test, clients bound to it, a workflow client, a headless browser.
+
+Tiers: a test that uses the session's Redis (``redis_server``, directly or through another
+fixture) is marked ``integration`` here; ``make unit`` runs the others (no Redis, and the
+scripts on fakeredis). A test that starts a Redis of its own marks itself.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from rsjobs import Client
+from rsjobs import Client, Settings, connect
 from rsjobs.server import EmbeddedRedis
+from rsjobs.workflows import WorkflowClient
+from tests.support.browser import launch
+from tests.support.wf_fixtures import NS
+from tests.support.workflows import character
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "redis_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")
@@ -46,3 +63,24 @@ def project_env() -> dict[str, str]:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    """Headless Chromium (Debian's package) under Playwright; skips without Playwright."""
+    api = pytest.importorskip("playwright.async_api")
+    async with api.async_playwright() as pw:
+        b = await launch(pw)
+        yield b
+        await b.close()
+
+
+@pytest.fixture
+async def wf(redis_url: str, tmp_path: Path) -> AsyncIterator[WorkflowClient]:
+    """A workflow client of the character test pipeline, whose handlers fail or hang on the
+    flag files a test puts in ``tmp_path`` (see ``tests.support.workflows.character``)."""
+    c = WorkflowClient(
+        connect(redis_url), Settings(namespace=NS), definitions=[character(flags=str(tmp_path))]
+    )
+    yield c
+    await c.close()

@@ -126,7 +126,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 connect_s = time.monotonic() - t_connect
                 cpu0, me0 = proc.cpu_times(), resource.getrusage(resource.RUSAGE_SELF)
                 t0 = time.monotonic()
-                worker = spawn(url, "worker", "tests.apps:tasks", "-c", str(args.tasks))
+                worker = spawn(url, "worker", "tests.support.apps:tasks", "-c", str(args.tasks))
                 results = await asyncio.wait_for(
                     asyncio.gather(*followers, return_exceptions=True), args.timeout
                 )

@@ -1,99 +1,23 @@
-"""Helpers for the reaper's integration tests: workers and reapers as child processes,
-an in-process reaper loop, and waits driven by the history stream."""
+"""Alias of :mod:`tests.support.reaper` (kept for tests that still import it)."""
 
-from __future__ import annotations
+from tests.support.reaper import (
+    APP,
+    reaper_loop,
+    spawn,
+    spawn_reaper,
+    terminal_transitions,
+    wait_history,
+    wait_registered,
+    wait_terminal,
+)
 
-import asyncio
-import contextlib
-import os
-import subprocess
-import sys
-import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any
-
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
-from rsjobs import Client, HistoryEntry, Settings, TaskInfo
-from rsjobs.model import TERMINAL
-from rsjobs.reaper import Reaper, ReaperConfig
-from tests.helpers import ROOT, spawn_worker
-
-APP = "tests.integration.reaper_apps:tasks"
-
-
-def spawn(
-    url: str, ns: str, name: str, *, lease_ms: int = 1000, conc: int = 4
-) -> subprocess.Popen[bytes]:
-    """A worker child process named ``name`` serving queue ``default``."""
-    args = ("--lease-ms", str(lease_ms), "--name", name, "-c", str(conc), "--grace-ms", "500")
-    return spawn_worker(url, ns, *args, app=APP)
-
-
-def spawn_reaper(url: str, ns: str, log_path: str, *args: str) -> subprocess.Popen[bytes]:
-    """``rsjobs reaper`` as a child process, its JSON log lines written to ``log_path``."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-m", "rsjobs", "--url", url, "--namespace", ns, "reaper", *args]
-    with open(log_path, "wb") as log:
-        return subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=log, start_new_session=True)
-
-
-async def wait_registered(client: Client, names: list[str], timeout: float = 20.0) -> None:
-    """Until every named worker has registered (it registers before its first read)."""
-    deadline = time.monotonic() + timeout
-    while not set(names) <= set(await client.redis.hkeys(client.keys.workers)):
-        assert time.monotonic() < deadline, f"workers {names} did not register"
-        await asyncio.sleep(0.05)
-
-
-async def wait_history(
-    client: Client, tid: str, pred: Callable[[HistoryEntry], bool], timeout: float
-) -> HistoryEntry:
-    """The first history entry of ``tid`` matching ``pred``, blocking on the stream."""
-    hkey = client.keys.history(tid)
-    last = "0-0"
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        assert left > 0, f"no matching history entry for {tid}: {await client.history(tid)}"
-        rows = await client.redis.xread({hkey: last}, block=max(1, int(left * 1000)), count=100)
-        for _, entries in rows or []:
-            for eid, fields in entries:
-                last = eid
-                e = HistoryEntry.from_entry(eid, fields, tid)
-                if pred(e):
-                    return e
-
-
-async def wait_terminal(client: Client, tid: str, timeout: float) -> TaskInfo:
-    """``Client.wait`` that rides out a Redis restart (reconnects and waits again)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left_ms = int((deadline - time.monotonic()) * 1000)
-        assert left_ms > 0, f"task {tid} not terminal in time"
-        try:
-            return await client.wait(tid, timeout_ms=left_ms)
-        except (RedisConnectionError, RedisTimeoutError, OSError):
-            await asyncio.sleep(0.1)
-
-
-def terminal_transitions(entries: list[HistoryEntry]) -> list[HistoryEntry]:
-    return [e for e in entries if not e.rejected and e.to_state in TERMINAL]
-
-
-@contextlib.asynccontextmanager
-async def reaper_loop(url: str, ns: str, **cfg: Any) -> AsyncIterator[Reaper]:
-    """A :class:`Reaper` sweeping in the background of this test's event loop."""
-    opts: dict[str, Any] = {"interval_ms": 200, "lease_ms": 1000, "deadline_grace_ms": 0}
-    opts.update(cfg)
-    settings = Settings(namespace=ns, retention_ms=opts.pop("retention_ms", 60_000))
-    reaper = Reaper(url=url, settings=settings, config=ReaperConfig(**opts))
-    task = asyncio.create_task(reaper.run())
-    try:
-        yield reaper
-    finally:
-        reaper.stop()
-        await asyncio.wait_for(task, 10)
-        await reaper.close()
+__all__ = [
+    "APP",
+    "reaper_loop",
+    "spawn",
+    "spawn_reaper",
+    "terminal_transitions",
+    "wait_history",
+    "wait_registered",
+    "wait_terminal",
+]

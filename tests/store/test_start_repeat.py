@@ -4,7 +4,7 @@ any other START of a RUNNING task is still refused and recorded (fakeredis)."""
 
 from __future__ import annotations
 
-from tests.lua.harness import LuaHarness
+from tests.support.lua import LuaHarness
 
 A = "a" * 32
 

@@ -10,7 +10,7 @@ import pytest
 import redis as sync_redis
 from starlette.applications import Starlette
 
-from tests.web.helpers import TestClient, make_app
+from tests.support.web import TestClient, make_app
 
 
 @pytest.fixture
@@ -40,10 +40,3 @@ def rdb(redis_url: str) -> Iterator[sync_redis.Redis]:
     r = sync_redis.Redis.from_url(redis_url)
     yield r
     r.close()
-
-
-def redis_state(r: sync_redis.Redis) -> dict[bytes, bytes | None]:
-    """Every key with its DUMP: equal before and after means nothing was written."""
-    state = {k: r.dump(k) for k in sorted(r.scan_iter(count=1000))}
-    assert state, "expected a non-empty database"
-    return state

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from rsjobs import Client
-from tests.web.helpers import ALICE, BOB, ROOT
+from tests.support.web import ALICE, BOB, ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +81,7 @@ async def test_metrics_need_admin(api: httpx.AsyncClient) -> None:
 
 
 async def test_dev_mode_anonymous(redis_url: str, client: Client) -> None:
-    from tests.web.helpers import make_app
+    from tests.support.web import make_app
 
     app = make_app(redis_url, dev=True)
     transport = httpx.ASGITransport(app=app)

@@ -12,8 +12,7 @@ import pytest
 import redis as sync_redis
 from starlette.applications import Starlette
 
-from tests.web.conftest import redis_state
-from tests.web.helpers import ALICE, BOB, TestClient, make_app
+from tests.support.web import ALICE, BOB, TestClient, make_app, redis_state
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ import pytest
 
 from rsjobs import Client
 from rsjobs.web.hub import Hub, Item, Subscription, parse_id
-from tests.web.helpers import eventually
+from tests.support.web import eventually
 
 pytestmark = pytest.mark.integration
 

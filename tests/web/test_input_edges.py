@@ -18,9 +18,8 @@ from starlette.routing import Mount
 from rsjobs import Client, PayloadError
 from rsjobs.codec import MAX_DEPTH, encode_payload, too_deep
 from rsjobs.web import create_app
-from tests.web.conftest import redis_state
-from tests.web.helpers import ADMIN, ALICE, NAMESPACE, ROOT, TOKENS, TestClient
-from tests.wf_support import character
+from tests.support.web import ADMIN, ALICE, NAMESPACE, ROOT, TOKENS, TestClient, redis_state
+from tests.support.workflows import character
 
 pytestmark = pytest.mark.integration
 

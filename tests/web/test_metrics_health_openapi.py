@@ -10,7 +10,7 @@ from starlette.routing import Route
 from rsjobs import Client
 from rsjobs.web import create_app
 from rsjobs.web.openapi import openapi_document
-from tests.web.helpers import ALICE, ROOT, TestClient, eventually, running_worker
+from tests.support.web import ALICE, ROOT, TestClient, eventually, running_worker
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ from rsjobs import Settings, connect
 from rsjobs.web import create_app
 from rsjobs.web.openapi import ACTION_BODIES, openapi_document
 from rsjobs.workflows import WorkflowClient
-from tests.web.helpers import ADMIN, ALICE, NAMESPACE, TOKENS
-from tests.wf_support import Hand, character
+from tests.support.web import ADMIN, ALICE, NAMESPACE, TOKENS
+from tests.support.workflows import Hand, character
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import pytest
 from starlette.applications import Starlette
 
 from rsjobs import InvalidTransition
-from tests.web.helpers import ALICE
+from tests.support.web import ALICE
 from tests.web.test_sse_replay import parse
 
 pytestmark = pytest.mark.integration

@@ -34,9 +34,8 @@ from rsjobs.server import free_port
 from rsjobs.store.keys import Keys
 from rsjobs.web import WebConfig, create_app
 from rsjobs.workflows import WorkflowClient
-from tests.web.conftest import redis_state
-from tests.web.helpers import ADMIN, NAMESPACE, TOKENS, ServerThread
-from tests.wf_support import Hand, character
+from tests.support.web import ADMIN, NAMESPACE, TOKENS, ServerThread, redis_state
+from tests.support.workflows import Hand, character
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from rsjobs import Client
-from tests.web.helpers import ALICE, SSEEvent
+from tests.support.web import ALICE, SSEEvent
 
 pytestmark = pytest.mark.integration
 

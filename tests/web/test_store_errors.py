@@ -9,7 +9,7 @@ import pytest
 from rsjobs import Settings
 from rsjobs.server import EmbeddedRedis
 from rsjobs.web import create_app
-from tests.web.helpers import ADMIN, ALICE, NAMESPACE, ROOT, TOKENS, make_app
+from tests.support.web import ADMIN, ALICE, NAMESPACE, ROOT, TOKENS, make_app
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from rsjobs import Client
-from tests.web.helpers import ALICE, BOB, ROOT, eventually, running_worker
+from tests.support.web import ALICE, BOB, ROOT, eventually, running_worker
 
 pytestmark = pytest.mark.integration
 
@@ -143,7 +143,7 @@ async def test_cancel_of_a_succeeded_task_changes_nothing(
 async def test_cancel_of_a_running_task(
     api: httpx.AsyncClient, client: Client, redis_url: str
 ) -> None:
-    from tests.helpers import wait_for_state
+    from tests.support.processes import wait_for_state
 
     tid = (
         await api.post("/tasks", json={"type": "sleep", "payload": {"s": 30}}, headers=ALICE)

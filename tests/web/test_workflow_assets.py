@@ -18,8 +18,8 @@ from starlette.applications import Starlette
 from rsjobs import ConfigError
 from rsjobs.web import create_app
 from rsjobs.workflows import Asset, WorkflowClient
-from tests.web.helpers import ADMIN, ALICE, BOB, NAMESPACE, ROOT, TOKENS
-from tests.wf_support import Hand, character
+from tests.support.web import ADMIN, ALICE, BOB, NAMESPACE, ROOT, TOKENS
+from tests.support.workflows import Hand, character
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,8 @@ import redis as sync_redis
 from rsjobs import Settings, connect
 from rsjobs.web import WebConfig, create_app
 from rsjobs.workflows import Stage, TaskSpec, WorkflowClient, WorkflowDefinition
-from tests.web.conftest import redis_state
-from tests.web.helpers import ADMIN, ALICE, NAMESPACE, TOKENS
-from tests.wf_support import Hand
+from tests.support.web import ADMIN, ALICE, NAMESPACE, TOKENS, redis_state
+from tests.support.workflows import Hand
 
 pytestmark = pytest.mark.integration
 

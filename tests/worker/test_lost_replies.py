@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from rsjobs import Client, Context, LeaseLost, Registry, Settings, Worker
-from tests.helpers import wait_for_state
+from tests.support.processes import wait_for_state
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,62 @@
+"""Handlers used by the tests (importable by worker child processes as tests.support.apps:tasks)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from rsjobs import Context, NonRetryable, Registry
+
+tasks = Registry()
+
+
+@tasks.handler("noop")
+async def noop(ctx: Context, payload: Any) -> Any:
+    return payload
+
+
+@tasks.handler("sleep")
+async def sleep(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
+    """Sleep payload["s"] seconds in steps, reporting progress; returns who ran it."""
+    total = float(payload.get("s", 1.0))
+    steps = int(payload.get("steps", 10))
+    for i in range(steps):
+        await ctx.progress(100 * i / steps, f"step {i + 1}/{steps}")
+        await asyncio.sleep(total / steps)
+    return {"worker": ctx.worker, "attempt": ctx.attempt, "pid": os.getpid()}
+
+
+@tasks.handler("sync_sleep")
+def sync_sleep(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
+    """A sync handler in a thread that honours cancellation by polling."""
+    end = time.monotonic() + float(payload.get("s", 1.0))
+    while time.monotonic() < end:
+        if ctx.cancelled.wait(0.02):
+            return {"stopped": True}
+    return {"worker": ctx.worker, "attempt": ctx.attempt}
+
+
+@tasks.handler("fail")
+async def fail(ctx: Context, payload: dict[str, Any]) -> None:
+    """Fails until attempt payload["until"] (exclusive), then succeeds."""
+    if ctx.attempt < int(payload.get("until", 10**9)):
+        raise RuntimeError(f"planned failure on attempt {ctx.attempt}")
+
+
+@tasks.handler("fatal")
+async def fatal(ctx: Context, payload: Any) -> None:
+    raise NonRetryable("bad input, retrying cannot help")
+
+
+@tasks.handler("value_error", non_retryable=(ValueError,))
+async def value_error(ctx: Context, payload: Any) -> None:
+    raise ValueError("invalid prompt")
+
+
+@tasks.handler("sync_stubborn")
+def sync_stubborn(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
+    """A sync handler that ignores cancellation: sleeps payload["s"] seconds, whatever."""
+    time.sleep(float(payload.get("s", 1.0)))
+    return {"worker": ctx.worker, "attempt": ctx.attempt, "slept": payload.get("s")}
