@@ -45,7 +45,7 @@ test-newest: setup
 # the same suite on the oldest supported redis-py (the browser test runs once, above)
 test-oldest: setup-oldest
 	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider --ignore=tests/web/test_browser.py \
-		--ignore=tests/workflows/test_browser.py
+		--ignore=tests/web/test_workflow_browser.py
 
 # Debian's chromium for the browser test (skipped with a message where it cannot be had)
 browser:

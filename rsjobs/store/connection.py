@@ -38,6 +38,11 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 
+try:  # redis-py 8: the handshake's metadata is one object (lib_name is deprecated)
+    from redis.driver_info import DriverInfo
+except ImportError:  # pragma: no cover - redis-py < 8
+    DriverInfo = None
+
 from ..errors import ConfigError
 from .lane import LaneRedis
 
@@ -56,6 +61,13 @@ log = logging.getLogger("rsjobs")
 _PLAIN = ("redis", "rediss", "unix")
 _SENTINEL = ("redis+sentinel", "rediss+sentinel")
 SENTINEL_PORT = 26379
+
+#: what tells redis-py to send no CLIENT SETINFO handshake (no library name or version)
+NO_HANDSHAKE: dict[str, Any] = (
+    {"driver_info": DriverInfo(name=None, lib_version=None)}
+    if DriverInfo is not None
+    else {"lib_name": None, "lib_version": None}
+)
 
 #: reply bound of blocking reads (XREADGROUP / XREAD BLOCK) must stay above their block time
 DEFAULT_SOCKET_TIMEOUT = 30.0
@@ -188,8 +200,7 @@ def connect(
     kwargs.setdefault("health_check_interval", 30)
     kwargs.setdefault("socket_timeout", socket_timeout)
     kwargs.setdefault("socket_connect_timeout", connect_timeout)
-    kwargs.setdefault("lib_name", None)
-    kwargs.setdefault("lib_version", None)
+    kwargs.update({k: v for k, v in NO_HANDSHAKE.items() if k not in kwargs})
     kwargs.setdefault("retry", Retry(NoBackoff(), 0))
     if target.topology == "standalone":
         assert target.url is not None
@@ -204,8 +215,7 @@ def connect(
         "socket_timeout": min(socket_timeout or connect_timeout, connect_timeout),
         "socket_connect_timeout": connect_timeout,
         "decode_responses": True,
-        "lib_name": None,
-        "lib_version": None,
+        **NO_HANDSHAKE,
         "retry": Retry(NoBackoff(), 0),
         **target.sentinel_kwargs,
     }

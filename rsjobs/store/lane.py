@@ -55,6 +55,7 @@ _SUPPORTED = frozenset(
         # the lane sends no CLIENT SETINFO handshake whatever these say
         "lib_name",
         "lib_version",
+        "driver_info",
         # the lane never retries (as a pool given no retries)
         "retry",
         # redis-py 8: maintenance notifications arrive only over RESP3 (a pool with a

@@ -173,6 +173,11 @@ class Worker:
         #: are not jobs yet; the fetch loop reads the next batch meanwhile
         self._starting = 0
         self._starting_entries: set[str] = set()
+        #: entries of attempts that ended here and whose end is not written yet (finish.lua
+        #: or wf_finish.lua in flight or waiting out an outage): still in this consumer's
+        #: pending list, and START would answer them as ours again (start.lua answers its
+        #: own repeats), so they must not be taken for lost replies and run twice
+        self._ending_entries: set[str] = set()
         self._start_tasks: set[asyncio.Task[None]] = set()
         self._start_error: BaseException | None = None
         #: while a start is in flight, read again only once this many slots are free, so
@@ -183,7 +188,8 @@ class Worker:
         self._stopping = asyncio.Event()
         self._force = False
         self._progress_wake = asyncio.Event()
-        self._finish_items: list[tuple[TaskKeys, Ending, str]] = []
+        #: ended attempts to write: (task keys, the end, task id, entry)
+        self._finish_items: list[tuple[TaskKeys, Ending, str, str]] = []
         self._finish_idle = asyncio.Event()
         self._finish_idle.set()
         self._finisher: asyncio.Task[None] | None = None
@@ -393,12 +399,20 @@ class Worker:
             self._start_error = None
 
     async def _adopt_own_pending(self) -> None:
-        """Queue up what this consumer was delivered and runs nowhere (start.lua refuses
-        whatever turns out stale)."""
-        known = {j.entry for j in self.jobs.values()} | {d.entry for d in self._buffer}
-        known |= self._starting_entries
-        for d in await self.store.work.own_pending(self.name, self.streams):
-            if d.entry not in known:
+        """Queue up what this consumer was delivered and runs nowhere: a batch read but
+        not started, or started by a START whose reply was lost (start.lua answers the
+        repeat as it did the first). Entries this worker runs, starts or is ending are
+        left out, whether they were so before the read or became so during it."""
+
+        def known() -> set[str]:
+            held = {j.entry for j in self.jobs.values()} | {d.entry for d in self._buffer}
+            return held | self._starting_entries | self._ending_entries
+
+        before = known()
+        pending = await self.store.work.own_pending(self.name, self.streams)
+        skip = before | known()
+        for d in pending:
+            if d.entry not in skip:
                 self._buffer.append(d)
 
     async def _start(self, batch: list[Delivery]) -> None:
@@ -592,12 +606,13 @@ class Worker:
     ) -> None:
         ending = Ending(event, job.lease, body, etype, int(retryable), -1, random.random())
         self.processed += 1
+        self._ending_entries.add(job.entry)
         if job.wf:
             # a workflow's task: its end and the workflow's accounting are one script call
             # (wf_finish.lua), off the batched path below
             self._finish_workflow_task(job, ending)
             return
-        self._finish_items.append((job.keys, ending, job.id))
+        self._finish_items.append((job.keys, ending, job.id, job.entry))
         if self._finisher is None or self._finisher.done():
             self._finish_idle.clear()
             self._finisher = asyncio.get_running_loop().create_task(self._flush_finishes())
@@ -610,8 +625,8 @@ class Worker:
         while self._finish_items:
             items, self._finish_items = self._finish_items[:500], self._finish_items[500:]
 
-            async def call(part: Sequence[tuple[TaskKeys, Ending, str]]) -> list[Any]:
-                return await work.finish([(k, e) for k, e, _ in part])
+            async def call(part: Sequence[tuple[TaskKeys, Ending, str, str]]) -> list[Any]:
+                return await work.finish([(k, e) for k, e, _, _ in part])
 
             try:
                 done = await each_alone(call, items, log, f"worker {self.name}: finish batch")
@@ -628,19 +643,22 @@ class Worker:
                         len(items),
                         exc,
                     )
+                    # their entries stay marked as ending: the tasks are RUNNING under this
+                    # worker's lease until the reaper takes them back, and must not run again
                     self._finish_items.clear()
                     break
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
-            for (_, e, tid), err in done.failed:
+            for (_, e, tid, _), err in done.failed:
                 # its task's data breaks finish.lua: the reaper takes the task back after
-                # its lease and quarantines it
+                # its lease and quarantines it (its entry stays marked as ending)
                 log.error("worker %s: %s of task %s failed: %s", self.name, e.event, tid, err)
-            bad = {tid for (_, _, tid), _ in done.failed}
+            bad = {tid for (_, _, tid, _), _ in done.failed}
             items = [i for i in items if i[2] not in bad]
             replies = [r for part in done.replies for r in part]
-            for (_, e, tid), (code, state) in zip(items, replies, strict=True):
+            self._ending_entries.difference_update(entry for *_, entry in items)
+            for (_, e, tid, _), (code, state) in zip(items, replies, strict=True):
                 if code < 0:
                     log.warning(
                         "worker %s: %s of task %s refused (task is %s)",
@@ -656,10 +674,17 @@ class Worker:
             from ..workflows.finish import WorkflowFinisher
 
             self._wf_finisher = WorkflowFinisher(self.store, self.name)
-        call = self._wf_finisher.finish(
-            job.wf, job.id, job.keys, ending, give_up_s=self.lease_ms / 1000
-        )
-        task = asyncio.get_running_loop().create_task(call)
+        finisher, entry = self._wf_finisher, job.entry
+
+        async def call() -> int:
+            code = await finisher.finish(
+                job.wf, job.id, job.keys, ending, give_up_s=self.lease_ms / 1000
+            )
+            if code:  # written (0: given up, the entry stays marked as ending)
+                self._ending_entries.discard(entry)
+            return code
+
+        task = asyncio.get_running_loop().create_task(call())
         self._wf_pending.add(task)
         task.add_done_callback(self._wf_pending.discard)
 

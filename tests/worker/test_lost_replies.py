@@ -95,6 +95,30 @@ async def test_a_start_whose_reply_was_lost_is_run_by_the_same_worker(
     ]
 
 
+async def test_an_attempt_whose_end_is_not_written_yet_is_not_taken_for_a_lost_start(
+    lc: Client, redis_url: str
+) -> None:
+    """Its entry is still in the worker's pending list, and START would answer it as the
+    worker's own again: re-reading the pending list (at every lease, after a connection
+    error) must not queue it, or its handler would run twice under one lease."""
+    tid = await lc.enqueue("noop", {"x": 1})
+    w = Worker(tasks, url=redis_url, settings=Settings(namespace=NS), handle_signals=False)
+    try:
+        stream = w.keys.queue("default")
+        await w.store.work.ensure_groups([stream])
+        (d,) = await w.store.work.read(w.name, {stream: "default"}, 10, None)
+        (started,) = await w.store.work.start(w.name, w.lease_ms, w.nonce, [d])
+        assert started.code == 1 and d.task_id == tid
+        w._ending_entries.add(d.entry)  # its handler returned; finish.lua not written yet
+        await w._adopt_own_pending()
+        assert list(w._buffer) == []
+        w._ending_entries.clear()  # as after a START whose reply was lost: adopted
+        await w._adopt_own_pending()
+        assert [b.entry for b in w._buffer] == [d.entry]
+    finally:
+        await w.store.close()
+
+
 async def test_a_sync_handler_that_reports_after_its_cancel_ends_with_lease_lost(
     lc: Client, redis_url: str
 ) -> None:

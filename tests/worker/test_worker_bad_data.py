@@ -140,9 +140,10 @@ async def test_a_finish_batch_with_one_bad_task_keeps_the_others_results(
         replies = await work.start(w.name, 60_000, w.nonce, deliveries)
         bad = ids[1]
         await w.redis.hdel(w.keys.task(bad), "queue")
-        for tid, r in zip(ids, replies, strict=True):
+        for d, r in zip(deliveries, replies, strict=True):
             ending = Ending("COMPLETE", r.lease, '"done"', "", 1, -1, 0.5)
-            w._finish_items.append((w.keys.task_keys(tid, "default"), ending, tid))
+            keys = w.keys.task_keys(d.task_id, "default")
+            w._finish_items.append((keys, ending, d.task_id, d.entry))
         await w._flush_finishes()
     finally:
         await w.redis.aclose()
