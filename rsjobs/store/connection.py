@@ -42,6 +42,10 @@ try:  # redis-py 8: the handshake's metadata is one object (lib_name is deprecat
     from redis.driver_info import DriverInfo
 except ImportError:  # pragma: no cover - redis-py < 8
     DriverInfo = None
+try:  # redis-py 8: maintenance notifications (RESP3 push messages)
+    from redis.maint_notifications import MaintNotificationsConfig
+except ImportError:  # pragma: no cover - redis-py < 8
+    MaintNotificationsConfig = None
 
 from ..errors import ConfigError
 from .lane import LaneRedis
@@ -62,12 +66,20 @@ _PLAIN = ("redis", "rediss", "unix")
 _SENTINEL = ("redis+sentinel", "rediss+sentinel")
 SENTINEL_PORT = 26379
 
-#: what tells redis-py to send no CLIENT SETINFO handshake (no library name or version)
+#: what tells redis-py to send no handshake: no CLIENT SETINFO (library name and version),
+#: and on redis-py 8 no CLIENT MAINT_NOTIFICATIONS, with which it also stops checking a
+#: pooled connection before handing it out (one Redis closed, e.g. by a restart, would
+#: fail the next command instead of being replaced)
 NO_HANDSHAKE: dict[str, Any] = (
     {"driver_info": DriverInfo(name=None, lib_version=None)}
     if DriverInfo is not None
     else {"lib_name": None, "lib_version": None}
 )
+if MaintNotificationsConfig is not None:
+    NO_HANDSHAKE["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
+
+#: the pool's bound (redis-py before 8 had this one; 8 has 100)
+MAX_CONNECTIONS = 2**31
 
 #: reply bound of blocking reads (XREADGROUP / XREAD BLOCK) must stay above their block time
 DEFAULT_SOCKET_TIMEOUT = 30.0
@@ -202,6 +214,9 @@ def connect(
     kwargs.setdefault("socket_connect_timeout", connect_timeout)
     kwargs.update({k: v for k, v in NO_HANDSHAKE.items() if k not in kwargs})
     kwargs.setdefault("retry", Retry(NoBackoff(), 0))
+    # as many connections as concurrent callers need: redis-py 8's pools stop at 100 and
+    # refuse the next one (MaxConnectionsError), where older ones had no bound
+    kwargs.setdefault("max_connections", MAX_CONNECTIONS)
     if target.topology == "standalone":
         assert target.url is not None
         return LaneRedis.from_url(target.url, **kwargs)

@@ -7,7 +7,7 @@ import signal
 from typing import Any
 
 from rsjobs import Context, Registry
-from tests import apps
+from tests.support import apps
 
 tasks = Registry()
 tasks.add("noop", apps.noop)
