@@ -514,12 +514,10 @@ class Worker:
                 else:
                     async with asyncio.timeout(timeout_s):
                         result = await self._call(job, handler, ctx)
-            except (asyncio.CancelledError, LeaseLost):
-                if ctx.stop_reason == "SHUTDOWN":
-                    self._finish(job, "REQUEUE", "worker shutting down: task handed back", "")
-                elif not ctx.stop_reason:
+            except asyncio.CancelledError:
+                if not ctx.stop_reason:
                     raise
-                # CANCELLED / PAUSED / LOST: the task already left our hands; nothing to say
+                self._stopped(job, ctx)
                 return
             except TimeoutError:
                 ctx.stop_reason = "TIMEOUT"
@@ -527,6 +525,10 @@ class Worker:
                 self._finish(job, "TIMEOUT", f"execution exceeded {timeout_s:g}s", "TimeoutError")
                 return
             except Exception as exc:
+                if isinstance(exc, LeaseLost) and ctx.stop_reason:
+                    # ctx.progress / report told the handler it was stopped: as a cancel
+                    self._stopped(job, ctx)
+                    return
                 retryable = not isinstance(exc, (NonRetryable, *handler.non_retryable))
                 self._finish(
                     job,
@@ -548,6 +550,12 @@ class Worker:
             if self.jobs.get(job.id) is job:  # not a newer attempt of the same task
                 del self.jobs[job.id]
             self._slot_free.set()
+
+    def _stopped(self, job: _Job, ctx: Context) -> None:
+        """The handler ended because the worker stopped it (``job.stop``)."""
+        if ctx.stop_reason == "SHUTDOWN":
+            self._finish(job, "REQUEUE", "worker shutting down: task handed back", "")
+        # CANCELLED / PAUSED / LOST...: the task already left our hands; nothing to say
 
     async def _call(self, job: _Job, handler: Any, ctx: Context) -> Any:
         if handler.is_async:
