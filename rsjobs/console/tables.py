@@ -32,6 +32,10 @@ STATE_STYLES = {
 }
 
 
+#: the width tables are laid out in: wide enough that no cell is ever cut or wrapped
+WIDE = 1 << 16
+
+
 class Column(NamedTuple):
     """A column: its header, and whether it holds numbers (aligned right)."""
 
@@ -76,8 +80,7 @@ def render_table(
     """The table as plain text (the layout of :func:`print_table` off a terminal)."""
     buf = io.StringIO()
     table = _table(columns, rows, header=header, styled=False)
-    # wide enough that no cell is ever cut or wrapped
-    Console(file=buf, width=1 << 16, no_color=True, highlight=False, emoji=False).print(table)
+    Console(file=buf, width=WIDE, no_color=True, highlight=False, emoji=False).print(table)
     return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 
@@ -95,8 +98,5 @@ def print_table(
         out.flush()
         return
     table = _table(columns, rows, header=header, styled=True)
-    console = Console(file=out, highlight=False, emoji=False)
-    needed = console.measure(table).maximum
-    if needed > console.width:  # let the terminal wrap long lines rather than cut cells
-        console = Console(file=out, width=needed, highlight=False, emoji=False)
-    console.print(table)
+    # as wide as the table needs: the terminal wraps a long line, rich would cut cells
+    Console(file=out, width=WIDE, highlight=False, emoji=False).print(table)
