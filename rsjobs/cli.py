@@ -46,6 +46,16 @@ def load_object(spec: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise CliError(f"cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:  # the module's own code failed while it was imported
+        hint = ""
+        if "asyncio.run() cannot be called" in str(exc):
+            hint = (
+                " (the module calls asyncio.run() when it is imported: put that call under "
+                '`if __name__ == "__main__":`)'
+            )
+        raise CliError(
+            f"importing {module_name!r} failed: {type(exc).__name__}: {exc}{hint}"
+        ) from None
     try:
         return getattr(module, attr)
     except AttributeError:
