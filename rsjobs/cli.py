@@ -270,6 +270,31 @@ async def cmd_workers(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_queues_memory(args: argparse.Namespace) -> int:
+    """``rsjobs queues-memory``: the reaper's memory report, as an aligned table."""
+    import msgspec
+
+    from .console.tables import print_table
+    from .console.views import memory_table
+    from .reaper import memory_report
+
+    if args.sample < 1:
+        raise CliError("--sample must be >= 1")
+    async with _client(args) as client:
+        report = await memory_report(client.redis, client.keys, sample=args.sample)
+    if args.json:
+        print(msgspec.json.encode(report).decode())
+        return 0
+    print(f"redis used_memory {report.used_memory_human} ({report.used_memory} bytes)")
+    shared = "  ".join(f"{k}={v}" for k, v in report.namespace_keys.items() if v)
+    print(f"namespace keys (bytes): {shared or '-'}")
+    if not report.queues:
+        print("(no queues yet)")
+        return 0
+    print_table(*memory_table(report))
+    return 0
+
+
 async def cmd_deadletter_list(args: argparse.Namespace) -> int:
     """``rsjobs deadletter list``: newest first, as an aligned table."""
     import msgspec
@@ -506,12 +531,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _align_plugin_tables(sub: Any) -> None:
-    """``workers`` and ``deadletter list`` (registered by ``rsjobs.reaper.cli``) print
-    the same aligned tables as the commands here; their data comes from the reaper's
-    public functions, their options stay the reaper's."""
-    workers = sub.choices.get("workers")
-    if workers is not None:
-        workers.set_defaults(func=cmd_workers)
+    """``workers``, ``queues-memory`` and ``deadletter list`` (registered by
+    ``rsjobs.reaper.cli``) print the same aligned tables as the commands here; their data
+    comes from the reaper's public functions, their options stay the reaper's."""
+    for name, func in (("workers", cmd_workers), ("queues-memory", cmd_queues_memory)):
+        parser = sub.choices.get(name)
+        if parser is not None:
+            parser.set_defaults(func=func)
     deadletter = sub.choices.get("deadletter")
     for action in getattr(deadletter, "_actions", []):
         if isinstance(action, argparse._SubParsersAction) and "list" in action.choices:

@@ -13,7 +13,7 @@ from ..schemas import HistoryEntry, TaskInfo
 from .tables import Column
 
 if TYPE_CHECKING:
-    from ..reaper import DeadLetter, WorkerInfo
+    from ..reaper import DeadLetter, MemoryReport, WorkerInfo
 
 __all__ = [
     "ACTIVE_STATES",
@@ -22,6 +22,7 @@ __all__ = [
     "deadletters_table",
     "history_table",
     "live_workers_by_queue",
+    "memory_table",
     "queues_table",
     "status_table",
     "unserved_queues",
@@ -201,4 +202,19 @@ def deadletters_table(letters: Iterable[DeadLetter]) -> Table:
                 _one_line(d.reason),
             ]
         )
+    return columns, rows
+
+
+def memory_table(report: MemoryReport) -> Table:
+    """``rsjobs queues-memory``: bytes per queue (MEMORY USAGE, sampled task means)."""
+    columns = [Column("queue")] + [
+        Column(name, numeric=True)
+        for name in ("stream_B", "entries", "pending", "live", "sampled", "task_B",
+                     "history_B", "live_est_B")
+    ]  # fmt: skip
+    rows: list[list[object]] = [
+        [q.queue, q.stream_bytes, q.stream_length, q.pending, q.live_tasks, q.sampled,
+         q.task_bytes_avg, q.history_bytes_avg, q.live_bytes_est]
+        for q in report.queues
+    ]  # fmt: skip
     return columns, rows

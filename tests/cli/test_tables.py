@@ -15,12 +15,13 @@ from rsjobs.console.views import (
     deadletters_table,
     history_table,
     live_workers_by_queue,
+    memory_table,
     queues_table,
     status_table,
     unserved_queues,
     workers_table,
 )
-from rsjobs.reaper import DeadLetter, WorkerInfo
+from rsjobs.reaper import DeadLetter, MemoryReport, QueueMemory, WorkerInfo
 
 TID = "0123456789abcdef0123456789abcdef"
 
@@ -74,7 +75,14 @@ def tables() -> dict[str, tuple[list[Column], list[list[object]], bool]]:
                    exists=False, step="deadlines", action="DEADLETTER"),
     ]  # fmt: skip
     (wc, wr), _ = workers_table(workers())
+    memory = MemoryReport(
+        used_memory=1 << 20, used_memory_human="1.00M", namespace_keys={},
+        queues=[QueueMemory(queue="gpu", stream_bytes=1_234_567, stream_length=4, pending=1,
+                            live_tasks=4, sampled=4, task_bytes_avg=1000,
+                            history_bytes_avg=400, live_bytes_est=1_240_167)],
+    )  # fmt: skip
     return {
+        "queues-memory": (*memory_table(memory), True),
         "status": (*status_table(info), False),
         "history": (*history_table(history), True),
         "queues": (*queues_table(stats, {"cpu": 1}), True),
@@ -83,7 +91,9 @@ def tables() -> dict[str, tuple[list[Column], list[list[object]], bool]]:
     }
 
 
-@pytest.mark.parametrize("name", ["status", "history", "queues", "workers", "deadletters"])
+@pytest.mark.parametrize(
+    "name", ["status", "history", "queues", "workers", "deadletters", "queues-memory"]
+)
 def test_every_table_has_the_one_layout(name: str) -> None:
     columns, rows, header = tables()[name]
     assert rows
