@@ -3,7 +3,7 @@
 Every error is one clear line on stderr and a non-zero exit status: 2 for bad input, 3
 when Redis cannot be reached; 1 when a waited-for task did not succeed or a cancel or
 pause changed nothing; 124 when ``enqueue --wait --timeout`` gave up (the task goes on).
-Tables are printed by :mod:`rsjobs.console` (aligned alike everywhere).
+The commands that print tables live in :mod:`rsjobs.console.commands`.
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ def settings_from_args(args: argparse.Namespace, **more: Any) -> Settings:
 _settings = settings_from_args
 
 
-def _client(args: argparse.Namespace) -> Client:
+def client_from_args(args: argparse.Namespace) -> Client:
+    """The client the global options name (URL, namespace, durable mode)."""
     return Client(connect(args.url), settings_from_args(args), source="user")
 
 
@@ -89,7 +90,8 @@ EXIT_TIMEOUT = 124
 EXIT_UNCHANGED = 1
 
 
-def _warn(text: str) -> None:
+def warn(text: str) -> None:
+    """One line on stderr, prefixed as every message of the command line is."""
     print(f"rsjobs: {text}", file=sys.stderr, flush=True)
 
 
@@ -98,17 +100,6 @@ def load_registry(spec: str) -> Registry:
     if not isinstance(registry, Registry):
         raise CliError(f"{spec} is a {type(registry).__name__}, not an rsjobs Registry")
     return registry
-
-
-async def _live_workers(client: Client) -> dict[str, int]:
-    """queue -> live workers serving it (``rsjobs workers`` reads the same registry)."""
-    from .console.views import live_workers_by_queue
-    from .reaper import list_workers
-
-    return live_workers_by_queue(await list_workers(client.redis, client.keys))
-
-
-# -- commands --------------------------------------------------------------------------------
 
 
 async def cmd_worker(args: argparse.Namespace) -> int:
@@ -137,7 +128,7 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
         raise CliError("--timeout needs --wait")
     if args.timeout is not None and not 0 < args.timeout <= 365 * 24 * 3600:
         raise CliError("--timeout must be a positive number of seconds")
-    async with _client(args) as client:
+    async with client_from_args(args) as client:
         tid = await client.enqueue(
             args.type,
             payload,
@@ -149,8 +140,10 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
             owner=args.owner,
         )
         print(tid, flush=True)
-        if not (await _live_workers(client)).get(args.queue):
-            _warn(
+        from .console.commands import live_workers
+
+        if not (await live_workers(client)).get(args.queue):
+            warn(
                 f"no live worker serves queue {args.queue!r}: the task waits until one "
                 f"does (rsjobs worker MODULE:REGISTRY -q {args.queue})"
             )
@@ -163,7 +156,7 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
             info = await follow(client, tid, timeout_ms=timeout_ms)
         except WaitTimeout:
             state = (await client.get(tid)).state
-            _warn(
+            warn(
                 f"task {tid} is still {state} after --timeout {args.timeout:g} s; it goes on "
                 f"(rsjobs status {tid})"
             )
@@ -172,38 +165,12 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
         return 0 if info.state == "SUCCEEDED" else 1
 
 
-async def cmd_status(args: argparse.Namespace) -> int:
-    async with _client(args) as client:
-        info = await client.get(args.id)
-    if args.json:
-        import msgspec
-
-        print(msgspec.json.encode(info).decode())
-        return 0
-    from .console.tables import print_table
-    from .console.views import status_table
-
-    columns, rows = status_table(info)
-    print_table(columns, rows, header=False)
-    return 0
-
-
-async def cmd_history(args: argparse.Namespace) -> int:
-    async with _client(args) as client:
-        entries = await client.history(args.id)
-    from .console.tables import print_table
-    from .console.views import history_table
-
-    print_table(*history_table(entries))
-    return 0
-
-
 #: the state each control command leads to
 _TARGET = {"cancel": "CANCELLED", "pause": "PAUSED", "resume": "PENDING"}
 
 
 async def cmd_control(args: argparse.Namespace) -> int:
-    async with _client(args) as client:
+    async with client_from_args(args) as client:
         op: Callable[[str, str], Coroutine[Any, Any, str]] = getattr(client, args.command)
         # the client answers a repeat with the state alone; the state before the call
         # tells a repeat (already there, or finished) from a change
@@ -213,105 +180,8 @@ async def cmd_control(args: argparse.Namespace) -> int:
     target = _TARGET[args.command]
     if state != target or before.state == target or before.terminal:
         why = "a finished task accepts no " + args.command if before.terminal else ""
-        _warn(f"nothing changed: task {args.id} is already {state}" + (f" ({why})" if why else ""))
+        warn(f"nothing changed: task {args.id} is already {state}" + (f" ({why})" if why else ""))
         return EXIT_UNCHANGED
-    return 0
-
-
-async def cmd_queues(args: argparse.Namespace) -> int:
-    from .console.views import unserved_queues
-
-    async with _client(args) as client:
-        stats = await client.stats()
-        live = await _live_workers(client)
-    unserved = unserved_queues(stats, live)
-    if args.json:
-        doc = {
-            q: {**counts, "workers": live.get(q, 0), "unserved": q in unserved}
-            for q, counts in stats.items()
-        }
-        print(json.dumps(doc))
-        return 0
-    if not stats:
-        print("(no queues yet)")
-        return 0
-    from .console.tables import print_table
-    from .console.views import queues_table
-
-    print_table(*queues_table(stats, live))
-    for q, n in sorted(unserved.items()):
-        _warn(
-            f"queue {q!r} has {n} task(s) waiting and no live worker serves it "
-            f"(rsjobs worker MODULE:REGISTRY -q {q})"
-        )
-    return 0
-
-
-async def cmd_workers(args: argparse.Namespace) -> int:
-    """``rsjobs workers``: the reaper's registry of workers, as an aligned table."""
-    import msgspec
-
-    from .console.tables import print_table
-    from .console.views import workers_table
-    from .reaper import list_workers
-
-    async with _client(args) as client:
-        workers = await list_workers(client.redis, client.keys, default_lease_ms=args.lease_ms)
-    if args.json:
-        print(msgspec.json.encode(workers).decode())
-        return 0
-    if not workers:
-        print("(no workers registered)")
-        return 0
-    table, details = workers_table(workers)
-    print_table(*table)
-    for line in details:
-        print(line)
-    return 0
-
-
-async def cmd_queues_memory(args: argparse.Namespace) -> int:
-    """``rsjobs queues-memory``: the reaper's memory report, as an aligned table."""
-    import msgspec
-
-    from .console.tables import print_table
-    from .console.views import memory_table
-    from .reaper import memory_report
-
-    if args.sample < 1:
-        raise CliError("--sample must be >= 1")
-    async with _client(args) as client:
-        report = await memory_report(client.redis, client.keys, sample=args.sample)
-    if args.json:
-        print(msgspec.json.encode(report).decode())
-        return 0
-    print(f"redis used_memory {report.used_memory_human} ({report.used_memory} bytes)")
-    shared = "  ".join(f"{k}={v}" for k, v in report.namespace_keys.items() if v)
-    print(f"namespace keys (bytes): {shared or '-'}")
-    if not report.queues:
-        print("(no queues yet)")
-        return 0
-    print_table(*memory_table(report))
-    return 0
-
-
-async def cmd_deadletter_list(args: argparse.Namespace) -> int:
-    """``rsjobs deadletter list``: newest first, as an aligned table."""
-    import msgspec
-
-    from .console.tables import print_table
-    from .console.views import deadletters_table
-    from .reaper import list_deadletters
-
-    async with _client(args) as client:
-        letters = await list_deadletters(client.redis, client.keys, count=args.count)
-    if args.json:
-        print(msgspec.json.encode(letters).decode())
-        return 0
-    if not letters:
-        print("(dead-letter stream is empty)")
-        return 0
-    print_table(*deadletters_table(letters))
     return 0
 
 
@@ -383,6 +253,7 @@ async def cmd_dev(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
+    from .console import commands as show
 
     # no abbreviations: the top parser would read a command's `--wait` as an ambiguous
     # abbreviation of its own --wait-replicas / --wait-timeout-ms
@@ -493,11 +364,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="show a task")
     s.add_argument("id")
     s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_status)
+    s.set_defaults(func=show.cmd_status)
 
     h = sub.add_parser("history", help="show a task's history")
     h.add_argument("id")
-    h.set_defaults(func=cmd_history)
+    h.set_defaults(func=show.cmd_history)
 
     for name in ("cancel", "pause", "resume"):
         c = sub.add_parser(name, help=f"{name} a task")
@@ -515,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("queues", help="queue depth and task counts per state")
     q.add_argument("--json", action="store_true")
-    q.set_defaults(func=cmd_queues)
+    q.set_defaults(func=show.cmd_queues)
 
     # commands of the other parts (reaper, web, workflows) live beside them
     for module in _PLUGINS:
@@ -531,17 +402,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _align_plugin_tables(sub: Any) -> None:
+    from .console import commands as show
+
     """``workers``, ``queues-memory`` and ``deadletter list`` (registered by
     ``rsjobs.reaper.cli``) print the same aligned tables as the commands here; their data
     comes from the reaper's public functions, their options stay the reaper's."""
-    for name, func in (("workers", cmd_workers), ("queues-memory", cmd_queues_memory)):
+    for name, func in (("workers", show.cmd_workers), ("queues-memory", show.cmd_queues_memory)):
         parser = sub.choices.get(name)
         if parser is not None:
             parser.set_defaults(func=func)
     deadletter = sub.choices.get("deadletter")
     for action in getattr(deadletter, "_actions", []):
         if isinstance(action, argparse._SubParsersAction) and "list" in action.choices:
-            action.choices["list"].set_defaults(func=cmd_deadletter_list)
+            action.choices["list"].set_defaults(func=show.cmd_deadletter_list)
 
 
 #: modules with a ``register(subparsers)`` adding their commands (``rsjobs reaper`` ...)
