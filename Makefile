@@ -14,8 +14,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# In a terminal the page stays up until Ctrl-C; elsewhere (CI) it ends by itself.
+# make demo DEMO_ARGS="--speed 0.5 --gate-pause 1 --linger 0"  (see python -m examples.demo -h)
 demo: setup
-	$(BIN)/python -m examples.demo
+	$(BIN)/python -m examples.demo $(DEMO_ARGS)
 
 lint: setup
 	$(BIN)/ruff check rsjobs tests examples tools bench

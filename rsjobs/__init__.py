@@ -22,6 +22,7 @@ from .errors import (
 from .model import Event, State
 from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo
 from .settings import Settings
+from .sync import SyncClient
 
 if TYPE_CHECKING:
     from .worker import Context, Registry, Worker
@@ -44,6 +45,7 @@ __all__ = [
     "RsjobsError",
     "Settings",
     "State",
+    "SyncClient",
     "TaskInfo",
     "TaskNotFound",
     "WaitTimeout",
