@@ -74,11 +74,13 @@ class LatencySampler:
     async def collect(self, client: Client) -> list[LatencySample]:
         """Read the sampled tasks that have finished by now; returns the new samples."""
         new: list[LatencySample] = []
-        pending = list(self._waiting)
-        self._waiting.clear()
-        for start in range(0, len(pending), _CHUNK):
-            part = pending[start : start + _CHUNK]
+        # Oldest first, a chunk at a time, up to the chunk where most have not finished:
+        # the later ones were enqueued after those, so the reads per sample stay bounded
+        # by the tasks finished since the last one, however long the queue gets.
+        while self._waiting:
+            part = list(islice(self._waiting, 0, _CHUNK))
             infos = await client.get_many([tid for _, tid in part])
+            unfinished: list[tuple[int, str]] = []
             for (index, tid), info in zip(part, infos, strict=True):
                 if info is None:
                     self.lost += 1
@@ -86,6 +88,11 @@ class LatencySampler:
                     wait = info.started_at - info.created_at
                     new.append(LatencySample(index, wait, info.finished_at))
                 else:
-                    self._waiting.append((index, tid))  # not finished yet: next time
+                    unfinished.append((index, tid))  # next time
+            for _ in part:
+                self._waiting.popleft()
+            self._waiting.extendleft(reversed(unfinished))
+            if len(unfinished) > len(part) // 2:
+                break
         self.samples += new
         return new
