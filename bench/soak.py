@@ -22,6 +22,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,6 +44,8 @@ RESULTS_DIR = REPO_ROOT / "bench" / "results"
 _UNFINISHED = (State.PENDING, State.SCHEDULED, State.RUNNING, State.PAUSED)
 # The producer wakes this often and enqueues what is due, in one enqueue_many call.
 _TICK_S = 0.01
+# Other load on the machine is measured over this long a window (see _Sampler.sample).
+LOAD_WINDOW_S = 10.0
 # Keys that may exist at the end and not at the baseline without being anyone's task.
 _FIXED_KEYS_SLACK = 10
 
@@ -67,6 +70,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="stop after this long even if tasks remain (default: 1.5 x the planned time + 120 s)",
     )
     p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    p.add_argument(
+        "--log-dir", type=Path, help="keep the worker's and reaper's logs here (default: dropped)"
+    )
     p.add_argument("--name", default="soak-latest", help="file name of the results")
     args = p.parse_args(argv)
     if args.tasks < 1 or args.rate <= 0 or args.retention_s <= 0 or args.sample_s <= 0:
@@ -123,6 +129,8 @@ class _Sampler:
         self.raw, self.client, self.worker, self.reaper = raw, client, worker, reaper
         self.t0 = time.monotonic()
         self.last: dict[str, float] = {}
+        # (time, CPU counters) of recent samples, for the machine-load window
+        self.recent: deque[tuple[float, dict[str, float]]] = deque()
 
     async def sample(self, run: _Run, retained: Retained, lat: LatencySampler) -> dict[str, Any]:
         now = time.monotonic()
@@ -164,11 +172,20 @@ class _Sampler:
         if self.last:
             dt = now - self.last["t"]
             row["finished_per_s"] = (finished - self.last["finished"]) / dt
-            used = {k: (cpu[k] - self.last[k]) / dt for k in ("redis", "worker", "reaper", "own")}
-            row["cores"] = used
-            other = (cpu["busy"] - self.last["busy"]) / dt - sum(used.values())
+            ours = ("redis", "worker", "reaper", "own")
+            row["cores"] = {k: (cpu[k] - self.last[k]) / dt for k in ours}
+            # The machine-wide counters of /proc/stat arrive in lumps on a VM (3.5 cores
+            # busy in one 2 s interval of a 2-CPU machine, 0.2 in the next), so other
+            # load is taken over the last LOAD_WINDOW_S, not per interval.
+            while len(self.recent) > 1 and now - self.recent[1][0] >= LOAD_WINDOW_S:
+                self.recent.popleft()
+            then_t, then = self.recent[0]
+            span = now - then_t
+            other = (cpu["busy"] - then["busy"]) / span
+            other -= sum(cpu[k] - then[k] for k in ours) / span
             row["other_cpu_cores"] = max(0.0, other)
         self.last = {"t": now, "finished": finished, **cpu}
+        self.recent.append((now, cpu))
         return row
 
 
@@ -308,8 +325,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.rate:,.0f}/s, retention {args.retention_s:.0f} s",
             flush=True,
         )
-        with tempfile.TemporaryDirectory(prefix="rsjobs-soak-") as tmp:
-            result = asyncio.run(_soak(args, server.url, Path(tmp)))
+        if args.log_dir is not None:
+            args.log_dir.mkdir(parents=True, exist_ok=False)
+            result = asyncio.run(_soak(args, server.url, args.log_dir))
+        else:
+            with tempfile.TemporaryDirectory(prefix="rsjobs-soak-") as tmp:
+                result = asyncio.run(_soak(args, server.url, Path(tmp)))
     finally:
         server.stop()
     meta["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")

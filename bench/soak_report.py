@@ -278,6 +278,8 @@ def markdown(meta: dict[str, Any], an: dict[str, Any], result: dict[str, Any]) -
         "",
         "## Machine load",
         "",
+        "Over the 10 s before each sample (the machine's counters arrive in lumps, so "
+        "shorter windows are noise). "
         f"CPU used by other processes: median {_num(o['median'], 2)} cores, max "
         f"{_num(o['max'], 2)} cores; {o['samples_above_warn']} of {o['samples']} samples "
         f"above {OTHER_LOAD_WARN_CORES} cores.",
