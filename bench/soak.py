@@ -164,6 +164,8 @@ class _Sampler:
             - int(info.get("mem_clients_normal", 0))
             - int(info.get("used_memory_scripts", 0)),
             "expired_keys": int(info.get("expired_keys", 0)),
+            # Redis's own estimate of the keys with a TTL that are expired, not reclaimed
+            "expired_stale_perc": float(info.get("expired_stale_perc", 0.0)),
             "latency_samples": len(waits),
             "latency_p50_ms": _percentile(waits, 50),
             "latency_p99_ms": _percentile(waits, 99),
