@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck unit browser bench chaos clean
+.PHONY: setup demo test lint typecheck unit browser bench soak chaos clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,12 @@ browser:
 bench:
 	bash bench/setup.sh
 	.venv-bench/bin/python -m bench.run $(BENCH_ARGS)
+
+# A million tasks through enqueue, processing and retention expiry (about 9 minutes);
+# short mode: make soak SOAK_ARGS="--tasks 50000"
+soak:
+	bash bench/setup.sh
+	.venv-bench/bin/python -m bench.soak $(SOAK_ARGS)
 
 # A chaos run with total accounting (the suite runs a short one); replay with --seed
 CHAOS_DURATION ?= 600
