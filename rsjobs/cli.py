@@ -108,7 +108,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     worker = Worker(
         registry,
         url=args.url,
-        settings=_settings(args),
+        settings=_settings(args, retention_ms=args.retention_ms),
         queues=args.queue or registry.queues(),
         concurrency=args.concurrency,
         lease_ms=args.lease_ms,
@@ -296,6 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("-c", "--concurrency", type=int, default=16)
     w.add_argument("--lease-ms", type=int, default=30_000)
     w.add_argument("--grace-ms", type=int, default=10_000)
+    w.add_argument(
+        "--retention-ms",
+        type=int,
+        default=int(os.environ.get("RSJOBS_RETENTION_MS") or Settings().retention_ms),
+        help="how long tasks this worker finishes are kept (env RSJOBS_RETENTION_MS; "
+        "give the reapers the same)",
+    )
     w.add_argument("--name", default=None)
     w.set_defaults(func=cmd_worker)
 
