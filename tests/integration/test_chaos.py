@@ -1,4 +1,4 @@
-"""A short chaos run (``python -m rsjobs.chaos``) must end with zero violations.
+"""A short chaos run (``python -m tools.chaos``) must end with zero violations.
 
 It runs as a child process (its own Redis with AOF, workers, reapers; every pid cleaned
 up by the harness). The seed is random unless ``RSJOBS_CHAOS_SEED`` is set; it is in the
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from rsjobs.chaos import FAULT_KINDS
 from tests.helpers import ROOT
+from tools.chaos import FAULT_KINDS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -27,7 +27,7 @@ def run_chaos(tmp_path: Path, *args: str, timeout: float) -> tuple[int, dict[str
     report = tmp_path / "report.json"
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-m", "rsjobs.chaos", "--seed", seed, "--report", str(report), *args]
+    cmd = [sys.executable, "-m", "tools.chaos", "--seed", seed, "--report", str(report), *args]
     proc = subprocess.run(
         cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from rsjobs.chaos import RunData, check
-from rsjobs.chaos.records import CancelAck, Execution, FaultEvent, Submission, TaskRecord
-from rsjobs.chaos.recovery import percentile, recoveries
-from rsjobs.chaos.replay import replay
 from rsjobs.schemas import HistoryEntry
 from tests.reference import replay as reference_replay
+from tools.chaos import RunData, check
+from tools.chaos.records import CancelAck, Execution, FaultEvent, Submission, TaskRecord
+from tools.chaos.recovery import percentile, recoveries
+from tools.chaos.replay import replay
 
 T1 = "a" * 32
 T2 = "b" * 32
@@ -480,8 +480,8 @@ def test_a_worker_started_while_redis_was_down_is_a_warning_not_a_crash() -> Non
 
 
 def test_fault_schedule_is_replayable_and_has_every_kind() -> None:
-    from rsjobs.chaos import FAULT_KINDS
-    from rsjobs.chaos.faults import plan_faults
+    from tools.chaos import FAULT_KINDS
+    from tools.chaos.faults import plan_faults
 
     args = {"workers": 3, "reapers": 2, "lease_ms": 2000, "mean_gap_s": 2.0}
     a = plan_faults(42, 30, FAULT_KINDS, **args)
@@ -499,7 +499,7 @@ def test_fault_schedule_is_replayable_and_has_every_kind() -> None:
 
 
 def test_workload_plan_is_replayable() -> None:
-    from rsjobs.chaos.workload import KINDS, plan_tasks
+    from tools.chaos.workload import KINDS, plan_tasks
 
     a = plan_tasks(7, 1000, 30.0, 2000)
     assert a == plan_tasks(7, 1000, 30.0, 2000)
@@ -513,7 +513,7 @@ def test_workload_plan_is_replayable() -> None:
 
 
 def test_tracebacks_in_process_logs_are_found(tmp_path: Any) -> None:
-    from rsjobs.chaos.collect import tracebacks
+    from tools.chaos.collect import tracebacks
 
     (tmp_path / "chaos-w0g1.log").write_text(
         "ok\nTraceback (most recent call last):\n  File 'x', line 1\n    boom()\n"

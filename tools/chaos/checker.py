@@ -1,6 +1,6 @@
 """Total accounting of a chaos run: every accepted task, every history, every execution.
 
-:func:`check` is a pure function of :class:`~rsjobs.chaos.records.RunData`. Its findings:
+:func:`check` is a pure function of :class:`~tools.chaos.records.RunData`. Its findings:
 
 * **violations** — the run broke a promise; the harness exits non-zero;
 * **AOF-window losses** — acknowledged writes missing after a SIGKILL restart of Redis
@@ -45,9 +45,10 @@ from typing import Any
 
 import msgspec
 
-from ..codec import decode
-from ..model import TERMINAL
-from ..schemas import HistoryEntry
+from rsjobs.codec import decode
+from rsjobs.model import TERMINAL
+from rsjobs.schemas import HistoryEntry
+
 from .records import Execution, RunData, TaskRecord, Violation
 from .recovery import RecoveryStats, recoveries, summarize
 from .replay import final_state, replay

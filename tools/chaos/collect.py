@@ -12,8 +12,9 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from ..keys import Keys
-from ..schemas import HistoryEntry
+from rsjobs.keys import Keys
+from rsjobs.schemas import HistoryEntry
+
 from .handlers import exec_key
 from .records import Execution, TaskRecord
 

@@ -1,7 +1,7 @@
 """The workload: which tasks a chaos run submits, when, and what each one does.
 
 Every task has a *kind* (its behaviour, carried in its payload as ``k``); the handlers in
-:mod:`rsjobs.chaos.handlers` act on it, and the checker knows from :data:`KINDS` which
+:mod:`tools.chaos.handlers` act on it, and the checker knows from :data:`KINDS` which
 final states each kind can honestly reach. The plan is a pure function of the seed.
 """
 
@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from ..schemas import EnqueueRequest
+from rsjobs.schemas import EnqueueRequest
 
 __all__ = ["KINDS", "QUEUE", "Kind", "TaskSpec", "plan_tasks"]
 

@@ -18,9 +18,10 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..client import Client
-from ..errors import InvalidTransition, TaskNotFound
-from ..model import TERMINAL
+from rsjobs.client import Client
+from rsjobs.errors import InvalidTransition, TaskNotFound
+from rsjobs.model import TERMINAL
+
 from .records import CancelAck, Submission
 from .workload import TaskSpec
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import msgspec
 
-from ..client import Client, connect
-from ..settings import Settings
+from rsjobs.client import Client, connect
+from rsjobs.settings import Settings
+
 from .checker import Violation, check, fault_counts
 from .cluster import Cluster
 from .collect import (
@@ -42,7 +43,7 @@ Echo = Callable[[str], None]
 
 def replay_command(cfg: ChaosConfig) -> str:
     return (
-        f"python -m rsjobs.chaos --seed {cfg.seed} --duration {cfg.duration_s:g} "
+        f"python -m tools.chaos --seed {cfg.seed} --duration {cfg.duration_s:g} "
         f"--tasks {cfg.tasks} --workers {cfg.workers} --concurrency {cfg.concurrency} "
         f"--reapers {cfg.reapers} --faults {','.join(cfg.faults) or 'none'} "
         f"--fault-gap {cfg.fault_gap_s:g} --fsync {cfg.fsync} --lease-ms {cfg.lease_ms}"

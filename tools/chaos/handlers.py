@@ -1,4 +1,4 @@
-"""The chaos workload's handler: ``rsjobs.chaos.handlers:tasks`` (one task type, ``chaos``).
+"""The chaos workload's handler: ``tools.chaos.handlers:tasks`` (one task type, ``chaos``).
 
 Every call records itself in the run's Redis before doing anything (a ``start`` record),
 and again when it returns or raises (``end``) or is cancelled (``stop``), on the stream
@@ -25,8 +25,8 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..errors import NonRetryable
-from ..worker import Context, Registry
+from rsjobs.errors import NonRetryable
+from rsjobs.worker import Context, Registry
 
 __all__ = ["exec_key", "tasks"]
 
@@ -44,7 +44,7 @@ def exec_key(namespace: str) -> str:
 def _conn() -> Redis:
     global _redis
     if _redis is None:
-        from ..client import connect
+        from rsjobs.client import connect
 
         _redis = connect(os.environ.get("RSJOBS_CHAOS_URL", "redis://127.0.0.1:6379/0"))
     return _redis

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import rsjobs
+from rsjobs.errors import RedisUnavailable
+from rsjobs.server import EmbeddedRedis
 
-from ..errors import RedisUnavailable
-from ..server import EmbeddedRedis
 from .config import ChaosConfig
 from .producer import now_ms
 from .records import FaultEvent
@@ -154,9 +154,15 @@ class Cluster:
         self.workers = [Slot("worker", i) for i in range(cfg.workers)]
         self.reapers = [Slot("reaper", i) for i in range(cfg.reapers)]
         self.events: list[FaultEvent] = []
-        root = str(Path(rsjobs.__file__).resolve().parent.parent)
+        # the children import rsjobs and this harness (tools.chaos.handlers) from here
+        roots = dict.fromkeys(
+            [
+                str(Path(rsjobs.__file__).resolve().parents[1]),
+                str(Path(__file__).resolve().parents[2]),
+            ]
+        )
         self.env = dict(os.environ)
-        self.env["PYTHONPATH"] = root + os.pathsep + self.env.get("PYTHONPATH", "")
+        self.env["PYTHONPATH"] = os.pathsep.join([*roots, self.env.get("PYTHONPATH", "")])
         self.env["RSJOBS_CHAOS_URL"] = self.redis.url
         self.env["RSJOBS_CHAOS_NAMESPACE"] = cfg.namespace
 
@@ -273,7 +279,7 @@ class Cluster:
 
     async def drop_clients(self) -> None:
         """Close every client connection (a network blip); Redis keeps running."""
-        from ..client import connect
+        from rsjobs.client import connect
 
         async with self.redis_lock:
             r = connect(self.url, socket_timeout=5)

@@ -1,4 +1,4 @@
-"""``python -m rsjobs.chaos``: a chaos run with total accounting; exit status 1 on any
+"""``python -m tools.chaos``: a chaos run with total accounting; exit status 1 on any
 violation (see ``docs/chaos.md``)."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import random
 import signal
 import sys
 
-from ..errors import ConfigError, RsjobsError
+from rsjobs.errors import ConfigError, RsjobsError
+
 from .config import FAULT_KINDS, ChaosConfig
 
 __all__ = ["build_parser", "main"]
@@ -17,7 +18,7 @@ __all__ = ["build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m rsjobs.chaos",
+        prog="python -m tools.chaos",
         description="Run a workload under faults on a loopback Redis with AOF, heal, drain, "
         "and account for every task. Exit status: 0 no violation, 1 violations, 2 bad "
         "arguments or a harness failure.",
@@ -42,9 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--report", default=None, metavar="FILE", help="write the JSON report here")
     a(
         "--worker-app",
-        default="rsjobs.chaos.handlers:tasks",
+        default="tools.chaos.handlers:tasks",
         metavar="MODULE:REGISTRY",
-        help="registry the workers load: rsjobs.chaos.handlers:tasks or a module wrapping it",
+        help="registry the workers load: tools.chaos.handlers:tasks or a module wrapping it",
     )
     a("--keep", action="store_true", help="keep the run directory (logs, AOF) after a pass")
     a("--plan-only", action="store_true", help="print the fault schedule and exit")

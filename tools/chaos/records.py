@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from ..schemas import HistoryEntry
+from rsjobs.schemas import HistoryEntry
 
 __all__ = [
     "CancelAck",
@@ -34,7 +34,7 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True):
     """One acknowledged submit: the producer got ``task_id`` back at ``ack_ms``."""
 
     seq: int  #: the workload's task number (a dedup task submitted twice has two records)
-    kind: str  #: the behaviour (see ``rsjobs.chaos.workload.KINDS``)
+    kind: str  #: the behaviour (see ``tools.chaos.workload.KINDS``)
     task_id: str
     ack_ms: int
     dedup: str = ""
@@ -68,7 +68,7 @@ class FaultEvent(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Execution(msgspec.Struct, frozen=True, kw_only=True):
-    """One record a handler wrote (``rsjobs.chaos.handlers``): a start, end or stop."""
+    """One record a handler wrote (``tools.chaos.handlers``): a start, end or stop."""
 
     exec_id: str  #: unique per handler call; the start, end and stop records share it
     task_id: str

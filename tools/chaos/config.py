@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from ..errors import ConfigError
+from rsjobs.errors import ConfigError
 
 __all__ = ["FAULT_KINDS", "ChaosConfig"]
 
@@ -46,9 +46,9 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: SIGKILL of Redis under everysec may lose writes acknowledged this long before it
     aof_window_ms: int = 2500
     namespace: str = "chaos"
-    #: the Registry the workers load; another one must wrap ``rsjobs.chaos.handlers``
+    #: the Registry the workers load; another one must wrap ``tools.chaos.handlers``
     #: (e.g. to try a patched worker build without touching the package)
-    worker_app: str = "rsjobs.chaos.handlers:tasks"
+    worker_app: str = "tools.chaos.handlers:tasks"
     report: str | None = None
     #: keep the run directory (logs, AOF) even when the run passes
     keep: bool = False
