@@ -521,3 +521,119 @@ def test_tracebacks_in_process_logs_are_found(tmp_path: Any) -> None:
     )
     (tmp_path / "chaos-w1g1.log").write_text("INFO nothing\n")
     assert tracebacks(tmp_path) == ["chaos-w0g1.log:5: RuntimeError: boom"]
+
+
+# -- a poison task's SIGKILL is its worker's death, from the moment of the kill ----------
+
+
+def _poison_kill_run(*, kill_record: bool) -> RunData:
+    """The timeline of a false HEALTHY_TASK_RECLAIMED seen in a 10-minute run (seed
+    1213479249): a poison task started on chaos-w1g51 at ...894811 and SIGKILLed it at
+    once; the reaper reclaimed that worker's two tasks at ...896342 and ...896851; the old
+    harness noticed the exit only at ...897330 and stamped the death then."""
+    w, w2 = "chaos-w1g51", "chaos-w0g7"
+    base = 1796117890000
+    poison, other = "c" * 32, "d" * 32
+
+    def e(tid: str, ts: int, event: str, frm: str, to: str, att: int, **kw: Any) -> HistoryEntry:
+        src = kw.pop("src", "worker")
+        return HistoryEntry(
+            id=f"{ts}-0",
+            task_id=tid,
+            event=event,
+            from_state=frm,
+            to_state=to,
+            source=src,
+            attempt=att,
+            ts=ts,
+            extra={k: str(v) for k, v in kw.items()},
+        )
+
+    def f(tid: str, state: str, att: int, kind: str, worker: str, **kw: Any) -> dict[str, str]:
+        out = fields(state, att, worker=worker, kind=kind, **kw)
+        out["id"] = tid
+        return out
+
+    p_hist = [
+        e(poison, base + 100, "ENQUEUE", "", "PENDING", 0, src="api"),
+        e(poison, 1796117894811, "START", "PENDING", "RUNNING", 1, worker=w),
+        # max_attempts 1: the reclaim ends it
+        e(poison, 1796117896342, "RECLAIM", "RUNNING", "FAILED", 1, src="reaper", worker=w,
+          idle_ms=1531),
+    ]  # fmt: skip
+    o_hist = [
+        e(other, base + 200, "ENQUEUE", "", "PENDING", 0, src="api"),
+        e(other, 1796117893900, "START", "PENDING", "RUNNING", 1, worker=w),
+        e(other, 1796117896851, "RECLAIM", "RUNNING", "PENDING", 1, src="reaper", worker=w,
+          idle_ms=2200),
+        e(other, 1796117896900, "START", "PENDING", "RUNNING", 2, worker=w2),
+        e(other, 1796117896950, "COMPLETE", "RUNNING", "SUCCEEDED", 2),
+    ]  # fmt: skip
+    execs = [
+        Execution(exec_id="xp", task_id=poison, attempt=1, worker=w, pid=51, ev="start",
+                  ts=1796117894812),
+        Execution(exec_id="xo1", task_id=other, attempt=1, worker=w, pid=51, ev="start",
+                  ts=1796117893901),
+        Execution(exec_id="xo2", task_id=other, attempt=2, worker=w2, pid=7, ev="start",
+                  ts=1796117896901),
+        Execution(exec_id="xo2", task_id=other, attempt=2, worker=w2, pid=7, ev="end",
+                  ts=1796117896940, outcome="ok"),
+    ]  # fmt: skip
+    if kill_record:
+        execs.append(
+            Execution(exec_id="xp", task_id=poison, attempt=1, worker=w, pid=51, ev="kill",
+                      ts=1796117894813)
+        )  # fmt: skip
+    return RunData(
+        fsync="always",
+        lease_ms=2000,
+        submissions=[
+            Submission(seq=1, kind="poison", task_id=poison, ack_ms=base + 101),
+            Submission(seq=2, kind="fast", task_id=other, ack_ms=base + 201),
+        ],
+        tasks={
+            poison: TaskRecord(
+                task_id=poison,
+                fields=f(poison, "FAILED", 1, "poison", w, max_attempts=1),
+                history=p_hist,
+            ),
+            other: TaskRecord(
+                task_id=other,
+                fields=f(other, "SUCCEEDED", 2, "fast", w2, result=result(2, w2, "xo2")),
+                history=o_hist,
+            ),
+        },
+        executions=execs,
+        # the exit as the old harness stamped it, 2.5 s after the kill
+        faults=[FaultEvent(at_ms=1796117897330, kind="worker_exit", target=w, pid=51, status=-9)],
+    )
+
+
+def test_a_poison_kill_explains_the_reclaims_of_its_worker_however_late_the_exit_is_seen() -> None:
+    res = check(_poison_kill_run(kill_record=True))
+    assert res.ok, res.violations
+    assert res.recovery.reclaims == 2 and res.recovery.by_basis == {"fault": 2}
+    # the loss is the kill (Redis TIME of the record), not when the exit was noticed
+    assert res.counts["poison_kills"] == 1
+
+
+def test_without_the_kill_time_the_same_reclaims_look_like_thefts() -> None:
+    """What the checker concluded when it only had the late exit stamp: the check itself
+    still catches a reclaim no fault explains."""
+    kinds_found = [v.kind for v in check(_poison_kill_run(kill_record=False)).violations]
+    assert kinds_found == ["HEALTHY_TASK_RECLAIMED", "HEALTHY_TASK_RECLAIMED"]
+
+
+def test_redis_disruptions_are_intervals() -> None:
+    from tools.chaos.recovery import redis_intervals
+
+    ev = [
+        FaultEvent(at_ms=100, kind="redis_freeze", target="redis"),
+        FaultEvent(at_ms=2600, kind="redis_thaw", target="redis"),
+        FaultEvent(at_ms=3000, kind="redis_failover", target="redis0"),
+        FaultEvent(at_ms=3500, kind="redis_up", target="redis0"),  # the old primary back
+        FaultEvent(at_ms=14000, kind="redis_failover_done", target="redis1"),
+        FaultEvent(at_ms=15000, kind="redis_drop", target="redis1"),
+        FaultEvent(at_ms=16000, kind="redis_kill", target="redis1"),
+    ]
+    assert redis_intervals(ev) == [(100, 2600), (3000, 14000), (15000, 15000), (16000, 2**62)]

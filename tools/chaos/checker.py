@@ -146,7 +146,8 @@ class _Checker:
             self.r.violations += stats_findings(d.stats, present)
         self.check_cancels()
         self.check_dedup(present)
-        items = recoveries(present.values(), d.faults, d.lease_ms)
+        kills = [(e.worker, e.ts) for e in d.executions if e.ev == "kill"]
+        items = recoveries(present.values(), d.faults, d.lease_ms, kills)
         self.r.recovery = summarize(items)
         for it in items:
             if it.unexplained:

@@ -11,7 +11,7 @@ import sys
 
 from rsjobs.errors import ConfigError, RsjobsError
 
-from .config import FAULT_KINDS, ChaosConfig
+from .config import FAULT_KINDS, TOPOLOGIES, ChaosConfig, faults_for
 
 __all__ = ["build_parser", "main"]
 
@@ -34,8 +34,30 @@ def build_parser() -> argparse.ArgumentParser:
     a(
         "--faults",
         default="all",
-        help=f"comma-separated faults, 'all' or 'none' ({','.join(FAULT_KINDS)})",
+        help=f"comma-separated faults, 'all' or 'none' ({','.join(FAULT_KINDS)}; "
+        "redis_failover needs --topology sentinel)",
     )
+    a(
+        "--topology",
+        choices=TOPOLOGIES,
+        default="single",
+        help="one Redis, or a primary + replica + 3 sentinels that every process connects "
+        "through (single)",
+    )
+    a(
+        "--durable",
+        action="store_true",
+        help="(sentinel) enqueues acknowledged only once a replica has them (WAIT): none "
+        "may be lost in a failover",
+    )
+    a("--workflows", type=int, default=-1, help="workflows to start (-1: one per 40 tasks)")
+    a(
+        "--poison-inputs",
+        type=int,
+        default=-1,
+        help="bad requests and refused-command floods (-1: one per 100 tasks)",
+    )
+    a("--no-web", action="store_true", help="do not serve the HTTP app (no HTTP inputs)")
     a("--fault-gap", type=float, default=2.0, help="mean seconds between faults (2)")
     a("--fsync", choices=("everysec", "always"), default="everysec", help="appendfsync policy")
     a("--lease-ms", type=int, default=2000, help="the workers' lease (2000)")
@@ -53,9 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _faults(spec: str) -> tuple[str, ...]:
+def _faults(spec: str, topology: str) -> tuple[str, ...]:
     if spec == "all":
-        return FAULT_KINDS
+        return faults_for(topology)
     if spec in ("none", ""):
         return ()
     return tuple(x.strip() for x in spec.split(",") if x.strip())
@@ -70,7 +92,12 @@ def config_from(args: argparse.Namespace) -> ChaosConfig:
         workers=args.workers,
         concurrency=args.concurrency,
         reapers=args.reapers,
-        faults=_faults(args.faults),
+        faults=_faults(args.faults, args.topology),
+        topology=args.topology,
+        durable=args.durable,
+        workflows=args.workflows,
+        poison_inputs=args.poison_inputs,
+        web=not args.no_web,
         fault_gap_s=args.fault_gap,
         fsync=args.fsync,
         lease_ms=args.lease_ms,

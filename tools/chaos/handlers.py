@@ -1,7 +1,8 @@
 """The chaos workload's handler: ``tools.chaos.handlers:tasks`` (one task type, ``chaos``).
 
 Every call records itself in the run's Redis before doing anything (a ``start`` record),
-and again when it returns or raises (``end``) or is cancelled (``stop``), on the stream
+and again when it returns or raises (``end``) or is cancelled (``stop``), or just before a
+poison task SIGKILLs its own worker (``kill``), on the stream
 :func:`exec_key` (outside the rsjobs namespace's keys). The checker counts these records
 against the START entries of the tasks' histories: that is how it sees duplicate
 executions. A result names the attempt and worker that produced it, which the checker
@@ -110,6 +111,9 @@ async def chaos(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
     kind = str(payload.get("k", "fast"))
     try:
         if kind == "poison":
+            # the record goes first: the checker knows this worker is dead from this
+            # moment (Redis TIME), however late the harness sees the exit
+            await _record(ctx, xid, "kill")
             os.kill(os.getpid(), signal.SIGKILL)
         ms = int(payload.get("ms") or 0)
         if kind == "slow":

@@ -75,7 +75,9 @@ class Execution(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int
     worker: str
     pid: int
-    ev: str  #: "start", "end" (the handler returned or raised) or "stop" (it was cancelled)
+    #: "start", "end" (the handler returned or raised), "stop" (it was cancelled) or
+    #: "kill" (a poison task is about to SIGKILL its worker)
+    ev: str
     ts: int  #: Redis TIME (ms) of the record (its stream entry id)
     outcome: str = ""  #: end: ok / fail / fatal; stop: why
 

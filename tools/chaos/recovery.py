@@ -1,7 +1,8 @@
 """How long recovery took: from the loss of a task's owner to the task's next START.
 
-The owner is lost at the fault that hit its worker (SIGKILL, SIGSTOP, unplanned exit) when
-the schedule has one during the attempt; otherwise at the lease expiry, which the RECLAIM
+The owner is lost at the fault that hit its worker (SIGKILL, SIGSTOP, unplanned exit, or
+the ``kill`` record a poison task writes just before it SIGKILLs its worker) when there is
+one during the attempt; otherwise at the lease expiry, which the RECLAIM
 entry tells: its ``idle_ms`` is the time since the last heartbeat, so the lease expired at
 ``ts - idle_ms + lease_ms``. Everything comes from history timestamps (Redis TIME) and the
 harness's fault log (the same host's clock).
@@ -24,6 +25,7 @@ __all__ = [
     "RecoveryStats",
     "percentile",
     "recoveries",
+    "redis_intervals",
     "summarize",
 ]
 
@@ -32,8 +34,17 @@ OWNER_FAULTS = frozenset(
     {"worker_kill", "worker_stop", "worker_term", "worker_term_done", "worker_term_hung"}
     | {"worker_exit"}
 )
-#: faults that interrupt every worker's heartbeats for a moment
-REDIS_FAULTS = frozenset({"redis_term", "redis_kill", "redis_exit", "redis_drop"})
+#: faults that interrupt every worker's heartbeats: each opens an interval that the
+#: matching event of the same node closes (a drop is a moment)
+REDIS_FAULTS: dict[str, frozenset[str]] = {
+    "redis_term": frozenset({"redis_up"}),
+    "redis_kill": frozenset({"redis_up"}),
+    "redis_exit": frozenset({"redis_up"}),
+    "redis_drop": frozenset(),
+    "redis_freeze": frozenset({"redis_thaw"}),
+    "redis_failover": frozenset({"redis_failover_done"}),
+    "redis_failover_auto": frozenset(),
+}
 
 
 class Recovery(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,18 +85,44 @@ def percentile(values: list[int], q: float) -> int:
     return s[max(0, min(len(s), math.ceil(q / 100 * len(s))) - 1)]
 
 
-def _index(faults: Iterable[FaultEvent]) -> tuple[dict[str, list[int]], list[int]]:
+def redis_intervals(faults: Iterable[FaultEvent]) -> list[tuple[int, int]]:
+    """(from, to) of every Redis disruption: a restart until that node is up again, a
+    freeze until its SIGCONT, a failover until it settled, a drop for a moment (an
+    interval never closed lasts to the end)."""
+    out: list[tuple[int, int]] = []
+    open_: list[tuple[FaultEvent, frozenset[str]]] = []
+    for f in sorted(faults, key=lambda f: f.at_ms):
+        for o in list(open_):
+            ev, ends = o
+            # a failover ends on the new primary; the others on the node they hit
+            if f.kind in ends and (f.target == ev.target or f.kind == "redis_failover_done"):
+                out.append((ev.at_ms, f.at_ms))
+                open_.remove(o)
+        closers = REDIS_FAULTS.get(f.kind)
+        if closers is None:
+            continue
+        if closers:
+            open_.append((f, closers))
+        else:
+            out.append((f.at_ms, f.at_ms))
+    out += [(ev.at_ms, 2**62) for ev, _ in open_]
+    return sorted(out)
+
+
+def _index(faults: Iterable[FaultEvent], kills: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
     by_worker: dict[str, list[int]] = {}
-    redis: list[int] = []
     for f in faults:
         if f.kind in OWNER_FAULTS:
             by_worker.setdefault(f.target, []).append(f.at_ms)
-        elif f.kind in REDIS_FAULTS:
-            redis.append(f.at_ms)
+    for worker, ts in kills:
+        by_worker.setdefault(worker, []).append(ts)
     for v in by_worker.values():
         v.sort()
-    redis.sort()
-    return by_worker, redis
+    return by_worker
+
+
+def _overlaps(intervals: list[tuple[int, int]], lo: int, hi: int) -> bool:
+    return any(a <= hi and b >= lo for a, b in intervals)
 
 
 def _first_in(times: list[int], lo: int, hi: int) -> int | None:
@@ -94,10 +131,17 @@ def _first_in(times: list[int], lo: int, hi: int) -> int | None:
 
 
 def recoveries(
-    tasks: Iterable[TaskRecord], faults: Iterable[FaultEvent], lease_ms: int
+    tasks: Iterable[TaskRecord],
+    faults: Iterable[FaultEvent],
+    lease_ms: int,
+    kills: Iterable[tuple[str, int]] = (),
 ) -> list[Recovery]:
-    """Every accepted RECLAIM in the histories, with its loss time and next START."""
-    by_worker, redis = _index(faults)
+    """Every accepted RECLAIM in the histories, with its loss time and next START.
+
+    ``kills``: (worker, Redis TIME) of the ``kill`` records of poison tasks."""
+    faults = list(faults)
+    by_worker = _index(faults, kills)
+    redis = redis_intervals(faults)
     out: list[Recovery] = []
     for rec in tasks:
         accepted = [e for e in rec.history if not e.rejected]
@@ -114,8 +158,9 @@ def recoveries(
                 basis, loss = "fault", fault
             else:
                 basis, loss = "lease", max(start_ts, min(e.ts, e.ts - idle + lease_ms))
-            # a Redis restart stops every heartbeat: a reclaim soon after one is explained
-            near_redis = _first_in(redis, start_ts - lease_ms, e.ts) is not None
+            # a Redis restart, freeze or failover stops every heartbeat (or loses the
+            # last ones): a reclaim of an attempt it overlapped is explained
+            near_redis = _overlaps(redis, start_ts - lease_ms, e.ts)
             nxt = next((n.ts for n in accepted[i + 1 :] if n.event == "START"), 0)
             out.append(
                 Recovery(

@@ -48,6 +48,11 @@ def replay_command(cfg: ChaosConfig) -> str:
         f"--reapers {cfg.reapers} --faults {','.join(cfg.faults) or 'none'} "
         f"--fault-gap {cfg.fault_gap_s:g} --fsync {cfg.fsync} --lease-ms {cfg.lease_ms}"
         + (f" --poison {cfg.poison}" if cfg.poison >= 0 else "")
+        + (f" --topology {cfg.topology}" if cfg.topology != "single" else "")
+        + (" --durable" if cfg.durable else "")
+        + (f" --workflows {cfg.workflows}" if cfg.workflows >= 0 else "")
+        + (f" --poison-inputs {cfg.poison_inputs}" if cfg.poison_inputs >= 0 else "")
+        + ("" if cfg.web else " --no-web")
         + (f" --worker-app {cfg.worker_app}" if cfg.worker_app != ChaosConfig().worker_app else "")
     )
 
@@ -154,7 +159,7 @@ class ChaosRun:
             try:
                 await self._teardown()
             finally:  # whatever happened above: no process of ours outlives the run
-                self.cluster.cleanup(keep_data=self.cfg.keep or not self.passed)
+                await self.cluster.aclose(keep_data=self.cfg.keep or not self.passed)
                 atexit.unregister(self.cluster.sup.cleanup)
                 if self.passed and not self.cfg.keep:
                     shutil.rmtree(self.run_dir, ignore_errors=True)
@@ -186,7 +191,6 @@ class ChaosRun:
         submit = loop.create_task(producer.run(t0))
         self.background += [
             submit,
-            loop.create_task(cluster.monitor()),
             loop.create_task(self.injector.run(t0)),
             loop.create_task(_progress(client, producer, len(self.specs), echo)),
         ]
@@ -202,7 +206,7 @@ class ChaosRun:
         d0 = time.monotonic()
         drained, stuck = await drain(client, producer.accepted_ids, cfg.drain_timeout_s, echo)
         drain_s = time.monotonic() - d0
-        for t in self.background:  # the monitor too: the graceful stop must not refill
+        for t in self.background:
             t.cancel()
         forced = await cluster.stop_processes(cfg.grace_ms / 1000 + 10)
 
@@ -245,7 +249,7 @@ class ChaosRun:
                 "stuck_at_drain_bound": stuck[:100],
                 "forced_stops": forced,
                 "fault_errors": self.injector.errors,
-                "redis_starts": cluster.redis.starts,
+                "redis_starts": {n.name: n.starts for n in cluster.topology.all_nodes},
             },
             evidence=evidence,
         )

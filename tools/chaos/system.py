@@ -10,38 +10,23 @@ import signal
 from collections import Counter
 
 from .records import FaultEvent, TaskRecord, Violation
+from .recovery import redis_intervals
 
 __all__ = ["event_findings", "fault_counts", "process_findings", "stats_findings"]
 
-#: faults that take Redis down until the next "redis_up"
-REDIS_DOWN = frozenset({"redis_term", "redis_kill", "redis_exit"})
 #: what fault_counts counts: faults injected, and unplanned exits observed
 INJECTED = frozenset(
     {"worker_kill", "worker_stop", "worker_term", "worker_exit", "reaper_kill", "reaper_exit"}
-    | {"redis_drop", "redis_term", "redis_kill", "redis_exit"}
+    | {"redis_drop", "redis_term", "redis_kill", "redis_exit", "redis_freeze"}
+    | {"redis_failover", "redis_failover_auto", "sentinel_exit", "web_exit"}
 )
+#: unplanned exits: a crash unless explained
+EXITS = frozenset({"worker_exit", "reaper_exit", "redis_exit", "sentinel_exit", "web_exit"})
 
 
 def fault_counts(faults: list[FaultEvent]) -> dict[str, int]:
     """How many faults of each kind were injected (or observed, for unplanned exits)."""
     return dict(sorted(Counter(f.kind for f in faults if f.kind in INJECTED).items()))
-
-
-def _outages(faults: list[FaultEvent]) -> list[tuple[int, int]]:
-    """(down, up) times of Redis; a dropped-connections blip is a zero-length outage."""
-    out: list[tuple[int, int]] = []
-    down = 0
-    for f in sorted(faults, key=lambda f: f.at_ms):
-        if f.kind in REDIS_DOWN and not down:
-            down = f.at_ms
-        elif f.kind == "redis_up" and down:
-            out.append((down, f.at_ms))
-            down = 0
-        elif f.kind == "redis_drop":
-            out.append((f.at_ms, f.at_ms))
-    if down:
-        out.append((down, 2**62))
-    return out
 
 
 def process_findings(
@@ -53,7 +38,7 @@ def process_findings(
     not reach Redis because it was started while Redis was down (the CLI exits with status
     3) is a warning; every other unplanned exit is a crash."""
     found: list[Violation] = []
-    outages = _outages(faults)
+    outages = redis_intervals(faults)
     for f in faults:
         if f.kind in ("worker_term_done", "worker_term_hung"):
             c["graceful_stops"] += 1
@@ -69,7 +54,7 @@ def process_findings(
                     f"{why}".strip(),
                 )
             )
-        elif f.kind in ("worker_exit", "reaper_exit", "redis_exit"):
+        elif f.kind in EXITS:
             began = f.at_ms - f.ran_ms
             if f.status == 3 and any(a - 500 <= began <= b + 500 for a, b in outages):
                 warnings.append(
