@@ -34,7 +34,7 @@ async def test_an_exit_is_stamped_when_it_happened_even_while_the_loop_is_busy(
             log_name="self-kill.log",
             on_exit=lambda c: seen.append(now_ms()),
         )
-        time.sleep(2.5)  # the harness's loop is busy: nobody polls
+        time.sleep(2.5)  # noqa: ASYNC251 - on purpose: the loop is busy, nobody polls
         code = await child.wait(5)
     finally:
         await sup.aclose()
@@ -70,7 +70,7 @@ async def test_waiting_for_redis_to_load_its_aof_does_not_block_the_loop(tmp_pat
         # enough data that loading the AOF takes a while
         assert await ask(node.port, "DEBUG", "POPULATE", "600000", "k", "64", timeout_s=30) == "OK"
         assert "started" in await ask(node.port, "BGREWRITEAOF")
-        while "aof_rewrite_in_progress:0" not in await ask(node.port, "INFO", "persistence"):
+        while "aof_rewrite_in_progress:0" not in await ask(node.port, "INFO", "persistence"):  # noqa: ASYNC110
             await asyncio.sleep(0.1)
         await node.stop(kill=True)
 

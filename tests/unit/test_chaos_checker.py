@@ -11,12 +11,24 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import pytest
 
 from rsjobs.schemas import HistoryEntry
+from rsjobs.workflows import WorkflowEvent
 from tests.reference import replay as reference_replay
 from tools.chaos import RunData, check
-from tools.chaos.records import CancelAck, Execution, FaultEvent, Submission, TaskRecord
+from tools.chaos.records import (
+    CancelAck,
+    Execution,
+    FaultEvent,
+    Flood,
+    PoisonInput,
+    Submission,
+    TaskRecord,
+    WorkflowRecord,
+    WorkflowStart,
+)
 from tools.chaos.recovery import percentile, recoveries
 from tools.chaos.replay import replay
 
@@ -493,6 +505,11 @@ def test_fault_schedule_is_replayable_and_has_every_kind() -> None:
     for f in a:
         if f.kind == "worker_stop":  # past the lease
             assert f.hold_s > 2.0
+    many = plan_faults(5, 600, ("redis_freeze", "redis_failover"), **args)
+    freezes = [f.hold_s for f in many if f.kind == "redis_freeze"]
+    assert all(0.5 <= h <= 3.0 for h in freezes)
+    assert any(h > 2.0 for h in freezes)  # sometimes longer than the lease
+    assert {f.variant for f in many if f.kind == "redis_failover"} == {"", "kill"}
     assert plan_faults(42, 30, (), **args) == []
     few = plan_faults(1, 6, FAULT_KINDS, **{**args, "mean_gap_s": 100.0})
     assert {f.kind for f in few} == set(FAULT_KINDS)
@@ -504,7 +521,7 @@ def test_workload_plan_is_replayable() -> None:
     a = plan_tasks(7, 1000, 30.0, 2000)
     assert a == plan_tasks(7, 1000, 30.0, 2000)
     assert len(a) == 1000 + 2  # one poison task per 500
-    assert {s.kind for s in a} == set(KINDS)
+    assert {s.kind for s in a} == set(KINDS) - {"wf"}  # workflows create "wf" tasks
     assert len({s.seq for s in a}) == len(a)
     assert all(0 <= s.at_s <= 30 for s in a)
     dedup = [s for s in a if s.kind == "dedup"]
@@ -637,3 +654,418 @@ def test_redis_disruptions_are_intervals() -> None:
         FaultEvent(at_ms=16000, kind="redis_kill", target="redis1"),
     ]
     assert redis_intervals(ev) == [(100, 2600), (3000, 14000), (15000, 15000), (16000, 2**62)]
+
+
+# -- Redis freezes and failovers ----------------------------------------------------------
+
+
+def _reclaimed_run(faults: list[FaultEvent], **over: Any) -> RunData:
+    """W1's attempt (START at ACK+10) reclaimed at ACK+3000, W2 finishes it; no fault
+    hit W1."""
+    return good_run(
+        tasks={
+            T1: TaskRecord(
+                task_id=T1,
+                fields=fields("SUCCEEDED", 2, worker=W2, result=result(2, W2, "x2")),
+                history=[
+                    entry(1, "ENQUEUE", "", "PENDING", src="api"),
+                    entry(10, "START", "PENDING", "RUNNING", 1, worker=W1),
+                    entry(3000, "RECLAIM", "RUNNING", "PENDING", 1, src="reaper", worker=W1,
+                          idle_ms="2600"),
+                    entry(3010, "START", "PENDING", "RUNNING", 2, worker=W2),
+                    entry(3100, "COMPLETE", "RUNNING", "SUCCEEDED", 2),
+                ],
+            )
+        },
+        executions=[
+            execution("x1", 1, W1, "start", ACK + 11),
+            execution("x2", 2, W2, "start", ACK + 3011),
+            execution("x2", 2, W2, "end", ACK + 3090, "ok"),
+        ],
+        faults=faults,
+        **over,
+    )  # fmt: skip
+
+
+def test_a_reclaim_after_a_redis_freeze_is_lawful() -> None:
+    """Heartbeats could not get through while Redis was stopped: like any Redis fault
+    near the attempt, not a theft."""
+    freeze = [
+        FaultEvent(at_ms=ACK + 300, kind="redis_freeze", target="redis"),
+        FaultEvent(at_ms=ACK + 2700, kind="redis_thaw", target="redis"),
+    ]
+    res = check(_reclaimed_run(freeze))
+    assert res.ok, res.violations
+    # a freeze that ended well before the attempt began explains nothing
+    early = [
+        FaultEvent(at_ms=ACK - 9000, kind="redis_freeze", target="redis"),
+        FaultEvent(at_ms=ACK - 8000, kind="redis_thaw", target="redis"),
+    ]
+    assert "HEALTHY_TASK_RECLAIMED" in kinds(_reclaimed_run(early))
+    assert check(_reclaimed_run(freeze)).counts.get("reclaims") == 1
+
+
+def test_a_reclaim_during_a_failover_is_lawful() -> None:
+    """A failover that began before the attempt and settled after it started still
+    overlaps it: the attempt's heartbeats may have gone to the old primary."""
+    fo = [
+        FaultEvent(at_ms=ACK - 4000, kind="redis_failover", target="redis0"),
+        FaultEvent(at_ms=ACK + 500, kind="redis_failover_done", target="redis1"),
+    ]
+    assert check(_reclaimed_run(fo)).ok
+    assert "HEALTHY_TASK_RECLAIMED" in kinds(_reclaimed_run([]))
+
+
+def _failover(start: int, done: int) -> list[FaultEvent]:
+    return [
+        FaultEvent(at_ms=start, kind="redis_failover", target="redis0"),
+        FaultEvent(at_ms=done, kind="redis_failover_done", target="redis1"),
+    ]
+
+
+def test_an_enqueue_lost_in_a_failover_window_is_reported_apart_without_durable_mode() -> None:
+    lost = good_run(tasks={}, executions=[], faults=_failover(ACK + 300, ACK + 9000))
+    res = check(lost)
+    assert res.ok, res.violations
+    assert [v.kind for v in res.failover_window_losses] == ["LOST"]
+    assert "failover window" in res.failover_window_losses[0].detail
+    # acknowledged while the old primary still took writes (before it was demoted)
+    during = good_run(tasks={}, executions=[], faults=_failover(ACK - 5000, ACK + 100))
+    assert [v.kind for v in check(during).failover_window_losses] == ["LOST"]
+
+
+def test_durable_mode_excuses_no_lost_enqueue_in_a_failover() -> None:
+    lost = good_run(tasks={}, executions=[], durable=True, faults=_failover(ACK + 300, ACK + 9000))
+    res = check(lost)
+    assert [v.kind for v in res.violations] == ["LOST"]
+    assert "WAIT" in res.violations[0].detail
+    assert not res.failover_window_losses
+
+
+def test_a_loss_outside_every_failover_window_is_a_violation() -> None:
+    # the failover began 5 s after the ack: beyond the replica's lag (1 s)
+    lost = good_run(tasks={}, executions=[], faults=_failover(ACK + 5000, ACK + 9000))
+    assert "LOST" in kinds(lost)
+    assert not check(lost).failover_window_losses
+
+
+def test_a_cancel_lost_in_a_failover_is_reported_apart_even_in_durable_mode() -> None:
+    """Durable mode covers enqueues; other acknowledged writes in the window are losses
+    reported apart, never hidden."""
+    run = good_run(
+        durable=True,
+        cancels=[CancelAck(task_id=T1, phase="pending", ack_ms=ACK + 5, state="CANCELLED")],
+        faults=_failover(ACK + 300, ACK + 9000),
+    )
+    res = check(run)
+    assert res.ok, res.violations
+    assert [v.kind for v in res.failover_window_losses] == ["CANCEL_NOT_HONOURED"]
+
+
+def test_a_redis_node_or_sentinel_or_the_web_app_exiting_is_a_crash() -> None:
+    for kind, target in [("redis_exit", "redis1"), ("sentinel_exit", "sentinel2"),
+                         ("web_exit", "chaos-web0g1")]:  # fmt: skip
+        ev = FaultEvent(at_ms=ACK, kind=kind, target=target, status=1, detail="status 1")
+        assert "PROCESS_CRASH" in kinds(good_run(faults=[ev])), kind
+
+
+# -- workflows ----------------------------------------------------------------------------
+
+WF = "e" * 32
+WF_TASKS = {"1:0:a": "1" * 32, "1:0:b": "2" * 32, "1:1:c": "3" * 32}
+
+
+def wf_entry(
+    n: int, event: str, frm: str, to: str, *, rej: bool = False, msg: str = ""
+) -> WorkflowEvent:
+    return WorkflowEvent(
+        id=f"{ACK + n}-0",
+        event=event,
+        from_status=frm,
+        to_status=to,
+        source="api",
+        version=1,
+        stage="first",
+        ts=ACK + n,
+        message=msg,
+        rejected=rej,
+    )
+
+
+def wf_task(slot: str, state: str = "SUCCEEDED") -> TaskRecord:
+    tid = WF_TASKS[slot]
+    _, stage, item = slot.split(":")
+    worker = W1
+    xid = f"x{tid[0]}"
+    f = fields(state, 1, worker=worker)
+    f.update(
+        id=tid,
+        payload=json.dumps({"workflow": WF, "item": item, "input": {"wk": "wf_ok"}}),
+        wf=WF,
+        wf_version="1",
+        wf_stage=stage,
+        wf_item=item,
+        result=json.dumps(
+            {"ref": f"r/{item}", "meta": {"attempt": 1, "worker": worker, "exec": xid}}
+        ),
+    )
+    hist = [
+        entry(1, "ENQUEUE", "", "PENDING", src="api", tid=tid),
+        entry(10, "START", "PENDING", "RUNNING", 1, worker=worker, tid=tid),
+        entry(20, "COMPLETE", "RUNNING", state, 1, tid=tid),
+    ]
+    return TaskRecord(task_id=tid, fields=f, history=hist)
+
+
+def wf_run(status: str = "PUBLISHED", **over: Any) -> RunData:
+    """One 2-stage workflow, its three tasks succeeded, published."""
+    hist = [
+        wf_entry(1, "START", "", "RUNNING"),
+        wf_entry(2, "SPAWN", "RUNNING", "RUNNING"),
+        wf_entry(30, "ADVANCE", "RUNNING", "RUNNING"),
+        wf_entry(60, "READY", "RUNNING", "READY_TO_PUBLISH"),
+        wf_entry(70, "PUBLISH", "READY_TO_PUBLISH", "PUBLISHED"),
+    ]
+    hist = [h for h in hist if status == "PUBLISHED" or h.event != "PUBLISH"]
+    assets = {
+        slot: json.dumps({"ref": f"r/{slot}", "task": tid, "version": 1})
+        for slot, tid in WF_TASKS.items()
+    }
+    tasks = {t.task_id: t for t in (wf_task(slot) for slot in WF_TASKS)}
+    base: dict[str, Any] = {
+        "fsync": "always",
+        "lease_ms": 2000,
+        "workflows": [WorkflowStart(seq=1_000_000, kind="wf_ok", wf_id=WF, ack_ms=ACK)],
+        "wf_records": {
+            WF: WorkflowRecord(
+                wf_id=WF,
+                fields={"id": WF, "status": status, "version": "1", "published_version": "1"},
+                history=hist,
+                slots=dict(WF_TASKS),
+                assets=assets,
+            )
+        },
+        "tasks": tasks,
+        "executions": [
+            Execution(exec_id=f"x{tid[0]}", task_id=tid, attempt=1, worker=W1, pid=1, ev=ev,
+                      ts=ACK + 11 + (ev == "end"), outcome="ok" if ev == "end" else "")
+            for tid in WF_TASKS.values()
+            for ev in ("start", "end")
+        ],
+    }  # fmt: skip
+    base.update(over)
+    return RunData(**base)
+
+
+def test_a_clean_workflow_passes() -> None:
+    res = check(wf_run())
+    assert res.ok, res.violations
+    assert res.counts["workflows_started"] == 1
+    assert res.counts["workflows_PUBLISHED"] == 1
+    assert res.counts["workflow_tasks"] == 3
+    assert "PHANTOM_TASK" not in kinds(wf_run())  # its tasks were made by the workflow
+
+
+def _without(run: RunData, **changes: Any) -> RunData:
+    return msgspec.structs.replace(run, **changes)
+
+
+def _wf(run: RunData, **changes: Any) -> dict[str, WorkflowRecord]:
+    return {WF: msgspec.structs.replace(run.wf_records[WF], **changes)}
+
+
+WF_CORRUPTIONS: dict[str, tuple[Callable[[], RunData], str]] = {
+    "a started workflow that is gone": (
+        lambda: _without(wf_run(), wf_records={}),
+        "WF_LOST",
+    ),
+    "a workflow left running": (
+        lambda: wf_run(status="RUNNING"),
+        "WF_NOT_TERMINAL",
+    ),
+    "a transition not in the workflow table": (
+        lambda: _without(
+            wf_run(),
+            wf_records=_wf(
+                wf_run(),
+                history=[
+                    wf_entry(1, "START", "", "RUNNING"),
+                    wf_entry(70, "PUBLISH", "RUNNING", "PUBLISHED"),
+                ],
+            ),
+        ),
+        "WF_ILLEGAL_HISTORY",
+    ),
+    "the hash disagrees with the history": (
+        lambda: wf_run(status="CANCELLED"),
+        "WF_STATE_MISMATCH",
+    ),
+    "published without every asset": (
+        lambda: _without(
+            wf_run(), wf_records=_wf(wf_run(), assets={"1:0:a": json.dumps({"task": "1" * 32})})
+        ),
+        "WF_TASKS_INCONSISTENT",
+    ),
+    "published, but a task failed": (
+        lambda: _without(wf_run(), tasks={**wf_run().tasks, "3" * 32: wf_task("1:1:c", "FAILED")}),
+        "WF_TASKS_INCONSISTENT",
+    ),
+    "cancelled although nobody cancelled it": (
+        lambda: _without(
+            wf_run(),
+            wf_records=_wf(
+                wf_run(),
+                fields={"id": WF, "status": "CANCELLED", "version": "1"},
+                history=[
+                    wf_entry(1, "START", "", "RUNNING"),
+                    wf_entry(5, "CANCEL", "RUNNING", "CANCELLED"),
+                ],
+                assets={},
+            ),
+        ),
+        "WF_IMPOSSIBLE_OUTCOME",
+    ),
+    "a workflow nobody started": (
+        lambda: _without(wf_run(), workflows=[]),
+        "WF_PHANTOM",
+    ),
+    "a valid start refused": (
+        lambda: _without(wf_run(), wf_errors=["x (wf_ok): ConfigError: no"]),
+        "WF_START_REFUSED",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WF_CORRUPTIONS))
+def test_each_workflow_corruption_is_reported(name: str) -> None:
+    make, kind = WF_CORRUPTIONS[name]
+    assert kind in kinds(make()), check(make()).violations
+
+
+def test_a_workflow_whose_next_stage_is_over_the_limit_must_fail_with_a_reason() -> None:
+    start = [WorkflowStart(seq=2_000_004, kind="wf_next_over_limit", wf_id=WF, ack_ms=ACK)]
+    # still RUNNING in its second stage with no tasks: what the driver could not spawn
+    stuck = _without(wf_run(status="RUNNING"), workflows=start)
+    assert {"POISON_NOT_FAILED", "WF_NOT_TERMINAL"} <= kinds(stuck)
+    failed_hist = [
+        wf_entry(1, "START", "", "RUNNING"),
+        wf_entry(30, "ADVANCE", "RUNNING", "RUNNING"),
+        wf_entry(31, "TASK_FAILED", "RUNNING", "FAILED", msg="stage second: payload over limit"),
+    ]
+    failed = _without(
+        wf_run(),
+        workflows=start,
+        wf_records=_wf(
+            wf_run(),
+            fields={"id": WF, "status": "FAILED", "version": "1"},
+            history=failed_hist,
+            slots={k: v for k, v in WF_TASKS.items() if k.startswith("1:0:")},
+            assets={},
+        ),
+        tasks={t: r for t, r in wf_run().tasks.items() if t != "3" * 32},
+    )
+    assert check(failed).ok, check(failed).violations
+    # FAILED without a word of why is not enough
+    mute = [*failed_hist[:2], wf_entry(31, "TASK_FAILED", "RUNNING", "FAILED")]
+    silent = _without(failed, wf_records=_wf(failed, history=mute))
+    assert "POISON_NOT_FAILED" in kinds(silent)
+
+
+# -- poison inputs and floods -------------------------------------------------------------
+
+
+def _poison(outcome: str, kind: str = "task_over_limit", **kw: Any) -> PoisonInput:
+    return PoisonInput(
+        seq=2_000_000, kind=kind, channel="http", marker="poison-2000000", at_ms=ACK,
+        outcome=outcome, **kw,
+    )  # fmt: skip
+
+
+def test_a_refused_poison_input_that_wrote_nothing_passes() -> None:
+    res = check(good_run(poison=[_poison("refused", status=413, error="payload_too_large")]))
+    assert res.ok, res.violations
+    assert res.counts["poison_refused"] == 1
+
+
+def test_poison_inputs_accepted_or_mishandled_are_violations() -> None:
+    assert "POISON_ACCEPTED" in kinds(good_run(poison=[_poison("accepted", status=202)]))
+    mishandled = good_run(poison=[_poison("mishandled", kind="task_deep", status=500)])
+    assert "POISON_MISHANDLED" in kinds(mishandled)
+    unanswered = check(good_run(poison=[_poison("unanswered")]))
+    assert unanswered.ok and [w.kind for w in unanswered.warnings] == ["POISON_UNANSWERED"]
+
+
+def test_a_refused_input_must_have_written_nothing() -> None:
+    """Answered 413, but a task carrying its marker exists: the refusal wrote."""
+    t2 = TaskRecord(
+        task_id=T2,
+        fields={**fields("PENDING", 0), "id": T2,
+                "payload": json.dumps({"k": "fast", "poison": "poison-2000000"})},
+        history=[entry(1, "ENQUEUE", "", "PENDING", src="api", tid=T2)],
+    )  # fmt: skip
+    run = good_run(poison=[_poison("refused", status=413)], tasks={**good_run().tasks, T2: t2})
+    found = kinds(run)
+    assert "POISON_WROTE" in found
+    assert "PHANTOM_TASK" not in found  # reported once, as what it is
+
+
+def test_a_refused_workflow_start_must_leave_no_workflow() -> None:
+    left = WorkflowRecord(
+        wf_id=WF,
+        fields={"id": WF, "status": "RUNNING", "input": json.dumps({"poison": "poison-2000000"})},
+        history=[wf_entry(1, "START", "", "RUNNING")],
+    )
+    run = good_run(
+        poison=[_poison("refused", kind="wf_over_limit", error="PayloadError: over")],
+        refused_wf_ids=[WF],
+        wf_records={WF: left},
+    )
+    assert "POISON_WROTE" in kinds(run)
+    assert "WF_PHANTOM" not in kinds(run)
+
+
+def _flood(**kw: Any) -> Flood:
+    base = {"seq": 2_000_006, "channel": "client", "event": "CANCEL", "task_id": T1,
+            "state": "SUCCEEDED", "sent": 3, "refused": 3, "first_ms": ACK + 100,
+            "last_ms": ACK + 200}  # fmt: skip
+    base.update(kw)
+    return Flood(**base)
+
+
+def _flooded(n_entries: int, count: str = "", **stats: int) -> RunData:
+    extra = {"count": count} if count else {}
+    refusals = [
+        entry(100 + i, "CANCEL", "SUCCEEDED", "SUCCEEDED", 1, src="api", rej=True, **extra)
+        for i in range(n_entries)
+    ]
+    hist = [*good_history(), *refusals]
+    st = {**GOOD_STATS, "rej:CANCEL": stats.get("rej", n_entries * (int(count or 1)))}
+    return good_run(
+        tasks=task(hist), floods=[_flood()], stats=st, events={T1: [e.id for e in hist]}
+    )
+
+
+def test_a_flood_answered_and_recorded_passes() -> None:
+    res = check(_flooded(3))
+    assert res.ok, res.violations
+    assert res.counts["flood_refused"] == 3
+
+
+def test_a_flood_whose_repeats_are_folded_into_one_entry_with_a_count_passes() -> None:
+    """A bounded history may record the first refusal and count the repeats: the
+    checker accepts that, and the rej: counter still counts every refusal."""
+    res = check(_flooded(1, count="3"))
+    assert res.ok, res.violations
+
+
+def test_floods_that_were_not_accounted_for_are_violations() -> None:
+    # the history records more refusals than were sent
+    assert "REFUSALS_UNACCOUNTED" in kinds(_flooded(5))
+    # the stats counted fewer refusals than the floods were answered
+    assert "REFUSALS_UNACCOUNTED" in kinds(_flooded(3, rej=2))
+    # a command of the flood changed the task
+    changed = _without(_flooded(3), floods=[_flood(accepted=1, refused=2)])
+    assert "FLOOD_ACCEPTED" in kinds(changed)
+    # the flood's answers were errors
+    errors = _without(_flooded(3), floods=[_flood(errors=3, refused=0, error="HTTP 500")])
+    assert "POISON_MISHANDLED" in kinds(errors)

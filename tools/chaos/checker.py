@@ -49,10 +49,12 @@ from rsjobs.codec import decode
 from rsjobs.model import TERMINAL
 from rsjobs.schemas import HistoryEntry
 
-from .records import Execution, RunData, TaskRecord, Violation
+from .poisoncheck import marker_of, poison_findings
+from .records import Execution, FaultEvent, RunData, TaskRecord, Violation
 from .recovery import RecoveryStats, recoveries, summarize
 from .replay import final_state, replay
 from .system import event_findings, fault_counts, process_findings, stats_findings
+from .wfcheck import workflow_findings
 from .workload import KINDS
 
 __all__ = ["CheckResult", "Violation", "check", "fault_counts"]
@@ -63,11 +65,16 @@ FAILURE_EVENTS = frozenset({"FAIL", "TIMEOUT", "RECLAIM"})
 AOF_LOSS_FAULTS = frozenset({"redis_kill", "redis_exit"})
 #: a kill this long before an ack still counts (harness clock vs. reply ordering)
 AOF_SLACK_MS = 200
+#: a failover the sentinels made on their own is taken to settle within this
+AUTO_FAILOVER_MS = 15_000
 
 
 class CheckResult(msgspec.Struct, kw_only=True):
     violations: list[Violation] = msgspec.field(default_factory=list)
     aof_window_losses: list[Violation] = msgspec.field(default_factory=list)
+    #: acknowledged writes the replica had not got when a failover promoted it (not
+    #: durable mode, or not an enqueue)
+    failover_window_losses: list[Violation] = msgspec.field(default_factory=list)
     warnings: list[Violation] = msgspec.field(default_factory=list)
     counts: dict[str, int] = msgspec.field(default_factory=dict)
     states: dict[str, int] = msgspec.field(default_factory=dict)
@@ -86,6 +93,7 @@ class _Checker:
         self.d = data
         self.r = CheckResult()
         self.kill_times = sorted(f.at_ms for f in data.faults if f.kind in AOF_LOSS_FAULTS)
+        self.failovers = failover_windows(data.faults, data.failover_window_ms)
         self.cancelled = {a.task_id for a in data.cancels}
         self.kind: dict[str, str] = {}
         self.ack: dict[str, int] = {}
@@ -104,14 +112,42 @@ class _Checker:
                 return k
         return None
 
-    def bad(self, kind: str, tid: str, detail: str, *, written_ms: int | None = None) -> None:
-        """Record a violation, or an AOF-window loss when the lost write was at risk."""
+    def failover(self, ts_ms: int) -> tuple[int, int] | None:
+        """The failover whose replication window holds a write made at ``ts_ms``."""
+        for lo, hi in self.failovers:
+            if lo <= ts_ms <= hi:
+                return lo, hi
+        return None
+
+    def bad(
+        self,
+        kind: str,
+        tid: str,
+        detail: str,
+        *,
+        written_ms: int | None = None,
+        enqueue: bool = False,
+    ) -> None:
+        """Record a violation, or a loss in a window where the lost write was at risk: an
+        AOF window (SIGKILL under everysec) or a failover's replication window — except an
+        acknowledged enqueue in durable mode, which WAIT confirmed on the replica."""
         v = Violation(kind=kind, task_id=tid, detail=detail)
         if written_ms is not None:
             k = self.aof_kill(written_ms)
             if k is not None:
                 detail += f" [write at {written_ms}, Redis SIGKILLed {k - written_ms} ms later]"
                 self.r.aof_window_losses.append(Violation(kind=kind, task_id=tid, detail=detail))
+                return
+            w = self.failover(written_ms)
+            if w is not None:
+                if self.d.durable and enqueue:
+                    detail += f" [acknowledged after WAIT at {written_ms}, lost in a failover]"
+                    self.r.violations.append(Violation(kind=kind, task_id=tid, detail=detail))
+                    return
+                detail += f" [write at {written_ms}, in the failover window {w[0]}..{w[1]}]"
+                self.r.failover_window_losses.append(
+                    Violation(kind=kind, task_id=tid, detail=detail)
+                )
                 return
         self.r.violations.append(v)
 
@@ -134,16 +170,21 @@ class _Checker:
                     tid,
                     f"accepted {self.kind[tid]} task has no hash and no history",
                     written_ms=self.ack[tid],
+                    enqueue=True,
                 )
         execs = self.executions_by_task(d.executions)
         for tid, rec in sorted(present.items()):
             self.check_task(rec, execs.get(tid, {}), c)
         self.check_found(present, accepted, c)
+        workflow_findings(d, present, self.bad, c)
+        poison_findings(d, present, self.bad, c, self.r.warnings)
+        for err in d.wf_errors:
+            self.bad("WF_START_REFUSED", "", f"a valid workflow start was refused: {err}")
         self.r.violations += process_findings(d.faults, c, self.r.warnings)
         if d.events is not None:
             self.r.violations += event_findings(d.events, present, trimmed=d.events_trimmed)
         if d.stats is not None:
-            self.r.violations += stats_findings(d.stats, present)
+            self.r.violations += stats_findings(d.stats, present, d.wf_records)
         self.check_cancels()
         self.check_dedup(present)
         kills = [(e.worker, e.ts) for e in d.executions if e.ev == "kill"]
@@ -188,7 +229,8 @@ class _Checker:
             self.bad(p.code, tid, f"{p.entry_id}: {p.detail}")
         state = f.get("state", "")
         self.r.states[state] = self.r.states.get(state, 0) + 1
-        kind = self.kind.get(tid) or str((decode(f.get("payload")) or {}).get("k", "?"))
+        kind = self.kind.get(tid) or ("wf" if f.get("wf") else "")
+        kind = kind or str((decode(f.get("payload")) or {}).get("k", "?"))
         per_kind = self.r.by_kind.setdefault(kind, {})
         per_kind[state] = per_kind.get(state, 0) + 1
         if state != "SUCCEEDED":
@@ -251,7 +293,7 @@ class _Checker:
             why = "succeeded, but its handler never returns"
         elif state == "TIMED_OUT" and not k.can_time_out:
             why = "timed out, but it has no deadline"
-        elif state == "CANCELLED" and tid not in self.cancelled:
+        elif state == "CANCELLED" and tid not in self.cancelled and not self.wf_cancelled(tid):
             why = "cancelled, but nobody cancelled it"
         elif not k.raises and any(e.event == "FAIL" and e.source == "worker" for e in acc):
             why = "a worker reported FAIL, but its handler never raises"
@@ -347,6 +389,13 @@ class _Checker:
                 written_ms=min((r.ts for v in execs.values() for r in v), default=0),
             )
 
+    def wf_cancelled(self, tid: str) -> bool:
+        """A workflow task is cancelled with its workflow (cancelled, or failed: its open
+        tasks are cancelled)."""
+        rec = self.d.tasks.get(tid)
+        wf = self.d.wf_records.get(rec.fields.get("wf", "")) if rec is not None else None
+        return wf is not None and wf.fields.get("status") in ("CANCELLED", "FAILED")
+
     def check_found(
         self, present: dict[str, TaskRecord], accepted: set[str], c: Counter[str]
     ) -> None:
@@ -355,7 +404,12 @@ class _Checker:
         for tid, rec in present.items():
             if tid in accepted:
                 continue
-            seq = (decode(rec.fields.get("payload")) or {}).get("seq") if rec.fields else None
+            if rec.fields.get("wf") in self.d.wf_records:
+                continue  # created by its workflow: the workflow checks account for it
+            payload = decode(rec.fields.get("payload")) if rec.fields else None
+            if marker_of(payload):
+                continue  # what a bad input wrote: the poison checks report it
+            seq = payload.get("seq") if isinstance(payload, dict) else None
             if seq in maybe:
                 c["unacked_created"] += 1
             else:
@@ -394,6 +448,7 @@ class _Checker:
                     first,
                     f"dedup key {key} answered {first} then {others}; it names {stored!r}",
                     written_ms=first_ms,
+                    enqueue=True,
                 )
         for key, tids in sorted(holders.items()):
             if len(tids) > 1:
@@ -401,12 +456,34 @@ class _Checker:
 
 
 def _result(fields: dict[str, str]) -> dict[str, Any] | None:
-    """The SUCCEEDED task's result when it is a JSON object, else None."""
+    """What a SUCCEEDED task's result says about who made it (attempt, worker, exec):
+    the result itself, or a workflow task's asset ``meta``; None when it says nothing."""
     try:
         res = decode(fields.get("result"))
     except msgspec.DecodeError:
         return None
+    if isinstance(res, dict) and fields.get("wf") and isinstance(res.get("meta"), dict):
+        return dict(res["meta"])
     return res if isinstance(res, dict) else None
+
+
+def failover_windows(faults: list[FaultEvent], before_ms: int) -> list[tuple[int, int]]:
+    """Where acknowledged writes may be lost to a failover: from ``before_ms`` before it
+    began (the replica's lag) until it settled (the old primary a replica of the new:
+    until then clients still connected to it are acknowledged)."""
+    out: list[tuple[int, int]] = []
+    start: int | None = None
+    for f in sorted(faults, key=lambda f: f.at_ms):
+        if f.kind == "redis_failover":
+            start = f.at_ms
+        elif f.kind == "redis_failover_done" and start is not None:
+            out.append((start - before_ms, f.at_ms))
+            start = None
+        elif f.kind == "redis_failover_auto":
+            out.append((f.at_ms - AUTO_FAILOVER_MS, f.at_ms + AUTO_FAILOVER_MS))
+    if start is not None:
+        out.append((start - before_ms, 2**62))
+    return out
 
 
 def check(data: RunData) -> CheckResult:

@@ -49,6 +49,8 @@ class Slot:
         self.stopped = False
         #: the harness is ending this process on purpose (SIGKILL / SIGTERM fault)
         self.expect_exit = False
+        #: unplanned exits in a row, each soon after its start
+        self.quick_exits = 0
 
     @property
     def alive(self) -> bool:
@@ -218,7 +220,19 @@ class Cluster:
             ran_ms=child.ran_ms,
             at_ms=child.exit_ms,
         )
-        if self.refill and not slot.busy:
+        if not self.refill or slot.busy:
+            return
+        # a process that dies right after its start (a crash loop) is restarted with a
+        # growing delay, so that one bad input cannot make the harness fork non-stop
+        slot.quick_exits = slot.quick_exits + 1 if child.ran_ms < 5000 else 0
+        if slot.quick_exits <= 1:
+            self.spawn(slot)
+            return
+        delay = min(5.0, 0.25 * 2**slot.quick_exits)
+        asyncio.get_running_loop().call_later(delay, self._respawn_later, slot, child)
+
+    def _respawn_later(self, slot: Slot, child: Child) -> None:
+        if slot.child is child and self.refill and not slot.busy and not self.sup.closed:
             self.spawn(slot)
 
     def refill_if_dead(self, slot: Slot) -> None:

@@ -59,6 +59,8 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
     topology: str = "single"
     #: enqueues are acknowledged only once WAIT saw them on the replica (sentinel only)
     durable: bool = False
+    #: durable mode: how long an enqueue waits for the replica's confirmation
+    wait_timeout_ms: int = 1000
     #: without --durable, writes acknowledged this long before a failover began (and
     #: until it settled) may be lost: the replica had not got them yet
     failover_window_ms: int = 1000

@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable
 import msgspec
 
 from .cluster import Cluster, Slot
-from .producer import TRANSIENT
+from .transient import TRANSIENT
 
 __all__ = ["FaultInjector", "PlannedFault", "plan_faults"]
 

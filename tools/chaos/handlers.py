@@ -133,3 +133,34 @@ async def chaos(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
         raise
     await _record(ctx, xid, "end", "ok")
     return {"attempt": ctx.attempt, "worker": ctx.worker, "pid": os.getpid(), "exec": xid}
+
+
+@tasks.handler("chaos.wf")
+async def chaos_wf(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
+    """A task of the chaos workflow (``tools.chaos.flows``). Its input says what to do:
+    sleep ``ms``; ``flaky``: item a's first attempt raises (retryable); ``fail_item``: that
+    item fails for good on its first run (``retry`` 0), so the workflow goes
+    PARTIALLY_FAILED until the producer retries it; ``ref_bytes``: the asset reference is
+    that long (the next stage's payload carries it)."""
+    xid = uuid.uuid4().hex
+    await _record(ctx, xid, "start")
+    inp = payload.get("input") or {}
+    item, retry = str(payload.get("item") or ""), int(payload.get("retry") or 0)
+    try:
+        await asyncio.sleep(int(inp.get("ms") or 0) / 1000)
+        if inp.get("flaky") and item == "a" and ctx.attempt == 1:
+            await _record(ctx, xid, "end", "fail")
+            raise Flaky("the first attempt of item a fails on purpose")
+        if inp.get("fail_item") == item and retry == 0:
+            await _record(ctx, xid, "end", "fatal")
+            raise Fatal(f"item {item} fails on its first run; a retry succeeds")
+    except asyncio.CancelledError:
+        await _record(ctx, xid, "stop", ctx.stop_reason or "cancelled", give_up_s=1.0)
+        raise
+    await _record(ctx, xid, "end", "ok")
+    ref = f"chaos/{payload.get('workflow')}/v{payload.get('version')}/{item}"
+    pad = int(inp.get("ref_bytes") or 0) - len(ref)
+    if pad > 0:
+        ref += "#" + "r" * pad
+    meta = {"attempt": ctx.attempt, "worker": ctx.worker, "pid": os.getpid(), "exec": xid}
+    return {"ref": ref, "kind": "json", "meta": meta}

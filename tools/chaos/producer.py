@@ -1,5 +1,7 @@
 """The producer: submits the planned tasks on time, cancels some, repeats dedup submits,
-and writes down every acknowledgement it gets (that is what the checker holds Redis to).
+starts and tends the planned workflows (publishes the ready ones, retries the partly
+failed ones, cancels some), sends the poison inputs (:mod:`.poison`), and writes down
+every acknowledgement it gets (that is what the checker holds Redis to).
 
 It rides out Redis restarts: a submit whose reply never came is *indeterminate* (the task
 may or may not exist). Plain tasks are then submitted again (new ids; an orphan created by
@@ -11,39 +13,55 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+import httpx
 
 from rsjobs.client import Client
-from rsjobs.errors import InvalidTransition, TaskNotFound
+from rsjobs.errors import InvalidTransition, RsjobsError, TaskNotFound
 from rsjobs.model import TERMINAL
+from rsjobs.workflows import TERMINAL as WF_TERMINAL
+from rsjobs.workflows import WorkflowClient
 
-from .records import CancelAck, Submission
-from .workload import TaskSpec
+from .flows import NAME
+from .poison import PoisonSender
+from .records import CancelAck, Submission, WorkflowStart
+from .supervisor import now_ms
+from .transient import TRANSIENT
+from .workload import PoisonSpec, TaskSpec, WorkflowSpec
 
 __all__ = ["TRANSIENT", "Producer", "now_ms"]
-
-#: errors after which the same call may succeed (a restart, a broken connection)
-TRANSIENT: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Producer:
     """Submits ``specs`` (sorted by ``at_s``) relative to a start time."""
 
     def __init__(
-        self, client: Client, specs: list[TaskSpec], echo: Callable[[str], None] = print
+        self,
+        client: Client,
+        specs: list[TaskSpec],
+        echo: Callable[[str], None] = print,
+        *,
+        wf: WorkflowClient | None = None,
+        workflows: list[WorkflowSpec] | None = None,
+        poison: list[PoisonSpec] | None = None,
+        http: httpx.AsyncClient | None = None,
     ) -> None:
         self.client = client
         self.specs = specs
         self.echo = echo
+        self.wf = wf or WorkflowClient(client.redis, client.settings, source="api")
+        self.wf_specs = workflows or []
+        self.poison_specs = poison or []
+        self.workflow_starts: list[WorkflowStart] = []
+        #: the producer's workflow cancels and what they answered
+        self.wf_cancels: list[CancelAck] = []
+        #: valid workflow starts that were refused (each one a violation)
+        self.wf_errors: list[str] = []
+        self._tending: set[asyncio.Task[None]] = set()
+        self._flooded: set[str] = set()
+        self.poison = PoisonSender(client, self.wf, http, self._finished_task, self._tend_later)
         self.submissions: list[Submission] = []
         self.indeterminate: list[int] = []
         self.cancels: list[CancelAck] = []
@@ -54,6 +72,11 @@ class Producer:
         self.pause_missed = 0
         self.retries = 0
         self._side: set[asyncio.Task[None]] = set()
+
+    @property
+    def all_workflow_starts(self) -> list[WorkflowStart]:
+        """Every acknowledged workflow start (the planned ones and accepted bad inputs)."""
+        return self.workflow_starts + self.poison.started
 
     @property
     def accepted_ids(self) -> list[str]:
@@ -78,7 +101,10 @@ class Producer:
     # -- submitting ----------------------------------------------------------------------
 
     async def run(self, t0: float) -> None:
-        """Submit every spec at ``t0 + spec.at_s`` (``t0`` on the loop's clock)."""
+        """Submit every spec at ``t0 + spec.at_s`` (``t0`` on the loop's clock); the
+        workflows and poison inputs likewise, alongside."""
+        self._spawn(self._at_times(t0, self.wf_specs, self._start_workflow))
+        self._spawn(self._at_times(t0, self.poison_specs, self.poison.send))
         loop = asyncio.get_running_loop()
         i = 0
         while i < len(self.specs):
@@ -149,6 +175,98 @@ class Producer:
                     repeat=True,
                 )
             )
+
+    async def _at_times(
+        self,
+        t0: float,
+        specs: list[Any],
+        act: Callable[[Any], Coroutine[Any, Any, None]],
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        for spec in specs:
+            wait = t0 + spec.at_s - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._spawn(act(spec))
+
+    # -- workflows -----------------------------------------------------------------------
+
+    async def _start_workflow(self, spec: WorkflowSpec) -> None:
+        wf_id = f"{spec.seq:032x}"  # chosen here: a retried start is idempotent
+        try:
+            await self._retrying(lambda: self.wf.start(NAME, spec.input, workflow_id=wf_id))
+        except RsjobsError as exc:
+            self.wf_errors.append(f"{wf_id} ({spec.kind}): {type(exc).__name__}: {exc}")
+            return
+        start = WorkflowStart(seq=spec.seq, kind=spec.kind, wf_id=wf_id, ack_ms=now_ms())
+        self.workflow_starts.append(start)
+        self._tend_later(start, spec.cancel_after_s)
+
+    def _tend_later(self, start: WorkflowStart, cancel_after_s: float = -1.0) -> None:
+        task = asyncio.get_running_loop().create_task(self._tend(start, cancel_after_s))
+        self._tending.add(task)
+        task.add_done_callback(self._tending.discard)
+
+    async def _tend(self, start: WorkflowStart, cancel_after_s: float) -> None:
+        """What its user would do until it is finished: publish it once ready, retry it
+        when partly failed, cancel it (``cancel_after_s`` after the start)."""
+        loop = asyncio.get_running_loop()
+        wid, key = start.wf_id, self.wf.keys.workflow(start.wf_id)
+        cancel_at = loop.time() + cancel_after_s if cancel_after_s >= 0 else None
+        while True:
+            try:
+                status = str(await self.client.redis.hget(key, "status") or "")
+                if status in WF_TERMINAL:
+                    return
+                if cancel_at is not None and loop.time() >= cancel_at:
+                    try:
+                        answer = await self.wf.cancel(wid, "chaos")
+                    except RsjobsError as exc:  # refused: it finished first
+                        answer = f"refused: {type(exc).__name__}"
+                    # retried after a lost reply (idempotent) until it answers
+                    cancel_at = None
+                    self.wf_cancels.append(
+                        CancelAck(task_id=wid, phase="workflow", ack_ms=now_ms(), state=answer)
+                    )
+                elif status == "READY_TO_PUBLISH":
+                    await self.wf.publish(wid, note="chaos")
+                elif status == "PARTIALLY_FAILED":
+                    await self.wf.retry(wid, note="chaos")
+            except TRANSIENT:
+                pass
+            except RsjobsError:
+                pass  # refused: it moved on meanwhile; look again
+            await asyncio.sleep(0.3)
+
+    async def finish_workflows(self, timeout_s: float) -> int:
+        """Wait until every tended workflow is finished (bounded); returns how many were
+        still being tended at the bound."""
+        if self._tending:
+            await asyncio.wait(set(self._tending), timeout=timeout_s)
+        left = set(self._tending)
+        for t in left:
+            t.cancel()
+        for t in left:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        return len(left)
+
+    async def _finished_task(self) -> tuple[str, str] | None:
+        """A finished fast task nobody flooded yet, and its state (for a flood)."""
+        old = now_ms() - 3000
+        for s in self.submissions:
+            if s.kind != "fast" or s.ack_ms > old or s.task_id in self._flooded:
+                continue
+            try:
+                info = await self.client.get(s.task_id)
+            except TaskNotFound:
+                continue
+            except TRANSIENT:
+                continue
+            if info.terminal:
+                self._flooded.add(s.task_id)
+                return s.task_id, info.state
+        return None
 
     # -- cancelling ----------------------------------------------------------------------
 

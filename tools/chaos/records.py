@@ -10,15 +10,20 @@ from __future__ import annotations
 import msgspec
 
 from rsjobs.schemas import HistoryEntry
+from rsjobs.workflows import WorkflowEvent
 
 __all__ = [
     "CancelAck",
     "Execution",
     "FaultEvent",
+    "Flood",
+    "PoisonInput",
     "RunData",
     "Submission",
     "TaskRecord",
     "Violation",
+    "WorkflowRecord",
+    "WorkflowStart",
 ]
 
 
@@ -90,6 +95,67 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     history: list[HistoryEntry]
 
 
+class WorkflowStart(msgspec.Struct, frozen=True, kw_only=True):
+    """An acknowledged workflow start (the producer chose the id: a retry is idempotent)."""
+
+    seq: int
+    kind: str  #: see ``tools.chaos.workload.WF_KINDS`` (or ``wf_next_over_limit``)
+    wf_id: str
+    ack_ms: int
+
+
+class WorkflowRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A workflow as read back: its hash, history, slots (``<v>:<stage>:<item>`` -> task
+    id), assets (slot -> asset JSON) and the ids of its tasks it still counts as open."""
+
+    wf_id: str
+    fields: dict[str, str]
+    history: list[WorkflowEvent]
+    slots: dict[str, str] = msgspec.field(default_factory=dict)
+    assets: dict[str, str] = msgspec.field(default_factory=dict)
+    open: list[str] = msgspec.field(default_factory=list)
+
+
+class PoisonInput(msgspec.Struct, frozen=True, kw_only=True):
+    """What became of one bad input (``tools.chaos.workload.POISON_KINDS``)."""
+
+    seq: int
+    kind: str
+    channel: str  #: "client" or "http"
+    marker: str  #: carried by the input; nothing in Redis may hold it when refused
+    at_ms: int
+    #: refused (a clear error), accepted (an id came back), mishandled (an error that is
+    #: not a clear refusal: a 5xx, an exception outside RsjobsError, no reason), or
+    #: unanswered (no answer within the bound: Redis or the app was down throughout)
+    outcome: str
+    status: int = 0  #: HTTP status (http channel)
+    error: str = ""  #: the exception type or the error code, and its reason
+    #: what it created when accepted: a task or workflow id
+    created: str = ""
+
+
+class Flood(msgspec.Struct, frozen=True, kw_only=True):
+    """A flood of refused commands (CANCEL or PAUSE) at one finished task."""
+
+    seq: int
+    channel: str
+    event: str  #: CANCEL or PAUSE
+    task_id: str
+    state: str  #: the task's terminal state before the flood
+    sent: int
+    #: answered as refused: the state unchanged (cancel) / InvalidTransition (pause)
+    refused: int = 0
+    #: answered as if the command had changed something
+    accepted: int = 0
+    #: no answer (a broken connection): may or may not have reached Redis
+    unknown: int = 0
+    #: answered with an error that is not a refusal (5xx, an unexpected exception)
+    errors: int = 0
+    error: str = ""  #: the first such error
+    first_ms: int = 0
+    last_ms: int = 0
+
+
 class RunData(msgspec.Struct, frozen=True, kw_only=True):
     """Everything the checker looks at."""
 
@@ -114,3 +180,18 @@ class RunData(msgspec.Struct, frozen=True, kw_only=True):
     #: not read. ``events_trimmed``: the stream lost old entries to MAXLEN ~
     events: dict[str, list[str]] | None = None
     events_trimmed: bool = False
+    #: enqueues acknowledged only after WAIT reached a replica (--durable)
+    durable: bool = False
+    #: acknowledged writes this long before a failover began may be lost (not durable)
+    failover_window_ms: int = 1000
+    workflows: list[WorkflowStart] = msgspec.field(default_factory=list)
+    #: the producer's workflow cancels (``task_id`` holds the workflow id)
+    wf_cancels: list[CancelAck] = msgspec.field(default_factory=list)
+    #: valid workflow starts that were refused
+    wf_errors: list[str] = msgspec.field(default_factory=list)
+    #: every workflow found in the namespace, plus every started id (found or not)
+    wf_records: dict[str, WorkflowRecord] = msgspec.field(default_factory=dict)
+    poison: list[PoisonInput] = msgspec.field(default_factory=list)
+    floods: list[Flood] = msgspec.field(default_factory=list)
+    #: ids of refused workflow starts the producer chose (none may exist)
+    refused_wf_ids: list[str] = msgspec.field(default_factory=list)

@@ -9,8 +9,11 @@ from __future__ import annotations
 import signal
 from collections import Counter
 
-from .records import FaultEvent, TaskRecord, Violation
+from rsjobs.workflows.model import NOTES as WF_NOTES
+
+from .records import FaultEvent, TaskRecord, Violation, WorkflowRecord
 from .recovery import redis_intervals
+from .replay import refusal_count
 
 __all__ = ["event_findings", "fault_counts", "process_findings", "stats_findings"]
 
@@ -105,18 +108,30 @@ def event_findings(
     return found
 
 
-def stats_findings(stats: dict[str, int], present: dict[str, TaskRecord]) -> list[Violation]:
-    """In a fresh namespace the stats hash must equal what the tasks say: state counts per
-    queue (terminal ones are totals), ev:<EVENT> per accepted and rej:<EVENT> per refused
-    history entry (PROGRESS notes are not transitions and have no ev: counter)."""
+def stats_findings(
+    stats: dict[str, int],
+    present: dict[str, TaskRecord],
+    workflows: dict[str, WorkflowRecord] | None = None,
+) -> list[Violation]:
+    """In a fresh namespace the stats hash must equal what the tasks and workflows say:
+    state counts per queue (terminal ones are totals), ev:<EVENT> per accepted and
+    rej:<EVENT> per refused history entry (PROGRESS notes are not transitions and have
+    no ev: counter), wfev: / wfrej: likewise per workflow history entry (SPAWN and ASSET
+    notes have none)."""
     want: Counter[str] = Counter()
+    for wf in (workflows or {}).values():
+        for w in wf.history:
+            if w.rejected:
+                want[f"wfrej:{w.event}"] += 1
+            elif w.event not in WF_NOTES:
+                want[f"wfev:{w.event}"] += 1
     for rec in present.values():
         q = rec.fields.get("queue", "")
         if q:
             want[f"{q}:{rec.fields.get('state', '')}"] += 1
         for e in rec.history:
             if e.rejected:
-                want[f"rej:{e.event}"] += 1
+                want[f"rej:{e.event}"] += refusal_count(e)
             elif e.event != "PROGRESS":
                 want[f"ev:{e.event}"] += 1
     have = {k: v for k, v in stats.items() if v and k != "ev:PROGRESS"}

@@ -1,0 +1,147 @@
+"""Accounting of the poison inputs of a chaos run: each bad input refused with a clear
+error and nothing written, each flood of refused commands answered and recorded.
+
+Refusals are counted from two sources: the history (one entry per refusal, or one entry
+carrying a count when repeats are folded into it: :func:`refusal_count`) and the
+``rej:<EVENT>`` counters, which count every refusal. A flood is held to both: its task's
+history records at least one and never more refusals than were sent, and the counters
+are at least what the floods were answered.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from rsjobs.codec import decode
+from rsjobs.schemas import HistoryEntry
+
+from .records import RunData, TaskRecord, Violation
+from .replay import refusal_count
+from .wfcheck import Bad
+
+__all__ = ["marker_of", "poison_findings", "refusals"]
+
+
+def refusals(history: list[HistoryEntry], event: str, since_ms: int = 0) -> int:
+    """Refusals of ``event`` the history accounts for, from ``since_ms``."""
+    return sum(
+        refusal_count(e) for e in history if e.rejected and e.event == event and e.ts >= since_ms
+    )
+
+
+def marker_of(value: Any) -> str:
+    """The poison marker a task payload or workflow input carries ('' for none); a
+    workflow task carries its workflow's input."""
+    if not isinstance(value, dict):
+        return ""
+    if isinstance(value.get("poison"), str):
+        return str(value["poison"])
+    return marker_of(value.get("input"))
+
+
+def _payload(rec: TaskRecord) -> Any:
+    try:
+        return decode(rec.fields.get("payload"))
+    except Exception:  # not JSON: not ours
+        return None
+
+
+def poison_findings(
+    d: RunData,
+    present: dict[str, TaskRecord],
+    bad: Bad,
+    c: Counter[str],
+    warnings: list[Violation],
+) -> None:
+    inputs = {p.marker: p for p in d.poison}
+    c["poison_inputs"] = len(d.poison)
+    for p in d.poison:
+        c[f"poison_{p.outcome}"] += 1
+        what = f"{p.kind} via {p.channel}"
+        if p.kind == "wf_next_over_limit" or p.kind.startswith("flood"):
+            if p.outcome == "mishandled":
+                bad("POISON_MISHANDLED", p.created, f"{what}: {p.error}")
+            elif p.outcome == "unanswered":
+                warnings.append(Violation(kind="POISON_UNANSWERED", detail=f"{what} {p.error}"))
+            continue
+        if p.outcome == "accepted":
+            bad("POISON_ACCEPTED", p.created, f"{what} was accepted (HTTP {p.status})")
+        elif p.outcome == "mishandled":
+            status = f"HTTP {p.status}: " if p.status else ""
+            bad("POISON_MISHANDLED", p.created, f"{what}: {status}{p.error}")
+        elif p.outcome == "unanswered":
+            warnings.append(
+                Violation(kind="POISON_UNANSWERED", detail=f"{what}: no answer through faults")
+            )
+    # nothing a refused input sent may be in Redis
+    for tid, rec in sorted(present.items()):
+        m = marker_of(_payload(rec))
+        sent = inputs.get(m) if m else None
+        if sent is None:
+            continue
+        if sent.kind == "wf_next_over_limit":
+            if rec.fields.get("wf_stage") not in ("", "0"):  # the stage index
+                bad("POISON_ACCEPTED", tid, "the next stage of an over-limit workflow was created")
+            continue
+        if sent.outcome != "accepted":
+            bad("POISON_WROTE", tid, f"{sent.kind} via {sent.channel} answered "
+                f"{sent.outcome}, yet this task carries it")  # fmt: skip
+    refused_ids = set(d.refused_wf_ids)
+    for wid, wf in sorted(d.wf_records.items()):
+        if not (wf.fields or wf.history):
+            continue
+        inp = decode(wf.fields.get("input")) if wf.fields.get("input") else None
+        by = inputs.get(marker_of(inp))
+        if wid in refused_ids or (by is not None and by.kind != "wf_next_over_limit"):
+            answered = by.outcome if by is not None else "refused"
+            if by is None or by.outcome != "accepted":
+                bad("POISON_WROTE", wid, f"refused workflow start ({answered}) left wf:{wid} "
+                    f"in state {wf.fields.get('status') or '-'}")  # fmt: skip
+    _floods(d, bad, c)
+
+
+def _floods(d: RunData, bad: Bad, c: Counter[str]) -> None:
+    by_event: Counter[str] = Counter()
+    for f in d.floods:
+        c["floods"] += 1
+        c["flood_commands"] += f.sent
+        c["flood_refused"] += f.refused
+        by_event[f.event] += f.refused
+        what = f"{f.sent} x {f.event} via {f.channel} of a {f.state} task"
+        if f.accepted:
+            bad("FLOOD_ACCEPTED", f.task_id, f"{what}: {f.accepted} answered as a change")
+        if f.errors:
+            bad("POISON_MISHANDLED", f.task_id, f"{what}: {f.errors} errors ({f.error})")
+        rec = d.tasks.get(f.task_id)
+        if rec is None or not rec.fields:
+            continue  # the task itself is accounted for (LOST) by the task checks
+        if rec.fields.get("state") != f.state:
+            bad(
+                "TERMINAL_CHANGED",
+                f.task_id,
+                f"{what}: it ended {rec.fields.get('state')}",
+                written_ms=f.first_ms,
+            )
+        got = refusals(rec.history, f.event, f.first_ms - 1000)
+        # folded repeats may be counted on the task rather than in the history: at least
+        # one entry, never more refusals than commands sent
+        if (f.refused and got < 1) or got > f.refused + f.unknown:
+            bad(
+                "REFUSALS_UNACCOUNTED",
+                f.task_id,
+                f"{what}: {f.refused} refusals answered (+{f.unknown} unknown), the history "
+                f"accounts for {got}",
+                written_ms=f.last_ms,
+            )
+    if d.stats is None:
+        return
+    for event, n in sorted(by_event.items()):
+        have = d.stats.get(f"rej:{event}", 0)
+        if have < n:
+            bad(
+                "REFUSALS_UNACCOUNTED",
+                "",
+                f"stats rej:{event} = {have}, but floods alone got {n} refusals",
+                written_ms=max(f.last_ms for f in d.floods),
+            )
