@@ -94,3 +94,48 @@ async def test_waiting_for_redis_to_load_its_aof_does_not_block_the_loop(tmp_pat
         await sup.aclose()
     assert took > 0.3, took  # it really waited for a load
     assert max(gaps) < 0.25, max(gaps)
+
+
+@pytest.mark.timeout(120)
+async def test_a_failover_fault_promotes_the_replica_and_brings_the_old_primary_back(
+    tmp_path: Path,
+) -> None:
+    """The sentinel topology (primary + replica + 3 sentinels, AOF on both) and both
+    variants of redis_failover: SENTINEL FAILOVER alone, and SIGKILL of the primary first
+    (it comes back as a replica of the new one). Writes on the primary reach the replica."""
+    from tools.chaos.cluster import Cluster
+    from tools.chaos.config import ChaosConfig
+
+    cfg = ChaosConfig(topology="sentinel", web=False, faults=("redis_failover",))
+    cluster = Cluster(cfg, tmp_path, echo=lambda line: None)
+    topo = cluster.topology
+
+    async def no_wait(s: float) -> bool:
+        await asyncio.sleep(s)
+        return True
+
+    try:
+        await topo.start()
+        assert cluster.url.startswith("redis+sentinel://127.0.0.1:")
+        first = await cluster.primary()
+        assert await ask(first.port, "SET", "k", "v1") == "OK"
+        await cluster.failover(kill=False, down_s=0, sleep=no_wait)
+        second = await cluster.primary()
+        assert second is not first
+        assert await topo.role(first) == "slave"
+        assert await ask(second.port, "GET", "k") == "v1"
+
+        assert await ask(second.port, "SET", "k", "v2") == "OK"
+        assert await topo.wait_synced(20)
+        await cluster.failover(kill=True, down_s=0.2, sleep=no_wait)
+        third = await cluster.primary()
+        assert third is first
+        assert await topo.role(second) == "slave"  # back, as the new primary's replica
+        assert await ask(third.port, "GET", "k") == "v2"
+    finally:
+        await cluster.aclose(keep_data=False)
+    kinds = [e.kind for e in cluster.events]
+    assert kinds.count("redis_failover") == 2 and kinds.count("redis_failover_done") == 2
+    assert "redis_exit" not in kinds and "redis_failover_auto" not in kinds
+    done = [e for e in cluster.events if e.kind == "redis_failover_done"]
+    assert all("not settled" not in e.detail for e in done), done

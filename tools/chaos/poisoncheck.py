@@ -57,8 +57,11 @@ def poison_findings(
     inputs = {p.marker: p for p in d.poison}
     c["poison_inputs"] = len(d.poison)
     for p in d.poison:
-        c[f"poison_{p.outcome}"] += 1
         what = f"{p.kind} via {p.channel}"
+        if p.kind == "wf_next_over_limit":
+            c["poison_next_stage_workflows"] += 1  # accepted on purpose: it fits at start
+        else:
+            c[f"poison_{p.outcome}"] += 1
         if p.kind == "wf_next_over_limit" or p.kind.startswith("flood"):
             if p.outcome == "mishandled":
                 bad("POISON_MISHANDLED", p.created, f"{what}: {p.error}")

@@ -106,7 +106,8 @@ def format_report(r: ChaosReport) -> str:
         + f"; {c.get('workflow_tasks', 0)} tasks",
         f"poison     {c.get('poison_inputs', 0)} inputs: refused {c.get('poison_refused', 0)}, "
         f"accepted {c.get('poison_accepted', 0)}, mishandled {c.get('poison_mishandled', 0)}, "
-        f"unanswered {c.get('poison_unanswered', 0)}; {c.get('floods', 0)} floods of "
+        f"unanswered {c.get('poison_unanswered', 0)}; next-stage-over-limit workflows "
+        f"{c.get('poison_next_stage_workflows', 0)}; {c.get('floods', 0)} floods of "
         f"{c.get('flood_commands', 0)} refused commands ({c.get('flood_refused', 0)} answered "
         "as refused)",
         f"AOF        {r.fault_counts.get('redis_term', 0)} SIGTERM restarts, "
