@@ -25,5 +25,10 @@ COPY examples ./examples
 USER 10001
 ENV RSJOBS_DEMO_OUT=/tmp/rsjobs-demo
 
+# every role: Redis answers from this container; the web role adds --http to its probe
+# (see deploy/compose.yaml)
+HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["rsjobs", "healthcheck"]
+
 ENTRYPOINT ["rsjobs"]
 CMD ["--help"]

@@ -19,8 +19,9 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from .client import Client
-from .errors import ConfigError, RsjobsError
+from .client import Client, connect
+from .connection import redact_url
+from .errors import ConfigError, RedisUnavailable, RsjobsError
 from .settings import Settings
 from .worker import Registry, Worker
 
@@ -49,12 +50,25 @@ def load_object(spec: str) -> Any:
         raise CliError(f"module {module_name!r} has no attribute {attr!r}") from None
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    return Settings(namespace=args.namespace)
+def settings_from_args(args: argparse.Namespace, **more: Any) -> Settings:
+    """The :class:`Settings` the global options name (namespace, durable mode), plus
+    ``more``; a bad value is a one-line CLI error."""
+    try:
+        return Settings(
+            namespace=args.namespace,
+            wait_replicas=args.wait_replicas,
+            wait_timeout_ms=args.wait_timeout_ms,
+            **more,
+        )
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+
+
+_settings = settings_from_args
 
 
 def _client(args: argparse.Namespace) -> Client:
-    return Client.from_url(args.url, source="user", namespace=args.namespace)
+    return Client(connect(args.url), settings_from_args(args), source="user")
 
 
 def _ms(ts: int) -> str:
@@ -172,6 +186,41 @@ async def cmd_queues(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_healthcheck(args: argparse.Namespace) -> int:
+    """Redis answers PING within the timeout (exit 3 otherwise); with ``--http``, that URL
+    answers 200 too (exit 1 otherwise). Prints one line either way."""
+    bound = args.timeout_ms / 1000
+    if bound <= 0:
+        raise CliError("--timeout-ms must be positive")
+    redis = connect(args.url, socket_timeout=bound, connect_timeout=bound)
+    try:
+        async with asyncio.timeout(bound):
+            await redis.ping()
+    except (RedisError, OSError) as exc:
+        print(f"unhealthy: redis at {redact_url(args.url)}: {type(exc).__name__}: {exc}")
+        return 3
+    finally:
+        await redis.aclose()
+    if args.http:
+        import urllib.error
+        import urllib.request
+
+        def get() -> int:
+            with urllib.request.urlopen(args.http, timeout=bound) as resp:
+                return int(resp.status)
+
+        try:
+            status = await asyncio.to_thread(get)
+        except (urllib.error.URLError, OSError) as exc:
+            print(f"unhealthy: {args.http}: {exc}")
+            return 1
+        if status != 200:
+            print(f"unhealthy: {args.http} answered {status}")
+            return 1
+    print("ok")
+    return 0
+
+
 async def cmd_dev(args: argparse.Namespace) -> int:
     """Everything on an embedded Redis, in one process: the server (AOF on), a worker, a
     reaper and the web app in dev mode (no tokens), until Ctrl-C."""
@@ -225,7 +274,10 @@ async def cmd_dev(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     p = argparse.ArgumentParser(prog="rsjobs", description="rsjobs: Redis-Streams job system")
+    p.add_argument("--version", action="version", version=f"rsjobs {__version__}")
     p.add_argument(
         "--url",
         default=os.environ.get("RSJOBS_URL", DEFAULT_URL),
@@ -233,6 +285,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--namespace", default=os.environ.get("RSJOBS_NAMESPACE", "default"))
     p.add_argument("--log-level", default=os.environ.get("RSJOBS_LOG_LEVEL", "INFO"))
+    p.add_argument(
+        "--wait-replicas",
+        type=int,
+        default=int(os.environ.get("RSJOBS_WAIT_REPLICAS") or 0),
+        metavar="N",
+        help="durable mode: submits, cancels, pauses and resumes return once N replicas "
+        "confirmed them (WAIT); env RSJOBS_WAIT_REPLICAS",
+    )
+    p.add_argument(
+        "--wait-timeout-ms",
+        type=int,
+        default=int(os.environ.get("RSJOBS_WAIT_TIMEOUT_MS") or 1000),
+        metavar="MS",
+        help="how long durable mode waits for the replicas",
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     w = sub.add_parser("worker", help="run a worker for a Registry (MODULE:OBJECT)")
@@ -279,6 +346,14 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--reason", default="")
         c.set_defaults(func=cmd_control)
 
+    hc = sub.add_parser(
+        "healthcheck",
+        help="exit 0 when Redis answers (and --http URL answers 200); for container probes",
+    )
+    hc.add_argument("--http", metavar="URL", help="also GET this URL (e.g. the web /healthz)")
+    hc.add_argument("--timeout-ms", type=int, default=2000)
+    hc.set_defaults(func=cmd_healthcheck)
+
     q = sub.add_parser("queues", help="queue depth and task counts per state")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=cmd_queues)
@@ -306,8 +381,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(asyncio.run(args.func(args)))
     except KeyboardInterrupt:
         return 130
-    except RedisConnectionError as exc:
-        print(f"rsjobs: cannot reach redis at {args.url}: {exc}", file=sys.stderr)
+    except (RedisConnectionError, RedisUnavailable) as exc:
+        print(f"rsjobs: cannot reach redis at {redact_url(args.url)}: {exc}", file=sys.stderr)
         return 3
     except (RsjobsError, ConfigError) as exc:
         print(f"rsjobs: {exc}", file=sys.stderr)

@@ -13,14 +13,16 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from .codec import encode_payload
+from .connection import connect
 from .errors import ConfigError, InvalidTransition, TaskNotFound, WaitTimeout
 from .keys import validate_name
-from .resp import LaneRedis
-from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo
+from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo, repeat_fields
 from .scripts import Scripts
 from .settings import Settings
+from .transient import is_transient
 
 __all__ = ["Client", "connect", "validate_task_id"]
 
@@ -38,17 +40,15 @@ def new_task_id() -> str:
     return uuid.uuid4().hex
 
 
-def connect(url: str, **kwargs: Any) -> Redis:
-    """A redis-py asyncio client configured as rsjobs needs it (str replies).
+#: the longest time a request may name (delays, deadlines, backoff): one year
+MAX_MS = 365 * 24 * 3600 * 1000
+#: the longest reason a cancel / pause / resume may carry (control.lua takes 4096 bytes)
+MAX_REASON = 1000
+_MS_FIELDS = ("timeout_ms", "delay_ms", "wait_timeout_ms", "backoff_base_ms", "backoff_max_ms")
 
-    It is a :class:`~rsjobs.resp.LaneRedis`: the transition scripts called through it use
-    a lean pipelined connection of its own, closed by its ``aclose()``.
-    """
-    kwargs.setdefault("decode_responses", True)
-    kwargs.setdefault("health_check_interval", 30)
-    # blocking reads (XREADGROUP / XREAD BLOCK) stay well under this
-    kwargs.setdefault("socket_timeout", 30)
-    return LaneRedis.from_url(url, **kwargs)
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _check_request(r: EnqueueRequest, limit: int) -> bytes:
@@ -59,17 +59,20 @@ def _check_request(r: EnqueueRequest, limit: int) -> bytes:
         validate_name("queue", r.queue)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if not 1 <= r.max_attempts <= 1000:
-        raise ConfigError("max_attempts must be between 1 and 1000")
-    for name in ("timeout_ms", "delay_ms", "wait_timeout_ms"):
-        if getattr(r, name) < 0:
-            raise ConfigError(f"{name} must be >= 0")
-    if r.backoff_base_ms < 0 or r.backoff_max_ms < r.backoff_base_ms:
-        raise ConfigError("backoff_base_ms must be >= 0 and backoff_max_ms >= backoff_base_ms")
-    if r.dedup_key is not None and not (0 < len(r.dedup_key) <= 256):
-        raise ConfigError("dedup_key must be 1-256 characters")
-    if r.owner is not None and not (0 < len(r.owner) <= 200):
-        raise ConfigError("owner must be 1-200 characters")
+    if not _is_int(r.max_attempts) or not 1 <= r.max_attempts <= 1000:
+        raise ConfigError("max_attempts must be an integer between 1 and 1000")
+    for name in _MS_FIELDS:
+        v = getattr(r, name)
+        if not _is_int(v) or not 0 <= v <= MAX_MS:
+            raise ConfigError(f"{name} must be an integer of milliseconds in [0, {MAX_MS}]")
+    if r.backoff_max_ms < r.backoff_base_ms:
+        raise ConfigError("backoff_max_ms must be >= backoff_base_ms")
+    if r.dedup_key is not None and not (
+        isinstance(r.dedup_key, str) and 0 < len(r.dedup_key) <= 256
+    ):
+        raise ConfigError("dedup_key must be a string of 1-256 characters")
+    if r.owner is not None and not (isinstance(r.owner, str) and 0 < len(r.owner) <= 200):
+        raise ConfigError("owner must be a string of 1-200 characters")
     return encode_payload(r.payload, limit)
 
 
@@ -176,6 +179,7 @@ class Client:
             self.source,
             [self.scripts.task_keys(tid, req.queue, req.dedup_key)],
             _enqueue_argv(tid, req, encoded),
+            durable=True,
         )
         rid, state, dup = replies[0]
         return EnqueueResult(id=str(rid), state=str(state), duplicate=bool(dup))
@@ -205,7 +209,7 @@ class Client:
                     tid = new_task_id()
                     tasks.append(self.scripts.task_keys(tid, r.queue, r.dedup_key))
                     argv += _enqueue_argv(tid, r, payload)
-                replies = await self.scripts.call("enqueue", self.source, tasks, argv)
+                replies = await self.scripts.call("enqueue", self.source, tasks, argv, durable=True)
                 return [str(reply[0]) for reply in replies]
 
         parts = await asyncio.gather(*(send(i) for i in range(0, len(reqs), chunk)))
@@ -238,13 +242,22 @@ class Client:
     async def history(
         self, task_id: str, *, after: str = "-", count: int | None = None
     ) -> list[HistoryEntry]:
-        """The task's history, oldest first; ``after`` is an exclusive stream id."""
+        """The task's history, oldest first; ``after`` is an exclusive stream id.
+
+        A refusal entry carries how many more refusals of its kind it stands for
+        (``repeats``, ``last_ts``: repeats are counted on the task hash, not appended).
+        """
         validate_task_id(task_id)
         start = "-" if after in ("-", "0", "") else f"({after}"
         rows = await self.redis.xrange(self.keys.history(task_id), start, "+", count=count)
         if not rows and not await self.redis.exists(self.keys.task(task_id)):
             raise TaskNotFound(task_id)
-        return [HistoryEntry.from_entry(i, f, task_id) for i, f in rows]
+        names = [n for i, f in rows if f.get("rej") == "1" for n in repeat_fields(i)]
+        task: dict[str, Any] = {}
+        if names:
+            values = await self.redis.hmget(self.keys.task(task_id), names)
+            task = dict(zip(names, values, strict=True))
+        return [HistoryEntry.from_entry(i, f, task_id, task) for i, f in rows]
 
     async def wait(self, task_id: str, *, timeout_ms: int | None = None) -> TaskInfo:
         """Block until the task is terminal; driven by its history stream (XREAD BLOCK).
@@ -264,7 +277,15 @@ class Client:
                 if left <= 0:
                     raise WaitTimeout(f"task {task_id} is still {info.state}")
                 block = max(1, min(block, int(left * 1000)))
-            rows = await self.redis.xread({hkey: last_id}, block=block)
+            try:
+                rows = await self.redis.xread({hkey: last_id}, block=block)
+            except RedisError as exc:
+                # a failover (UNBLOCKED, READONLY, a dropped connection) ends the read, not
+                # the wait: read again once Redis answers, within the caller's timeout
+                if not is_transient(exc):
+                    raise
+                await asyncio.sleep(min(0.5, block / 1000))
+                rows = None
             if rows:
                 entries = rows[0][1]
                 last_id = entries[-1][0]
@@ -303,6 +324,8 @@ class Client:
 
     async def _control(self, task_id: str, event: str, reason: str) -> tuple[int, str]:
         validate_task_id(task_id)
+        if not isinstance(reason, str) or len(reason) > MAX_REASON:
+            raise ConfigError(f"reason must be a string of at most {MAX_REASON} characters")
         queue, dedup = await self.redis.hmget(self.keys.task(task_id), ["queue", "dedup"])
         if queue is None:
             raise TaskNotFound(task_id)
@@ -311,6 +334,7 @@ class Client:
             self.source,
             [self.scripts.task_keys(task_id, queue, dedup)],
             [event, reason, self.keys.control],
+            durable=True,
         )
         if code == -1:
             raise TaskNotFound(task_id)

@@ -7,6 +7,7 @@ __all__ = [
     "InvalidTransition",
     "LeaseLost",
     "NonRetryable",
+    "NotReplicated",
     "PayloadError",
     "RedisUnavailable",
     "RsjobsError",
@@ -56,6 +57,21 @@ class WaitTimeout(RsjobsError, TimeoutError):
 
 class RedisUnavailable(RsjobsError, ConnectionError):
     """Raised when Redis cannot be reached (after the retries the caller allowed)."""
+
+
+class NotReplicated(RsjobsError):
+    """Raised in durable mode (``Settings.wait_replicas``) when a write was applied on the
+    primary but fewer replicas than asked confirmed it within ``Settings.wait_timeout_ms``:
+    it may be lost if the primary fails now. The write is not undone; repeating it is safe
+    (a submit with the same dedup key answers the same task, a repeated cancel changes
+    nothing)."""
+
+    def __init__(self, what: str, acked: int, wanted: int, timeout_ms: int) -> None:
+        super().__init__(
+            f"{what}: applied on the primary, but {acked} of {wanted} replicas confirmed it "
+            f"within {timeout_ms} ms"
+        )
+        self.acked, self.wanted = acked, wanted
 
 
 class NonRetryable(RsjobsError):

@@ -20,8 +20,10 @@ Script-specific ARGV follow from ARGV[5].
 
 Every transition, and every rejected attempt at one, is appended to the task's history
 stream and to the events stream with: ev, from, to, src, att (attempt), ts (Redis TIME, ms),
-and msg / rej=1 / extra fields where they apply. Checks come before the first write of each
-task: Redis does not roll a script back.
+and msg / rej=1 / extra fields where they apply. Refusals are coalesced (see reject): the
+first refusal of an event while the task stays in one state is an entry; repeats of it
+are counted on the task hash, so no sender can grow a history. Checks come before the
+first write of each task: Redis does not roll a script back.
 Counters (KEYS[2]) are summed per field while the script runs and written once per field
 when it ends, and dropped work entries are acked and deleted then with one XACK and one
 XDEL per queue stream (see `count`, `drop_entry` and `finish_call`; the loader wraps every
@@ -48,6 +50,7 @@ local TRANSITIONS = {
   ['SCHEDULED|PAUSE|PAUSED'] = true,
   ['SCHEDULED|CANCEL|CANCELLED'] = true,
   ['SCHEDULED|EXPIRE|TIMED_OUT'] = true,
+  ['SCHEDULED|DEADLETTER|FAILED'] = true,
 
   ['RUNNING|HEARTBEAT|RUNNING'] = true,
   ['RUNNING|PROGRESS|RUNNING'] = true,
@@ -90,6 +93,9 @@ local DROPS = {}
 -- also when `main` raised (the writes it made before the error stay: Redis does not roll
 -- a script back, so what they imply must be written too).
 local function finish_call(main)
+  if EVENTS_MAX == nil or RETENTION_MS == nil or GROUP == nil or SOURCE == nil then
+    return redis.error_reply('rsjobs: invalid common ARGV (source, events_max, retention, group)')
+  end
   local ok, res = pcall(main)
   for field, n in pairs(COUNTS) do
     redis.call('HINCRBY', STATS_KEY, field, n)
@@ -110,6 +116,37 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local NOW = now_ms()
+
+-- Argument checks. A script checks every ARGV value it will use before its first write:
+-- a bad one found half way through a batch would raise after writes Redis keeps.
+-- bad_arg() is the error reply of a failed check (nothing written).
+local function bad_arg(what, value)
+  return redis.error_reply('rsjobs: invalid ' .. what .. ': ' .. tostring(value))
+end
+
+-- A decimal integer >= 0 of at most 15 digits: exact in Lua and stored as readers parse it.
+local function is_count(v)
+  return type(v) == 'string' and #v <= 15 and string.match(v, '^%d+$') ~= nil
+end
+
+-- A number in [lo, hi] written in decimal (digits, '.', exponent: what Python's float()
+-- and Lua's tonumber() both read the same way; no hex, no nan/inf).
+local function is_number(v, lo, hi)
+  if type(v) ~= 'string' or #v > 32 or not string.match(v, '^[%d%.eE%+%-]+$') then
+    return false
+  end
+  local n = tonumber(v)
+  return n ~= nil and n >= lo and n <= hi
+end
+
+-- The longest worker-given text a script puts in a history entry (a lease token, a
+-- progress message; the worker keeps them far shorter).
+local TEXT_MAX = 2048
+
+-- A stream entry id "<ms>-<seq>".
+local function is_entry_id(v)
+  return type(v) == 'string' and #v <= 41 and string.match(v, '^%d+%-%d+$') ~= nil
+end
 
 -- Whether `event` may lead from `from` to `to`.
 local function allowed(from, event, to)
@@ -146,20 +183,15 @@ local function with_note(f, msg, rejected, extra)
 end
 
 -- Append one entry to the task's history and to the events stream; returns the history id.
--- `extra` is a flat array of additional field, value pairs (may be nil).
-local function record(t, from, to, event, msg, rejected, extra)
+-- `extra` is a flat array of additional field, value pairs (may be nil); `att` the attempt
+-- the entry names (nil = the task's current attempt).
+local function record(t, from, to, event, msg, rejected, extra, att)
   local f = with_note({'ev', event, 'from', from, 'to', to, 'src', SOURCE,
-    'att', t.attempt or 0, 'ts', NOW}, msg, rejected, extra)
+    'att', att or t.attempt or 0, 'ts', NOW}, msg, rejected, extra)
   local hid = redis.call('XADD', t.hkey, '*', unpack(f))
   redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*',
     'id', t.id, 'q', t.queue, 'hid', hid, unpack(f))
   return hid
-end
-
--- Record a refused event: the state does not change; history says why.
-local function reject(t, event, reason)
-  count('rej:' .. event, 1)
-  return record(t, t.state, t.state, event, reason, true, nil)
 end
 
 -- Rewrite stream `key` as an exact-size copy (same ids, entries and TTL). Redis
@@ -170,6 +202,57 @@ local function compact(key)
   if redis.call('COPY', key, SCRATCH_KEY, 'REPLACE') == 1 then
     redis.call('RENAME', SCRATCH_KEY, key)
   end
+end
+
+-- The attempt a lease token "<attempt>:<nonce>" names; 0 when it names none (at most 9
+-- digits: the number is written back into history entries, which readers parse as ints).
+local function lease_attempt(lease)
+  local n = string.match(lease or '', '^(%d+):')
+  if n == nil or #n > 9 then return 0 end
+  return tonumber(n)
+end
+
+-- The history id recorded for refusal key `k` in `list` ("<key>=<history id>,..."), or nil.
+local function refusal_entry(list, k)
+  if not list or list == '' then return nil end
+  local s = ',' .. list .. ','
+  local _, j = string.find(s, ',' .. k .. '=', 1, true)
+  if j == nil then return nil end
+  return string.sub(s, j + 1, string.find(s, ',', j + 1, true) - 1)
+end
+
+-- Record a refused event: the state does not change; history says why. `att` is the
+-- attempt the refused call names (the one its lease token names; nil = the current one).
+-- Coalesced, so that no sender can grow a task's history or hash without bound: the first
+-- refusal of an event (for one attempt) while the task stays in one state is a history
+-- entry; each later one appends nothing and is counted on the task hash, `rep:<hid>` (how
+-- many more) and `rep_ts:<hid>` (Redis TIME of the last), next to that entry's id. The
+-- hash field `refusals` lists the entries of the current state ("<EVENT>:<attempt>=<hid>,
+-- ..."); the next transition clears it. A history thus holds at most one refusal per
+-- event and attempt for each state the task passes through. The `rej:<EVENT>` counter
+-- counts every refusal. Returns the history id of the entry that accounts for it.
+local function reject(t, event, reason, att)
+  count('rej:' .. event, 1)
+  att = att or t.attempt or 0
+  local k = event .. ':' .. att
+  if att < 0 or att > (t.attempt or 0) then k = event .. ':?' end  -- names no attempt
+  local list = t.refusals
+  if list == nil then list = redis.call('HGET', t.key, 'refusals') end
+  local hid = refusal_entry(list, k)
+  if hid ~= nil then
+    redis.call('HINCRBY', t.key, 'rep:' .. hid, 1)
+    redis.call('HSET', t.key, 'rep_ts:' .. hid, NOW)
+    return hid
+  end
+  hid = record(t, t.state, t.state, event, reason, true, nil, att)
+  -- a finished task's history was compacted at its end and is not again; an append may
+  -- have opened a new, preallocated node (COPY keeps the TTL)
+  if TERMINAL[t.state] then compact(t.hkey) end
+  local v = k .. '=' .. hid
+  if list and list ~= '' then v = list .. ',' .. v end
+  redis.call('HSET', t.key, 'refusals', v)
+  t.refusals = v
+  return hid
 end
 
 -- Keep a finished task (hash, history, dedup key) for the retention period only. Its
@@ -201,6 +284,11 @@ local function transition(t, event, to, msg, fields, extra)
     f[#f + 1] = 'finished_at'; f[#f + 1] = NOW
   end
   redis.call('HSET', t.key, unpack(f))
+  if t.refusals then
+    -- a new state: refusals in it are new history entries (the counts of the old stay)
+    redis.call('HDEL', t.key, 'refusals')
+    t.refusals = false
+  end
   if from ~= to then
     if from ~= '' then count(t.queue .. ':' .. from, -1) end
     count(t.queue .. ':' .. to, 1)
@@ -213,16 +301,22 @@ local function transition(t, event, to, msg, fields, extra)
 end
 
 -- Load the i-th task of this call: keys plus the named hash fields (t.f[name]).
--- Returns nil when the task hash does not exist.
+-- Returns nil when the task hash does not exist. A hash without its id or queue (written
+-- by something else than these scripts) raises here, before anything is written for the
+-- task: every helper below needs both, and would fail half-way through its writes. (Only
+-- a new task's table is built by hand; it has no `refusals` yet.)
 local function load(i, names)
   local key, hkey, qkey, dkey = task_keys(i)
-  local q = {'state', 'id', 'queue', 'attempt', 'dedup'}
+  local q = {'state', 'id', 'queue', 'attempt', 'dedup', 'refusals'}
   for j = 1, #names do q[#q + 1] = names[j] end
   local v = redis.call('HMGET', key, unpack(q))
   if not v[1] then return nil end
-  local t = {key = key, hkey = hkey, qkey = qkey, dkey = dkey,
-    state = v[1], id = v[2], queue = v[3], attempt = tonumber(v[4]) or 0, dedup = v[5], f = {}}
-  for j = 1, #names do t.f[names[j]] = v[5 + j] end
+  if not v[2] or not v[3] then
+    error('rsjobs: corrupt task hash ' .. key .. ': no id or queue field', 0)
+  end
+  local t = {key = key, hkey = hkey, qkey = qkey, dkey = dkey, state = v[1], id = v[2],
+    queue = v[3], attempt = tonumber(v[4]) or 0, dedup = v[5], refusals = v[6], f = {}}
+  for j = 1, #names do t.f[names[j]] = v[6 + j] end
   return t
 end
 
@@ -252,6 +346,32 @@ local function backoff(failures, base, cap, jitter)
   return math.floor(d / 2 + (d / 2) * jitter)
 end
 
+-- Whether the task `t` (loaded with 'expires_at') was never started and its queue-wait
+-- deadline (wait_timeout_ms at ENQUEUE) has passed by Redis TIME.
+local function wait_expired(t)
+  local expires = tonumber(t.f.expires_at) or 0
+  return t.attempt == 0 and expires > 0 and expires <= NOW
+end
+
+-- EXPIRE a PENDING or SCHEDULED task past its queue-wait deadline (see wait_expired):
+-- -> TIMED_OUT. Its work entry (acked and deleted) or its schedule, and its deadlines
+-- member, are removed. `how` says who found it ('' or e.g. ', at START by w1'), `extra`
+-- are history fields (may be nil). Every script that could let it go further (start,
+-- promote) or sweeps for it (deadline) calls this, so the deadline holds without a reaper.
+local function expire(t, how, extra)
+  local expires = tonumber(t.f.expires_at)
+  local created = tonumber(t.f.created_at or redis.call('HGET', t.key, 'created_at')) or NOW
+  local why = 'expired: no worker started it within its queue-wait deadline (waited '
+    .. (NOW - created) .. ' ms; deadline passed ' .. (NOW - expires) .. ' ms ago' .. how .. ')'
+  if t.state == 'PENDING' then
+    drop_entry(t.qkey, t.f.entry)
+  else
+    redis.call('ZREM', SCHED_KEY, member(t))
+  end
+  redis.call('ZREM', DEADLINES_KEY, member(t))
+  transition(t, 'EXPIRE', 'TIMED_OUT', why, {'error', why, 'error_type', 'WaitTimeout'}, extra)
+end
+
 -- Hash fields load() must fetch for check_lease() and end_attempt().
 local ATTEMPT_FIELDS = {'lease', 'entry', 'failures', 'max_attempts', 'backoff_base_ms',
   'backoff_max_ms'}
@@ -264,11 +384,13 @@ local function check_lease(t, event, lease)
   if event == 'COMPLETE' and t.state == 'SUCCEEDED' and t.f.lease == lease then
     return {2, t.state}
   end
+  -- recorded with the attempt the lease names: a late result comes from an older attempt
+  local att = lease_attempt(lease)
   if t.state == 'RUNNING' then
-    reject(t, event, 'lease lost: ' .. lease .. ' no longer holds the task')
+    reject(t, event, 'lease lost: ' .. lease .. ' no longer holds the task', att)
     return {-3, t.state}
   end
-  reject(t, event, 'task is ' .. t.state .. ' (lease ' .. lease .. ')')
+  reject(t, event, 'task is ' .. t.state .. ' (lease ' .. lease .. ')', att)
   return {-2, t.state}
 end
 
@@ -278,7 +400,15 @@ end
 -- RECLAIM retries at once (PENDING); FAIL and TIMEOUT after the backoff (SCHEDULED).
 -- delay < 0 means "use the task's exponential backoff" (jitter in [0, 1)).
 -- `extra` (history fields) and `more` (hash fields) are optional flat arrays.
+local END_EVENTS = {COMPLETE = true, FAIL = true, TIMEOUT = true, REQUEUE = true, RECLAIM = true}
 local function end_attempt(t, event, body, etype, retryable, delay, jitter, extra, more)
+  -- before the first write: an unknown event, or a retry without its delay and jitter,
+  -- would otherwise raise after the deadline was dropped
+  if not END_EVENTS[event] or type(body) ~= 'string'
+      or (event ~= 'COMPLETE' and event ~= 'REQUEUE'
+        and (type(delay) ~= 'number' or type(jitter) ~= 'number' or type(etype) ~= 'string')) then
+    error({err = 'rsjobs: invalid end of attempt: ' .. tostring(event)})
+  end
   drop_entry(t.qkey, t.f.entry)
   redis.call('ZREM', DEADLINES_KEY, member(t))
   if event == 'COMPLETE' then
@@ -309,8 +439,10 @@ local function end_attempt(t, event, body, etype, retryable, delay, jitter, extr
       return
     end
     if delay < 0 then
-      delay = backoff(failures, tonumber(t.f.backoff_base_ms), tonumber(t.f.backoff_max_ms),
-        jitter)
+      -- enqueue's defaults when a field is missing or garbled: a bad backoff setting must
+      -- not fail the call after its first writes
+      delay = backoff(failures, tonumber(t.f.backoff_base_ms) or 1000,
+        tonumber(t.f.backoff_max_ms) or 300000, jitter)
     end
     fields[#fields + 1] = 'due_at'; fields[#fields + 1] = NOW + delay
     hist[#hist + 1] = 'retry_in_ms'; hist[#hist + 1] = delay

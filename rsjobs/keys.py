@@ -7,7 +7,9 @@ key name: they receive every key through ``KEYS``.
 Layout (namespace ``default``), readable with plain ``redis-cli``::
 
     rsjobs:{default}:task:<id>            hash    the task: state, attempt, lease, payload, result
-    rsjobs:{default}:task:<id>:history    stream  every transition and rejected attempt
+    rsjobs:{default}:task:<id>:history    stream  every transition, and the first refusal of
+                                                  each kind in a state (repeats are counted
+                                                  on the task hash: rep:<entry id>)
     rsjobs:{default}:queue:<name>         stream  work entries (field ``id``), group ``workers``
     rsjobs:{default}:queues               set     names of the queues ever used
     rsjobs:{default}:scheduled            zset    ``<queue>:<id>`` by due time (ms): delay, backoff
@@ -39,8 +41,9 @@ Tasks of a workflow are ordinary task hashes with the extra fields ``wf``, ``wf_
 
 The ``deadlines`` zset also holds the queue-wait deadline (``expires_at``) of a task that
 was enqueued with ``wait_timeout_ms`` and has not started yet; ``start.lua`` replaces that
-score with the execution deadline. The reaper (``scripts/deadline.lua``) tells them apart
-by the task's state.
+score with the execution deadline (or removes it, for a task without one). The reaper
+(``scripts/deadline.lua``) tells them apart by the task's state; ``start.lua`` and
+``promote.lua`` enforce the queue-wait deadline themselves too.
 """
 
 from __future__ import annotations
@@ -52,12 +55,13 @@ __all__ = ["GROUP", "Keys", "member", "split_member", "validate_name"]
 #: The consumer group every queue stream is read through.
 GROUP = "workers"
 
-_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
 def validate_name(kind: str, value: str) -> str:
     """Return ``value`` when it is a safe namespace / queue name, else raise ValueError."""
-    if not isinstance(value, str) or not _NAME.match(value):
+    # fullmatch: with match() and "$", a trailing newline ("q\n") would pass
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise ValueError(
             f"invalid {kind} {value!r}: use 1-64 characters of letters, digits, '_', '.', '-'"
         )

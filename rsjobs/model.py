@@ -66,6 +66,7 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
         "PAUSE": frozenset({"PAUSED"}),
         "CANCEL": frozenset({"CANCELLED"}),
         "EXPIRE": frozenset({"TIMED_OUT"}),
+        "DEADLETTER": frozenset({"FAILED"}),
     },
     "RUNNING": {
         "HEARTBEAT": frozenset({"RUNNING"}),

@@ -53,6 +53,11 @@ _SUPPORTED = frozenset(
         "health_check_interval",
         "client_name",
         "retry_on_timeout",
+        # the lane sends no CLIENT SETINFO handshake whatever these say
+        "lib_name",
+        "lib_version",
+        # the lane never retries (as a pool given no retries)
+        "retry",
     }
 )
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
 from .codec import decode
 
-__all__ = ["EnqueueRequest", "EnqueueResult", "HistoryEntry", "TaskInfo"]
+__all__ = ["EnqueueRequest", "EnqueueResult", "HistoryEntry", "TaskInfo", "repeat_fields"]
 
 
 def _text(v: bytes | str | None) -> str:
@@ -91,8 +92,19 @@ class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
 _CORE = {"ev", "from", "to", "src", "att", "ts", "msg", "rej", "id", "q", "hid"}
 
 
+def repeat_fields(entry_id: str) -> tuple[str, str]:
+    """The task hash fields that count the repeats of a refusal entry (see ``reject`` in
+    ``fsm.lua``): how many more refusals it stands for, and the time of the last one."""
+    return f"rep:{entry_id}", f"rep_ts:{entry_id}"
+
+
 class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
-    """One entry of a task's history stream: a transition, a progress note or a refusal."""
+    """One entry of a task's history stream: a transition, a progress note or a refusal.
+
+    A refusal entry stands for the first refusal of its event (and attempt) while the task
+    was in one state; ``repeats`` more were refused there after it (the last at
+    ``last_ts``), counted on the task hash instead of appended.
+    """
 
     id: str  #: the history stream entry id (also the SSE event id)
     task_id: str = ""
@@ -105,14 +117,34 @@ class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
     message: str = ""
     rejected: bool = False
     extra: dict[str, str] = msgspec.field(default_factory=dict)
+    #: refusals of the same event and attempt, in the same state, after this one
+    repeats: int = 0
+    #: Redis TIME (ms) of the last of those repeats; 0 when there were none
+    last_ts: int = 0
+
+    @property
+    def count(self) -> int:
+        """How many refused calls this entry accounts for (0 for a transition or note)."""
+        return 1 + self.repeats if self.rejected else 0
 
     @classmethod
     def from_entry(
-        cls, entry_id: bytes | str, fields: dict[Any, Any], task_id: str = ""
+        cls,
+        entry_id: bytes | str,
+        fields: dict[Any, Any],
+        task_id: str = "",
+        task: Mapping[Any, Any] | None = None,
     ) -> HistoryEntry:
+        """Build from a stream entry; ``task`` (the task hash, or any mapping holding its
+        ``rep:<id>`` / ``rep_ts:<id>`` fields) supplies a refusal's repeat count."""
         f = {_text(k): _text(v) for k, v in fields.items()}
+        eid = _text(entry_id)
+        repeats = last_ts = 0
+        if task and f.get("rej") == "1":
+            n, ts = repeat_fields(eid)
+            repeats, last_ts = _int(task.get(n)), _int(task.get(ts))
         return cls(
-            id=_text(entry_id),
+            id=eid,
             task_id=task_id or f.get("id", ""),
             event=f.get("ev", ""),
             from_state=f.get("from", ""),
@@ -123,6 +155,8 @@ class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
             message=f.get("msg", ""),
             rejected=f.get("rej") == "1",
             extra={k: v for k, v in f.items() if k not in _CORE},
+            repeats=repeats,
+            last_ts=last_ts,
         )
 
 

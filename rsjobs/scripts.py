@@ -18,11 +18,13 @@ from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 
+from .errors import NotReplicated
 from .keys import GROUP, Keys
 from .resp import Lane
 from .settings import Settings
+from .transient import as_unavailable, is_transient
 
 __all__ = ["SCRIPT_NAMES", "Scripts", "script_source"]
 
@@ -39,6 +41,7 @@ SCRIPT_NAMES = (
     "deadline",
     "workers",
     "link",
+    "quarantine",
     # the workflows' (rsjobs/workflows/): fsm.lua + wf.lua + the script
     "wf_start",
     "wf_spawn",
@@ -48,6 +51,7 @@ SCRIPT_NAMES = (
     "wf_regenerate",
     "wf_cancel",
     "wf_sync",
+    "wf_abort",
 )
 
 
@@ -104,21 +108,54 @@ class Scripts:
         argv: Sequence[Any],
         *,
         extra_keys: Sequence[str] = (),
+        durable: bool = False,
     ) -> Any:
         """Run script ``name``: KEYS = common + the tasks' keys + ``extra_keys`` (the
         reaper's and the workflows' own), ARGV = common + ``argv``.
 
         EVALSHA over the client's lane when it has one; on NOSCRIPT (a restarted or
-        failed-over Redis) the script is loaded and called again."""
+        failed-over Redis) the script is loaded and called again. A transient error
+        (:mod:`rsjobs.transient`) is raised as :class:`rsjobs.RedisUnavailable`.
+        ``durable``: the call is a write a caller acknowledges; in durable mode
+        (``Settings.wait_replicas``) it is followed by WAIT on the same connection, and
+        :class:`rsjobs.NotReplicated` is raised when too few replicas confirmed it."""
         keys = list(self._common_keys)
         for tk in tasks:
             keys.extend(tk)
         keys.extend(extra_keys)
-        lane = self.lane
-        send = lane.call if lane is not None else self.redis.execute_command
         cmd = ("EVALSHA", self._sha[name], len(keys), *keys, source, *self._common_argv, *argv)
         try:
-            return await send(*cmd)
-        except NoScriptError:
-            await self.redis.script_load(script_source(name))
-            return await send(*cmd)
+            if durable and self.settings.wait_replicas:
+                return await self._call_durable(name, cmd)
+            lane = self.lane
+            send = lane.call if lane is not None else self.redis.execute_command
+            try:
+                return await send(*cmd)
+            except NoScriptError:
+                await self.redis.script_load(script_source(name))
+                return await send(*cmd)
+        except RedisError as exc:
+            if is_transient(exc):
+                raise as_unavailable(exc, f"redis ({name}.lua)") from exc
+            raise
+
+    async def _call_durable(self, name: str, cmd: tuple[Any, ...]) -> Any:
+        """EVALSHA then WAIT on one pooled connection (WAIT counts that connection's
+        writes; the lane is shared and must not block on it)."""
+        s = self.settings
+        for attempt in (1, 2):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.execute_command(*cmd)
+                pipe.execute_command("WAIT", s.wait_replicas, s.wait_timeout_ms)
+                reply, acked = await pipe.execute(raise_on_error=False)
+            if isinstance(reply, NoScriptError) and attempt == 1:
+                await self.redis.script_load(script_source(name))
+                continue
+            if isinstance(reply, BaseException):
+                raise reply
+            if isinstance(acked, BaseException):
+                raise acked
+            if int(acked) < s.wait_replicas:
+                raise NotReplicated(f"{name}.lua", int(acked), s.wait_replicas, s.wait_timeout_ms)
+            return reply
+        raise AssertionError("unreachable")  # pragma: no cover

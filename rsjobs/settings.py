@@ -24,6 +24,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     retention_ms: int = 7 * DAY_MS
     #: largest accepted encoded payload or result, in bytes
     payload_limit: int = DEFAULT_PAYLOAD_LIMIT
+    #: durable mode: a write the client acknowledges (submit, cancel, pause, resume) returns
+    #: only once this many replicas confirmed it (``WAIT``); 0 = off
+    wait_replicas: int = 0
+    #: how long durable mode waits for the replicas before raising ``NotReplicated``
+    wait_timeout_ms: int = 1000
 
     def __post_init__(self) -> None:
         try:
@@ -36,3 +41,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError("retention_ms must be >= 0")
         if self.payload_limit < 1:
             raise ConfigError("payload_limit must be positive")
+        if not 0 <= self.wait_replicas <= 100:
+            raise ConfigError("wait_replicas must be between 0 and 100")
+        if not 1 <= self.wait_timeout_ms <= 600_000:
+            raise ConfigError("wait_timeout_ms must be between 1 and 600000")

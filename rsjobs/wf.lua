@@ -40,6 +40,8 @@ needs the driver now (a stage to spawn, or tasks of a finished workflow to cance
 local WF_TERMINAL = {PUBLISHED = true, FAILED = true, CANCELLED = true}
 
 -- "FROM|EVENT|TO" for every allowed workflow transition; '' = not created yet.
+-- ABORT: the driver cannot go on with the workflow (its next stage's payloads are over the
+-- limit, its stored data does not decode...): FAILED, with the reason (wf_abort.lua).
 local WF_TRANSITIONS = {
   ['|START|RUNNING'] = true,
 
@@ -50,21 +52,25 @@ local WF_TRANSITIONS = {
   ['RUNNING|TASK_FAILED|FAILED'] = true,
   ['RUNNING|REGENERATE|RUNNING'] = true,
   ['RUNNING|CANCEL|CANCELLED'] = true,
+  ['RUNNING|ABORT|FAILED'] = true,
 
   ['PARTIALLY_FAILED|TASK_FAILED|PARTIALLY_FAILED'] = true,
   ['PARTIALLY_FAILED|TASK_FAILED|FAILED'] = true,
   ['PARTIALLY_FAILED|RETRY|RUNNING'] = true,
   ['PARTIALLY_FAILED|REGENERATE|RUNNING'] = true,
   ['PARTIALLY_FAILED|CANCEL|CANCELLED'] = true,
+  ['PARTIALLY_FAILED|ABORT|FAILED'] = true,
 
   ['WAITING_CONFIRMATION|CONFIRM|RUNNING'] = true,
   ['WAITING_CONFIRMATION|CONFIRM|READY_TO_PUBLISH'] = true,
   ['WAITING_CONFIRMATION|REGENERATE|RUNNING'] = true,
   ['WAITING_CONFIRMATION|CANCEL|CANCELLED'] = true,
+  ['WAITING_CONFIRMATION|ABORT|FAILED'] = true,
 
   ['READY_TO_PUBLISH|PUBLISH|PUBLISHED'] = true,
   ['READY_TO_PUBLISH|REGENERATE|RUNNING'] = true,
   ['READY_TO_PUBLISH|CANCEL|CANCELLED'] = true,
+  ['READY_TO_PUBLISH|ABORT|FAILED'] = true,
 }
 
 local WF_NKEYS = 7
@@ -93,10 +99,18 @@ end
 local WF_FIELDS = {'status', 'id', 'owner', 'stage', 'stage_name', 'version', 'spawned',
   'need', 'done', 'nfailed', 'retries', 'n_stages'}
 
--- The workflow of this call (nil when its hash does not exist).
+-- The workflow of this call (nil when its hash does not exist). A hash missing a field
+-- the scripts need, or with a counter that is not a number, raises here, before anything
+-- is written (the driver then moves it to FAILED through wf_abort.lua).
 local function wf_load()
   local v = redis.call('HMGET', WF_KEY, unpack(WF_FIELDS))
   if not v[1] then return nil end
+  for _, j in ipairs({2, 4, 5, 6, 8, 9, 10, 11, 12}) do
+    if not v[j] or (j ~= 2 and j ~= 5 and tonumber(v[j]) == nil) then
+      error('rsjobs: corrupt workflow hash ' .. WF_KEY .. ': field ' .. WF_FIELDS[j] .. ' is '
+        .. (v[j] and 'not a number' or 'missing'), 0)
+    end
+  end
   return {status = v[1], id = v[2], owner = v[3] or '', stage = tonumber(v[4]),
     stage_name = v[5], version = tonumber(v[6]), spawned = v[7] or '',
     need = tonumber(v[8]), done = tonumber(v[9]), nfailed = tonumber(v[10]),
@@ -190,6 +204,16 @@ local function reply(code, w, msg)
   local status = ''
   if w ~= nil then status = w.status end
   return {code, status, drive_flag(w), msg or ''}
+end
+
+-- fsm.lua's `load` for a task a workflow script only looks at: nil when the hash is gone,
+-- and nil plus the error when it is corrupt (`load` refuses it before any write), so one
+-- broken task does not fail its workflow's call (the reaper deals with the task itself).
+local function load_task(i, names)
+  local ok, t = pcall(load, i, names)
+  if ok then return t, nil end
+  if type(t) == 'table' and t.err then return nil, t.err end
+  return nil, tostring(t)
 end
 
 -- Whether task `t` (loaded with WF_TASK_FIELDS) is the current task of a slot of the
@@ -293,7 +317,7 @@ end
 -- Cancel every open task named in this call (task indexes 1..n), and empty the open set.
 local function cancel_open(n, reason)
   for i = 1, n do
-    local t = load(i, {'entry'})
+    local t = load_task(i, {'entry'})
     if t ~= nil then cancel_task(t, reason) end
   end
   redis.call('DEL', WF_OPEN)

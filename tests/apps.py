@@ -53,3 +53,10 @@ async def fatal(ctx: Context, payload: Any) -> None:
 @tasks.handler("value_error", non_retryable=(ValueError,))
 async def value_error(ctx: Context, payload: Any) -> None:
     raise ValueError("invalid prompt")
+
+
+@tasks.handler("sync_stubborn")
+def sync_stubborn(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
+    """A sync handler that ignores cancellation: sleeps payload["s"] seconds, whatever."""
+    time.sleep(float(payload.get("s", 1.0)))
+    return {"worker": ctx.worker, "attempt": ctx.attempt, "slept": payload.get("s")}

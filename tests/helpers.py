@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from typing import IO
 
 from rsjobs import Client, TaskInfo
 
@@ -16,9 +17,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def spawn_worker(
-    url: str, namespace: str = "t", *args: str, app: str = "tests.apps:tasks"
+    url: str,
+    namespace: str = "t",
+    *args: str,
+    app: str = "tests.apps:tasks",
+    stderr: int | IO[bytes] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start ``rsjobs worker`` as a child process (its own process group)."""
+    """Start ``rsjobs worker`` as a child process (its own process group); its log goes to
+    ``stderr`` (default: the test's)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [
@@ -35,7 +41,7 @@ def spawn_worker(
         app,
         *args,
     ]
-    return subprocess.Popen(cmd, env=env, cwd=ROOT, start_new_session=True)
+    return subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=stderr, start_new_session=True)
 
 
 def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:

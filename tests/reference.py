@@ -13,7 +13,8 @@ from rsjobs.schemas import HistoryEntry
 
 
 class TaskModel:
-    """What one task's state must be after each event, by the rules in DESIGN.md."""
+    """What one task's state, and its history, must be after each event, by the rules in
+    DESIGN.md and the refusal coalescing of ``fsm.lua`` (``reject``)."""
 
     def __init__(self, max_attempts: int, delayed: bool) -> None:
         self.state = "SCHEDULED" if delayed else "PENDING"
@@ -22,19 +23,53 @@ class TaskModel:
         self.failures = 0
         self.lease = 0  # attempt number of the current lease (0 = none issued)
         self.success_lease = 0
+        #: the history as it must read: (event, from, to, rejected, attempt, repeats)
+        self.history: list[list[object]] = [["ENQUEUE", "", self.state, False, 0, 0]]
+        #: refusals recorded while in the current state: (event, attempt key) -> entry index
+        self.refused: dict[tuple[str, str], int] = {}
+        #: every refused call (what the rej: counters add up to)
+        self.refusals = 0
+
+    # -- history -------------------------------------------------------------------------
+
+    def _moved(self, event: str, from_state: str) -> None:
+        """An accepted transition: one entry; refusals in the new state are new entries."""
+        self.history.append([event, from_state, self.state, False, self.attempt, 0])
+        self.refused = {}
+
+    def _refuse(self, event: str, attempt: int | None = None) -> None:
+        """A refused call naming ``attempt`` (None = the current one): the first of its
+        event and attempt in this state is an entry, later ones count on that entry."""
+        att = self.attempt if attempt is None else attempt
+        key = (event, str(att) if 0 <= att <= self.attempt else "?")
+        self.refusals += 1
+        if key in self.refused:
+            self.history[self.refused[key]][5] += 1  # type: ignore[operator]
+            return
+        self.refused[key] = len(self.history)
+        self.history.append([event, self.state, self.state, True, att, 0])
+
+    # -- events --------------------------------------------------------------------------
 
     def start(self, current_entry: bool) -> int:
         if self.state == "PENDING" and current_entry:
             self.attempt += 1
             self.lease = self.attempt
             self.state = "RUNNING"
+            self._moved("START", "PENDING")
             return 1
+        self._refuse("START")
         return -2
 
-    def finish(self, event: str, lease: int, retryable: bool) -> tuple[int, str]:
+    def finish(
+        self, event: str, lease: int, retryable: bool, named: int | None = None
+    ) -> tuple[int, str]:
+        """``lease``: the attempt whose issued lease is presented (-1 = none issued);
+        ``named``: the attempt the token names (recorded on a refusal)."""
         if self.state != "RUNNING" or lease != self.lease:
             if event == "COMPLETE" and self.state == "SUCCEEDED" and lease == self.success_lease:
                 return 2, self.state
+            self._refuse(event, lease if named is None else named)
             return (-3 if self.state == "RUNNING" else -2), self.state
         if event == "COMPLETE":
             self.state = "SUCCEEDED"
@@ -48,12 +83,17 @@ class TaskModel:
                 self.state = "SCHEDULED"
             else:
                 self.state = "TIMED_OUT" if event == "TIMEOUT" else "FAILED"
+        self._moved(event, "RUNNING")
         return 1, self.state
 
-    def heartbeat(self, lease: int) -> str:
-        if self.state != "RUNNING":
-            return self.state
-        return "OK" if lease == self.lease else "LOST"
+    def heartbeat(self, lease: int, progress: bool = False, named: int | None = None) -> str:
+        event = "PROGRESS" if progress else "HEARTBEAT"
+        if self.state != "RUNNING" or lease != self.lease:
+            self._refuse(event, lease if named is None else named)
+            return self.state if self.state != "RUNNING" else "LOST"
+        if progress:  # a note, not a transition: refusals in this state stay coalesced
+            self.history.append(["PROGRESS", "RUNNING", "RUNNING", False, self.attempt, 0])
+        return "OK"
 
     def control(self, event: str) -> tuple[int, str]:
         target = {"CANCEL": "CANCELLED", "PAUSE": "PAUSED", "RESUME": "PENDING"}[event]
@@ -63,8 +103,10 @@ class TaskModel:
             "RESUME": self.state == "PAUSED",
         }[event]
         if ok:
-            self.state = target
+            before, self.state = self.state, target
+            self._moved(event, before)
             return 1, target
+        self._refuse(event)
         if self.state == target and event != "RESUME":
             return 0, self.state
         return -2, self.state
@@ -72,6 +114,7 @@ class TaskModel:
     def promote(self) -> bool:
         if self.state == "SCHEDULED":
             self.state = "PENDING"
+            self._moved("PROMOTE", "SCHEDULED")
             return True
         return False
 

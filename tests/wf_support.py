@@ -4,6 +4,7 @@ ends workflow tasks through the real scripts, and checks of a workflow's invaria
 from __future__ import annotations
 
 import os
+import uuid
 from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
@@ -17,6 +18,7 @@ from rsjobs.settings import Settings
 from rsjobs.workflows import Stage, WorkflowClient, WorkflowDefinition, fan_out
 from rsjobs.workflows.finish import WorkflowFinisher
 from rsjobs.workflows.model import NOTES, TERMINAL, allowed
+from rsjobs.workflows.plan import encode_plan
 from rsjobs.workflows.schemas import WorkflowEvent, WorkflowInfo, decode_asset
 
 EMOTIONS = ["happy", "sad", "angry", "surprised", "afraid", "disgusted", "calm", "shy"]
@@ -246,3 +248,23 @@ async def wf_keys_dump(c: WorkflowClient, wf_id: str) -> dict[str, Any]:
 
 def info_of(h: dict[str, str]) -> WorkflowInfo:
     return WorkflowInfo.from_hash(h)
+
+
+async def raw_start(
+    c: WorkflowClient, definition: WorkflowDefinition, value: Any, *, plan: bytes | None = None
+) -> str:
+    """What :meth:`WorkflowClient.start` writes before it spawns the first stage, as if its
+    process died right then (or as a client with a larger payload limit leaves it for the
+    driver): the workflow RUNNING at stage 0, no task yet. No check of the payloads."""
+    p = definition.plan(value)
+    wf_id = uuid.uuid4().hex
+    argv = [wf_id, definition.name, "", encode(value), plan if plan is not None else encode_plan(p),
+            len(p.stages), p.stages[0].name, len(p.stages[0].tasks), ""]  # fmt: skip
+    reply = await c.scripts.call("wf_start", "api", wf_id, [], argv)
+    assert reply.code == 1 and reply.drive
+    return wf_id
+
+
+async def redis_dump(r: Redis) -> dict[str, Any]:
+    """Every key with its DUMP: equal before and after = nothing written."""
+    return {k: await r.dump(k) for k in sorted(await r.keys("*"))}

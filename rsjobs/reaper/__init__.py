@@ -2,12 +2,13 @@
 poison tasks, promotes delayed work and keeps the workers registry (``rsjobs reaper``)."""
 
 from .config import ReaperConfig
-from .deadletter import DeadLetter, NotDeadLettered, list_deadletters, requeue
+from .deadletter import CannotRequeue, DeadLetter, NotDeadLettered, list_deadletters, requeue
 from .memory import MemoryReport, QueueMemory, memory_report
 from .reaper import Reaper, SweepReport
 from .registry import WorkerInfo, list_workers
 
 __all__ = [
+    "CannotRequeue",
     "DeadLetter",
     "MemoryReport",
     "NotDeadLettered",

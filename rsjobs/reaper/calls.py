@@ -18,7 +18,7 @@ from ..settings import Settings
 __all__ = ["REAPER_SCRIPTS", "ReaperScripts"]
 
 #: the scripts this package calls (all listed in ``rsjobs.scripts.SCRIPT_NAMES``)
-REAPER_SCRIPTS = ("reclaim", "deadline", "workers", "link")
+REAPER_SCRIPTS = ("reclaim", "deadline", "workers", "link", "quarantine")
 
 #: what history records as the actor of the reaper's transitions
 SOURCE = "reaper"
@@ -59,3 +59,23 @@ class ReaperScripts:
                 pipe.hget(self.keys.task(tid), "dedup")
             rows: list[str | None] = await pipe.execute()
         return [r or None for r in rows]
+
+    async def screen(self, task_ids: Sequence[str]) -> list[tuple[str | None, bool]]:
+        """Each task's dedup key name (as :meth:`dedup_keys`) and whether fsm.lua's ``load``
+        takes its hash (gone, or with its id and queue), one round trip. A batch is sent
+        without the tasks it would refuse: a script that raises half-way keeps the writes
+        it made for the tasks before, but its reply, which counts them, is lost."""
+        if not task_ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for tid in task_ids:
+                pipe.hmget(self.keys.task(tid), ["dedup", "state", "id", "queue"])
+            rows: list[Any] = await pipe.execute(raise_on_error=False)
+        out: list[tuple[str | None, bool]] = []
+        for r in rows:
+            if isinstance(r, Exception):  # e.g. the key is not a hash
+                out.append((None, False))
+            else:
+                dedup, state, tid, queue = r
+                out.append((dedup or None, not state or bool(tid and queue)))
+        return out

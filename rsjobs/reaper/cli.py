@@ -142,6 +142,8 @@ async def cmd_deadletter_list(args: argparse.Namespace) -> int:
             f"{_when(d.ts)}  {d.task_id}  {d.queue}/{d.type}  deliveries={d.deliveries}"
             f"  worker={d.worker}{note}"
         )
+        if d.step:
+            print(f"{'':<4}quarantined by {d.step}: {d.action}")
         print(f"{'':<4}{d.reason}")
     return 0
 

@@ -5,6 +5,10 @@ namespace's ``deadletter`` stream (trimmed with MAXLEN ~). An operator lists the
 re-queues one as a new task: a clone submitted through the normal enqueue path, linked to
 the original by ``requeued_as`` / ``requeued_from`` (``link.lua``). Re-queueing twice
 answers with the same clone.
+
+The quarantine (:mod:`rsjobs.reaper.quarantine`) adds entries too, for tasks whose data
+made a script fail: ``step`` names what failed, ``action`` what was done (DEADLETTER, or
+REMOVED: the task was only taken out of an index).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from ..errors import RsjobsError, TaskNotFound
 from ..keys import Keys
 from .calls import ReaperScripts
 
-__all__ = ["DeadLetter", "NotDeadLettered", "list_deadletters", "requeue"]
+__all__ = ["CannotRequeue", "DeadLetter", "NotDeadLettered", "list_deadletters", "requeue"]
 
 
 class NotDeadLettered(RsjobsError, LookupError):
@@ -27,6 +31,15 @@ class NotDeadLettered(RsjobsError, LookupError):
     def __init__(self, task_id: str, state: str) -> None:
         super().__init__(f"task {task_id} was not dead-lettered (it is {state})")
         self.task_id, self.state = task_id, state
+
+
+class CannotRequeue(RsjobsError, ValueError):
+    """Raised when a dead-lettered task's stored data is too damaged to clone (a field
+    missing, a payload that does not decode); nothing is written."""
+
+    def __init__(self, task_id: str, why: str) -> None:
+        super().__init__(f"task {task_id} cannot be requeued: {why}")
+        self.task_id, self.why = task_id, why
 
 
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
@@ -44,6 +57,10 @@ class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
     #: the task's hash still exists (False once it expired after the retention period)
     exists: bool = True
     requeued_as: str = ""
+    #: for an entry of the quarantine: the reaper step that failed on the task, and what
+    #: was done (DEADLETTER, or REMOVED: only taken out of an index); '' for poison tasks
+    step: str = ""
+    action: str = ""
 
 
 async def list_deadletters(redis: Redis, keys: Keys, *, count: int = 50) -> list[DeadLetter]:
@@ -68,6 +85,8 @@ async def list_deadletters(redis: Redis, keys: Keys, *, count: int = 50) -> list
                 ts=int(f.get("ts") or 0),
                 exists=state is not None,
                 requeued_as=requeued_as or "",
+                step=f.get("step", ""),
+                action=f.get("action", ""),
             )
         )
     return out
@@ -77,8 +96,10 @@ async def requeue(client: Client, task_id: str) -> tuple[str, bool]:
     """Re-queue a dead-lettered task as a new task; returns ``(clone id, created)``.
 
     ``created`` is False when the task had already been re-queued (the existing clone is
-    returned). Raises :class:`TaskNotFound` (never existed, or expired after retention)
-    or :class:`NotDeadLettered`.
+    returned). Raises :class:`TaskNotFound` (never existed, or expired after retention),
+    :class:`NotDeadLettered`, :class:`CannotRequeue` (its data is too damaged to clone), or
+    the enqueue's :class:`rsjobs.ConfigError` / :class:`rsjobs.PayloadError`; all before
+    anything is written.
     """
     validate_task_id(task_id)
     keys = client.keys
@@ -90,17 +111,33 @@ async def requeue(client: Client, task_id: str) -> tuple[str, bool]:
     prev = h.get("requeued_as")
     if prev and await client.redis.exists(keys.task(prev)):
         return prev, False
+    # everything the clone takes from the original is checked before anything is written
+    for name in ("type", "queue"):
+        if not h.get(name):
+            raise CannotRequeue(task_id, f"it has no {name} field")
+    try:
+        payload = decode(h.get("payload"))
+        numbers = {
+            name: int(h.get(name) or default)
+            for name, default in (
+                ("max_attempts", 1),
+                ("timeout_ms", 0),
+                ("backoff_base_ms", 1000),
+                ("backoff_max_ms", 300_000),
+            )
+        }
+    except msgspec.DecodeError as exc:
+        raise CannotRequeue(task_id, f"its payload does not decode ({exc})") from None
+    except ValueError as exc:
+        raise CannotRequeue(task_id, f"a number field does not parse ({exc})") from None
     clone = await client.enqueue(
         h["type"],
-        decode(h.get("payload")),
+        payload,
         queue=h["queue"],
-        max_attempts=int(h.get("max_attempts") or 1),
-        timeout_ms=int(h.get("timeout_ms") or 0),
         owner=h.get("owner") or None,
-        backoff_base_ms=int(h.get("backoff_base_ms") or 1000),
-        backoff_max_ms=int(h.get("backoff_max_ms") or 300_000),
         # a second requeue while the clone lives answers with the same clone
         dedup_key=f"requeue:{task_id}",
+        **numbers,
     )
     rs = ReaperScripts(client.redis, client.settings)
     code, _ = await rs.call(

@@ -5,6 +5,11 @@ Any number of reapers may run beside the workers. A guard key (``SET NX PX``) le
 of them do a given sweep and the others skip it, which only saves work: every change is
 made by a script that re-checks the task first, so two reapers sweeping at once are as
 safe as one. Redis restarts and failovers are ridden out with reconnects and backoff.
+
+No one task or workflow can stop it: each step runs on its own, a batch that fails on its
+data is split entry by entry and the entry that fails alone is quarantined
+(:mod:`rsjobs.reaper.quarantine`), and any other error ends one sweep, logged with its
+traceback, never the loop.
 """
 
 from __future__ import annotations
@@ -17,20 +22,24 @@ import os
 import signal
 import socket
 import time
+import traceback
 import uuid
 from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import msgspec
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError, RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ..connection import describe, reset_connections
+from ..isolation import TRANSIENT, about_item
 from ..settings import Settings
-from ..worker import promote_due
+from ..transient import is_failover
 from .calls import ReaperScripts
 from .config import ReaperConfig
 from .deadlines import enforce_deadlines
+from .promotion import promote
+from .quarantine import log_error
 from .recovery import recover
 from .registry import sweep_workers
 
@@ -38,14 +47,7 @@ __all__ = ["Reaper", "SweepReport"]
 
 log = logging.getLogger("rsjobs.reaper")
 
-#: errors after which the next sweep may well succeed (restart, failover, network)
-TRANSIENT: tuple[type[BaseException], ...] = (
-    RedisConnectionError,  # includes BusyLoadingError (a restarted server loading its data)
-    RedisTimeoutError,
-    ReadOnlyError,  # connected to a replica: the primary moved
-    OSError,
-)
-
+T = TypeVar("T")
 
 #: longest pause between two attempts while Redis is unreachable (seconds)
 MAX_BACKOFF = 2.0
@@ -78,9 +80,19 @@ class SweepReport(msgspec.Struct, kw_only=True):
     workers_dead: list[str] = msgspec.field(default_factory=list)
     workers_forgotten: list[str] = msgspec.field(default_factory=list)
     consumers_deleted: int = 0
-    #: workflows re-driven (rsjobs.workflows.WorkflowDriver): visited, stages spawned
+    #: tasks whose data made a script fail, moved to FAILED (DEADLETTER) or taken out of
+    #: the index that kept bringing them back; both are on the dead-letter stream
+    quarantined: int = 0
+    #: steps, or items of a step, that failed unexpectedly and were left as they were
+    #: (logged with a traceback as ``item_error``); the next sweep tries again
+    errors: int = 0
+    #: workflows re-driven (rsjobs.workflows.WorkflowDriver): visited, stages spawned,
+    #: moved to FAILED because they cannot go on (ABORT), dropped from the active set
+    #: because not even that is possible
     workflows_visited: int = 0
     workflows_spawned: int = 0
+    workflows_aborted: int = 0
+    workflows_quarantined: int = 0
     ms: int = 0
 
     @property
@@ -95,7 +107,10 @@ class SweepReport(msgspec.Struct, kw_only=True):
             + self.timed_out
             + self.expired
             + self.promoted
+            + self.quarantined
             + self.workflows_spawned
+            + self.workflows_aborted
+            + self.workflows_quarantined
         )
 
 
@@ -121,6 +136,7 @@ class Reaper:
 
         self.redis = redis if redis is not None else connect(url)
         self._own_redis = redis is None
+        self._url = url if redis is None else None
         self.settings = settings or Settings()
         self.config = config or ReaperConfig()
         self.scripts = ReaperScripts(self.redis, self.settings)
@@ -167,33 +183,45 @@ class Reaper:
                 return report
         queues = sorted(await self.redis.smembers(self.keys.queues))
         report.queues = len(queues)
-
-        rec: Counter[str] = await recover(self.scripts, queues, cfg)
-        report.retried, report.failed = rec["RETRIED"], rec["FAILED"]
-        report.deadlettered, report.redelivered = rec["DEADLETTERED"], rec["REDELIVERED"]
-        report.alive, report.busy, report.stale_entries = rec["ALIVE"], rec["BUSY"], rec["STALE"]
+        # each step on its own: one that fails on some data is logged and counted, and the
+        # sweep goes on with the next (a failure of Redis itself ends the sweep)
+        rec = await self._step(report, "recovery", lambda: recover(self.scripts, queues, cfg))
+        if rec is not None:
+            report.retried, report.failed = rec["RETRIED"], rec["FAILED"]
+            report.deadlettered, report.redelivered = rec["DEADLETTERED"], rec["REDELIVERED"]
+            report.alive, report.busy = rec["ALIVE"], rec["BUSY"]
+            report.stale_entries = rec["STALE"]
+            self._isolated(report, rec)
 
         secs, micros = await self.redis.time()
         now_ms = int(secs) * 1000 + int(micros) // 1000
-        dl = await enforce_deadlines(self.scripts, cfg, now_ms)
-        report.timeout_retried, report.timed_out = dl["RETRY"], dl["TIMED_OUT"]
-        report.expired = dl["EXPIRED"]
+        dl = await self._step(
+            report, "deadlines", lambda: enforce_deadlines(self.scripts, cfg, now_ms)
+        )
+        if dl is not None:
+            report.timeout_retried, report.timed_out = dl["RETRY"], dl["TIMED_OUT"]
+            report.expired = dl["EXPIRED"]
+            self._isolated(report, dl)
 
-        for _ in range(cfg.max_batches):
-            n = await promote_due(self.scripts.core, "reaper", limit=cfg.batch)
-            report.promoted += n
-            if n < cfg.batch:
-                break
+        pr = await self._step(report, "promotion", lambda: promote(self.scripts, cfg))
+        if pr is not None:
+            report.promoted = pr["PROMOTED"]
+            self._isolated(report, pr)
 
-        ws = await sweep_workers(self.scripts, queues, cfg)
-        report.workers_dead, report.workers_forgotten = ws.newly_dead, ws.forgotten
-        report.consumers_deleted = ws.consumers_deleted
+        ws = await self._step(report, "workers", lambda: sweep_workers(self.scripts, queues, cfg))
+        if ws is not None:
+            report.workers_dead, report.workers_forgotten = ws.newly_dead, ws.forgotten
+            report.consumers_deleted = ws.consumers_deleted
 
         # workflows whose tasks the sweep (or anything else) ended advance here too, so a
         # deployment needs no separate driver process
-        drive = await self._driver.sweep_once()
-        report.workflows_visited = drive.visited
-        report.workflows_spawned = drive.spawned_workflows
+        drive = await self._step(report, "workflows", self._driver.sweep_once)
+        if drive is not None:
+            report.workflows_visited = drive.visited
+            report.workflows_spawned = drive.spawned_workflows
+            report.workflows_aborted = drive.aborted
+            report.workflows_quarantined = drive.quarantined
+            report.errors += drive.errors
         report.ms = int((time.monotonic() - t0) * 1000)
         self.sweeps += 1
         self.totals.update(
@@ -204,6 +232,25 @@ class Reaper:
             }
         )
         return report
+
+    async def _step(
+        self, report: SweepReport, name: str, run: Callable[[], Awaitable[T]]
+    ) -> T | None:
+        """``run()``; None when it failed on some data (logged with its traceback and
+        counted in ``errors``). Errors of Redis itself are raised: the sweep is retried."""
+        try:
+            return await run()
+        except Exception as exc:
+            if not about_item(exc):
+                raise
+            log_error(name, exc, reaper=self.name)
+            report.errors += 1
+            return None
+
+    @staticmethod
+    def _isolated(report: SweepReport, counts: Counter[str]) -> None:
+        report.quarantined += counts["QUARANTINED"]
+        report.errors += counts["ERRORS"]
 
     # -- forever -----------------------------------------------------------------------
 
@@ -222,6 +269,7 @@ class Reaper:
             "start",
             reaper=self.name,
             namespace=self.settings.namespace,
+            redis=describe(self.redis, self._url),
             config=msgspec.to_builtins(cfg),
         )
         backoff = 0.1
@@ -231,7 +279,7 @@ class Reaper:
                 try:
                     report = await self.sweep_once()
                     backoff = 0.1
-                    if cfg.log_idle or report.changed or report.workers_dead:
+                    if cfg.log_idle or report.changed or report.workers_dead or report.errors:
                         self._log("sweep", **msgspec.to_builtins(report))
                 except TRANSIENT as exc:
                     self._log(
@@ -241,16 +289,21 @@ class Reaper:
                         error=f"{type(exc).__name__}: {exc}",
                         retry_in_ms=int(backoff * 1000),
                     )
-                    if isinstance(exc, ReadOnlyError):
+                    if is_failover(exc):
                         # a failover: drop the connections so the next ones find the primary
-                        await self.redis.connection_pool.disconnect()
+                        await reset_connections(self.redis)
                     delay, backoff = backoff, min(backoff * 2, MAX_BACKOFF)
-                except RedisError as exc:
+                except Exception as exc:
+                    # not one input may end the reaper: log it whole, back off, go on
+                    # (only stop() / SIGTERM / SIGINT end this loop)
+                    self.totals["sweep_errors"] += 1
                     self._log(
                         "sweep_error",
                         logging.ERROR,
                         reaper=self.name,
                         error=f"{type(exc).__name__}: {exc}",
+                        traceback="".join(traceback.format_exception(exc)),
+                        retry_in_ms=int(max(delay, backoff) * 1000),
                     )
                     delay = max(delay, backoff)
                     backoff = min(backoff * 2, MAX_BACKOFF)

@@ -12,15 +12,22 @@ healthy task is never taken and two reapers never recover the same delivery twic
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
+from collections.abc import Sequence
+from typing import Any
 
 from redis.exceptions import ResponseError
 
+from ..isolation import about_item, each_alone
 from ..keys import GROUP
 from .calls import ReaperScripts
 from .config import ReaperConfig
+from .quarantine import Suspect, isolate, log_error
 
 __all__ = ["RECOVERY_OUTCOMES", "recover", "recover_queue"]
+
+log = logging.getLogger("rsjobs.reaper")
 
 #: the words reclaim.lua answers per entry (see its header)
 RECOVERY_OUTCOMES = ("RETRIED", "FAILED", "DEADLETTERED", "REDELIVERED", "ALIVE", "BUSY", "STALE")
@@ -36,10 +43,22 @@ async def _task_ids(rs: ReaperScripts, qkey: str, entries: list[str]) -> list[st
 
 
 async def recover_queue(rs: ReaperScripts, queue: str, cfg: ReaperConfig) -> Counter[str]:
-    """Recover the idle deliveries of one queue; returns how many per outcome."""
+    """Recover the idle deliveries of one queue; returns how many per outcome (plus
+    QUARANTINED and ERRORS: entries whose task made the script fail, see quarantine)."""
     qkey = rs.keys.queue(queue)
     counts: Counter[str] = Counter()
+    suspects: list[Suspect] = []
     start = "-"
+    argv_head = [cfg.idle_ms, cfg.max_deliveries, cfg.dead_after_leases, cfg.lease_ms]
+    argv_head.append(cfg.deadletter_maxlen)
+    extra = [rs.keys.deadletter, rs.keys.workers]
+
+    async def call(part: Sequence[tuple[str, str, str | None]]) -> list[Any]:
+        tasks = [rs.task_keys(tid, queue, d) for _, tid, d in part]
+        argv = [*argv_head, *(e for e, _, _ in part)]
+        replies: list[Any] = await rs.call("reclaim", tasks, argv, extra_keys=extra)
+        return replies
+
     for _ in range(cfg.max_batches):
         try:
             rows = await rs.redis.xpending_range(
@@ -47,35 +66,42 @@ async def recover_queue(rs: ReaperScripts, queue: str, cfg: ReaperConfig) -> Cou
             )
         except ResponseError as exc:
             if "NOGROUP" in str(exc):  # no worker ever read this queue
-                return counts
+                break
             raise
         if not rows:
             break
         entries = [str(r["message_id"]) for r in rows]
         ids = await _task_ids(rs, qkey, entries)
-        dedups = await rs.dedup_keys(ids)
-        tasks = [rs.task_keys(tid, queue, d) for tid, d in zip(ids, dedups, strict=True)]
-        argv = [
-            cfg.idle_ms,
-            cfg.max_deliveries,
-            cfg.dead_after_leases,
-            cfg.lease_ms,
-            cfg.deadletter_maxlen,
-            *entries,
-        ]
-        replies = await rs.call(
-            "reclaim", tasks, argv, extra_keys=[rs.keys.deadletter, rs.keys.workers]
-        )
-        counts.update(str(w) for w in replies)
+        items = []
+        for e, tid, (dedup, intact) in zip(entries, ids, await rs.screen(ids), strict=True):
+            if intact:
+                items.append((e, tid, dedup))
+            else:
+                suspects.append(Suspect(tid, queue, "queue", e, None))
+        if items:
+            done = await each_alone(call, items, log, f"reclaim on {queue}")
+            for replies in done.replies:
+                counts.update(str(w) for w in replies)
+            suspects += [Suspect(t, queue, "queue", e, exc) for (e, t, _), exc in done.failed]
         if len(rows) < cfg.batch:
             break
         start = "(" + entries[-1]
+    if suspects:
+        counts["QUARANTINED"], counts["ERRORS"] = await isolate(rs, cfg, "recovery", suspects)
     return counts
 
 
 async def recover(rs: ReaperScripts, queues: list[str], cfg: ReaperConfig) -> Counter[str]:
-    """Recover every queue's idle deliveries; outcome counts summed over the queues."""
+    """Recover every queue's idle deliveries; outcome counts summed over the queues. A
+    queue whose recovery fails on its data (e.g. its key is not a stream) is logged and
+    counted in ERRORS; the other queues go on."""
     total: Counter[str] = Counter()
     for q in queues:
-        total.update(await recover_queue(rs, q, cfg))
+        try:
+            total.update(await recover_queue(rs, q, cfg))
+        except Exception as exc:
+            if not about_item(exc):
+                raise
+            log_error("recovery", exc, queue=q)
+            total["ERRORS"] += 1
     return total

@@ -10,15 +10,23 @@ Returns: {code, state}
    0  nothing to do: the task is already in the state asked for (idempotent repeat)
   -1  no such task
   -2  refused (the task is terminal, or the event does not apply): state is unchanged
+An error (nothing written) for an unknown event, a message over 4096 bytes or no channel.
 Events: CANCEL (-> CANCELLED), PAUSE (-> PAUSED), RESUME (PAUSED -> PENDING); refused ones
-  are recorded with rej=1. A RUNNING task's entry is acked and its worker notified.
+  are recorded with rej=1 (coalesced, see reject in fsm.lua). A RUNNING task's entry is
+  acked and its worker notified. RESUME of a task never started re-indexes its queue-wait
+  deadline (a pause does not stop that clock).
 ]]
 local event, msg, channel = ARGV[5], ARGV[6], ARGV[7]
 local TARGET = {CANCEL = 'CANCELLED', PAUSE = 'PAUSED', RESUME = 'PENDING'}
-local t = load(1, {'entry'})
-if t == nil then return {-1, ''} end
+local MSG_MAX = 4096
 local to = TARGET[event]
 if to == nil then return redis.error_reply('rsjobs: unknown control event ' .. tostring(event)) end
+if type(msg) ~= 'string' or #msg > MSG_MAX then
+  return bad_arg('message (at most ' .. MSG_MAX .. ' bytes)', type(msg) == 'string' and #msg)
+end
+if not channel or channel == '' then return bad_arg('channel', channel) end
+local t = load(1, {'entry', 'expires_at'})
+if t == nil then return {-1, ''} end
 if not allowed(t.state, event, to) then
   if t.state == to and event ~= 'RESUME' then
     reject(t, event, 'already ' .. t.state)
@@ -39,6 +47,12 @@ elseif from == 'RUNNING' then
 end
 if event == 'RESUME' then
   fields = {'entry', push_entry(t)}
+  local expires = tonumber(t.f.expires_at) or 0
+  if t.attempt == 0 and expires > 0 then
+    -- a pause does not stop the queue-wait clock: the reaper dropped the deadline of the
+    -- PAUSED task; index it again (start.lua also expires it if it is due)
+    redis.call('ZADD', DEADLINES_KEY, expires, member(t))
+  end
 elseif event == 'CANCEL' then
   fields = {'error', 'cancelled' .. ((msg ~= '' and (': ' .. msg)) or '')}
 end

@@ -26,10 +26,17 @@ Returns: per candidate one word:
   EXPIRED    EXPIRE -> TIMED_OUT (not started within its queue-wait deadline)
   LATER      not due yet: member re-scored
   STALE      member removed, nothing else done
+An error (nothing written) when grace_ms or a jitter is malformed.
 Events: TIMEOUT (RUNNING -> SCHEDULED | TIMED_OUT), EXPIRE (PENDING | SCHEDULED -> TIMED_OUT).
 ]]
 local NARG, PER = 5, 2
 local grace = tonumber(ARGV[5])
+if #ARGV ~= NARG + ntasks() * PER then return bad_arg('ARGV count', #ARGV) end
+if not is_count(ARGV[5]) then return bad_arg('grace_ms', ARGV[5]) end
+for i = 1, ntasks() do  -- the whole batch before the first write
+  local jitter = ARGV[NARG + (i - 1) * PER + 2]
+  if not is_number(jitter, 0, 1) then return bad_arg('jitter', jitter) end
+end
 local out = {}
 for i = 1, ntasks() do
   local a = NARG + (i - 1) * PER
@@ -59,16 +66,8 @@ for i = 1, ntasks() do
       redis.call('ZADD', DEADLINES_KEY, expires, m)
       out[i] = 'LATER'
     else
-      local waited = NOW - (tonumber(t.f.created_at) or NOW)
-      local why = 'expired: no worker started it within its queue-wait deadline (waited '
-        .. waited .. ' ms; deadline passed ' .. (NOW - expires) .. ' ms ago)'
-      if t.state == 'PENDING' then
-        drop_entry(t.qkey, t.f.entry)
-      else
-        redis.call('ZREM', SCHED_KEY, member(t))
-      end
       redis.call('ZREM', DEADLINES_KEY, m)
-      transition(t, 'EXPIRE', 'TIMED_OUT', why, {'error', why, 'error_type', 'WaitTimeout'}, nil)
+      expire(t, '', nil)
       out[i] = 'EXPIRED'
     end
   else

@@ -8,9 +8,24 @@ ARGV: common (see fsm.lua), then per task 12 values:
   backoff_base_ms, backoff_max_ms, wait_timeout_ms (0 = none: queue-wait deadline)
 Returns: per task {id, state, duplicate}: duplicate = 1 when the dedup key (or the id)
   already named a live task, whose id and state are returned and nothing is written.
+  An error (nothing written) when a value is malformed: an empty id / type / queue, or a
+  number that is not a decimal integer >= 0 of at most 15 digits (max_attempts >= 1).
 Events: ENQUEUE ('' -> PENDING | SCHEDULED).
 ]]
 local PER = 12
+if #ARGV ~= NARGV + ntasks() * PER then return bad_arg('ARGV count', #ARGV) end
+-- checks of the whole batch first: a bad value in its last task must not leave the others
+-- written and the call failed
+for i = 1, ntasks() do
+  local a = NARGV + (i - 1) * PER
+  for _, j in ipairs({1, 2, 3}) do
+    if ARGV[a + j] == '' then return bad_arg('empty id, type or queue of task', i) end
+  end
+  for _, j in ipairs({5, 6, 7, 10, 11, 12}) do
+    if not is_count(ARGV[a + j]) then return bad_arg('number (task ' .. i .. ')', ARGV[a + j]) end
+  end
+  if tonumber(ARGV[a + 5]) < 1 then return bad_arg('max_attempts', ARGV[a + 5]) end
+end
 local out = {}
 for i = 1, ntasks() do
   local key, hkey, qkey, dkey = task_keys(i)

@@ -15,9 +15,24 @@ Returns: per task {code, state}:
   -1  the task no longer exists
   -2  refused: the task is no longer RUNNING (cancelled, paused, reclaimed, finished)
   -3  refused: RUNNING under another lease (fencing: this worker lost its lease)
-Events: COMPLETE, FAIL, TIMEOUT, REQUEUE; rejected ones are recorded with rej=1.
+An error (nothing written) when an event is unknown, a delay is not '-1' or an integer
+>= 0, a jitter is not a number in [0, 1], or a lease is longer than TEXT_MAX bytes (it is
+quoted in the history of a refusal).
+Events: COMPLETE, FAIL, TIMEOUT, REQUEUE; rejected ones are recorded with rej=1 (and the
+  attempt their lease names).
 ]]
 local PER = 7
+local EVENTS = {COMPLETE = true, FAIL = true, TIMEOUT = true, REQUEUE = true}
+if #ARGV ~= NARGV + ntasks() * PER then return bad_arg('ARGV count', #ARGV) end
+for i = 1, ntasks() do  -- the whole batch before the first write
+  local a = NARGV + (i - 1) * PER
+  if not EVENTS[ARGV[a + 1]] then return bad_arg('event', ARGV[a + 1]) end
+  if ARGV[a + 6] ~= '-1' and not is_count(ARGV[a + 6]) then
+    return bad_arg('delay_ms', ARGV[a + 6])
+  end
+  if not is_number(ARGV[a + 7], 0, 1) then return bad_arg('jitter', ARGV[a + 7]) end
+  if #ARGV[a + 2] > TEXT_MAX then return bad_arg('lease length', #ARGV[a + 2]) end
+end
 local out = {}
 for i = 1, ntasks() do
   local a = NARGV + (i - 1) * PER

@@ -13,11 +13,27 @@ Returns: per task one word the worker acts on:
   LOST      RUNNING under another lease: stop, the result would be refused
   GONE      the task no longer exists
   <STATE>   the task left RUNNING (CANCELLED, PAUSED, ...): stop the handler
+An error (nothing written) when lease_ms, an entry id or a progress value is malformed, or
+a lease or message is longer than TEXT_MAX (fsm.lua) bytes.
 Events: PROGRESS (RUNNING -> RUNNING) when a progress value is given; a refused HEARTBEAT
-  or PROGRESS is recorded with rej=1.
+  or PROGRESS is recorded with rej=1 (and the attempt its lease names).
 ]]
 local consumer, lease_ms = ARGV[5], tonumber(ARGV[6])
 local PER = 4
+if #ARGV ~= NARGV + 2 + ntasks() * PER then return bad_arg('ARGV count', #ARGV) end
+if not consumer or consumer == '' then return bad_arg('consumer', consumer) end
+if not is_count(ARGV[6]) or lease_ms < 1 then return bad_arg('lease_ms', ARGV[6]) end
+for i = 1, ntasks() do  -- the whole batch before the first write
+  local a = NARGV + 2 + (i - 1) * PER
+  if not is_entry_id(ARGV[a + 2]) then return bad_arg('entry id', ARGV[a + 2]) end
+  if ARGV[a + 3] ~= '' and not is_number(ARGV[a + 3], 0, 100) then
+    return bad_arg('progress', ARGV[a + 3])
+  end
+  -- both end up in history entries
+  if #ARGV[a + 1] > TEXT_MAX or #ARGV[a + 4] > TEXT_MAX then
+    return bad_arg('lease or message length', #ARGV[a + 4])
+  end
+end
 local out = {}
 for i = 1, ntasks() do
   local a = NARGV + 2 + (i - 1) * PER
@@ -28,10 +44,10 @@ for i = 1, ntasks() do
   if t == nil then
     out[i] = 'GONE'
   elseif t.state ~= 'RUNNING' then
-    reject(t, event, 'task is ' .. t.state .. ' (lease ' .. lease .. ')')
+    reject(t, event, 'task is ' .. t.state .. ' (lease ' .. lease .. ')', lease_attempt(lease))
     out[i] = t.state
   elseif t.f.lease ~= lease then
-    reject(t, event, 'lease lost: ' .. lease .. ' no longer holds the task')
+    reject(t, event, 'lease lost: ' .. lease .. ' no longer holds the task', lease_attempt(lease))
     out[i] = 'LOST'
   else
     redis.call('HSET', t.key, 'lease_expires_at', NOW + lease_ms)

@@ -3,18 +3,22 @@
 KEYS: common (see fsm.lua), then per candidate task the four task keys.
 ARGV: common, then per candidate its zset member "<queue>:<id>".
 Candidates come from the scheduled zset; each is re-checked here against Redis TIME and
-its own state, so a stale or early candidate is harmless.
+its own state, so a stale or early candidate is harmless. A candidate never started whose
+queue-wait deadline (expires_at) has passed is expired instead (EXPIRE -> TIMED_OUT), due
+or not: it can no longer start in time.
 Returns: {promoted, next_due_ms}: how many were promoted, and the score of the earliest
   member still scheduled (-1 when none).
-Events: PROMOTE (SCHEDULED -> PENDING).
+Events: PROMOTE (SCHEDULED -> PENDING), EXPIRE (SCHEDULED -> TIMED_OUT).
 ]]
 local promoted = 0
 for i = 1, ntasks() do
-  local t = load(i, {'due_at'})
+  local t = load(i, {'due_at', 'expires_at', 'created_at'})
   if t == nil then
     redis.call('ZREM', SCHED_KEY, ARGV[NARGV + i])
   else
-    if t.state == 'SCHEDULED' then
+    if t.state == 'SCHEDULED' and wait_expired(t) then
+      expire(t, ', at PROMOTE', nil)
+    elseif t.state == 'SCHEDULED' then
       if (tonumber(t.f.due_at) or 0) <= NOW then
         redis.call('ZREM', SCHED_KEY, member(t))
         transition(t, 'PROMOTE', 'PENDING', '', {'entry', push_entry(t)}, nil)

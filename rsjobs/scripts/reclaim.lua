@@ -45,16 +45,25 @@ Returns: per entry one word:
   ALIVE         the owner still holds the lease / the consumer still beats: untouched
   BUSY          the entry is no longer pending, or no longer idle enough: untouched
   STALE         the entry named no live delivery: acked and deleted
+An error (nothing written) when a number or an entry id is malformed, or the KEYS do not
+  match the entries.
 Events: RECLAIM (RUNNING -> PENDING | FAILED), DEADLETTER (RUNNING | PENDING -> FAILED),
   with extra fields worker (the lost consumer), idle_ms and deliveries.
 ]]
 local NARG = 9
+for j = 5, NARG do
+  if not is_count(ARGV[j]) then return bad_arg('number ARGV[' .. j .. ']', ARGV[j]) end
+end
 local min_idle, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6])
 local dead_leases, default_lease = tonumber(ARGV[7]), tonumber(ARGV[8])
 local dl_max = tonumber(ARGV[9])
 local n = #ARGV - NARG
 local DEADLETTER_KEY = KEYS[NCOMMON + 4 * n + 1]
 local WORKERS_KEY = KEYS[NCOMMON + 4 * n + 2]
+if #KEYS ~= NCOMMON + 4 * n + 2 then return bad_arg('KEYS count', #KEYS) end
+for i = 1, n do
+  if not is_entry_id(ARGV[NARG + i]) then return bad_arg('entry id', ARGV[NARG + i]) end
+end
 
 -- Whether `consumer` beat recently enough to count as alive (registration JSON), and the
 -- lease it registered with.

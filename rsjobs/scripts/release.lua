@@ -10,7 +10,12 @@ KEYS: common (see fsm.lua), then per task the four task keys.
 ARGV: common, then per task 1 value: the delivered stream entry id.
 Returns: per task 1 when re-queued, 0 when the entry was stale (task gone, no longer
   PENDING, or its entry already replaced: the entry is then only acked and deleted).
+  An error (nothing written) when an entry id is malformed.
 ]]
+if #ARGV ~= NARGV + ntasks() then return bad_arg('ARGV count', #ARGV) end
+for i = 1, ntasks() do  -- a malformed id would fail the XACK at the end of the call
+  if not is_entry_id(ARGV[NARGV + i]) then return bad_arg('entry id', ARGV[NARGV + i]) end
+end
 local out = {}
 for i = 1, ntasks() do
   local entry = ARGV[NARGV + i]

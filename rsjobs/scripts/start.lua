@@ -13,13 +13,27 @@ Returns: per task either
   {-1}                  the task no longer exists (entry acked and deleted)
   {-2, state}           START refused: the task is not PENDING or the entry is stale;
                         recorded in history, stale entry acked and deleted
-Events: START (PENDING -> RUNNING); rejected START.
+  {-4, 'TIMED_OUT'}     the task was never started and its queue-wait deadline
+                        (expires_at) has passed: EXPIRE instead, with the reason in
+                        history; the delivered entry is acked and deleted
+An error (nothing written) when the consumer, nonce or lease_ms is malformed or the
+number of entries does not match the tasks.
+Events: START (PENDING -> RUNNING); EXPIRE (PENDING -> TIMED_OUT); rejected START.
 ]]
 local consumer, lease_ms, nonce = ARGV[5], tonumber(ARGV[6]), ARGV[7]
+if #ARGV ~= NARGV + 3 + ntasks() then return bad_arg('ARGV count', #ARGV) end
+if not consumer or consumer == '' or not nonce or nonce == '' then
+  return bad_arg('consumer or nonce', consumer)
+end
+if not is_count(ARGV[6]) or lease_ms < 1 then return bad_arg('lease_ms', ARGV[6]) end
+if #consumer > TEXT_MAX or #nonce > TEXT_MAX then return bad_arg('consumer or nonce length', #nonce) end
+for i = 1, ntasks() do  -- a malformed id would fail the XACK at the end of the call
+  if not is_entry_id(ARGV[NARGV + 3 + i]) then return bad_arg('entry id', ARGV[NARGV + 3 + i]) end
+end
 local out = {}
 for i = 1, ntasks() do
   local entry = ARGV[NARGV + 3 + i]
-  local t = load(i, {'entry', 'timeout_ms', 'type', 'payload', 'wf'})
+  local t = load(i, {'entry', 'timeout_ms', 'type', 'payload', 'wf', 'expires_at'})
   if t == nil then
     local _, _, qkey = task_keys(i)
     drop_entry(qkey, entry)
@@ -31,6 +45,10 @@ for i = 1, ntasks() do
     if t.state == 'PENDING' then why = 'stale delivery ' .. entry end
     reject(t, 'START', why)
     out[i] = {-2, t.state}
+  elseif wait_expired(t) then
+    -- the deadline holds here, not only at the reaper's next sweep
+    expire(t, ', at START by ' .. consumer, {'worker', consumer})
+    out[i] = {-4, t.state}
   else
     local attempt = t.attempt + 1
     t.attempt = attempt
@@ -38,14 +56,18 @@ for i = 1, ntasks() do
     local timeout = tonumber(t.f.timeout_ms) or 0
     local deadline = 0
     if timeout > 0 then
-      deadline = NOW + timeout
+      deadline = NOW + timeout  -- replaces the queue-wait deadline's score, if any
       redis.call('ZADD', DEADLINES_KEY, deadline, member(t))
+    elseif t.f.expires_at then
+      redis.call('ZREM', DEADLINES_KEY, member(t))  -- started in time: no deadline left
     end
     transition(t, 'START', 'RUNNING', '', {'attempt', attempt, 'lease', lease,
       'consumer', consumer, 'started_at', NOW, 'lease_expires_at', NOW + lease_ms,
       'deadline_at', deadline}, {'worker', consumer})
-    out[i] = {1, t.id, t.f.type, t.f.payload, attempt, lease, deadline, t.dedup or '', timeout,
-      t.f.wf or ''}
+    -- a missing field must not end the reply early (a nil ends a Lua array): the worker
+    -- fails such a task (no handler for '', no payload) instead of losing the batch
+    out[i] = {1, t.id, t.f.type or '', t.f.payload or '', attempt, lease, deadline,
+      t.dedup or '', timeout, t.f.wf or ''}
   end
 end
 return out

@@ -38,7 +38,7 @@ end
 local failed = {}
 for p = 1, pairs_n do
   local a = NWARG + 3 + (p - 1) * PER
-  local old = load(2 * p - 1, WF_TASK_FIELDS)
+  local old = load_task(2 * p - 1, WF_TASK_FIELDS)  -- nil: gone or corrupt
   local item = ARGV[a + 10]
   local cur = redis.call('HGET', WF_TASKS, slot(w.version, w.stage, item))
   if cur ~= ARGV[a + 1] or redis.call('SISMEMBER', WF_OPEN, cur) == 1 then

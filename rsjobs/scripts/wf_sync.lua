@@ -6,7 +6,9 @@ reached through finish.lua) are accounted here, from the persisted task hashes, 
 as wf_finish.lua would have (account in wf.lua: assets from the stored result, failures,
 stage completion). Open tasks that are no longer current (the workflow finished, or they
 belong to an older version or stage) are cancelled if still unfinished and dropped from
-the open set. A finished workflow leaves the active set once nothing of it is open.
+the open set. A current task whose hash is gone (expired) or corrupt (fsm.lua's `load`
+refuses it) counts as failed. A finished workflow leaves the active set once nothing of it
+is open.
 Idempotent: a second call finds nothing left to do. The caller names the open set it
 read: another set (a concurrent change) is stale.
 
@@ -46,13 +48,16 @@ local names = {'entry'}
 for _, f in ipairs(WF_TASK_FIELDS) do names[#names + 1] = f end
 for i = 1, n do
   local id = ARGV[FIRST + i - 1]
-  local t = load(i, names)
+  local t, broken = load_task(i, names)
   if t == nil then
-    -- its hash is gone (expired after the retention period): nothing can come of it
+    -- its hash is gone (expired after the retention period) or corrupt: nothing can come
+    -- of it for the workflow
     local item = nil
     if not WF_TERMINAL[w.status] then item = current_item(id) end
     if item ~= nil then
-      account(w, {id = id, state = 'FAILED', f = {wf_item = item}}, nil, 'task record expired')
+      local why = 'task record expired'
+      if broken ~= nil then why = string.sub('task record unreadable: ' .. broken, 1, 300) end
+      account(w, {id = id, state = 'FAILED', f = {wf_item = item}}, nil, why)
     else
       redis.call('SREM', WF_OPEN, id)
     end

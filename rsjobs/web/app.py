@@ -31,11 +31,14 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..client import Client, connect
+from ..client import Client
+from ..connection import connect, describe
+from ..errors import NotReplicated, RedisUnavailable
 from ..settings import Settings
+from ..workflows.errors import CorruptWorkflow
 from .auth import Auth
 from .config import WebConfig
-from .http import ApiError, error_response
+from .http import ApiError, error_response, store_error
 from .logs import redact_access_logs
 from .routes import Api
 from .service import Service
@@ -94,9 +97,18 @@ def create_app(
     if settings is None:
         settings = Settings(namespace=namespace or env.get("RSJOBS_NAMESPACE") or "default")
     own = redis is None
+    blocking = redis
     if redis is None:
-        redis = connect(url or env.get("RSJOBS_URL") or DEFAULT_URL)
-    service = Service(Client(redis, settings, source="api"), auth, config, own_client=own)
+        target = url or env.get("RSJOBS_URL") or DEFAULT_URL
+        bound = config.redis_timeout_ms / 1000
+        redis = connect(target, socket_timeout=bound, connect_timeout=bound)
+        # the events reader blocks in XREAD: its replies may take the block time
+        blocking = connect(target, socket_timeout=config.hub_block_ms / 1000 + bound,
+                           connect_timeout=bound)  # fmt: skip
+        log.info("rsjobs web: redis %s", describe(redis, target))
+    service = Service(
+        Client(redis, settings, source="api"), auth, config, own_client=own, blocking=blocking
+    )
     api = Api(service)
 
     @contextlib.asynccontextmanager
@@ -145,7 +157,10 @@ def create_app(
         exception_handlers={
             ApiError: _api_error,
             HTTPException: _http_error,
-            RedisError: _redis_error,
+            RedisError: _store_error,
+            RedisUnavailable: _store_error,
+            NotReplicated: _store_error,
+            CorruptWorkflow: _store_error,
         },
     )
     app.state.rsjobs = service
@@ -177,7 +192,9 @@ def _workflow_routes(
 
 
 async def _to_ui(request: Request) -> Response:
-    return RedirectResponse(str(request.url_for("ui", path="/")), status_code=307)
+    # a path, not a URL: a URL built from the request would carry its Host header
+    root = str(request.scope.get("root_path", "")).rstrip("/")
+    return RedirectResponse(f"{root}/ui/", status_code=307)
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -191,8 +208,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error_response(ApiError(exc.status_code, code, str(exc.detail), exc.headers))
 
 
-async def _redis_error(request: Request, exc: Exception) -> Response:
-    log.warning("redis error on %s %s: %s", request.method, request.url.path, exc)
-    return error_response(
-        ApiError(503, "redis_unavailable", "the task store is unavailable; retry later")
-    )
+async def _store_error(request: Request, exc: Exception) -> Response:
+    log.warning("store error on %s %s: %s", request.method, request.url.path, exc)
+    answer = store_error(exc)
+    assert answer is not None
+    return error_response(answer)

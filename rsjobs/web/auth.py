@@ -33,7 +33,7 @@ from ..errors import ConfigError
 
 __all__ = ["ANONYMOUS", "Auth", "Principal", "parse_entries"]
 
-_OWNER = re.compile(r"^[A-Za-z0-9_.@\-]{1,128}$")
+_OWNER = re.compile(r"[A-Za-z0-9_.@\-]{1,128}")
 _ROLES = ("user", "admin")
 
 
@@ -59,7 +59,7 @@ def _digest(token: str) -> bytes:
 def _check(token: str, owner: str, role: str, where: str) -> Principal:
     if not token or token != token.strip() or any(c.isspace() for c in token):
         raise ConfigError(f"{where}: a token must be non-empty and contain no whitespace")
-    if not _OWNER.match(owner):
+    if not _OWNER.fullmatch(owner):
         raise ConfigError(
             f"{where}: invalid owner {owner!r}: 1-128 letters, digits, '_', '.', '@', '-'"
         )
@@ -186,9 +186,13 @@ class Auth:
         return self._by_digest.get(_digest(token))
 
 
-def require_principal(auth: Auth, request: Request, *, allow_query: bool = False) -> Principal:
-    """Who the request's bearer token names; a 401 :class:`ApiError` when nobody."""
-    from .http import ApiError, bearer_token
+def require_principal(
+    auth: Auth, request: Request, *, allow_query: bool = False, params: tuple[str, ...] = ()
+) -> Principal:
+    """Who the request's bearer token names; a 401 :class:`ApiError` when nobody. Then a
+    400 for a query parameter the route does not take: ``params``, and ``access_token``
+    where ``allow_query`` accepts the token there."""
+    from .http import ApiError, bearer_token, check_query
 
     who = auth.authenticate(bearer_token(request, allow_query=allow_query))
     if who is None:
@@ -198,4 +202,5 @@ def require_principal(auth: Auth, request: Request, *, allow_query: bool = False
             "a valid bearer token is required",
             {"WWW-Authenticate": 'Bearer realm="rsjobs"'},
         )
+    check_query(request, (*params, "access_token") if allow_query else params)
     return who

@@ -37,7 +37,21 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--cors-origin", action="append", default=[], help="allow this origin (repeatable)"
     )
-    p.add_argument("--keepalive-ms", type=int, default=15_000)
+    p.add_argument(
+        "--keepalive-ms", type=int, default=15_000, help="keep-alive comment interval of SSE"
+    )
+    p.add_argument(
+        "--request-timeout-ms",
+        type=int,
+        default=10_000,
+        help="close a connection that sends no complete request line and headers in this time",
+    )
+    p.add_argument(
+        "--idle-timeout-ms",
+        type=int,
+        default=5_000,
+        help="close a keep-alive connection idle this long between requests",
+    )
     p.add_argument(
         "--workflows",
         action="append",
@@ -87,7 +101,11 @@ async def cmd_web(args: argparse.Namespace) -> int:
 
     from .app import create_app
     from .config import WebConfig
+    from .server import protocol
 
+    http = protocol(
+        request_timeout_ms=args.request_timeout_ms, idle_timeout_ms=args.idle_timeout_ms
+    )
     config = WebConfig(
         max_streams_per_client=args.max_streams,
         metrics_public=args.public_metrics,
@@ -119,6 +137,7 @@ async def cmd_web(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             log_level=str(args.log_level).lower(),
+            http=http,  # h11 with a deadline for request headers (rsjobs.web.server)
             timeout_graceful_shutdown=5,
             lifespan="on",
         )

@@ -21,8 +21,14 @@ class WebConfig(msgspec.Struct, frozen=True, kw_only=True):
     keepalive_ms: int = 15_000
     #: the reconnection delay the SSE stream suggests to EventSource (``retry:``)
     sse_retry_ms: int = 2_000
+    #: bound of one Redis reply for the requests' commands (and of connecting): while
+    #: Redis is unreachable or frozen, a request answers 503 within about this long
+    redis_timeout_ms: int = 2_000
     #: how long the events reader blocks in one XREAD
     hub_block_ms: int = 5_000
+    #: open task event streams end (without ``end``) once Redis has been unreachable this
+    #: long; a shorter outage is ridden out (a restart, a failover)
+    redis_outage_ms: int = 5_000
     #: entries buffered per SSE connection before it falls back to replaying history
     subscriber_buffer: int = 1_000
     #: history entries embedded in ``GET /tasks/{id}``
@@ -39,7 +45,14 @@ class WebConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError("max_body_bytes must be at least 1024")
         if self.max_streams_per_client < 0:
             raise ConfigError("max_streams_per_client must be >= 0 (0 = no cap)")
-        for name in ("keepalive_ms", "sse_retry_ms", "hub_block_ms", "subscriber_buffer"):
+        for name in (
+            "keepalive_ms",
+            "sse_retry_ms",
+            "hub_block_ms",
+            "redis_outage_ms",
+            "redis_timeout_ms",
+            "subscriber_buffer",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be positive")
         if not 0 <= self.recent_history <= 1000:

@@ -2,15 +2,37 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..codec import MAX_DEPTH, too_deep
 from .schemas import ErrorBody, encode
 
-__all__ = ["ApiError", "bearer_token", "error_response", "json_response", "read_body"]
+log = logging.getLogger("rsjobs.web")
+
+__all__ = [
+    "BODY_DEPTH",
+    "PAGE_PARAMS",
+    "RESUME_PARAMS",
+    "ApiError",
+    "answering",
+    "bearer_token",
+    "check_query",
+    "error_response",
+    "is_ascii_number",
+    "json_response",
+    "last_event_id",
+    "page_params",
+    "read_body",
+    "unavailable",
+]
+
+Handler = Callable[[Request], Awaitable[Response]]
 
 
 class ApiError(Exception):
@@ -24,6 +46,38 @@ class ApiError(Exception):
         self.headers = headers
 
 
+def is_ascii_number(text: str, digits: int = 19) -> bool:
+    """Whether ``text`` is 1 to ``digits`` ASCII digits: ``str.isdigit()`` also accepts
+    superscripts ('\\u00b2', which ``int()`` refuses) and other scripts' digits ('\\u0661',
+    which it reads as 1)."""
+    return 0 < len(text) <= digits and text.isascii() and text.isdigit()
+
+
+def unavailable() -> ApiError:
+    """The answer while Redis cannot be reached (every route, the same shape)."""
+    return ApiError(503, "redis_unavailable", "the task store is unavailable; retry later")
+
+
+def store_error(exc: Exception) -> ApiError | None:
+    """The answer for an error of the store behind a route (None: not one of those).
+
+    Redis unreachable, frozen or failing over: 503 ``redis_unavailable``. Durable mode's
+    replicas not confirming a write in time: 503 ``not_replicated`` (the write was applied;
+    repeating the request is safe). Stored data rsjobs cannot read (written by something
+    else): 500 ``corrupt_data``, logged, the request changed nothing."""
+    from ..errors import NotReplicated, RedisUnavailable
+    from ..workflows.errors import CorruptWorkflow
+
+    if isinstance(exc, RedisError | RedisUnavailable):
+        return unavailable()
+    if isinstance(exc, NotReplicated):
+        return ApiError(503, "not_replicated", str(exc), {"Retry-After": "1"})
+    if isinstance(exc, CorruptWorkflow):
+        log.error("corrupt stored data: %s", exc)
+        return ApiError(500, "corrupt_data", str(exc))
+    return None
+
+
 def json_response(
     value: Any, status: int = 200, headers: Mapping[str, str] | None = None
 ) -> Response:
@@ -34,12 +88,35 @@ def error_response(exc: ApiError) -> Response:
     return json_response(ErrorBody(error=exc.code, detail=exc.detail), exc.status, exc.headers)
 
 
+#: a JSON body nests one level above the payload (or workflow input) it carries
+BODY_DEPTH = MAX_DEPTH + 1
+
+
+def answering(fn: Handler) -> Handler:
+    """``fn`` turning its errors into JSON answers itself, so that routes mounted in any
+    app need no exception handlers (the workflow routes)."""
+
+    async def handle(request: Request) -> Response:
+        try:
+            return await fn(request)
+        except ApiError as exc:
+            return error_response(exc)
+        except Exception as exc:
+            answer = store_error(exc)
+            if answer is None:
+                raise
+            return error_response(answer)
+
+    return handle
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refused with 413 past ``limit`` bytes (checked before reading
-    when Content-Length is sent, and while reading otherwise)."""
+    when Content-Length is sent, and while reading otherwise), and with 422 when it nests
+    deeper than :data:`BODY_DEPTH` (decoding it would exhaust the stack)."""
     declared = request.headers.get("content-length")
     if declared is not None:
-        if not declared.isdigit():
+        if not is_ascii_number(declared):
             raise ApiError(400, "bad_request", "invalid Content-Length header")
         if int(declared) > limit:
             raise ApiError(413, "body_too_large", f"request body over the limit of {limit} bytes")
@@ -53,7 +130,27 @@ async def read_body(request: Request, limit: int) -> bytes:
         if size > limit:
             raise ApiError(413, "body_too_large", f"request body over the limit of {limit} bytes")
         chunks.append(chunk)
-    return b"".join(chunks)
+    body = b"".join(chunks)
+    if too_deep(body, BODY_DEPTH):
+        raise ApiError(
+            422,
+            "invalid_body",
+            f"the body nests more than {BODY_DEPTH} levels deep (a payload or input at "
+            f"most {MAX_DEPTH})",
+        )
+    return body
+
+
+def check_query(request: Request, allowed: tuple[str, ...] = ()) -> None:
+    """400 when the query string has a parameter the route does not take: a misspelt one
+    (``?limt=5``) would otherwise be ignored without a word."""
+    unknown = sorted({k for k in request.query_params if k not in allowed})
+    if unknown:
+        names = ", ".join(repr(k[:40]) for k in unknown[:5])
+        takes = ", ".join(allowed) if allowed else "none"
+        raise ApiError(
+            400, "unknown_parameter", f"unknown query parameter {names}; this route takes: {takes}"
+        )
 
 
 def bearer_token(request: Request, *, allow_query: bool = False) -> str | None:
@@ -77,6 +174,11 @@ def bearer_token(request: Request, *, allow_query: bool = False) -> str | None:
     return None
 
 
+#: the query parameters of a history page, and of an event stream's resume point
+PAGE_PARAMS = ("after", "limit")
+RESUME_PARAMS = ("last_event_id",)
+
+
 def page_params(request: Request) -> tuple[str, int]:
     """``after`` (an exclusive history entry id, default ``0-0``) and ``limit`` (1-1000,
     default 100) of a history page request; raises a 400 :class:`ApiError` otherwise."""
@@ -90,7 +192,7 @@ def page_params(request: Request) -> tuple[str, int]:
             400, "invalid_after", "after: a history entry id like 1700000000000-0"
         ) from None
     raw_limit = request.query_params.get("limit", "100")
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 1000:
+    if not is_ascii_number(raw_limit, 4) or not 1 <= int(raw_limit) <= 1000:
         raise ApiError(400, "invalid_limit", "limit: an integer from 1 to 1000")
     return after, int(raw_limit)
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from redis.asyncio import Redis
@@ -28,29 +29,49 @@ from ..model import TERMINAL
 from ..schemas import HistoryEntry
 from .schemas import encode
 
-__all__ = ["Hub", "Item", "Subscription", "parse_id"]
+__all__ = ["Hub", "Item", "Subscription", "exclusive", "parse_id"]
 
 log = logging.getLogger("rsjobs.web")
 
 
+_ID = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")  # [0-9], not \d: ASCII digits only
+_ID_LIMIT = 1 << 64  # each part of a stream id is an unsigned 64-bit integer
+_LAST = (_ID_LIMIT - 1, _ID_LIMIT - 1)
+
+
 def parse_id(stream_id: str) -> tuple[int, int]:
-    """A stream id ``<ms>-<seq>`` as a sortable pair; raises ValueError if malformed."""
-    ms, sep, seq = stream_id.partition("-")
-    if not sep or not ms.isdigit() or not seq.isdigit() or len(ms) > 20 or len(seq) > 20:
+    """A stream id ``<ms>-<seq>`` (two ASCII-digit parts, each below 2^64, as Redis
+    requires) as a sortable pair; raises ValueError if malformed."""
+    m = _ID.fullmatch(stream_id)
+    if m is None or int(m[1]) >= _ID_LIMIT or int(m[2]) >= _ID_LIMIT:
         raise ValueError(f"invalid stream id {stream_id!r}")
-    return int(ms), int(seq)
+    return int(m[1]), int(m[2])
+
+
+def exclusive(stream_id: str) -> str | None:
+    """The XRANGE start of the entries after ``stream_id`` (a valid id), or None when no
+    entry can follow it: Redis refuses an exclusive start at the largest id."""
+    return None if parse_id(stream_id) == _LAST else f"({stream_id}"
 
 
 class Item:
     """One history entry of one task, with its SSE encoding computed once for all readers."""
 
-    __slots__ = ("_wire", "fields", "hid", "key", "task_id")
+    __slots__ = ("_wire", "fields", "hid", "key", "repeats", "task_id")
 
-    def __init__(self, task_id: str, hid: str, fields: dict[str, str]) -> None:
+    def __init__(
+        self,
+        task_id: str,
+        hid: str,
+        fields: dict[str, str],
+        repeats: Mapping[str, str] | None = None,
+    ) -> None:
         self.task_id = task_id
         self.hid = hid
         self.key = parse_id(hid)
         self.fields = fields
+        #: a replayed refusal's repeat counters (task hash fields ``rep:<id>``...)
+        self.repeats = repeats
         self._wire: bytes | None = None
 
     @property
@@ -59,7 +80,7 @@ class Item:
         return self.fields.get("to", "") in TERMINAL
 
     def entry(self) -> HistoryEntry:
-        return HistoryEntry.from_entry(self.hid, self.fields, self.task_id)
+        return HistoryEntry.from_entry(self.hid, self.fields, self.task_id, self.repeats)
 
     @property
     def wire(self) -> bytes:
@@ -121,6 +142,7 @@ class Hub:
         count: int = 1000,
         buffer: int = 1000,
         retry_ms: int = 500,
+        outage_ms: int = 5000,
     ) -> None:
         self.redis = redis
         self.events_key = events_key
@@ -128,6 +150,8 @@ class Hub:
         self.count = count
         self.buffer = buffer
         self.retry_ms = retry_ms
+        #: open streams end once reads have failed for this long (clients resume later)
+        self.outage_ms = outage_ms
         #: called with every entry read (task id, history id, fields): metrics use it
         self.observers: list[Callable[[str, str, dict[str, str]], None]] = []
         self.cursor = "0-0"
@@ -194,6 +218,13 @@ class Hub:
         self._subs.setdefault(task_id, set()).add(sub)
         return sub
 
+    def end_streams(self) -> None:
+        """End every open stream now (without ``end``: clients reconnect with
+        Last-Event-ID); later subscriptions are served as usual."""
+        for subs in self._subs.values():
+            for s in subs:
+                s.close()
+
     def close_subscriptions(self) -> None:
         """End every open stream (server shutdown); later subscriptions end at once."""
         self._closing_streams = True
@@ -210,7 +241,10 @@ class Hub:
 
     async def _run(self) -> None:
         failed = False
+        loop = asyncio.get_running_loop()
+        down_since = 0.0  # when the current run of failed reads began
         while not self._closing:
+            started = loop.time()
             try:
                 reply: Any = await self.redis.xread(
                     {self.events_key: self.cursor}, count=self.count, block=self.block_ms
@@ -224,7 +258,14 @@ class Hub:
                     raise asyncio.CancelledError from exc
                 if not failed:
                     log.warning("events reader: %s; retrying every %d ms", exc, self.retry_ms)
+                    # a read failing past its block time went unanswered from then on
+                    down_since = min(loop.time(), started + self.block_ms / 1000)
                 failed, self.healthy = True, False
+                if (loop.time() - down_since) * 1000 >= self.outage_ms and self.subscribers:
+                    # Past a blip (a restart is ridden out, the history fills the gap):
+                    # streams that would stay silent end, and EventSource reconnects.
+                    log.warning("redis unreachable: ending %d event streams", self.subscribers)
+                    self.end_streams()
                 await asyncio.sleep(self.retry_ms / 1000)
                 continue
             if failed:

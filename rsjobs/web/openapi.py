@@ -33,7 +33,9 @@ from .schemas import (
     CancelRequest,
     CancelResult,
     ErrorBody,
+    Health,
     HistoryPage,
+    StreamEnd,
     SubmitRequest,
     SubmitResult,
     TaskView,
@@ -51,6 +53,8 @@ _STRUCTS = (
     TaskView,
     HistoryEntry,
     HistoryPage,
+    StreamEnd,
+    Health,
     ErrorBody,
     StartBody,
     ConfirmBody,
@@ -101,12 +105,19 @@ _TASK_ID = {
     "schema": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
 }
 _AUTH_ERRORS = {"401": _error("no token, or an unknown token")}
+# every route that reads or writes Redis: error redis_unavailable
+_UNAVAILABLE = {"503": _error("Redis cannot be reached (redis_unavailable); retry later")}
 _TASK_ERRORS = {
     **_AUTH_ERRORS,
+    **_UNAVAILABLE,
     "400": _error("malformed task id or parameter"),
     "404": _error("no such task, or a task of another owner"),
 }
-_STREAM_ID = {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}
+_STREAM_ID = {"type": "string", "pattern": "^[0-9]{1,20}-[0-9]{1,20}$",
+              "description": "a stream id: <ms>-<seq>, each below 2^64"}  # fmt: skip
+# (empty: from the start, as EventSource sends no id before its first event)
+_RESUME_ID = {"type": "string", "pattern": "^([0-9]{1,20}-[0-9]{1,20})?$",
+              "description": "the last event's id; empty: from the start"}  # fmt: skip
 # ?after= & ?limit= of the history pages (task and workflow)
 _PAGE_PARAMS = [
     {"name": "after", "in": "query", "required": False,
@@ -116,9 +127,9 @@ _PAGE_PARAMS = [
 ]  # fmt: skip
 # where an event stream resumes (task and workflow)
 _RESUME_PARAMS = [
-    {"name": "Last-Event-ID", "in": "header", "required": False, "schema": _STREAM_ID},
+    {"name": "Last-Event-ID", "in": "header", "required": False, "schema": _RESUME_ID},
     {"name": "last_event_id", "in": "query", "required": False,
-     "description": "same as the Last-Event-ID header", "schema": _STREAM_ID},
+     "description": "same as the Last-Event-ID header", "schema": _RESUME_ID},
 ]  # fmt: skip
 
 
@@ -129,15 +140,41 @@ def _access_token(why: str) -> dict[str, Any]:
             "schema": {"type": "string"}}  # fmt: skip
 
 
-def _event_stream(what: str, errors: dict[str, Any]) -> dict[str, Any]:
-    """The responses of an event-stream route."""
+def _sse_event(event: str, data: dict[str, Any], *, with_id: bool) -> dict[str, Any]:
+    """One kind of event of an event stream, as a parsed event (``event``, ``data``,
+    ``id``): the schema OpenAPI documents per event for ``text/event-stream``."""
+    props: dict[str, Any] = {
+        "event": {"const": event},
+        "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": data},
+        # (an event without an id line keeps the stream's last id, as EventSource does)
+        "id": _STREAM_ID,
+    }
+    return {"type": "object", "properties": props,
+            "required": ["event", "data", *(["id"] if with_id else [])]}  # fmt: skip
+
+
+def _event_stream(
+    what: str, errors: dict[str, Any], events: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The responses of an event-stream route; ``events``: the schema of each kind."""
     return {
-        "200": {"description": "an event stream",
-                "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+        "200": {"description": "an event stream (each event as parsed: event, data, id)",
+                "content": {"text/event-stream": {"schema": {"anyOf": events}}}},
         "204": {"description": f"the {what} is finished and nothing was missed"},
         **errors,
         "429": _error("too many open event streams for this client"),
     }  # fmt: skip
+
+
+_TASK_EVENTS = [
+    _sse_event("message", {"$ref": _REF.format(name="HistoryEntry")}, with_id=True),
+    _sse_event("end", {"$ref": _REF.format(name="StreamEnd")}, with_id=False),
+]
+_WORKFLOW_EVENTS = [
+    _sse_event("message", {"$ref": _REF.format(name="WorkflowEvent")}, with_id=True),
+    _sse_event("status", {"$ref": _REF.format(name="WorkflowStatus")}, with_id=False),
+    _sse_event("end", {"type": "object"}, with_id=False),
+]
 
 
 def _paths() -> dict[str, Any]:
@@ -162,6 +199,7 @@ def _paths() -> dict[str, Any]:
                         "SubmitResult"), "headers": {"Location": {
                             "description": "the task's URL", "schema": {"type": "string"}}}},
                     **_AUTH_ERRORS,
+                    **_UNAVAILABLE,
                     "400": _error("malformed JSON or Idempotency-Key"),
                     "403": _error("owner set by a non-admin token"),
                     "413": _error("body or payload over the size limit"),
@@ -216,7 +254,7 @@ def _paths() -> dict[str, Any]:
                 "reconnect to a finished task with nothing missed answers 204.",
                 "operationId": "taskEvents",
                 "parameters": [_TASK_ID, *_RESUME_PARAMS, _access_token("EventSource")],
-                "responses": _event_stream("task", _TASK_ERRORS),
+                "responses": _event_stream("task", _TASK_ERRORS, _TASK_EVENTS),
             }
         },
         "/healthz": {
@@ -224,8 +262,9 @@ def _paths() -> dict[str, Any]:
                 "summary": "Liveness and Redis reachability (no token needed)",
                 "operationId": "healthz",
                 "security": [],
-                "responses": {"200": {"description": "Redis answers"},
-                              "503": {"description": "Redis does not answer"}},
+                "responses": {"200": {"description": "Redis answers", "content": _json("Health")},
+                              "503": {"description": "Redis does not answer",
+                                      "content": _json("Health")}},
             }
         },
         "/metrics": {
@@ -245,7 +284,8 @@ def _paths() -> dict[str, Any]:
                 "summary": "This document",
                 "operationId": "openapi",
                 "security": [],
-                "responses": {"200": {"description": "OpenAPI 3.1"}},
+                "responses": {"200": {"description": "OpenAPI 3.1", "content": {
+                    "application/json": {"schema": {"type": "object"}}}}},
             }
         },
     }  # fmt: skip
@@ -260,6 +300,7 @@ _WF_ID = {
 }
 _WF_ERRORS = {
     **_AUTH_ERRORS,
+    **_UNAVAILABLE,
     "400": _error("malformed workflow id or parameter"),
     "404": _error("no such workflow, or a workflow of another owner"),
 }
@@ -305,6 +346,7 @@ def _workflow_paths() -> dict[str, Any]:
                     "200": {"description": "the Idempotency-Key names an existing workflow "
                             "(changed=false)", "content": _json("ActionResult")},
                     **_AUTH_ERRORS,
+                    **_UNAVAILABLE,
                     "400": _error("malformed JSON, empty body or bad Idempotency-Key"),
                     "403": _error("owner set by a non-admin token"),
                     **_BODY_ERRORS,
@@ -350,7 +392,7 @@ def _workflow_paths() -> dict[str, Any]:
                 "workflow with nothing missed answers 204.",
                 "operationId": "workflowEvents",
                 "parameters": [_WF_ID, *_RESUME_PARAMS, _access_token("EventSource")],
-                "responses": _event_stream("workflow", _WF_ERRORS),
+                "responses": _event_stream("workflow", _WF_ERRORS, _WORKFLOW_EVENTS),
             }
         },
         "/workflows/{wf_id}/{action}": {
@@ -417,7 +459,8 @@ def _workflow_paths() -> dict[str, Any]:
                 ],
                 "responses": {
                     "200": {"description": "the file",
-                            "content": {m: {"schema": {"type": "string", "format": "binary"}}
+                            "content": {m: {"schema": {} if m == "application/json" else
+                                            {"type": "string", "format": "binary"}}
                                         for m in _FILE_MEDIA}},
                     **_WF_ERRORS,
                     "400": _error("malformed workflow id, version, stage or item"),
@@ -440,9 +483,25 @@ def _narrow(components: dict[str, Any]) -> dict[str, Any]:
     return components
 
 
+def _ecma(node: Any) -> Any:
+    """``node`` with the Structs' Python patterns in ECMA-262, JSON Schema's dialect: the
+    closing ``\\Z`` (the end of the string) is spelled ``$``, which is the end of the
+    string there (Python's ``$`` also matches before a final newline)."""
+    if isinstance(node, dict):
+        out = {k: _ecma(v) for k, v in node.items()}
+        pattern = out.get("pattern")
+        if isinstance(pattern, str) and pattern.endswith("\\Z"):
+            out["pattern"] = pattern[:-2] + "$"
+        return out
+    if isinstance(node, list):
+        return [_ecma(v) for v in node]
+    return node
+
+
 @cache
 def openapi_document() -> dict[str, Any]:
     _, components = msgspec.json.schema_components(_STRUCTS, ref_template=_REF)
+    components = _ecma(components)
     return {
         "openapi": "3.1.0",
         "info": {

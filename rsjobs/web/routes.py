@@ -4,6 +4,7 @@ answers a task of another owner exactly like a task that does not exist (404).""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from typing import Any
 
@@ -17,12 +18,23 @@ from ..errors import ConfigError, PayloadError, TaskNotFound
 from ..model import is_terminal
 from ..schemas import EnqueueRequest, HistoryEntry, TaskInfo
 from .auth import Principal, require_principal
-from .http import ApiError, json_response, last_event_id, page_params, read_body
+from .http import (
+    PAGE_PARAMS,
+    RESUME_PARAMS,
+    ApiError,
+    check_query,
+    json_response,
+    last_event_id,
+    page_params,
+    read_body,
+)
+from .hub import exclusive
 from .metrics import CONTENT_TYPE
 from .openapi import openapi_document
 from .schemas import (
     CancelRequest,
     CancelResult,
+    Health,
     HistoryPage,
     SubmitRequest,
     SubmitResult,
@@ -34,7 +46,22 @@ from .sse import EventStreamResponse, events, snapshot
 
 __all__ = ["Api"]
 
-_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,128}$")  # printable ASCII, no spaces
+#: the longest dedup key ``Client.enqueue`` accepts
+MAX_DEDUP_KEY = 256
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")  # printable ASCII, no spaces
+
+
+def scoped_key(owner: str, key: str) -> str:
+    """The dedup key of idempotency key ``key`` of ``owner``: two owners using the same key
+    get two tasks. ``<owner>/<key>``, or where that would pass the 256 characters a dedup
+    key may have, ``<owner> <SHA-256 of key>``: neither owners nor keys contain a space,
+    so the two forms never meet, and keys that fit keep the form they always had."""
+    if not owner:
+        return key
+    plain = f"{owner}/{key}"
+    if len(plain) <= MAX_DEDUP_KEY:
+        return plain
+    return f"{owner} {hashlib.sha256(key.encode()).hexdigest()}"
 
 
 def _not_found(task_id: str) -> ApiError:
@@ -51,8 +78,10 @@ class Api:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def principal(self, request: Request, *, allow_query: bool = False) -> Principal:
-        return require_principal(self.svc.auth, request, allow_query=allow_query)
+    def principal(
+        self, request: Request, *, allow_query: bool = False, params: tuple[str, ...] = ()
+    ) -> Principal:
+        return require_principal(self.svc.auth, request, allow_query=allow_query, params=params)
 
     @staticmethod
     def task_id(request: Request) -> str:
@@ -96,13 +125,12 @@ class Api:
             raise ApiError(403, "forbidden", "only an admin token may submit for another owner")
         owner = req.owner or who.owner
         header = request.headers.get("idempotency-key")
-        if header is not None and not _IDEMPOTENCY_KEY.match(header):
+        if header is not None and not _IDEMPOTENCY_KEY.fullmatch(header):
             raise ApiError(400, "invalid_idempotency_key", "Idempotency-Key: 1-128 printable ASCII")
         if header is not None and req.dedup_key is not None and header != req.dedup_key:
             raise ApiError(400, "invalid_idempotency_key", "Idempotency-Key and dedup_key disagree")
         key = header or req.dedup_key
-        # scoped per owner: two owners using the same key get two tasks
-        dedup = (f"{owner}/{key}" if owner else key) if key else None
+        dedup = scoped_key(owner, key) if key else None
         if req.backoff_max_ms < req.backoff_base_ms:
             raise ApiError(422, "invalid_body", "backoff_max_ms must be >= backoff_base_ms")
         if dedup:
@@ -174,18 +202,20 @@ class Api:
         info = TaskInfo.from_hash(h)
         if not who.may_see(info.owner):
             raise _not_found(tid)
-        recent = [HistoryEntry.from_entry(i, f, tid) for i, f in reversed(rows)] if n else []
+        recent = [HistoryEntry.from_entry(i, f, tid, h) for i, f in reversed(rows)] if n else []
         return json_response(TaskView.build(info, recent))
 
     async def history(self, request: Request) -> Response:
-        who = self.principal(request)
+        who = self.principal(request, params=PAGE_PARAMS)
         tid = self.task_id(request)
         after, limit = page_params(request)
         await self.visible_state(who, tid)
-        try:
-            entries = await self.svc.client.history(tid, after=after, count=limit)
-        except TaskNotFound:
-            raise _not_found(tid) from None
+        entries: list[HistoryEntry] = []
+        if exclusive(after) is not None:  # nothing follows the largest id
+            try:
+                entries = await self.svc.client.history(tid, after=after, count=limit)
+            except TaskNotFound:
+                raise _not_found(tid) from None
         return json_response(
             HistoryPage(id=tid, entries=entries, next=entries[-1].id if entries else None)
         )
@@ -205,7 +235,7 @@ class Api:
         return json_response(CancelResult(id=tid, state=state, changed=changed))
 
     async def task_events(self, request: Request) -> Response:
-        who = self.principal(request, allow_query=True)
+        who = self.principal(request, allow_query=True, params=RESUME_PARAMS)
         tid = self.task_id(request)
         last = last_event_id(request)
         await self.visible_state(who, tid)
@@ -246,6 +276,7 @@ class Api:
             return Response(status_code=204)
         body = events(
             self.redis,
+            self.keys.task(tid),
             self.keys.history(tid),
             sub,
             first,
@@ -259,6 +290,7 @@ class Api:
     # -- operations ------------------------------------------------------------------------
 
     async def healthz(self, request: Request) -> Response:
+        check_query(request)
         try:
             async with asyncio.timeout(2):
                 await self.redis.ping()
@@ -266,14 +298,12 @@ class Api:
         except (RedisError, OSError, TimeoutError):
             redis_ok = False
         hub = self.svc.hub
-        body = {
-            "status": "ok" if redis_ok else "unavailable",
-            "redis": "ok" if redis_ok else "unreachable",
-            "events_reader": (
-                ("ok" if hub.healthy else "retrying") if hub.running else "not started"
-            ),
-            "event_streams": self.svc.limiter.total,
-        }
+        body = Health(
+            status="ok" if redis_ok else "unavailable",
+            redis="ok" if redis_ok else "unreachable",
+            events_reader=("ok" if hub.healthy else "retrying") if hub.running else "not started",
+            event_streams=self.svc.limiter.total,
+        )
         return json_response(body, 200 if redis_ok else 503)
 
     async def metrics(self, request: Request) -> Response:
@@ -281,6 +311,8 @@ class Api:
             who = self.principal(request)
             if not who.admin:
                 raise ApiError(403, "forbidden", "metrics need an admin token")
+        else:
+            check_query(request)
         try:
             await self.svc.start()  # durations are observed by the events reader
         except (RedisError, OSError):
@@ -288,4 +320,5 @@ class Api:
         return Response(await self.svc.metrics.render(), media_type=CONTENT_TYPE)
 
     async def openapi(self, request: Request) -> Response:
+        check_query(request)
         return json_response(openapi_document())

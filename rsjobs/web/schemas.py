@@ -18,7 +18,9 @@ __all__ = [
     "CancelRequest",
     "CancelResult",
     "ErrorBody",
+    "Health",
     "HistoryPage",
+    "StreamEnd",
     "SubmitRequest",
     "SubmitResult",
     "TaskView",
@@ -26,11 +28,16 @@ __all__ = [
     "encode",
 ]
 
+# Patterns end with \Z, not $: Python's $ also matches before a final newline, so "q\n"
+# would pass. The OpenAPI document spells \Z as $, which means the same in ECMA-262.
+
 #: Same rule as ``rsjobs.keys.validate_name`` (queue names).
-QueueName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.\-]{1,64}$", description="queue name")]
-#: Owner names: no '/' (dedup keys are scoped as ``<owner>/<key>``), no ':' (role suffix).
-OwnerName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.@\-]{1,128}$")]
-DedupKey = Annotated[str, Meta(min_length=1, max_length=128)]
+QueueName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.\-]{1,64}\Z", description="queue name")]
+#: Owner names: no '/' or space (dedup keys are scoped as ``<owner>/<key>``), no ':' (role
+#: suffix).
+OwnerName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.@\-]{1,128}\Z")]
+#: The ``Idempotency-Key`` rule: 1-128 printable ASCII characters, no space.
+DedupKey = Annotated[str, Meta(pattern=r"^[\x21-\x7e]{1,128}\Z")]
 Millis = Annotated[int, Meta(ge=0, le=30 * 24 * 3600 * 1000, description="milliseconds")]
 
 
@@ -135,6 +142,26 @@ class HistoryPage(msgspec.Struct, frozen=True, kw_only=True):
     entries: list[HistoryEntry]
     #: the id of the last entry, or null when this page is empty
     next: str | None
+
+
+class Health(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /healthz``."""
+
+    #: "ok", or "unavailable" (with 503) when Redis does not answer
+    status: str
+    #: "ok" or "unreachable"
+    redis: str
+    #: "ok", "retrying" (after a Redis error) or "not started"
+    events_reader: str
+    #: open SSE connections of this process
+    event_streams: int
+
+
+class StreamEnd(msgspec.Struct, frozen=True, kw_only=True):
+    """The data of a task event stream's ``end`` event."""
+
+    #: the task's final state
+    state: str
 
 
 class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from redis.asyncio import Redis
+
 from ..client import Client
 from .auth import Auth
 from .config import WebConfig
@@ -25,16 +27,27 @@ class Service:
     lifespan does not reach a mounted app); :meth:`aclose` stops it.
     """
 
-    def __init__(self, client: Client, auth: Auth, config: WebConfig, *, own_client: bool) -> None:
+    def __init__(
+        self,
+        client: Client,
+        auth: Auth,
+        config: WebConfig,
+        *,
+        own_client: bool,
+        blocking: Redis | None = None,
+    ) -> None:
         self.client = client
         self.auth = auth
         self.config = config
         self.own_client = own_client
+        #: the client of the events reader's blocking reads (the app's own, or ``client``'s)
+        self.blocking = blocking if blocking is not None else client.redis
         self.hub = Hub(
-            client.redis,
+            self.blocking,
             client.keys.events,
             block_ms=config.hub_block_ms,
             buffer=config.subscriber_buffer,
+            outage_ms=config.redis_outage_ms,
         )
         self.limiter = StreamLimiter(config.max_streams_per_client)
         self.metrics = Metrics(client.redis, client.keys)
@@ -63,5 +76,7 @@ class Service:
             try:
                 async with asyncio.timeout(5):
                     await self.client.close()
+                    if self.blocking is not self.client.redis:
+                        await self.blocking.aclose()
             except TimeoutError:
                 log.warning("closing the redis connections timed out")

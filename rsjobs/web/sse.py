@@ -26,10 +26,11 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from ..model import is_terminal
+from ..schemas import repeat_fields
 from .auth import Principal
 from .http import ApiError
-from .hub import Item, Subscription, parse_id
-from .schemas import encode
+from .hub import Item, Subscription, exclusive, parse_id
+from .schemas import StreamEnd, encode
 
 __all__ = ["EventStreamResponse", "Snapshot", "StreamLimiter", "events", "snapshot"]
 
@@ -95,9 +96,22 @@ class Snapshot:
         return self.state is None or is_terminal(self.state)
 
 
-async def _page(redis: Redis, hkey: str, task_id: str, after: str) -> list[Item]:
-    rows: Any = await redis.xrange(hkey, f"({after}", "+", count=PAGE)
-    return [Item(task_id, hid, fields) for hid, fields in rows]
+async def _items(redis: Redis, task_key: str, task_id: str, rows: Any) -> list[Item]:
+    """Replayed entries; refusals carry their repeat counts from the task hash (one HMGET,
+    only when the page holds refusals), as ``GET /tasks/{id}/history`` shows them."""
+    names = [n for hid, f in rows if f.get("rej") == "1" for n in repeat_fields(hid)]
+    counts: dict[str, str] = {}
+    if names:
+        counts = dict(zip(names, await redis.hmget(task_key, names), strict=True))
+    return [Item(task_id, hid, fields, counts or None) for hid, fields in rows]
+
+
+async def _page(redis: Redis, task_key: str, hkey: str, task_id: str, after: str) -> list[Item]:
+    start = exclusive(after)
+    if start is None:
+        return []
+    rows: Any = await redis.xrange(hkey, start, "+", count=PAGE)
+    return await _items(redis, task_key, task_id, rows)
 
 
 async def snapshot(redis: Redis, task_key: str, hkey: str, task_id: str, after: str) -> Snapshot:
@@ -106,21 +120,24 @@ async def snapshot(redis: Redis, task_key: str, hkey: str, task_id: str, after: 
     Atomic (MULTI) so that when the state is terminal, the terminal entry is either in this
     page, in a later page, or at or before ``after``: the stream can end safely.
     """
+    start = exclusive(after) or "+"
     async with redis.pipeline(transaction=True) as pipe:
         pipe.hget(task_key, "state")
-        pipe.xrange(hkey, f"({after}", "+", count=PAGE)
+        pipe.xrange(hkey, start, "+", count=PAGE)
         pipe.xrange(hkey, after, after, count=1)
         state, rows, own = await pipe.execute()
-    items = [Item(task_id, hid, fields) for hid, fields in rows]
+    # (after the largest id the range is "+".."+", which can only hold that id itself)
+    items = await _items(redis, task_key, task_id, [(h, f) for h, f in rows if h != after])
     return Snapshot(state, items, len(items) == PAGE, known=after == "0-0" or bool(own))
 
 
 def _end(state: str) -> bytes:
-    return b"event: end\ndata: %s\n\n" % encode({"state": state})
+    return b"event: end\ndata: %s\n\n" % encode(StreamEnd(state=state))
 
 
 async def events(
     redis: Redis,
+    task_key: str,
     hkey: str,
     sub: Subscription,
     first: Snapshot,
@@ -155,7 +172,7 @@ async def events(
                 yield b"".join(out)
             if not more:
                 break
-            items = await _page(redis, hkey, task_id, after)
+            items = await _page(redis, task_key, hkey, task_id, after)
             more = len(items) == PAGE
         if first.finished:
             # the terminal entry was at or before the client's last id
@@ -177,7 +194,7 @@ async def events(
             if resync:
                 items = []
                 while True:
-                    page = await _page(redis, hkey, task_id, after)
+                    page = await _page(redis, task_key, hkey, task_id, after)
                     items += page
                     if len(page) < PAGE:
                         break

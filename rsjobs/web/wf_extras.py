@@ -28,11 +28,10 @@ from starlette.routing import BaseRoute, Route
 
 from ..errors import ConfigError
 from ..workflows.client import WorkflowClient, validate_workflow_id
-from ..workflows.http import _answering
 from ..workflows.plan import Plan, decode_plan
 from ..workflows.schemas import decode_asset
 from .auth import Auth, Principal, require_principal
-from .http import ApiError, json_response
+from .http import ApiError, answering, json_response
 
 __all__ = [
     "MEDIA_TYPES",
@@ -43,8 +42,8 @@ __all__ = [
     "workflow_extra_routes",
 ]
 
-_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-_VERSION = re.compile(r"^[1-9][0-9]{0,6}$")
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+_VERSION = re.compile(r"[1-9][0-9]{0,6}")
 
 #: media types served by suffix; anything else is sent as an attachment
 MEDIA_TYPES = {
@@ -137,8 +136,10 @@ class WorkflowExtras:
         self.auth = auth
         self.root = asset_root
 
-    def principal(self, request: Request, *, allow_query: bool = False) -> Principal:
-        return require_principal(self.auth, request, allow_query=allow_query)
+    def principal(
+        self, request: Request, *, allow_query: bool = False, params: tuple[str, ...] = ()
+    ) -> Principal:
+        return require_principal(self.auth, request, allow_query=allow_query, params=params)
 
     async def visible_plan(self, request: Request, who: Principal) -> tuple[str, Plan]:
         """The workflow's id and plan; 404 unless it exists and ``who`` may see it."""
@@ -164,7 +165,8 @@ class WorkflowExtras:
         who = self.principal(request, allow_query=True)
         p = request.path_params
         version, stage, item = p["version"], p["stage"], p["item"]
-        if not _VERSION.match(version) or not _NAME.match(stage) or not _NAME.match(item):
+        valid = _VERSION.fullmatch(version) and _NAME.fullmatch(stage) and _NAME.fullmatch(item)
+        if not valid:
             raise ApiError(
                 400,
                 "invalid_asset",
@@ -211,10 +213,10 @@ def workflow_extra_routes(
     """The plan and asset routes (``asset_root`` from :func:`check_asset_root`)."""
     x = WorkflowExtras(client, auth, asset_root)
     return [
-        Route("/workflows/{wf_id}/plan", _answering(x.plan), methods=["GET"]),
+        Route("/workflows/{wf_id}/plan", answering(x.plan), methods=["GET"]),
         Route(
             "/workflows/{wf_id}/assets/{version}/{stage}/{item}",
-            _answering(x.asset),
+            answering(x.asset),
             methods=["GET"],
             name="workflow_asset",
         ),

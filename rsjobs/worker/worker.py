@@ -18,23 +18,26 @@ import socket
 import time
 import uuid
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+import msgspec
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..codec import decode, encode
+from ..codec import decode, encode, encode_payload
+from ..connection import describe, reset_connections
 from ..errors import ConfigError, NonRetryable, PayloadError
+from ..isolation import about_server, each_alone
 from ..keys import split_member, validate_name
 from ..schemas import _text
 from ..scripts import Scripts, TaskKeys
 from ..settings import Settings
 from ..streams import Delivery, ensure_group, read_batch, read_own_pending
+from ..transient import TRANSIENT, is_failover
 from .context import Context
 from .registry import Registry
+from .threads import HandlerThread
 
 if TYPE_CHECKING:
     from ..workflows.finish import WorkflowFinisher
@@ -42,8 +45,6 @@ if TYPE_CHECKING:
 __all__ = ["Worker"]
 
 log = logging.getLogger("rsjobs.worker")
-
-_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
 class _Job:
@@ -59,6 +60,7 @@ class _Job:
         "progress_sent",
         "queue",
         "task",
+        "thread",
         "wf",
     )
 
@@ -75,6 +77,8 @@ class _Job:
         self.task: asyncio.Task[None] | None = None
         self.ctx: Context | None = None
         self.progress_sent: float | None = None
+        #: the thread of a sync handler's call (None for an async handler)
+        self.thread: HandlerThread | None = None
 
     def stop(self, reason: str) -> None:
         """Stop the handler: the task left RUNNING (or this worker lost its lease)."""
@@ -83,6 +87,15 @@ class _Job:
             self.ctx.cancelled.set()
         if self.task is not None and not self.task.done():
             self.task.cancel()
+
+
+class _Stuck(NamedTuple):
+    """A sync handler's thread still running after its job ended."""
+
+    task_id: str
+    attempt: int
+    reason: str  #: why the job ended: TIMEOUT, CANCELLED, PAUSED, LOST, SHUTDOWN
+    since: float  #: time.time() when the job ended
 
 
 class Worker:
@@ -130,6 +143,8 @@ class Worker:
 
         self.registry = registry
         self.redis = redis if redis is not None else connect(url)
+        #: where this worker connects (None when given a client), for its start-up line
+        self.url: str | None = url if redis is None else None
         self.settings = settings or Settings()
         self.scripts = Scripts(self.redis, self.settings)
         self.keys = self.scripts.keys
@@ -173,7 +188,9 @@ class Worker:
         # workflow tasks end through wf_finish.lua, one call each (rsjobs.workflows)
         self._wf_finisher: WorkflowFinisher | None = None
         self._wf_pending: set[asyncio.Task[int]] = set()
-        self._threads = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rsjobs")
+        #: threads of sync handlers that outlived their job (they ignored ctx.cancelled):
+        #: each holds a slot until it returns (see _hold); key -> what it ran
+        self._stuck: dict[int, _Stuck] = {}
         self.processed = 0
         self.started_at = 0.0
 
@@ -198,16 +215,18 @@ class Worker:
             log.info("worker %s stopped before redis was reachable", self.name)
             self._remove_signal_handlers(loop)
             return
-        for stream in self.streams:
-            await ensure_group(self.redis, stream)
-        await self.redis.sadd(self.keys.queues, *self.queues)
-        await self._register()
         helpers = [
             asyncio.create_task(self._beat_loop(), name="rsjobs-beat"),
             asyncio.create_task(self._control_loop(), name="rsjobs-control"),
             asyncio.create_task(self._promote_loop(), name="rsjobs-promote"),
         ]
-        log.info("worker %s: queues=%s concurrency=%d", self.name, self.queues, self.concurrency)
+        log.info(
+            "worker %s: queues=%s concurrency=%d redis=%s",
+            self.name,
+            self.queues,
+            self.concurrency,
+            describe(self.redis, self.url),
+        )
         try:
             await self._fetch_loop()
             await self._drain()
@@ -222,7 +241,14 @@ class Worker:
             await self._wait_starts()
             await self._flush_all()
             await self._unregister()
-            self._threads.shutdown(wait=False, cancel_futures=True)
+            if self._stuck:
+                log.error(
+                    "worker %s: exiting while %d handler threads have not returned (%s); "
+                    "their tasks are already ended or handed back",
+                    self.name,
+                    len(self._stuck),
+                    ", ".join(s.task_id for s in self._stuck.values()),
+                )
             self._remove_signal_handlers(loop)
             log.info("worker %s stopped after %d tasks", self.name, self.processed)
 
@@ -231,16 +257,28 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
 
+    async def _setup(self) -> None:
+        """The groups of the queue streams, the queue names, the first registration."""
+        await self.redis.ping()
+        for stream in self.streams:
+            await ensure_group(self.redis, stream)
+        await self.redis.sadd(self.keys.queues, *self.queues)
+        await self._register()
+
     async def _wait_for_redis(self) -> bool:
-        """Wait until Redis answers: a worker may start before its Redis does (a deploy,
-        a restart). Retries with backoff up to 5 s; False when stopped first."""
+        """Wait until Redis answers and takes the worker's set-up writes: a worker may
+        start before its Redis does (a deploy, a restart), or while Redis refuses writes
+        (out of memory, a replica). Retries with backoff up to 5 s; False when stopped
+        first."""
         delay, warned = 0.1, False
         while not self._stopping.is_set():
             try:
-                await self.redis.ping()
-            except _TRANSIENT as exc:
+                await self._setup()
+            except Exception as exc:
+                if not about_server(exc):
+                    raise  # the worker's own settings are wrong: say so and exit
                 if not warned:
-                    log.warning("worker %s: redis unreachable (%s); waiting for it", self.name, exc)
+                    log.warning("worker %s: redis unusable (%s); waiting for it", self.name, exc)
                     warned = True
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), delay)
@@ -285,7 +323,7 @@ class Worker:
         """
         backoff = 0.1
         while not self._stopping.is_set():
-            free = self.concurrency - len(self.jobs) - self._starting
+            free = self.concurrency - len(self.jobs) - self._starting - len(self._stuck)
             if self._start_error is None and (
                 free <= 0 or (self._starting and free < self._min_batch)
             ):
@@ -315,19 +353,27 @@ class Worker:
                     self._start_tasks.add(task)
                     task.add_done_callback(self._start_tasks.discard)
                 backoff = 0.1
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 # a batch read but not started, or a reply lost on the way, is still in this
                 # consumer's pending list: look there once Redis answers again
                 self._recheck = True
                 log.warning("worker %s: redis unavailable (%s); retrying", self.name, exc)
+                if is_failover(exc):
+                    await reset_connections(self.redis)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
-            except RedisError as exc:
-                if "NOGROUP" in str(exc):
-                    for stream in self.streams:
-                        await ensure_group(self.redis, stream)
+            except Exception as exc:
+                if isinstance(exc, RedisError) and "NOGROUP" in str(exc):
+                    with contextlib.suppress(*TRANSIENT):
+                        for stream in self.streams:
+                            await ensure_group(self.redis, stream)
                     continue
-                raise
+                # OOM, BUSY, a queue key that is not a stream, a bug: nothing one task or
+                # one key does may end the worker; say it loudly, back off, go on
+                self._recheck = True
+                log.exception("worker %s: fetching failed; retrying in %.1fs", self.name, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
 
     async def _start_batch(self, batch: list[Delivery]) -> None:
         """Start one batch in the background of the fetch loop; an error goes to the loop,
@@ -363,13 +409,24 @@ class Worker:
 
     async def _start(self, batch: list[Delivery]) -> None:
         s = self.scripts
-        tkeys = [s.task_keys(d.task_id, d.queue) for d in batch]
-        replies = await s.call(
-            "start",
-            "worker",
-            tkeys,
-            [self.name, self.lease_ms, self.nonce, *(d.entry for d in batch)],
-        )
+
+        async def call(part: Sequence[Delivery]) -> list[Any]:
+            tkeys = [s.task_keys(d.task_id, d.queue) for d in part]
+            argv = [self.name, self.lease_ms, self.nonce, *(d.entry for d in part)]
+            replies: list[Any] = await s.call("start", "worker", tkeys, argv)
+            return replies
+
+        # one task whose data breaks start.lua must not stop the others (nor the worker)
+        done = await each_alone(call, batch, log, f"worker {self.name}: start batch")
+        if done.failed:
+            await self._quarantine(done.failed)
+            bad = {d.entry for d, _ in done.failed}
+            batch = [d for d in batch if d.entry not in bad]
+        replies = [r for part in done.replies for r in part]
+        if done.split:
+            # the failed batch call started the tasks before the bad one, and its reply
+            # was lost: the single calls found them RUNNING; they are ours to run
+            replies = [await self._adopt(d, r) for d, r in zip(batch, replies, strict=True)]
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         for d, reply in zip(batch, replies, strict=True):
@@ -400,6 +457,39 @@ class Worker:
             self.jobs[tid] = job
             job.task = loop.create_task(self._run(job, ttype, payload, timeout_s))
 
+    async def _adopt(self, d: Delivery, reply: Any) -> Any:
+        """start.lua's reply for ``d`` when this worker started it (under its nonce, on
+        that entry) in a call whose reply was lost; else ``reply``."""
+        if reply[0] != -2 or reply[1] != "RUNNING":
+            return reply
+        names = ["id", "type", "payload", "attempt", "lease", "deadline_at", "dedup",
+                 "timeout_ms", "wf", "consumer", "entry"]  # fmt: skip
+        v = await self.redis.hmget(self.keys.task(d.task_id), names)
+        if v[9] != self.name or v[10] != d.entry or not (v[4] or "").endswith(":" + self.nonce):
+            return reply
+        try:
+            return [1, v[0], v[1] or "", v[2] or "", int(v[3]), v[4], int(v[5] or 0),
+                    v[6] or "", int(v[7] or 0), v[8] or ""]  # fmt: skip
+        except (TypeError, ValueError):  # not ours to read: the reaper takes it back
+            return reply
+
+    async def _quarantine(self, failed: list[tuple[Delivery, Exception]]) -> None:
+        """Deliveries whose task start.lua fails on: to the reaper's quarantine (FAILED
+        through DEADLETTER when the task's data is found defective), else left in this
+        consumer's pending list for the reaper."""
+        from ..reaper.calls import ReaperScripts
+        from ..reaper.config import ReaperConfig
+        from ..reaper.quarantine import Suspect, isolate
+
+        for d, exc in failed:
+            log.error("worker %s: cannot start task %s: %s", self.name, d.task_id, exc)
+        suspects = [Suspect(d.task_id, d.queue, "queue", d.entry, exc) for d, exc in failed]
+        rs = ReaperScripts(self.redis, self.settings)
+        try:
+            await isolate(rs, ReaperConfig(), "start", suspects)
+        except RedisError as exc:
+            log.warning("worker %s: quarantine failed (%s); left to the reaper", self.name, exc)
+
     async def _release(self, deliveries: list[Delivery]) -> None:
         s = self.scripts
         with contextlib.suppress(RedisError):
@@ -427,12 +517,16 @@ class Worker:
                 )
                 return
             try:
-                ctx.payload = decode(raw_payload)
+                ctx.payload = _payload(raw_payload)
+            except PayloadError as exc:  # no attempt can do better: fail it at once
+                self._finish(job, "FAIL", str(exc), "PayloadError", retryable=False)
+                return
+            try:
                 if timeout_s is None:
-                    result = await self._call(handler, ctx)
+                    result = await self._call(job, handler, ctx)
                 else:
                     async with asyncio.timeout(timeout_s):
-                        result = await self._call(handler, ctx)
+                        result = await self._call(job, handler, ctx)
             except asyncio.CancelledError:
                 if ctx.stop_reason == "SHUTDOWN":
                     self._finish(job, "REQUEUE", "worker shutting down: task handed back", "")
@@ -456,26 +550,61 @@ class Worker:
                 )
                 return
             try:
-                body = encode(result)
-                if len(body) > self.settings.payload_limit:
-                    raise PayloadError(
-                        f"result is {len(body)} bytes, over the limit of "
-                        f"{self.settings.payload_limit}"
-                    )
+                body = encode_payload(result, self.settings.payload_limit, "result")
             except PayloadError as exc:
                 self._finish(job, "FAIL", str(exc), "PayloadError", retryable=False)
                 return
             self._finish(job, "COMPLETE", body, "")
         finally:
+            if job.thread is not None and not job.thread.returned.is_set():
+                self._hold(job, job.thread)  # before the job's slot looks free
             if self.jobs.get(job.id) is job:  # not a newer attempt of the same task
                 del self.jobs[job.id]
             self._slot_free.set()
 
-    async def _call(self, handler: Any, ctx: Context) -> Any:
+    async def _call(self, job: _Job, handler: Any, ctx: Context) -> Any:
         if handler.is_async:
             return await handler.fn(ctx, ctx.payload)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._threads, handler.fn, ctx, ctx.payload)
+        job.thread = HandlerThread(
+            handler.fn,
+            (ctx, ctx.payload),
+            name=f"rsjobs-{job.id[:12]}",
+            loop=asyncio.get_running_loop(),
+        )
+        return await job.thread.result
+
+    def _hold(self, job: _Job, thread: HandlerThread) -> None:
+        """The job ended (timeout, cancel, lost lease, shutdown) but its sync handler did
+        not return: its thread still runs, so its slot stays taken until it does. The task
+        itself is already ended truthfully; this is about not starting more work than
+        there are threads to run it."""
+        ctx = job.ctx
+        assert ctx is not None
+        key = id(thread)
+        self._stuck[key] = _Stuck(job.id, ctx.attempt, ctx.stop_reason or "?", time.time())
+        log.warning(
+            "worker %s: the sync handler of task %s (attempt %d) ignored %s and still runs; "
+            "its slot stays taken until its thread returns (%d of %d slots held so)",
+            self.name,
+            job.id,
+            ctx.attempt,
+            ctx.stop_reason or "its end",
+            len(self._stuck),
+            self.concurrency,
+        )
+        thread.when_returned(lambda: self._released(key))
+
+    def _released(self, key: int) -> None:
+        stuck = self._stuck.pop(key, None)
+        if stuck is not None:
+            log.warning(
+                "worker %s: the handler thread of task %s returned %.1f s after %s; slot free",
+                self.name,
+                stuck.task_id,
+                time.time() - stuck.since,
+                stuck.reason,
+            )
+        self._slot_free.set()
 
     # -- finishing (batched) -------------------------------------------------------------
 
@@ -506,14 +635,19 @@ class Worker:
         give_up = time.monotonic() + self.lease_ms / 1000
         while self._finish_items:
             items, self._finish_items = self._finish_items[:500], self._finish_items[500:]
-            argv: list[Any] = []
-            for _, a, _ in items:
-                argv += a
-            try:
-                replies = await self.scripts.call(
-                    "finish", "worker", [k for k, _, _ in items], argv
+
+            async def call(part: Sequence[tuple[TaskKeys, list[Any], str]]) -> list[Any]:
+                argv: list[Any] = [v for _, a, _ in part for v in a]
+                out: list[Any] = await self.scripts.call(
+                    "finish", "worker", [k for k, _, _ in part], argv
                 )
-            except _TRANSIENT as exc:
+                return out
+
+            try:
+                done = await each_alone(call, items, log, f"worker {self.name}: finish batch")
+            except Exception as exc:
+                if not about_server(exc):
+                    raise
                 # keep the results: the lease may still be ours when Redis is back
                 self._finish_items[:0] = items
                 if time.monotonic() > give_up:
@@ -529,6 +663,13 @@ class Worker:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
+            for (_, a, tid), err in done.failed:
+                # its task's data breaks finish.lua: the reaper takes the task back after
+                # its lease and quarantines it
+                log.error("worker %s: %s of task %s failed: %s", self.name, a[0], tid, err)
+            bad = {tid for (_, _, tid), _ in done.failed}
+            items = [i for i in items if i[2] not in bad]
+            replies = [r for part in done.replies for r in part]
             for (_, a, tid), (code, state) in zip(items, replies, strict=True):
                 if code < 0:
                     log.warning(
@@ -579,7 +720,7 @@ class Worker:
                     await self._beat(jobs)
                 if full:
                     await self._register()
-            except _TRANSIENT as exc:
+            except Exception as exc:  # heartbeats must go on, whatever one beat met
                 log.warning("worker %s: heartbeat failed (%s)", self.name, exc)
             if full:
                 next_beat = time.monotonic() + hb
@@ -606,7 +747,24 @@ class Worker:
                 ctx.progress_msg if changed else "",
             )
             sent.append(p)
-        replies = await self.scripts.call("heartbeat", "worker", [j.keys for j in jobs], argv)
+
+        async def call(part: Sequence[int]) -> list[Any]:
+            args = [*argv[:2], *(v for i in part for v in argv[2 + 4 * i : 6 + 4 * i])]
+            out: list[Any] = await self.scripts.call(
+                "heartbeat", "worker", [jobs[i].keys for i in part], args
+            )
+            return out
+
+        # one task whose data breaks heartbeat.lua must not cost every other its lease
+        done = await each_alone(call, range(len(jobs)), log, f"worker {self.name}: heartbeat")
+        for i, exc in done.failed:
+            log.error("worker %s: heartbeat of task %s failed (%s); stopping it", self.name,
+                      jobs[i].id, exc)  # fmt: skip
+            jobs[i].stop("LOST")
+        bad = {i for i, _ in done.failed}
+        keep = [i for i in range(len(jobs)) if i not in bad]
+        jobs, sent = [jobs[i] for i in keep], [sent[i] for i in keep]
+        replies = [r for part in done.replies for r in part]
         for j, p, word in zip(jobs, sent, replies, strict=True):
             j.progress_sent = p
             if word != "OK":
@@ -626,7 +784,7 @@ class Worker:
                     job = self.jobs.get(tid)
                     if job is not None:
                         job.stop({"CANCEL": "CANCELLED", "PAUSE": "PAUSED"}.get(event, event))
-            except _TRANSIENT:
+            except TRANSIENT:
                 await asyncio.sleep(0.5)
             finally:
                 with contextlib.suppress(Exception):
@@ -634,10 +792,18 @@ class Worker:
 
     async def _promote_loop(self) -> None:
         """Move due SCHEDULED tasks back to their queues (the reaper does it too)."""
+        last = ""
         while not self._closing:
             await asyncio.sleep(self.promote_ms / 1000)
-            with contextlib.suppress(*_TRANSIENT):
+            try:
                 await promote_due(self.scripts, "worker")
+                last = ""
+            except TRANSIENT:
+                pass
+            except Exception as exc:  # e.g. a corrupt scheduled task: the reaper isolates it
+                if str(exc) != last:
+                    log.warning("worker %s: promoting failed (%s)", self.name, exc)
+                last = str(exc)
 
     async def _register(self) -> None:
         info = {
@@ -650,12 +816,33 @@ class Worker:
             "lease_ms": self.lease_ms,
             "running": list(self.jobs)[:100],
             "processed": self.processed,
+            # sync handlers that outlived their task, each holding a slot (see _hold)
+            "stuck": [
+                {
+                    "task": s.task_id,
+                    "attempt": s.attempt,
+                    "reason": s.reason,
+                    "since": int(s.since * 1000),
+                }
+                for s in list(self._stuck.values())[:100]
+            ],
         }
         await self.redis.hset(self.keys.workers, self.name, encode(info))
 
     async def _unregister(self) -> None:
         with contextlib.suppress(RedisError, OSError):
             await self.redis.hdel(self.keys.workers, self.name)
+
+
+def _payload(raw: str) -> Any:
+    """A task's stored payload, decoded; :class:`PayloadError` when it does not decode (it
+    was not written by rsjobs) or is missing."""
+    if not raw:
+        raise PayloadError("the task has no payload field")
+    try:
+        return decode(raw)
+    except msgspec.DecodeError as exc:
+        raise PayloadError(f"the task's payload does not decode as JSON: {exc}") from None
 
 
 async def promote_due(scripts: Scripts, source: str, limit: int = 200) -> int:

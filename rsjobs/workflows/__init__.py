@@ -13,7 +13,13 @@ Importable without the web parts (``rsjobs.workflows.http`` needs Starlette).
 from .client import WorkflowClient, validate_workflow_id
 from .definition import Stage, TaskSpec, WorkflowDefinition, fan_out
 from .driver import DriveReport, WorkflowDriver
-from .errors import ActionRefused, UnknownDefinition, WorkflowError, WorkflowNotFound
+from .errors import (
+    ActionRefused,
+    CorruptWorkflow,
+    UnknownDefinition,
+    WorkflowError,
+    WorkflowNotFound,
+)
 from .model import TERMINAL, WfEvent, WfStatus
 from .schemas import Asset, WorkflowEvent, WorkflowInfo, WorkflowStatus, WorkflowTask
 from .spawn import DriveResult, redrive
@@ -22,6 +28,7 @@ __all__ = [
     "TERMINAL",
     "ActionRefused",
     "Asset",
+    "CorruptWorkflow",
     "DriveReport",
     "DriveResult",
     "Stage",

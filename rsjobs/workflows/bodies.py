@@ -22,8 +22,9 @@ __all__ = [
     "StartBody",
 ]
 
-Name = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
-OwnerName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.@\-]{1,128}$")]
+# \Z, not $ (which also matches before a final newline); the OpenAPI document spells it $
+Name = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.\-]{1,64}\Z")]
+OwnerName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.@\-]{1,128}\Z")]
 Note = Annotated[str, Meta(max_length=500)]
 Version = Annotated[int, Meta(ge=1, le=1_000_000)]
 

@@ -24,6 +24,7 @@ WF_SCRIPTS = (
     "wf_regenerate",
     "wf_cancel",
     "wf_sync",
+    "wf_abort",
 )
 
 #: default approximate bound (MAXLEN ~) of one workflow's history stream
@@ -48,10 +49,18 @@ class WorkflowScripts:
     """The workflow scripts bound to one connection pool, namespace and settings."""
 
     def __init__(
-        self, redis: Redis, settings: Settings, *, history_maxlen: int = HISTORY_MAXLEN
+        self,
+        redis: Redis,
+        settings: Settings,
+        *,
+        history_maxlen: int = HISTORY_MAXLEN,
+        durable: bool = False,
     ) -> None:
         self.redis = redis
         self.settings = settings
+        #: every call is a write some caller acknowledges (the client's starts and
+        #: actions, and the spawns that follow them): durable mode applies to them
+        self.durable = durable
         self.core = Scripts(redis, settings)
         self.keys = self.core.keys
         #: the workflow scripts' ARGV after the common ones (see wf.lua)
@@ -76,6 +85,7 @@ class WorkflowScripts:
             tasks,
             [*self._wf_argv, *argv],
             extra_keys=self.keys.workflow_keys(wf_id),
+            durable=self.durable,
         )
 
     async def call(
@@ -91,12 +101,15 @@ class WorkflowScripts:
 
     async def open_tasks(self, wf_id: str) -> tuple[list[str], list[TaskKeys]]:
         """The workflow's open task ids and their keys (their queues read from the tasks;
-        a task whose hash is gone gets placeholder keys, never written)."""
+        a task whose hash is gone or unreadable gets placeholder keys, never written)."""
         ids = sorted(await self.redis.smembers(self.keys.workflow_open(wf_id)))
         if not ids:
             return [], []
         async with self.redis.pipeline(transaction=False) as pipe:
             for tid in ids:
                 pipe.hget(self.keys.task(tid), "queue")
-            queues: list[str | None] = await pipe.execute()
-        return ids, [self.task_keys(t, q or "default") for t, q in zip(ids, queues, strict=True)]
+            queues: list[Any] = await pipe.execute(raise_on_error=False)
+        return ids, [
+            self.task_keys(t, q if isinstance(q, str) and q else "default")
+            for t, q in zip(ids, queues, strict=True)
+        ]

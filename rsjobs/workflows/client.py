@@ -9,10 +9,12 @@ the driver does it (see :mod:`rsjobs.workflows.spawn`).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import msgspec
 from redis.asyncio import Redis
 
 from ..codec import encode
@@ -20,11 +22,20 @@ from ..errors import ConfigError, WaitTimeout
 from ..settings import Settings
 from .calls import HISTORY_MAXLEN, Reply, WorkflowScripts
 from .definition import WorkflowDefinition
-from .errors import ActionRefused, UnknownDefinition, WorkflowNotFound
-from .model import is_terminal
+from .errors import ActionRefused, CorruptWorkflow, UnknownDefinition, WorkflowNotFound
+from .model import allowed, is_terminal
 from .plan import encode_plan
 from .schemas import Asset, WorkflowEvent, WorkflowInfo, WorkflowStatus, decode_asset
-from .spawn import ATTEMPTS, DriveResult, load_info, new_id, redrive, spawn, task_argv
+from .spawn import (
+    ATTEMPTS,
+    DriveResult,
+    check_stage,
+    load_info,
+    new_id,
+    redrive,
+    spawn,
+    task_argv,
+)
 from .spawn import current_assets as _current_assets
 from .spawn import task_payload as _task_payload
 from .status import load_status
@@ -61,7 +72,9 @@ class WorkflowClient:
         self.redis = redis
         self.settings = settings or Settings()
         self.source = source
-        self.scripts = WorkflowScripts(redis, self.settings, history_maxlen=history_maxlen)
+        self.scripts = WorkflowScripts(
+            redis, self.settings, history_maxlen=history_maxlen, durable=True
+        )
         self.keys = self.scripts.keys
         self.definitions: dict[str, WorkflowDefinition] = {}
         for d in definitions:
@@ -119,7 +132,8 @@ class WorkflowClient:
         """Start a workflow at its first stage; returns its id.
 
         ``workflow_id`` makes the start idempotent: a second start with the same id
-        returns it and writes nothing. Bad input raises :class:`rsjobs.ConfigError` before
+        returns it and writes nothing. Bad input raises :class:`rsjobs.ConfigError`, and a
+        first-stage task payload over the limit :class:`rsjobs.PayloadError`, before
         anything is written.
         """
         d = self.definition(definition)
@@ -128,6 +142,18 @@ class WorkflowClient:
         if owner is not None and not (0 < len(owner) <= 200):
             raise ConfigError("owner must be 1-200 characters")
         wf_id = validate_workflow_id(workflow_id) if workflow_id else new_id()
+        # every task payload of the first stage fits, or nothing is written
+        first = WorkflowInfo(
+            id=wf_id,
+            definition=d.name,
+            status="RUNNING",
+            stage=0,
+            stage_name=plan.stages[0].name,
+            version=1,
+            input=value,
+            plan=plan,
+        )
+        check_stage(self.scripts, first, [])
         await self.redis.sadd(self.keys.queues, *{s.queue for s in plan.stages})
         reply = await self.scripts.call(
             "wf_start",
@@ -210,10 +236,13 @@ class WorkflowClient:
         async with self.redis.pipeline(transaction=False) as pipe:
             for wf_id in ids:
                 pipe.hgetall(self.keys.workflow(wf_id))
-            rows = await pipe.execute()
+            rows = await pipe.execute(raise_on_error=False)
         for h in rows:
-            if h and (owner is None or h.get("owner", "") == owner):
-                out.append(WorkflowInfo.from_hash(h))
+            if isinstance(h, dict) and h and (owner is None or h.get("owner", "") == owner):
+                # one corrupt workflow must not hide all the others: it is left out here
+                # (its history still reads; the driver moves it to FAILED)
+                with contextlib.suppress(CorruptWorkflow):
+                    out.append(WorkflowInfo.from_hash(h))
             if len(out) >= limit:
                 break
         return out
@@ -275,7 +304,9 @@ class WorkflowClient:
     ) -> str:
         """Confirm the stage waiting at its gate: the next stage starts (or the workflow is
         ready to publish). ``version`` / ``stage``: what the user saw; a confirmation
-        for a version or stage the workflow has left is refused. Returns the new status."""
+        for a version or stage the workflow has left is refused. Raises
+        :class:`rsjobs.PayloadError`, writing nothing, when a task of the next stage would
+        be over the payload limit. Returns the new status."""
         return await self._gate(wf_id, "CONFIRM", version, stage, note)
 
     async def publish(self, wf_id: str, *, version: int | None = None, note: str = "") -> str:
@@ -293,22 +324,35 @@ class WorkflowClient:
     ) -> str:
         validate_workflow_id(wf_id)
         stage_arg = ""
-        if stage is not None:
+        version_arg = "" if version is None else str(version)
+        if stage is not None or event == "CONFIRM":
             info = await self.get(wf_id)
-            try:
-                stage_arg = str(info.plan.stage_index(stage))
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
+            if stage is not None:
+                try:
+                    stage_arg = str(info.plan.stage_index(stage))
+                except ValueError as exc:
+                    raise ConfigError(str(exc)) from None
+            if event == "CONFIRM" and await self._check_confirm(info, version_arg, stage_arg):
+                # checked for what was read: a confirm of anything else is refused as stale
+                version_arg, stage_arg = str(info.version), str(info.stage)
         reply = await self.scripts.call(
-            "wf_gate",
-            self.source,
-            wf_id,
-            [],
-            [event, "" if version is None else version, stage_arg, note[:500]],
+            "wf_gate", self.source, wf_id, [], [event, version_arg, stage_arg, note[:500]]
         )
         status = self._result(wf_id, event, reply)
         await self._after(wf_id, reply)
         return status
+
+    async def _check_confirm(self, info: WorkflowInfo, version: str, stage: str) -> bool:
+        """Whether the confirm would open a next stage whose payloads were checked here
+        (raises :class:`rsjobs.PayloadError` when one is over the limit)."""
+        if info.status != "WAITING_CONFIRMATION" or info.stage + 1 >= len(info.plan.stages):
+            return False
+        if version not in ("", str(info.version)) or stage not in ("", str(info.stage)):
+            return False  # refused as stale by the script
+        assets = await _current_assets(self.scripts, info.id, info.version)
+        nxt = msgspec.structs.replace(info, status="RUNNING", stage=info.stage + 1)
+        check_stage(self.scripts, nxt, assets)
+        return True
 
     async def regenerate(
         self,
@@ -320,22 +364,33 @@ class WorkflowClient:
     ) -> str:
         """Open a new version from ``stage`` (one already reached): unfinished tasks of the
         older version are cancelled, their late results refused; earlier stages' assets
-        are carried over; the stage's tasks are created anew. Returns the new status."""
+        are carried over; the stage's tasks are created anew. Raises
+        :class:`rsjobs.PayloadError`, writing nothing, when one of them would be over the
+        payload limit. Returns the new status."""
         info = await self.get(wf_id)
         try:
             target = info.plan.stage_index(stage)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        expect = "" if version is None else str(version)
+        if (
+            allowed(info.status, "REGENERATE", "RUNNING")
+            and 0 <= target <= info.stage
+            and expect in ("", str(info.version))
+            and info.version < info.plan.max_versions
+        ):
+            # the new version's tasks fit, or nothing is written; checked for the version
+            # read, so a regenerate of another one is refused as stale
+            assets = await _current_assets(self.scripts, wf_id, info.version)
+            nxt = msgspec.structs.replace(
+                info, status="RUNNING", version=info.version + 1, stage=target
+            )
+            check_stage(self.scripts, nxt, assets)
+            expect = str(info.version)
         reply = None
         for _ in range(ATTEMPTS):
             ids, tkeys = await self.scripts.open_tasks(wf_id)
-            argv = [
-                target,
-                reason[:500],
-                info.plan.max_versions,
-                "" if version is None else version,
-                *ids,
-            ]
+            argv = [target, reason[:500], info.plan.max_versions, expect, *ids]
             reply = await self.scripts.call("wf_regenerate", self.source, wf_id, tkeys, argv)
             if reply.code != -5:
                 break
@@ -361,7 +416,9 @@ class WorkflowClient:
 
     async def retry(self, wf_id: str, *, note: str = "") -> str:
         """Re-run only the failed tasks of the current stage (PARTIALLY_FAILED -> RUNNING);
-        the tasks that succeeded keep their assets. Returns the new status."""
+        the tasks that succeeded keep their assets. Raises :class:`rsjobs.PayloadError`,
+        writing nothing, when a new task would be over the payload limit. Returns the new
+        status."""
         reply = None
         for _ in range(ATTEMPTS):
             info = await self.get(wf_id)
@@ -378,13 +435,17 @@ class WorkflowClient:
                 pipe.hgetall(k.workflow_tasks(wf_id))
                 pipe.smembers(k.workflow_open(wf_id))
                 slots, open_ids = await pipe.execute()
-            failed = []
+            ended = []
             for spec in stage.tasks:
                 tid = slots.get(f"{info.version}:{info.stage}:{spec.item}")
-                if tid is None or tid in open_ids:
-                    continue
-                if await self.redis.hget(k.task(tid), "state") != "SUCCEEDED":
-                    failed.append((spec, tid))
+                if tid is not None and tid not in open_ids:
+                    ended.append((spec, tid))
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for _, tid in ended:
+                    pipe.hget(k.task(tid), "state")
+                # a task hash that is not a hash any more answers an error: failed too
+                states = await pipe.execute(raise_on_error=False) if ended else []
+            failed = [e for e, st in zip(ended, states, strict=True) if st != "SUCCEEDED"]
             assets = await _current_assets(self.scripts, wf_id, info.version)
             tasks, argv = [], [info.version, info.stage, note[:500]]
             for spec, old in failed:

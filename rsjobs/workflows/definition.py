@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from ..codec import encode
+from ..codec import encode_payload
 from ..errors import ConfigError, PayloadError
 from .plan import Plan, StagePlan, TaskPlan
 
@@ -189,7 +189,7 @@ class WorkflowDefinition:
                 raise ConfigError(f"invalid input for {self.name!r}: {exc}") from None
             input = msgspec.to_builtins(value)
         try:
-            encode(input)
+            encode_payload(input, limit=1 << 62, what="input")  # nesting; size per stage
         except PayloadError as exc:
             raise ConfigError(f"invalid input for {self.name!r}: {exc}") from None
         return input

@@ -7,6 +7,11 @@ not pass through a workflow script (the reaper's RECLAIM / TIMEOUT / DEADLETTER,
 through the task API). Each pass is :func:`rsjobs.workflows.spawn.redrive` for every id
 in the active set: idempotent, so any number of drivers may run (``rsjobs workflows
 drive``), and the reaper may call :meth:`WorkflowDriver.sweep_once` as part of its sweep.
+
+No one workflow can stop it: a workflow that fails to be driven is checked, moved to
+FAILED when it cannot go on (:mod:`rsjobs.workflows.abort`) or logged and counted when
+nothing is found wrong with it, and the pass goes on with the next one. Any other error
+ends one pass, logged with its traceback, never :meth:`WorkflowDriver.run`.
 """
 
 from __future__ import annotations
@@ -16,23 +21,21 @@ import contextlib
 import logging
 import signal
 import time
+import traceback
 
 import msgspec
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import ConfigError
+from ..isolation import TRANSIENT, about_item
 from ..settings import Settings
+from .abort import abort, reason_of
 from .calls import WorkflowScripts
 from .spawn import redrive
 
 __all__ = ["DriveReport", "WorkflowDriver"]
 
 log = logging.getLogger("rsjobs.workflows")
-
-_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
 class DriveReport(msgspec.Struct, kw_only=True):
@@ -46,6 +49,15 @@ class DriveReport(msgspec.Struct, kw_only=True):
     gone: int = 0
     #: index entries of expired workflows removed
     pruned: int = 0
+    #: workflows that could not go on (next tasks over the payload limit, stored data that
+    #: does not decode), moved to FAILED (ABORT) with the reason in their history
+    aborted: int = 0
+    #: workflows the table cannot move (no status, an unknown one): dropped from the active
+    #: set, a refused ABORT in their history
+    quarantined: int = 0
+    #: workflows whose drive failed with nothing found wrong in their data: left as they
+    #: are, logged with a traceback; the next pass tries again
+    errors: int = 0
     ms: int = 0
 
 
@@ -77,6 +89,8 @@ class WorkflowDriver:
         self.source = source
         self.handle_signals = handle_signals
         self.passes = 0
+        #: passes that failed (logged with their traceback; the next one is retried)
+        self.failed_passes = 0
         self._stopping = asyncio.Event()
 
     async def close(self) -> None:
@@ -96,8 +110,20 @@ class WorkflowDriver:
                 self.keys.workflows_active, cursor, count=self.batch
             )
             for wf_id in ids:
-                result = await redrive(self.scripts, wf_id, self.source)
                 report.visited += 1
+                try:
+                    result = await redrive(self.scripts, wf_id, self.source)
+                except Exception as exc:
+                    if not about_item(exc):
+                        raise  # Redis itself: the pass is retried
+                    try:
+                        await self._isolate(wf_id, exc, report)
+                    except Exception as again:
+                        if not about_item(again):
+                            raise
+                        report.errors += 1
+                        log.error("workflow drive: %s cannot be aborted", wf_id, exc_info=again)
+                    continue
                 if not result.found:
                     report.gone += 1
                 if result.spawned:
@@ -109,6 +135,31 @@ class WorkflowDriver:
         report.ms = int((time.monotonic() - t0) * 1000)
         self.passes += 1
         return report
+
+    async def _isolate(self, wf_id: str, exc: Exception, report: DriveReport) -> None:
+        """One workflow failed to be driven: ABORT it when its data says why, else log."""
+        reason = await reason_of(self.scripts, wf_id, exc)
+        if not reason:
+            report.errors += 1
+            log.error(
+                "workflow drive: %s failed, nothing wrong found in its data; left as it is",
+                wf_id,
+                exc_info=exc,
+            )
+            return
+        reply = await abort(self.scripts, wf_id, reason, self.source)
+        if reply.code == 1:
+            report.aborted += 1
+        elif reply.code == -3:
+            report.quarantined += 1
+        elif reply.code == -1:
+            report.gone += 1
+        log.warning(
+            "workflow drive: %s %s: %s",
+            wf_id,
+            {1: "FAILED (ABORT)", -3: "quarantined", -1: "gone"}.get(reply.code, reply.status),
+            reason,
+        )
 
     async def _prune_index(self) -> int:
         """Drop index entries of workflows that expired (older than the retention)."""
@@ -141,13 +192,25 @@ class WorkflowDriver:
                 try:
                     report = await self.sweep_once()
                     backoff = 0.1
-                    if report.spawned_workflows or report.gone:
+                    if (
+                        report.spawned_workflows
+                        or report.gone
+                        or report.aborted
+                        or report.quarantined
+                        or report.errors
+                    ):
                         log.info("workflow drive: %s", msgspec.json.encode(report).decode())
-                except _TRANSIENT as exc:
+                except TRANSIENT as exc:
                     log.warning("workflow drive: redis unavailable (%s)", exc)
                     delay, backoff = backoff, min(backoff * 2, 5.0)
-                except RedisError as exc:
-                    log.error("workflow drive: %s", exc)
+                except Exception as exc:
+                    # not one input may end the driver: log it whole, back off, go on
+                    # (only stop() / SIGTERM / SIGINT end this loop)
+                    self.failed_passes += 1
+                    log.error(
+                        "workflow drive: pass failed: %s",
+                        "".join(traceback.format_exception(exc)).rstrip(),
+                    )
                     delay = max(delay, backoff)
                     backoff = min(backoff * 2, 5.0)
                 with contextlib.suppress(TimeoutError):

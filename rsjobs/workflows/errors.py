@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from ..errors import ConfigError, RsjobsError
 
-__all__ = ["ActionRefused", "UnknownDefinition", "WorkflowError", "WorkflowNotFound"]
+__all__ = [
+    "ActionRefused",
+    "CorruptWorkflow",
+    "UnknownDefinition",
+    "WorkflowError",
+    "WorkflowNotFound",
+]
 
 
 class WorkflowError(RsjobsError):
@@ -35,3 +41,13 @@ class UnknownDefinition(WorkflowError, ConfigError):
     def __init__(self, name: str) -> None:
         super().__init__(f"unknown workflow definition: {name!r}")
         self.name = name
+
+
+class CorruptWorkflow(WorkflowError, ValueError):
+    """Raised when a workflow's stored hash does not read as a workflow (a field that does
+    not parse, a plan that does not decode: written by something else than rsjobs). The
+    driver moves such a workflow to FAILED (see :mod:`rsjobs.workflows.abort`)."""
+
+    def __init__(self, wf_id: str, why: str) -> None:
+        super().__init__(f"workflow {wf_id} is corrupt: {why}")
+        self.wf_id, self.why = wf_id, why

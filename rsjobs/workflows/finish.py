@@ -16,21 +16,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..schemas import _text
 from ..scripts import TaskKeys
 from ..settings import Settings
+from ..transient import TRANSIENT
 from .calls import WorkflowScripts
 from .spawn import redrive
 
 __all__ = ["WorkflowFinisher"]
 
 log = logging.getLogger("rsjobs.workflows")
-
-_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
 class WorkflowFinisher:
@@ -60,7 +57,7 @@ class WorkflowFinisher:
             try:
                 raw = await self.scripts.raw("wf_finish", "worker", wf_id, [keys], list(args))
                 break
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 if time.monotonic() > deadline:
                     log.error(
                         "worker %s: dropping the result of task %s after redis outage (%s); "
@@ -90,6 +87,14 @@ class WorkflowFinisher:
         if drive:
             try:
                 await redrive(self.scripts, wf_id, "worker")
-            except RedisError as exc:  # the driver will do it
-                log.warning("worker %s: could not drive workflow %s (%s)", self.worker, wf_id, exc)
+            except Exception as exc:
+                # the driver will do it, or move the workflow to FAILED when it cannot go
+                # on (e.g. its next tasks' payloads are over the limit); the worker goes on
+                log.warning(
+                    "worker %s: could not drive workflow %s (%s: %s); left to the driver",
+                    self.worker,
+                    wf_id,
+                    type(exc).__name__,
+                    exc,
+                )
         return code

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import msgspec
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
@@ -31,13 +30,16 @@ from starlette.routing import BaseRoute, Route
 from ..errors import ConfigError, PayloadError, RsjobsError
 from ..web.auth import Auth, Principal, require_principal
 from ..web.http import (
+    PAGE_PARAMS,
+    RESUME_PARAMS,
     ApiError,
-    error_response,
+    answering,
     json_response,
     last_event_id,
     page_params,
     read_body,
 )
+from ..web.hub import exclusive
 from ..web.sse import StreamLimiter
 from .bodies import (
     ActionResult,
@@ -51,34 +53,18 @@ from .bodies import (
 )
 from .client import WorkflowClient, validate_workflow_id
 from .errors import ActionRefused, UnknownDefinition, WorkflowNotFound
-from .sse import ended_before, workflow_events
+from .schemas import WorkflowEvent
+from .sse import ended_before, is_entry, workflow_events
 
 __all__ = ["workflow_routes"]
 
 B = TypeVar("B", bound=msgspec.Struct)
-Handler = Callable[[Request], Awaitable[Response]]
 
-_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,128}$")
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")
 
 
 def _not_found(wf_id: str) -> ApiError:
     return ApiError(404, "not_found", f"no such workflow: {wf_id}")
-
-
-def _answering(fn: Handler) -> Handler:
-    """Turn errors into JSON answers here, so mounting needs no exception handlers."""
-
-    async def handle(request: Request) -> Response:
-        try:
-            return await fn(request)
-        except ApiError as exc:
-            return error_response(exc)
-        except RedisError:
-            return error_response(
-                ApiError(503, "redis_unavailable", "the workflow store is unavailable; retry")
-            )
-
-    return handle
 
 
 class WorkflowApi:
@@ -110,8 +96,10 @@ class WorkflowApi:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def principal(self, request: Request, *, allow_query: bool = False) -> Principal:
-        return require_principal(self.auth, request, allow_query=allow_query)
+    def principal(
+        self, request: Request, *, allow_query: bool = False, params: tuple[str, ...] = ()
+    ) -> Principal:
+        return require_principal(self.auth, request, allow_query=allow_query, params=params)
 
     @staticmethod
     def wf_id(request: Request) -> str:
@@ -159,7 +147,7 @@ class WorkflowApi:
             raise ApiError(403, "forbidden", "only an admin token may start for another owner")
         owner = req.owner or who.owner
         key = request.headers.get("idempotency-key")
-        if key is not None and not _IDEMPOTENCY_KEY.match(key):
+        if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
             raise ApiError(400, "invalid_idempotency_key", "Idempotency-Key: 1-128 printable ASCII")
         client = self.client
         try:
@@ -209,21 +197,31 @@ class WorkflowApi:
             raise _not_found(wf_id) from None
 
     async def history(self, request: Request) -> Response:
-        who = self.principal(request)
+        who = self.principal(request, params=PAGE_PARAMS)
         wf_id = self.wf_id(request)
         after, limit = page_params(request)
         await self.visible(who, wf_id)
-        entries = await self.client.history(wf_id, after=after, count=limit)
+        entries: list[WorkflowEvent] = []
+        if exclusive(after) is not None:  # nothing follows the largest id
+            try:
+                entries = await self.client.history(wf_id, after=after, count=limit)
+            except WorkflowNotFound:  # expired since visible()
+                raise _not_found(wf_id) from None
         return json_response(
             EventsPage(id=wf_id, entries=list(entries), next=entries[-1].id if entries else None)
         )
 
     async def events(self, request: Request) -> Response:
-        who = self.principal(request, allow_query=True)
+        who = self.principal(request, allow_query=True, params=RESUME_PARAMS)
         wf_id = self.wf_id(request)
         last = last_event_id(request)
         await self.visible(who, wf_id)
         ws = self.client.scripts
+        if last and last != "0-0" and not await is_entry(ws, wf_id, last):
+            # resuming after an id that is not this workflow's would skip entries silently
+            raise ApiError(
+                400, "invalid_last_event_id", "Last-Event-ID is not an event of this workflow"
+            )
         if last and await ended_before(ws, wf_id, last):
             return Response(status_code=204)
         stream = workflow_events(
@@ -317,9 +315,9 @@ def workflow_routes(
         limiter=limiter,
     )
     return [
-        Route("/workflows", _answering(api.start), methods=["POST"]),
-        Route("/workflows/{wf_id}", _answering(api.get), methods=["GET"], name="workflow"),
-        Route("/workflows/{wf_id}/history", _answering(api.history), methods=["GET"]),
-        Route("/workflows/{wf_id}/events", _answering(api.events), methods=["GET"]),
-        Route("/workflows/{wf_id}/{action}", _answering(api.act), methods=["POST"]),
+        Route("/workflows", answering(api.start), methods=["POST"]),
+        Route("/workflows/{wf_id}", answering(api.get), methods=["GET"], name="workflow"),
+        Route("/workflows/{wf_id}/history", answering(api.history), methods=["GET"]),
+        Route("/workflows/{wf_id}/events", answering(api.events), methods=["GET"]),
+        Route("/workflows/{wf_id}/{action}", answering(api.act), methods=["POST"]),
     ]

@@ -24,7 +24,7 @@ class WfStatus(StrEnum):
     READY_TO_PUBLISH = "READY_TO_PUBLISH"
     #: published: its current version's assets are final
     PUBLISHED = "PUBLISHED"
-    #: cannot go on at its version (a task failed with no retries left)
+    #: cannot go on at its version (a task failed with no retries left), or at all (ABORT)
     FAILED = "FAILED"
     #: stopped by the user
     CANCELLED = "CANCELLED"
@@ -44,6 +44,9 @@ class WfEvent(StrEnum):
     REGENERATE = "REGENERATE"
     PUBLISH = "PUBLISH"
     CANCEL = "CANCEL"
+    #: the driver cannot go on with the workflow (a stage whose task payloads are over the
+    #: limit, stored data that does not decode): FAILED, with the reason
+    ABORT = "ABORT"
 
 
 #: Entries of a workflow's history that change nothing: a stage's tasks were created
@@ -53,6 +56,7 @@ NOTES: frozenset[str] = frozenset({"SPAWN", "ASSET"})
 TERMINAL: frozenset[str] = frozenset({"PUBLISHED", "FAILED", "CANCELLED"})
 
 _RUN = frozenset({"RUNNING"})
+_FAILED = frozenset({"FAILED"})
 
 #: TRANSITIONS[from][event] = the statuses the event may lead to. "" = not yet created.
 TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
@@ -64,22 +68,26 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
         "TASK_FAILED": frozenset({"PARTIALLY_FAILED", "FAILED"}),
         "REGENERATE": _RUN,
         "CANCEL": frozenset({"CANCELLED"}),
+        "ABORT": _FAILED,
     },
     "PARTIALLY_FAILED": {
         "TASK_FAILED": frozenset({"PARTIALLY_FAILED", "FAILED"}),
         "RETRY": _RUN,
         "REGENERATE": _RUN,
         "CANCEL": frozenset({"CANCELLED"}),
+        "ABORT": _FAILED,
     },
     "WAITING_CONFIRMATION": {
         "CONFIRM": frozenset({"RUNNING", "READY_TO_PUBLISH"}),
         "REGENERATE": _RUN,
         "CANCEL": frozenset({"CANCELLED"}),
+        "ABORT": _FAILED,
     },
     "READY_TO_PUBLISH": {
         "PUBLISH": frozenset({"PUBLISHED"}),
         "REGENERATE": _RUN,
         "CANCEL": frozenset({"CANCELLED"}),
+        "ABORT": _FAILED,
     },
     "PUBLISHED": {},
     "FAILED": {},

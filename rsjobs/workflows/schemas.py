@@ -8,6 +8,7 @@ import msgspec
 
 from ..codec import decode
 from ..schemas import _int, _text
+from .errors import CorruptWorkflow
 from .model import is_terminal
 from .plan import Plan, decode_plan
 
@@ -51,6 +52,14 @@ class WorkflowInfo(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_hash(cls, h: dict[Any, Any]) -> WorkflowInfo:
+        """Raises :class:`CorruptWorkflow` when the hash does not read as a workflow."""
+        try:
+            return cls._from_hash(h)
+        except (ValueError, TypeError, msgspec.DecodeError) as exc:
+            raise CorruptWorkflow(_text(h.get("id")) or "?", str(exc)) from None
+
+    @classmethod
+    def _from_hash(cls, h: dict[Any, Any]) -> WorkflowInfo:
         g = {_text(k): v for k, v in h.items()}
         return cls(
             id=_text(g.get("id")),

@@ -18,7 +18,16 @@ from .calls import WorkflowScripts
 from .plan import StagePlan, TaskPlan
 from .schemas import Asset, WorkflowInfo, decode_asset
 
-__all__ = ["DriveResult", "current_assets", "redrive", "spawn", "task_argv", "task_payload"]
+__all__ = [
+    "DriveResult",
+    "check_stage",
+    "current_assets",
+    "encoded_payload",
+    "redrive",
+    "spawn",
+    "task_argv",
+    "task_payload",
+]
 
 #: how often a call that raced a concurrent change (reply -5) is prepared again
 ATTEMPTS = 8
@@ -57,6 +66,25 @@ def task_payload(
     }
 
 
+def encoded_payload(ws: WorkflowScripts, stage: StagePlan, spec: TaskPlan, payload: Any) -> bytes:
+    """``payload`` encoded; :class:`rsjobs.PayloadError` (naming the task and its stage)
+    when it is over the limit."""
+    what = f"the payload of task {spec.item!r} of stage {stage.name!r}"
+    return encode_payload(payload, ws.settings.payload_limit, what)
+
+
+def check_stage(
+    ws: WorkflowScripts, info: WorkflowInfo, assets: list[Asset], retry: int = 0
+) -> None:
+    """Raise :class:`rsjobs.PayloadError` when a task of the current stage of ``info`` (the
+    workflow as an action would leave it) would get a payload over the limit. Actions
+    that open a stage call this before their first write, so a refused request changes
+    nothing."""
+    stage = info.plan.stages[info.stage]
+    for spec in stage.tasks:
+        encoded_payload(ws, stage, spec, task_payload(info, stage, spec, assets, retry))
+
+
 def task_argv(
     ws: WorkflowScripts, tid: str, stage: StagePlan, spec: TaskPlan, payload: Any
 ) -> list[Any]:
@@ -65,7 +93,7 @@ def task_argv(
         tid,
         spec.type,
         stage.queue,
-        encode_payload(payload, ws.settings.payload_limit),
+        encoded_payload(ws, stage, spec, payload),
         spec.max_attempts,
         spec.timeout_ms,
         spec.backoff_base_ms,
@@ -81,19 +109,22 @@ async def load_info(ws: WorkflowScripts, wf_id: str) -> WorkflowInfo | None:
 
 
 async def spawn(ws: WorkflowScripts, wf_id: str, source: str) -> int:
-    """Create the current stage's tasks if they do not exist yet; returns how many."""
+    """Create the current stage's tasks if they do not exist yet; returns how many.
+
+    Raises :class:`rsjobs.PayloadError` when a task's payload would be over the limit
+    (nothing is written then; the driver moves such a workflow to FAILED)."""
     for _ in range(ATTEMPTS):
         info = await load_info(ws, wf_id)
         if info is None or not info.needs_spawn:
             return 0
         stage = info.plan.stages[info.stage]
         assets = await current_assets(ws, wf_id, info.version)
-        await ws.redis.sadd(ws.keys.queues, stage.queue)
         tasks, argv = [], [info.version, info.stage]
         for spec in stage.tasks:
             tid = new_id()
             tasks.append(ws.task_keys(tid, stage.queue))
             argv += task_argv(ws, tid, stage, spec, task_payload(info, stage, spec, assets))
+        await ws.redis.sadd(ws.keys.queues, stage.queue)
         reply = await ws.call("wf_spawn", source, wf_id, tasks, argv)
         if reply.code == 1:
             return len(tasks)

@@ -20,12 +20,13 @@ from typing import Any
 import msgspec
 from redis.exceptions import RedisError
 
+from ..web.hub import exclusive
 from .calls import WorkflowScripts
 from .model import is_terminal
 from .schemas import WorkflowEvent
 from .status import load_status
 
-__all__ = ["ended_before", "workflow_events"]
+__all__ = ["ended_before", "is_entry", "workflow_events"]
 
 PAGE = 500
 _encoder = msgspec.json.Encoder()
@@ -44,12 +45,21 @@ def _ends(fields: dict[str, Any]) -> bool:
     )
 
 
+async def is_entry(ws: WorkflowScripts, wf_id: str, entry_id: str) -> bool:
+    """Whether ``entry_id`` (a valid stream id) is an entry of the workflow's history."""
+    rows = await ws.redis.xrange(ws.keys.workflow_history(wf_id), entry_id, entry_id, count=1)
+    return bool(rows)
+
+
 async def ended_before(ws: WorkflowScripts, wf_id: str, after: str) -> bool:
     """Whether the workflow is finished and has no history entry after ``after``."""
     status = await ws.redis.hget(ws.keys.workflow(wf_id), "status")
     if status is None or not is_terminal(status):
         return False
-    rows = await ws.redis.xrange(ws.keys.workflow_history(wf_id), f"({after}", "+", count=1)
+    start = exclusive(after)
+    if start is None:
+        return True
+    rows = await ws.redis.xrange(ws.keys.workflow_history(wf_id), start, "+", count=1)
     return not rows
 
 
@@ -83,8 +93,8 @@ async def workflow_events(
             return
         yield sent
         # 1. replay from the client's last id
-        while True:
-            rows = await ws.redis.xrange(hkey, f"({last}", "+", count=PAGE)
+        while (start := exclusive(last)) is not None:
+            rows = await ws.redis.xrange(hkey, start, "+", count=PAGE)
             out = []
             for entry_id, fields in rows:
                 out.append(_event(entry_id, fields))

@@ -274,3 +274,56 @@ async def test_workflow_streams_count_against_the_same_cap(redis_url: str) -> No
                     assert r.status_code == 200
     finally:
         await wf.close()
+
+
+async def test_streams_end_when_redis_stays_unreachable(tmp_path: Path) -> None:
+    """Redis dies and stays down: open task and workflow streams end within the bound,
+    without `end` (EventSource reconnects with Last-Event-ID); a new stream is a 503; once
+    Redis is back, resuming from the last id sent loses nothing."""
+    from rsjobs import Settings, connect
+    from rsjobs.workflows import WorkflowClient
+    from tests.wf_support import character
+
+    server = EmbeddedRedis(appendonly=True, appendfsync="always", data_dir=str(tmp_path))
+    server.start()
+    client = Client.from_url(server.url, namespace=NAMESPACE)
+    wf = WorkflowClient(connect(server.url), Settings(namespace=NAMESPACE), definitions=[])
+    try:
+        tid = await client.enqueue("x", owner="alice")
+        wid = await wf.start(character(), {"n": 1}, owner="alice")
+        app = make_app(server.url, keepalive_ms=200, redis_outage_ms=1000)
+        with serve(app) as web:
+            async with httpx.AsyncClient(base_url=web.url, timeout=10) as http:
+                paths = [f"/tasks/{tid}/events", f"/workflows/{wid}/events"]
+                async with contextlib.AsyncExitStack() as stack:
+                    readers = []
+                    for path in paths:
+                        r = await stack.enter_async_context(http.stream("GET", path, headers=ALICE))
+                        assert r.status_code == 200
+                        readers.append(SSEReader(r))
+                    # (a workflow stream begins with a status event)
+                    firsts = [await readers[0].take(1), (await readers[1].take(2))[1:]]
+                    assert all(len(f) == 1 and f[0].id for f in firsts), firsts
+                    t0 = asyncio.get_running_loop().time()
+                    await asyncio.to_thread(server.stop, kill=True)
+                    rests = [await rd.rest(timeout=8) for rd in readers]
+                    took = asyncio.get_running_loop().time() - t0
+                    assert took < 1.0 + 4, took
+                    for rd, rest in zip(readers, rests, strict=True):
+                        assert not rd.cut  # ended cleanly by the server
+                        assert "end" not in [e.event for e in rest]
+                    r = await http.get(paths[0], headers=ALICE)
+                    assert r.status_code == 503 and r.json()["error"] == "redis_unavailable"
+                await asyncio.to_thread(server.start)
+                await client.redis.connection_pool.disconnect()
+                await client.cancel(tid)
+                last = firsts[0][0].id
+                async with stream(http, tid, ALICE, last=last) as (r, reader):
+                    assert r.status_code == 200
+                    got = firsts[0] + await reader.rest(timeout=15)
+        await assert_is_history(client, tid, got)
+        assert await wf.get(wid)
+    finally:
+        await client.close()
+        await wf.close()
+        server.cleanup()

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 
@@ -263,14 +266,22 @@ async def test_a_worker_that_restarts_a_task_it_lost_keeps_the_new_attempt_alive
     await assert_valid_history(client, tid)
 
 
-async def test_worker_started_before_redis_waits_for_it() -> None:
+async def test_worker_started_before_redis_waits_for_it(tmp_path: Path) -> None:
     """A worker whose Redis is not up yet waits for it (backoff), then serves; SIGTERM
     while it waits ends it cleanly."""
     late = EmbeddedRedis(appendonly=False)  # a port nobody listens on yet
-    waiting = spawn_worker(late.url)
-    idle = spawn_worker(late.url)
+    logs = [tmp_path / "waiting.log", tmp_path / "idle.log"]
+    with logs[0].open("wb") as a, logs[1].open("wb") as b:
+        waiting = spawn_worker(late.url, stderr=a)
+        idle = spawn_worker(late.url, stderr=b)
     try:
-        await asyncio.sleep(1.5)
+        # both reached their wait (signal handlers installed), however loaded the machine
+        deadline = time.monotonic() + 60
+        for log in logs:
+            while b"waiting for it" not in log.read_bytes():
+                assert time.monotonic() < deadline, "the workers never said they wait"
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
         assert waiting.poll() is None and idle.poll() is None  # still waiting, not exited
         idle.send_signal(signal.SIGTERM)
         assert idle.wait(10) == 0
@@ -307,3 +318,93 @@ async def test_concurrency_bounds_started_tasks_while_starts_are_in_flight(
             assert time.monotonic() < deadline, stats
             await asyncio.sleep(0.005)
     assert most == 3
+
+
+async def test_a_sync_handler_that_ignores_its_timeout_keeps_its_slot(
+    client: Client, redis_url: str
+) -> None:
+    """``-c 1``: a sync handler that sleeps past its timeout still holds the only thread.
+    Its task ends TIMED_OUT at once, but the next task is not STARTed until that thread
+    returns (it used to be started, time out without its handler ever running, and a
+    third be started and requeued); the worker reports the stuck thread meanwhile."""
+    proc = spawn_worker(redis_url, "t", "-c", "1", "--lease-ms", "1500")
+    try:
+        stuck = await client.enqueue("sync_stubborn", {"s": 2.5}, timeout_ms=300, max_attempts=1)
+        await wait_for_state(client, stuck, "RUNNING", timeout=15)
+        nxt = await client.enqueue("sync_stubborn", {"s": 0.05}, timeout_ms=1000, max_attempts=1)
+        third = await client.enqueue("sync_stubborn", {"s": 0.05}, timeout_ms=1000, max_attempts=1)
+        info = await client.wait(stuck, timeout_ms=5000)
+        assert info.state == "TIMED_OUT", info
+        ended = time.monotonic()
+        reported = False
+        while time.monotonic() - ended < 1.5:  # the thread still sleeps for ~2 s
+            assert (await client.get(nxt)).state == "PENDING"
+            assert (await client.get(third)).state == "PENDING"
+            for raw in (await client.redis.hgetall(client.keys.workers)).values():
+                held = json.loads(raw)["stuck"]
+                if held:
+                    assert held == [
+                        {"task": stuck, "attempt": 1, "reason": "TIMEOUT", "since": ANY}
+                    ]
+                    reported = True
+            await asyncio.sleep(0.05)
+        assert reported, "the registration never named the stuck thread"
+        for tid in (nxt, third):
+            done = await client.wait(tid, timeout_ms=15_000)
+            assert done.state == "SUCCEEDED" and done.result["slept"] == 0.05, done
+            events = [e.event for e in await client.history(tid)]
+            assert events == ["ENQUEUE", "START", "COMPLETE"], events
+        starts = {
+            tid: next(e.ts for e in await client.history(tid) if e.event == "START")
+            for tid in (stuck, nxt, third)
+        }
+        # the next START waited for the stuck thread (2.5 s), not for the timeout (0.3 s)
+        assert starts[nxt] - starts[stuck] >= 2300, starts
+        assert starts[third] > starts[nxt]
+    finally:
+        stop_process(proc, signal.SIGTERM)
+    assert proc.returncode == 0
+
+
+async def test_a_handler_thread_that_never_returns_does_not_block_shutdown(
+    client: Client, redis_url: str
+) -> None:
+    """SIGTERM ends the worker within its grace even while a sync handler that ignored
+    its timeout still sleeps (its thread used to keep the process alive until it woke)."""
+    proc = spawn_worker(redis_url, "t", "-c", "1", "--grace-ms", "500")
+    try:
+        tid = await client.enqueue("sync_stubborn", {"s": 120}, timeout_ms=200, max_attempts=1)
+        assert (await client.wait(tid, timeout_ms=10_000)).state == "TIMED_OUT"
+        await asyncio.sleep(0.2)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+        assert time.monotonic() - t0 < 15
+    finally:
+        stop_process(proc)
+    assert await client.redis.hlen(client.keys.workers) == 0  # unregistered on the way out
+
+
+async def test_queue_wait_deadlines_hold_without_a_reaper(client: Client, redis_url: str) -> None:
+    """No reaper runs: a delayed task whose queue-wait deadline passes before it is due is
+    expired when it would be promoted, and a queued one when a worker would start it
+    (both used to run and succeed). Neither is STARTed; nothing is left on the queue."""
+    queued = await client.enqueue("noop", {"x": 1}, wait_timeout_ms=300)
+    await asyncio.sleep(0.5)  # no worker yet: the deadline passes while it waits
+    async with running_worker(redis_url):
+        delayed = await client.enqueue("noop", {"x": 2}, delay_ms=1500, wait_timeout_ms=400)
+        fresh = await client.enqueue("noop", {"x": 3}, wait_timeout_ms=5000)
+        infos = [await client.wait(t, timeout_ms=10_000) for t in (queued, delayed, fresh)]
+    assert [i.state for i in infos] == ["TIMED_OUT", "TIMED_OUT", "SUCCEEDED"]
+    for tid, where in ((queued, "at START by "), (delayed, "at PROMOTE")):
+        info = await client.get(tid)
+        assert info.error_type == "WaitTimeout" and info.attempt == 0
+        hist = await client.history(tid)
+        assert [e.event for e in hist] == ["ENQUEUE", "EXPIRE"]
+        assert where in hist[-1].message and "queue-wait deadline" in hist[-1].message
+        await assert_valid_history(client, tid)
+    q = client.keys.queue("default")
+    assert await client.redis.xlen(q) == 0
+    assert (await client.redis.xpending(q, "workers"))["pending"] == 0
+    assert await client.redis.zcard(client.keys.deadlines) == 0
+    assert await client.redis.zcard(client.keys.scheduled) == 0

@@ -34,3 +34,17 @@ async def make(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
         raise NonRetryable(f"planned failure of {payload['item']}")
     ref = "mem://{workflow}/v{version}/{stage}/{item}".format(**payload)
     return {"ref": f"{ref}/{ctx.task_id}", "meta": {"worker": ctx.worker, "pid": os.getpid()}}
+
+
+@tasks.handler("wf.big")
+async def big(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
+    """An asset whose reference is ``params.ref_bytes`` long: the next stage's payloads
+    (which carry the references of earlier assets) grow by as much."""
+    n = int((payload.get("params") or {}).get("ref_bytes", 10))
+    return {"ref": "r" * n}
+
+
+@tasks.handler("echo")
+async def echo(ctx: Context, payload: Any) -> Any:
+    """A plain task (no workflow)."""
+    return payload

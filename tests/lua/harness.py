@@ -38,6 +38,7 @@ class LuaHarness:
         timeout_ms: int = 0,
         dedup: str | None = None,
         backoff: int = 0,
+        wait_timeout_ms: int = 0,
     ) -> Any:
         argv = [
             tid,
@@ -51,7 +52,7 @@ class LuaHarness:
             "",
             backoff,
             backoff,
-            0,
+            wait_timeout_ms,
         ]
         return self.call("enqueue", "api", [self.tk(tid, queue, dedup)], argv)[0]
 
@@ -109,8 +110,28 @@ class LuaHarness:
         tasks = [self.tk(m.rpartition(":")[2], m.rpartition(":")[0]) for m in members]
         return self.call("promote", "worker", tasks, members)
 
+    def snapshot(self) -> dict[str, Any]:
+        """Every key and its content (streams by entries): to show a call wrote nothing."""
+        out: dict[str, Any] = {}
+        for key in sorted(self.r.keys("*")):
+            kind = self.r.type(key)
+            if kind == "hash":
+                out[key] = self.r.hgetall(key)
+            elif kind == "stream":
+                out[key] = self.r.xrange(key)
+            elif kind == "zset":
+                out[key] = self.r.zrange(key, 0, -1, withscores=True)
+            elif kind == "string":
+                out[key] = self.r.get(key)
+            else:
+                out[key] = kind
+        return out
+
     def task(self, tid: str) -> dict[str, str]:
         return self.r.hgetall(self.k.task(tid))
 
     def history(self, tid: str) -> list[HistoryEntry]:
-        return [HistoryEntry.from_entry(i, f, tid) for i, f in self.r.xrange(self.k.history(tid))]
+        """The history as ``Client.history`` reads it (refusals with their repeats)."""
+        task = self.task(tid)
+        rows = self.r.xrange(self.k.history(tid))
+        return [HistoryEntry.from_entry(i, f, tid, task) for i, f in rows]

@@ -279,12 +279,13 @@ def test_queue_wait_deadline_expires_unstarted_tasks(h: Reaper) -> None:
 
 def test_wait_deadline_does_not_apply_once_started(h: Reaper) -> None:
     tid = "8" * 32
-    h.call("enqueue", "api", [h.tk(tid)], [tid, "img", "q", "{}", 3, 0, 0, "", "", 0, 0, 1])
+    h.call("enqueue", "api", [h.tk(tid)], [tid, "img", "q", "{}", 3, 0, 0, "", "", 0, 0, 60_000])
     h.group()
     entry = h.deliver()[-1]
-    assert h.start(tid, entry)[0] == 1
-    time.sleep(0.005)
-    assert h.deadline([f"q:{tid}"]) == ["STALE"]  # started without a deadline
+    assert h.start(tid, entry)[0] == 1  # in time
+    assert h.r.zscore(h.k.deadlines, f"q:{tid}") is None  # started without a deadline
+    h.r.hset(h.k.task(tid), "expires_at", 1)  # the wait deadline passes after the start
+    assert h.deadline([f"q:{tid}"]) == ["STALE"]
     assert h.task(tid)["state"] == "RUNNING"
 
 

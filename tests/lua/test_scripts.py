@@ -116,12 +116,13 @@ def test_cancel_of_running_task_notifies_worker_and_frees_entry() -> None:
     pubsub = h.r.pubsub()
     pubsub.subscribe(h.k.control)
     pubsub.get_message(timeout=0.1)
-    r = h.start(A, h.deliver()[0])
+    entry = h.deliver()[0]
+    r = h.start(A, entry)
     assert list(h.control(A, "CANCEL")) == [1, "CANCELLED"]
     msg = pubsub.get_message(timeout=1)
     assert msg is not None and msg["data"] == f"CANCEL {A}"
     assert h.r.xpending(h.k.queue("q"), "workers")["pending"] == 0
-    assert h.heartbeat(A, r[5], r[1]) == "CANCELLED"
+    assert h.heartbeat(A, r[5], entry) == "CANCELLED"
     assert list(h.finish(A, "COMPLETE", r[5])) == [-2, "CANCELLED"]
 
 
@@ -135,6 +136,11 @@ def test_finished_tasks_expire_after_retention() -> None:
     for key in (h.k.task(A), h.k.history(A), h.k.dedup("d")):
         ttl = h.r.pttl(key)
         assert 0 < ttl <= 60_000, key
+    # a refusal after the end (its history is compacted again) keeps the expiry
+    assert list(h.control(A, "CANCEL")) == [-2, "SUCCEEDED"]
+    assert list(h.control(A, "CANCEL")) == [-2, "SUCCEEDED"]
+    for key in (h.k.task(A), h.k.history(A)):
+        assert 0 < h.r.pttl(key) <= 60_000, key
 
 
 def test_events_stream_mirrors_history() -> None:

@@ -749,17 +749,24 @@ def test_a_loss_outside_every_failover_window_is_a_violation() -> None:
     assert not check(lost).failover_window_losses
 
 
-def test_a_cancel_lost_in_a_failover_is_reported_apart_even_in_durable_mode() -> None:
-    """Durable mode covers enqueues; other acknowledged writes in the window are losses
-    reported apart, never hidden."""
-    run = good_run(
+def test_durable_mode_covers_acknowledged_cancels_not_the_workers_writes() -> None:
+    """A cancel answered after WAIT may not be lost in a failover; a handler's record
+    whose START was lost is a worker-side write durable mode does not confirm: reported
+    apart, never hidden."""
+    cancel = [CancelAck(task_id=T1, phase="pending", ack_ms=ACK + 5, state="CANCELLED")]
+    fo = _failover(ACK + 300, ACK + 9000)
+    assert "CANCEL_NOT_HONOURED" in kinds(good_run(durable=True, cancels=cancel, faults=fo))
+    res = check(good_run(cancels=cancel, faults=fo))  # not durable: reported apart
+    assert res.ok and [v.kind for v in res.failover_window_losses] == ["CANCEL_NOT_HONOURED"]
+    unleased = good_run(
         durable=True,
-        cancels=[CancelAck(task_id=T1, phase="pending", ack_ms=ACK + 5, state="CANCELLED")],
-        faults=_failover(ACK + 300, ACK + 9000),
+        faults=fo,
+        executions=[*good_run().executions, execution("x9", 2, W2, "start", ACK + 400)],
     )
-    res = check(run)
+    res = check(unleased)
     assert res.ok, res.violations
-    assert [v.kind for v in res.failover_window_losses] == ["CANCEL_NOT_HONOURED"]
+    lost = sorted(v.kind for v in res.failover_window_losses)
+    assert lost == ["EXCESS_EXECUTIONS", "UNLEASED_EXECUTION"]
 
 
 def test_a_redis_node_or_sentinel_or_the_web_app_exiting_is_a_crash() -> None:
@@ -1032,14 +1039,19 @@ def _flood(**kw: Any) -> Flood:
     return Flood(**base)
 
 
-def _flooded(n_entries: int, count: str = "", **stats: int) -> RunData:
-    extra = {"count": count} if count else {}
+def _flooded(n_entries: int, repeats: int = 0, **stats: int) -> RunData:
+    """A flood of 3 CANCELs of T1, recorded as ``n_entries`` refusal entries with
+    ``repeats`` coalesced into each."""
     refusals = [
-        entry(100 + i, "CANCEL", "SUCCEEDED", "SUCCEEDED", 1, src="api", rej=True, **extra)
+        msgspec.structs.replace(
+            entry(100 + i, "CANCEL", "SUCCEEDED", "SUCCEEDED", 1, src="api", rej=True),
+            repeats=repeats,
+            last_ts=ACK + 150 if repeats else 0,
+        )
         for i in range(n_entries)
     ]
     hist = [*good_history(), *refusals]
-    st = {**GOOD_STATS, "rej:CANCEL": stats.get("rej", n_entries * (int(count or 1)))}
+    st = {**GOOD_STATS, "rej:CANCEL": stats.get("rej", n_entries * (1 + repeats))}
     return good_run(
         tasks=task(hist), floods=[_flood()], stats=st, events={T1: [e.id for e in hist]}
     )
@@ -1051,16 +1063,19 @@ def test_a_flood_answered_and_recorded_passes() -> None:
     assert res.counts["flood_refused"] == 3
 
 
-def test_a_flood_whose_repeats_are_folded_into_one_entry_with_a_count_passes() -> None:
-    """A bounded history may record the first refusal and count the repeats: the
-    checker accepts that, and the rej: counter still counts every refusal."""
-    res = check(_flooded(1, count="3"))
+def test_a_flood_whose_repeats_are_coalesced_into_one_entry_passes() -> None:
+    """A bounded history records the first refusal and counts the repeats on the task
+    hash: the checker counts both, and the rej: counter counts every refusal."""
+    res = check(_flooded(1, repeats=2))
     assert res.ok, res.violations
+    # the same entry without its repeats accounts for one refusal of the three answered
+    assert "REFUSALS_UNACCOUNTED" in kinds(_flooded(1, repeats=0, rej=3))
 
 
 def test_floods_that_were_not_accounted_for_are_violations() -> None:
-    # the history records more refusals than were sent
+    # the history records more refusals than were sent, or fewer than were answered
     assert "REFUSALS_UNACCOUNTED" in kinds(_flooded(5))
+    assert "REFUSALS_UNACCOUNTED" in kinds(_flooded(2))
     # the stats counted fewer refusals than the floods were answered
     assert "REFUSALS_UNACCOUNTED" in kinds(_flooded(3, rej=2))
     # a command of the flood changed the task

@@ -126,11 +126,12 @@ class _Checker:
         detail: str,
         *,
         written_ms: int | None = None,
-        enqueue: bool = False,
+        durable_write: bool = False,
     ) -> None:
         """Record a violation, or a loss in a window where the lost write was at risk: an
-        AOF window (SIGKILL under everysec) or a failover's replication window — except an
-        acknowledged enqueue in durable mode, which WAIT confirmed on the replica."""
+        AOF window (SIGKILL under everysec) or a failover's replication window — except,
+        in durable mode, a ``durable_write``: one the producer got acknowledged only after
+        WAIT confirmed it on the replica (a submit, a cancel, a workflow start or action)."""
         v = Violation(kind=kind, task_id=tid, detail=detail)
         if written_ms is not None:
             k = self.aof_kill(written_ms)
@@ -140,7 +141,7 @@ class _Checker:
                 return
             w = self.failover(written_ms)
             if w is not None:
-                if self.d.durable and enqueue:
+                if self.d.durable and durable_write:
                     detail += f" [acknowledged after WAIT at {written_ms}, lost in a failover]"
                     self.r.violations.append(Violation(kind=kind, task_id=tid, detail=detail))
                     return
@@ -170,7 +171,7 @@ class _Checker:
                     tid,
                     f"accepted {self.kind[tid]} task has no hash and no history",
                     written_ms=self.ack[tid],
-                    enqueue=True,
+                    durable_write=True,
                 )
         execs = self.executions_by_task(d.executions)
         for tid, rec in sorted(present.items()):
@@ -246,7 +247,7 @@ class _Checker:
         starts = [e for e in accepted if e.event == "START"]
         c["starts"] += len(starts)
         c["refused_results"] += sum(
-            1 for e in hist if e.rejected and e.event in ("COMPLETE", "FAIL", "TIMEOUT")
+            e.count for e in hist if e.rejected and e.event in ("COMPLETE", "FAIL", "TIMEOUT")
         )
         c["reclaims"] += sum(1 for e in accepted if e.event == "RECLAIM")
         c["deadlettered"] += sum(1 for e in accepted if e.event == "DEADLETTER")
@@ -426,6 +427,7 @@ class _Checker:
                     a.task_id,
                     f"cancel ({a.phase}) answered {a.state}, task ended {state or 'missing'}",
                     written_ms=a.ack_ms,
+                    durable_write=True,
                 )
 
     def check_dedup(self, present: dict[str, TaskRecord]) -> None:
@@ -448,7 +450,7 @@ class _Checker:
                     first,
                     f"dedup key {key} answered {first} then {others}; it names {stored!r}",
                     written_ms=first_ms,
-                    enqueue=True,
+                    durable_write=True,
                 )
         for key, tids in sorted(holders.items()):
             if len(tids) > 1:

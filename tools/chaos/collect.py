@@ -95,7 +95,8 @@ async def read_tasks(redis: Redis, keys: Keys, ids: Iterable[str]) -> dict[str, 
             out[tid] = TaskRecord(
                 task_id=tid,
                 fields={str(k): str(v) for k, v in fields.items()},
-                history=[HistoryEntry.from_entry(eid, f, tid) for eid, f in hist],
+                # the hash carries the repeat counts of coalesced refusals
+                history=[HistoryEntry.from_entry(eid, f, tid, fields) for eid, f in hist],
             )
     return out
 

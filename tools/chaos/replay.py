@@ -12,7 +12,7 @@ from typing import NamedTuple
 from rsjobs.model import TERMINAL, allowed
 from rsjobs.schemas import HistoryEntry
 
-__all__ = ["REPEAT_FIELDS", "Problem", "final_state", "refusal_count", "replay"]
+__all__ = ["Problem", "final_state", "replay"]
 
 
 class Problem(NamedTuple):
@@ -72,17 +72,3 @@ def final_state(entries: Iterable[HistoryEntry]) -> str:
         if not e.rejected:
             state = e.to_state
     return state
-
-
-#: entry fields that say how many refusals a refused entry stands for (a history that
-#: folds repeated refusals into one entry); absent: the entry is one refusal
-REPEAT_FIELDS = ("count", "repeats")
-
-
-def refusal_count(e: HistoryEntry) -> int:
-    """How many refusals one refused history entry stands for."""
-    for f in REPEAT_FIELDS:
-        v = e.extra.get(f, "")
-        if v.isascii() and v.isdigit():
-            return max(1, int(v))
-    return 1

@@ -17,7 +17,6 @@ import httpx
 import msgspec
 
 from rsjobs.client import Client, connect
-from rsjobs.errors import ConfigError
 from rsjobs.settings import Settings
 from rsjobs.workflows import WorkflowClient
 
@@ -92,15 +91,12 @@ async def _progress(client: Client, producer: Producer, total: int, echo: Echo) 
 
 
 def run_settings(cfg: ChaosConfig) -> Settings:
-    """The Settings of the harness's clients (durable mode: enqueues WAIT for a replica)."""
-    if not cfg.durable:
-        return Settings(namespace=cfg.namespace)
-    try:
-        return Settings(namespace=cfg.namespace, wait_replicas=1, wait_timeout_ms=1000)  # type: ignore[call-arg]
-    except TypeError:
-        raise ConfigError(
-            "--durable: this rsjobs has no durable mode (Settings.wait_replicas)"
-        ) from None
+    """The Settings of the harness's clients (durable mode: acknowledged writes WAIT for
+    the replica)."""
+    wait = 1 if cfg.durable else 0
+    return Settings(
+        namespace=cfg.namespace, wait_replicas=wait, wait_timeout_ms=cfg.wait_timeout_ms
+    )
 
 
 async def _wait_web(http: httpx.AsyncClient, timeout_s: float) -> None:

@@ -13,7 +13,6 @@ from rsjobs.workflows.model import NOTES as WF_NOTES
 
 from .records import FaultEvent, TaskRecord, Violation, WorkflowRecord
 from .recovery import redis_intervals
-from .replay import refusal_count
 
 __all__ = ["event_findings", "fault_counts", "process_findings", "stats_findings"]
 
@@ -114,10 +113,10 @@ def stats_findings(
     workflows: dict[str, WorkflowRecord] | None = None,
 ) -> list[Violation]:
     """In a fresh namespace the stats hash must equal what the tasks and workflows say:
-    state counts per queue (terminal ones are totals), ev:<EVENT> per accepted and
-    rej:<EVENT> per refused history entry (PROGRESS notes are not transitions and have
-    no ev: counter), wfev: / wfrej: likewise per workflow history entry (SPAWN and ASSET
-    notes have none)."""
+    state counts per queue (terminal ones are totals), ev:<EVENT> per accepted history
+    entry and rej:<EVENT> per refusal: a refusal entry and the repeats coalesced into it
+    (PROGRESS notes are not transitions and have no ev: counter), wfev: / wfrej: per
+    workflow history entry (SPAWN and ASSET notes have none)."""
     want: Counter[str] = Counter()
     for wf in (workflows or {}).values():
         for w in wf.history:
@@ -131,7 +130,7 @@ def stats_findings(
             want[f"{q}:{rec.fields.get('state', '')}"] += 1
         for e in rec.history:
             if e.rejected:
-                want[f"rej:{e.event}"] += refusal_count(e)
+                want[f"rej:{e.event}"] += e.count  # the entry and its coalesced repeats
             elif e.event != "PROGRESS":
                 want[f"ev:{e.event}"] += 1
     have = {k: v for k, v in stats.items() if v and k != "ev:PROGRESS"}

@@ -80,7 +80,7 @@ def workflow_findings(
                 wid,
                 f"started {s.kind} workflow has no hash and no history",
                 written_ms=s.ack_ms,
-                enqueue=True,
+                durable_write=True,
             )
             continue
         status = wf.fields.get("status", "")
@@ -168,4 +168,5 @@ def _outcome(
             wid,
             f"cancel answered CANCELLED, the workflow ended {status}",
             written_ms=ack_ms,
+            durable_write=True,
         )

@@ -1,0 +1,174 @@
+"""A task hash the scripts did not write, in a reaper batch: the rest of the batch is
+handled as usual, the bad task is quarantined (FAILED through DEADLETTER, on the
+dead-letter stream, counted), and no error, expected or not, ends the reaper."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.exceptions import ResponseError
+
+from rsjobs import Client
+from rsjobs.reaper import CannotRequeue, Reaper, ReaperConfig, list_deadletters, requeue
+from rsjobs.reaper.reaper import SweepReport
+
+pytestmark = pytest.mark.integration
+
+NS = "rq"
+
+
+@pytest.fixture
+async def qc(redis_url: str) -> AsyncIterator[Client]:
+    c = Client.from_url(redis_url, namespace=NS)
+    yield c
+    await c.close()
+
+
+def reaper(c: Client, **cfg: Any) -> Reaper:
+    opts: dict[str, Any] = {"guard": False, "deadline_grace_ms": 0}
+    opts.update(cfg)
+    return Reaper(redis=c.redis, settings=c.settings, config=ReaperConfig(**opts))
+
+
+async def started(c: Client, n: int, *, lease_ms: int, **kw: Any) -> list[str]:
+    """``n`` tasks started by a consumer that then vanished (never beats, unregistered)."""
+    ids = [await c.enqueue("noop", {"i": i}, **kw) for i in range(n)]
+    stream = c.keys.queue("default")
+    await c.redis.xgroup_create(stream, "workers", id="0", mkstream=True)
+    rows = await c.redis.xreadgroup("workers", "ghost", {stream: ">"}, count=n)
+    entries = [eid for _, es in rows for eid, _ in es]
+    keys = [c.scripts.task_keys(t, "default") for t in ids]
+    replies = await c.scripts.call("start", "worker", keys, ["ghost", lease_ms, "g", *entries])
+    assert [r[0] for r in replies] == [1] * n
+    return ids
+
+
+async def corrupt(c: Client, tid: str) -> None:
+    """What a hand edit or a foreign writer can leave: the hash lost its queue field."""
+    await c.redis.hdel(c.keys.task(tid), "queue")
+
+
+async def check_quarantined(c: Client, tid: str, step: str, was: str) -> None:
+    t = await c.redis.hgetall(c.keys.task(tid))
+    assert t["state"] == "FAILED" and t["error_type"] == "DeadLetter" and t["queue"] == "default"
+    assert t["error"].startswith(f"quarantined: {step} failed on this task: no queue field")
+    last = (await c.history(tid))[-1]
+    assert (last.from_state, last.event, last.to_state) == (was, "DEADLETTER", "FAILED")
+    (letter,) = await list_deadletters(c.redis, c.keys)
+    assert (letter.task_id, letter.step, letter.action) == (tid, step, "DEADLETTER")
+
+
+async def test_recovery_quarantines_the_bad_task_and_recovers_the_rest(qc: Client) -> None:
+    ids = await started(qc, 5, lease_ms=100)
+    bad = ids[2]
+    await corrupt(qc, bad)
+    # a queue whose key is not a stream: that queue is skipped, the others recovered
+    await qc.redis.sadd(qc.keys.queues, "broken")
+    await qc.redis.set(qc.keys.queue("broken"), "junk")
+    await asyncio.sleep(0.3)
+    report = await reaper(qc, lease_ms=100).sweep_once()
+    assert (report.retried, report.quarantined, report.errors) == (4, 1, 1)
+    for tid in ids:
+        if tid != bad:
+            assert (await qc.get(tid)).state == "PENDING"
+    await check_quarantined(qc, bad, "recovery", "RUNNING")
+    # it is an ordinary dead letter now: the operator can requeue it
+    clone, created = await requeue(Client(qc.redis, qc.settings, source="user"), bad)
+    assert created and (await qc.get(clone)).payload == {"i": 2}
+    # the next sweep finds nothing more to do with it
+    again = await reaper(qc, lease_ms=100).sweep_once()
+    assert again.quarantined == 0
+
+
+async def test_deadlines_quarantine_the_bad_task_and_time_out_the_rest(qc: Client) -> None:
+    ids = await started(qc, 4, lease_ms=60_000, timeout_ms=50)
+    bad = ids[0]
+    await corrupt(qc, bad)
+    await asyncio.sleep(0.2)
+    report = await reaper(qc).sweep_once()
+    assert (report.timeout_retried, report.quarantined, report.errors) == (3, 1, 0)
+    await check_quarantined(qc, bad, "deadlines", "RUNNING")
+    assert await qc.redis.zscore(qc.keys.deadlines, f"default:{bad}") is None
+
+
+async def test_promotion_quarantines_the_bad_task_and_promotes_the_rest(qc: Client) -> None:
+    ids = [await qc.enqueue("noop", {"i": i}, delay_ms=50) for i in range(4)]
+    bad = ids[3]
+    await corrupt(qc, bad)
+    await asyncio.sleep(0.2)
+    report = await reaper(qc).sweep_once()
+    assert (report.promoted, report.quarantined, report.errors) == (3, 1, 0)
+    await check_quarantined(qc, bad, "promotion", "SCHEDULED")
+    assert await qc.redis.zcard(qc.keys.scheduled) == 0
+
+
+async def test_a_failure_its_data_does_not_explain_fails_no_task(qc: Client) -> None:
+    """The batch is split and the rest recovered; the task the script keeps failing on,
+    with nothing wrong found in its data, is left as it is (counted as an error)."""
+    ids = await started(qc, 3, lease_ms=100)
+    victim = ids[1]
+    await asyncio.sleep(0.3)
+    r = reaper(qc, lease_ms=100)
+    real = r.scripts.call
+
+    async def buggy(name: str, tasks: Any, argv: Any, **kw: Any) -> Any:
+        if name == "reclaim" and any(victim in k[0] for k in tasks):
+            raise ResponseError("user_script:1: a bug")
+        return await real(name, tasks, argv, **kw)
+
+    r.scripts.call = buggy  # type: ignore[method-assign]
+    before = await qc.redis.hgetall(qc.keys.task(victim))
+    report = await r.sweep_once()
+    assert (report.retried, report.quarantined, report.errors) == (2, 0, 1)
+    assert await qc.redis.hgetall(qc.keys.task(victim)) == before
+    assert await list_deadletters(qc.redis, qc.keys) == []
+
+
+async def test_no_error_ends_the_reaper_loop(qc: Client, caplog: pytest.LogCaptureFixture) -> None:
+    r = reaper(qc, interval_ms=20)
+    real = r.sweep_once
+    calls = 0
+
+    async def flaky() -> SweepReport:
+        nonlocal calls
+        calls += 1
+        if calls <= 2:
+            raise RuntimeError(f"unexpected #{calls}")
+        return await real()
+
+    r.sweep_once = flaky  # type: ignore[method-assign]
+    tid = await qc.enqueue("noop", {}, delay_ms=1)
+    with caplog.at_level(logging.INFO, logger="rsjobs.reaper"):
+        task = asyncio.create_task(r.run())
+        try:
+            await asyncio.sleep(1.0)
+            assert not task.done()
+            assert r.sweeps >= 1 and r.totals["sweep_errors"] == 2
+            assert (await qc.get(tid)).state == "PENDING"  # promoted by a later sweep
+        finally:
+            r.stop()
+            await asyncio.wait_for(task, 5)
+    errors = [m for m in caplog.messages if '"event":"sweep_error"' in m]
+    assert len(errors) == 2 and "Traceback" in errors[0] and "unexpected #1" in errors[0]
+
+
+async def test_requeue_of_a_dead_letter_too_damaged_to_clone_writes_nothing(qc: Client) -> None:
+    (tid,) = await started(qc, 1, lease_ms=100)
+    await corrupt(qc, tid)
+    await asyncio.sleep(0.3)
+    assert (await reaper(qc, lease_ms=100).sweep_once()).quarantined == 1
+    user = Client(qc.redis, qc.settings, source="user")
+    for damage, says in (
+        ({"payload": "{not json"}, "its payload does not decode"),
+        ({"payload": "{}", "max_attempts": "lots"}, "a number field does not parse"),
+    ):
+        await qc.redis.hset(qc.keys.task(tid), mapping=damage)
+        before = {k: await qc.redis.dump(k) for k in sorted(await qc.redis.keys("*"))}
+        with pytest.raises(CannotRequeue, match=says):
+            await requeue(user, tid)
+        after = {k: await qc.redis.dump(k) for k in sorted(await qc.redis.keys("*"))}
+        assert after == before

@@ -1,0 +1,272 @@
+"""Refusals are coalesced (bounded histories), a refused late result names its own
+attempt, queue-wait deadlines hold at START and PROMOTE, and malformed arguments are
+refused before any write (fakeredis)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from tests.lua.harness import LuaHarness
+
+A, B = "a" * 32, "b" * 32
+
+
+def refused(h: LuaHarness, tid: str) -> list[tuple[str, str, int, int]]:
+    return [(e.event, e.to_state, e.attempt, e.repeats) for e in h.history(tid) if e.rejected]
+
+
+def rej(h: LuaHarness, event: str) -> int:
+    return int(h.r.hget(h.k.stats, f"rej:{event}") or 0)
+
+
+# -- coalesced refusals ----------------------------------------------------------------
+
+
+def test_repeated_refusals_in_one_state_are_one_entry_with_a_count() -> None:
+    h = LuaHarness()
+    h.group()
+    h.enqueue(A)
+    assert list(h.control(A, "CANCEL")) == [1, "CANCELLED"]
+    n_before = len(h.history(A))
+    for _ in range(50):
+        assert list(h.control(A, "CANCEL")) == [0, "CANCELLED"]
+    entries = h.history(A)
+    assert len(entries) == n_before + 1
+    first = entries[-1]
+    assert first.rejected and first.event == "CANCEL" and first.message == "already CANCELLED"
+    assert first.repeats == 49 and first.count == 50 and first.last_ts >= first.ts
+    assert rej(h, "CANCEL") == 50
+    # nothing but the first went to the events stream either
+    assert h.r.xlen(h.k.events) == n_before + 1
+
+
+def test_alternating_refusals_do_not_escape_the_bound() -> None:
+    h = LuaHarness()
+    h.group()
+    h.enqueue(A)
+    r = h.start(A, h.deliver()[0])
+    assert list(h.finish(A, "COMPLETE", r[5], body='"ok"')) == [1, "SUCCEEDED"]
+    n_before = len(h.history(A))
+    for _ in range(30):
+        h.control(A, "CANCEL")
+        h.control(A, "PAUSE")
+        h.control(A, "RESUME")
+        assert h.heartbeat(A, r[5], "1-1") == "SUCCEEDED"
+        assert list(h.finish(A, "FAIL", r[5])) == [-2, "SUCCEEDED"]
+    assert len(h.history(A)) == n_before + 5
+    assert sorted(refused(h, A)) == [
+        ("CANCEL", "SUCCEEDED", 1, 29),
+        ("FAIL", "SUCCEEDED", 1, 29),
+        ("HEARTBEAT", "SUCCEEDED", 1, 29),
+        ("PAUSE", "SUCCEEDED", 1, 29),
+        ("RESUME", "SUCCEEDED", 1, 29),
+    ]
+    assert sum(e.count for e in h.history(A)) == 150
+
+
+def test_a_new_state_records_its_refusals_anew() -> None:
+    """The coalescing is per stay in a state: after a transition (even back to the same
+    state) the first refusal is an entry again, and the old entry keeps its count."""
+    h = LuaHarness()
+    h.group()
+    h.enqueue(A)
+    for _ in range(3):
+        assert list(h.control(A, "RESUME")) == [-2, "PENDING"]
+    assert list(h.control(A, "PAUSE")) == [1, "PAUSED"]
+    assert list(h.control(A, "RESUME")) == [1, "PENDING"]
+    for _ in range(2):
+        assert list(h.control(A, "RESUME")) == [-2, "PENDING"]
+    assert [(e.event, e.rejected, e.repeats) for e in h.history(A)] == [
+        ("ENQUEUE", False, 0),
+        ("RESUME", True, 2),
+        ("PAUSE", False, 0),
+        ("RESUME", False, 0),
+        ("RESUME", True, 1),
+    ]
+    assert "refusals" in h.task(A)  # the current stay's list; the next transition clears it
+    h.control(A, "CANCEL")
+    assert "refusals" not in h.task(A)
+
+
+def test_refusals_of_different_attempts_are_separate_entries() -> None:
+    """Late results of two older attempts, refused in one state, are two entries, each
+    with the attempt its lease names; a lease naming no attempt of the task has its own."""
+    h = LuaHarness()
+    h.group()
+    h.enqueue(A)
+    leases = []
+    for n in (1, 2, 3):
+        r = h.start(A, h.deliver()[0], nonce=f"n{n}")
+        leases.append(r[5])
+        if n < 3:
+            h.control(A, "PAUSE")
+            h.control(A, "RESUME")
+    for lease in (leases[0], leases[1], leases[0], "99:forged", "77:forged", "x"):
+        assert list(h.finish(A, "COMPLETE", lease, body='"late"')) == [-3, "RUNNING"]
+    assert refused(h, A) == [
+        ("COMPLETE", "RUNNING", 1, 1),
+        ("COMPLETE", "RUNNING", 2, 0),
+        ("COMPLETE", "RUNNING", 99, 1),  # attempts the task never had share one entry
+        ("COMPLETE", "RUNNING", 0, 0),  # a token naming no attempt at all
+    ]
+    assert rej(h, "COMPLETE") == 6
+
+
+def test_a_refused_late_result_records_the_attempt_of_its_lease() -> None:
+    """A zombie of attempt 1 reports after attempt 2 succeeded: its refusal says attempt 1,
+    not the task's current attempt 2 (and so does a refused heartbeat of it)."""
+    h = LuaHarness()
+    h.group()
+    h.enqueue(A)
+    zombie = h.start(A, h.deliver()[0], nonce="zombie")[5]
+    h.control(A, "PAUSE")
+    h.control(A, "RESUME")
+    owner = h.start(A, h.deliver()[0], nonce="owner")
+    assert owner[4] == 2
+    assert h.heartbeat(A, zombie, "1-1") == "LOST"
+    assert list(h.finish(A, "COMPLETE", owner[5], body='"owner"')) == [1, "SUCCEEDED"]
+    assert list(h.finish(A, "COMPLETE", zombie, body='"zombie"')) == [-2, "SUCCEEDED"]
+    assert refused(h, A) == [("HEARTBEAT", "RUNNING", 1, 0), ("COMPLETE", "SUCCEEDED", 1, 0)]
+    events = h.r.xrange(h.k.events)
+    assert [f["att"] for _, f in events if f.get("rej") == "1"] == ["1", "1"]
+
+
+# -- queue-wait deadlines without a reaper ---------------------------------------------
+
+
+def test_start_expires_a_task_past_its_queue_wait_deadline() -> None:
+    h = LuaHarness()
+    h.group()
+    h.enqueue(A, wait_timeout_ms=1)
+    entry = h.deliver()[0]
+    time.sleep(0.005)
+    assert list(h.start(A, entry)) == [-4, "TIMED_OUT"]
+    t = h.task(A)
+    assert t["state"] == "TIMED_OUT" and t["error_type"] == "WaitTimeout"
+    assert t["attempt"] == "0" and "lease" not in t
+    last = h.history(A)[-1]
+    assert (last.event, last.from_state, last.to_state) == ("EXPIRE", "PENDING", "TIMED_OUT")
+    assert "queue-wait deadline" in last.message and "at START by w1" in last.message
+    assert last.extra["worker"] == "w1"
+    assert [e.event for e in h.history(A)] == ["ENQUEUE", "EXPIRE"]
+    # the delivered entry is acked and deleted, nothing is left indexed
+    assert h.r.xlen(h.k.queue("q")) == 0
+    assert h.r.xpending(h.k.queue("q"), "workers")["pending"] == 0
+    assert h.r.zcard(h.k.deadlines) == 0
+
+
+def test_start_in_time_runs_and_drops_the_wait_deadline() -> None:
+    h = LuaHarness()
+    h.group()
+    h.enqueue(A, wait_timeout_ms=60_000)
+    assert h.r.zcard(h.k.deadlines) == 1
+    assert h.start(A, h.deliver()[0])[0] == 1
+    assert h.r.zcard(h.k.deadlines) == 0  # no timeout_ms: no deadline of any kind left
+
+
+def test_promote_expires_a_scheduled_task_past_its_queue_wait_deadline() -> None:
+    h = LuaHarness()
+    h.group()
+    h.enqueue(A, delay_ms=1, wait_timeout_ms=1)
+    h.enqueue(B, delay_ms=1)
+    time.sleep(0.005)
+    promoted, next_due = h.promote()
+    assert (promoted, next_due) == (1, -1)
+    assert h.task(A)["state"] == "TIMED_OUT" and h.task(B)["state"] == "PENDING"
+    last = h.history(A)[-1]
+    assert (last.event, last.from_state) == ("EXPIRE", "SCHEDULED")
+    assert "at PROMOTE" in last.message
+    assert h.r.zcard(h.k.scheduled) == 0 and h.r.zcard(h.k.deadlines) == 0
+    assert h.r.xlen(h.k.queue("q")) == 1  # B's entry only
+
+
+def test_a_pause_does_not_stop_the_queue_wait_clock() -> None:
+    """RESUME of a task never started indexes its wait deadline again (the reaper drops
+    a PAUSED task's member), and START expires it once that deadline has passed."""
+    h = LuaHarness()
+    h.group()
+    h.enqueue(A, wait_timeout_ms=1)
+    h.control(A, "PAUSE")
+    h.r.zrem(h.k.deadlines, f"q:{A}")  # as the reaper does for a PAUSED task
+    time.sleep(0.005)
+    h.control(A, "RESUME")
+    assert h.r.zscore(h.k.deadlines, f"q:{A}") == float(h.task(A)["expires_at"])
+    assert list(h.start(A, h.deliver()[0])) == [-4, "TIMED_OUT"]
+
+
+# -- malformed arguments are refused before any write -----------------------------------
+
+
+def _fails_writing_nothing(h: LuaHarness, name: str, tasks: list[str], argv: list[Any]) -> None:
+    before = h.snapshot()
+    with pytest.raises(redis.ResponseError, match="rsjobs: invalid"):
+        h.call(name, "worker", [h.tk(t) for t in tasks], argv)
+    assert h.snapshot() == before
+
+
+def _two_running(h: LuaHarness) -> tuple[list[Any], list[Any]]:
+    h.group()
+    h.enqueue(A, timeout_ms=60_000)
+    h.enqueue(B, timeout_ms=60_000)
+    ea, eb = h.deliver()
+    return h.start(A, ea), h.start(B, eb)
+
+
+def test_finish_checks_the_whole_batch_first() -> None:
+    h = LuaHarness()
+    ra, rb = _two_running(h)
+    good = ["COMPLETE", ra[5], '"ok"', "", "1", -1, 0.5]
+    for bad in (
+        ["CANCEL", rb[5], "x", "E", "1", -1, 0.5],  # not an end of attempt
+        ["FAIL", rb[5], "x", "E", "1", "soon", 0.5],
+        ["FAIL", rb[5], "x", "E", "1", -1, "nan"],
+        ["FAIL", rb[5], "x", "E", "1", -1, 2],
+    ):
+        _fails_writing_nothing(h, "finish", [A, B], good + bad)
+    _fails_writing_nothing(h, "finish", [A, B], good)  # one task's values missing
+    assert h.task(A)["state"] == "RUNNING" and h.task(B)["state"] == "RUNNING"
+
+
+def test_heartbeat_start_enqueue_deadline_control_check_arguments_first() -> None:
+    h = LuaHarness()
+    ra, rb = _two_running(h)
+    beat = [ra[5], h.task(A)["entry"], "10", "m"]
+    for bad_b in (
+        [rb[5], "not-an-id", "", ""],
+        [rb[5], "1-1", "0x10", ""],
+        [rb[5], "1-1", "101", ""],
+    ):
+        _fails_writing_nothing(h, "heartbeat", [A, B], ["w1", 30_000, *beat, *bad_b])
+    _fails_writing_nothing(h, "heartbeat", [A], ["w1", "1e3", *beat])
+    h.enqueue("c" * 32)
+    (entry,) = h.deliver()
+    _fails_writing_nothing(h, "start", ["c" * 32], ["w1", "-5", "n", entry])
+    _fails_writing_nothing(h, "start", ["c" * 32], ["w1", 1000, "", entry])
+    ok = ["d" * 32, "img", "q", "{}", 3, 0, 0, "", "", 0, 0, 0]
+    for i, bad in ((4, 0), (6, "1e30"), (6, "-1"), (11, "1.5"), (2, "")):
+        spec = ["e" * 32, "img", "q", "{}", 3, 0, 0, "", "", 0, 0, 0]
+        spec[i] = bad
+        _fails_writing_nothing(h, "enqueue", ["d" * 32, "e" * 32], ok + spec)
+    members = [f"q:{A}", f"q:{B}"]
+    _fails_writing_nothing(h, "deadline", [A, B], [0, members[0], 0.5, members[1], "x"])
+    _fails_writing_nothing(h, "deadline", [A], ["later", members[0], 0.5])
+    _fails_writing_nothing(h, "control", [A], ["CANCEL", "x" * 5000, h.k.control])
+    _fails_writing_nothing(h, "control", [A], ["CANCEL", "", ""])
+
+
+def test_release_start_and_worker_texts_are_checked_first() -> None:
+    h = LuaHarness()
+    ra, _ = _two_running(h)
+    h.enqueue("c" * 32)
+    (entry,) = h.deliver()
+    _fails_writing_nothing(h, "release", ["c" * 32, A], [entry, "garbage"])
+    _fails_writing_nothing(h, "start", ["c" * 32], ["w1", 1000, "n", "garbage"])
+    long = "x" * 3000
+    _fails_writing_nothing(h, "heartbeat", [A], ["w1", 30_000, ra[5], "1-1", "5", long])
+    _fails_writing_nothing(h, "heartbeat", [A], ["w1", 30_000, long, "1-1", "", ""])
+    _fails_writing_nothing(h, "finish", [A], ["COMPLETE", long, '"x"', "", "1", -1, 0.5])
+    assert h.call("release", "worker", [h.tk("c" * 32)], [entry]) == [1]  # well formed

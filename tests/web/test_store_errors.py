@@ -1,0 +1,56 @@
+"""What a route answers when the store behind it fails: Redis gone (503), durable mode's
+replicas not confirming (503 not_replicated), stored data rsjobs cannot read (500)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from rsjobs import Settings
+from rsjobs.server import EmbeddedRedis
+from rsjobs.web import create_app
+from tests.web.helpers import ADMIN, ALICE, NAMESPACE, ROOT, TOKENS, make_app
+
+pytestmark = pytest.mark.integration
+
+
+def _client(app: object) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
+
+
+async def test_submit_while_redis_is_down_is_a_503() -> None:
+    """The second submit reaches the enqueue script directly (its queue is known): the
+    store's RedisUnavailable is answered like redis-py's errors."""
+    with EmbeddedRedis() as server:
+        app = make_app(server.url)
+        async with _client(app) as api:
+            assert (await api.post("/tasks", json={"type": "x"}, headers=ALICE)).status_code == 202
+            server.stop(kill=True)
+            r = await api.post("/tasks", json={"type": "x"}, headers=ALICE)
+            assert r.status_code == 503 and r.json()["error"] == "redis_unavailable"
+        await app.state.rsjobs.aclose()
+
+
+async def test_unconfirmed_durable_write_is_a_503(redis_url: str) -> None:
+    settings = Settings(namespace=NAMESPACE, wait_replicas=1, wait_timeout_ms=50)
+    app = create_app(redis_url, settings=settings, tokens=TOKENS, admin_token=ADMIN, env={})
+    async with _client(app) as api:
+        r = await api.post("/tasks", json={"type": "x"}, headers=ALICE)
+        assert r.status_code == 503, r.text
+        assert r.json()["error"] == "not_replicated" and r.headers["retry-after"] == "1"
+    await app.state.rsjobs.aclose()
+
+
+async def test_corrupt_workflow_is_a_clear_500(redis_url: str) -> None:
+    import redis as sync_redis
+
+    app = make_app(redis_url)
+    wf_id = "a" * 32
+    r = sync_redis.Redis.from_url(redis_url)
+    r.hset(f"rsjobs:{{{NAMESPACE}}}:wf:{wf_id}", mapping={"status": "RUNNING", "plan": "{"})
+    r.close()
+    async with _client(app) as api:
+        resp = await api.get(f"/workflows/{wf_id}", headers=ROOT)
+        assert resp.status_code == 500, resp.text
+        assert resp.json()["error"] == "corrupt_data"
+    await app.state.rsjobs.aclose()
