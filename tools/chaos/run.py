@@ -178,6 +178,7 @@ class ChaosRun:
         )
         echo(f"replay with: {replay_command(cfg)}")
         echo(f"run dir: {self.run_dir}")
+        echo(f"every process connects to {self.cluster.url}")
         echo("fault schedule:")
         for f in self.plan:
             echo(f"  {f.describe()}")
