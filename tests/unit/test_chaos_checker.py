@@ -1084,3 +1084,27 @@ def test_floods_that_were_not_accounted_for_are_violations() -> None:
     # the flood's answers were errors
     errors = _without(_flooded(3), floods=[_flood(errors=3, refused=0, error="HTTP 500")])
     assert "POISON_MISHANDLED" in kinds(errors)
+
+
+def test_a_publish_lost_in_a_failover_counts_only_without_durable_mode() -> None:
+    """The producer was told PUBLISHED; the workflow ended READY_TO_PUBLISH (the write
+    was lost with the old primary)."""
+    ack = [CancelAck(task_id=WF, phase="publish", ack_ms=ACK + 50, state="PUBLISHED")]
+    fo = _failover(ACK + 300, ACK + 9000)
+    lost = _without(wf_run(status="READY_TO_PUBLISH"), wf_actions=ack, faults=fo)
+    res = check(lost)
+    assert "WF_TERMINAL_CHANGED" in {v.kind for v in res.failover_window_losses}
+    assert "WF_TERMINAL_CHANGED" not in {v.kind for v in res.violations}
+    assert "WF_TERMINAL_CHANGED" in kinds(_without(lost, durable=True))
+
+
+def test_flood_refusals_lost_in_a_failover_window() -> None:
+    """Without durable mode a failover may take refusals with it (reported apart, and the
+    flood is left out of the counter check); with it, refusals were answered after WAIT
+    and may not be lost."""
+    fo = _failover(ACK + 150, ACK + 9000)  # the flood ran ACK+100..ACK+200
+    short = _without(_flooded(2), faults=fo)  # 3 answered, 2 recorded
+    res = check(short)
+    assert res.ok, res.violations
+    assert [v.kind for v in res.failover_window_losses] == ["REFUSALS_UNACCOUNTED"]
+    assert "REFUSALS_UNACCOUNTED" in kinds(_without(short, durable=True))

@@ -119,6 +119,15 @@ class _Checker:
                 return lo, hi
         return None
 
+    def at_risk(self, lo: int, hi: int) -> bool:
+        """Whether writes acknowledged between ``lo`` and ``hi`` may be lost lawfully: an
+        AOF window (everysec) or, without durable mode, a failover window overlaps."""
+        if self.d.fsync == "everysec" and any(
+            lo - AOF_SLACK_MS <= k and k - self.d.aof_window_ms <= hi for k in self.kill_times
+        ):
+            return True
+        return not self.d.durable and any(a <= hi and b >= lo for a, b in self.failovers)
+
     def bad(
         self,
         kind: str,
@@ -178,7 +187,7 @@ class _Checker:
             self.check_task(rec, execs.get(tid, {}), c)
         self.check_found(present, accepted, c)
         workflow_findings(d, present, self.bad, c)
-        poison_findings(d, present, self.bad, c, self.r.warnings)
+        poison_findings(d, present, self.bad, c, self.r.warnings, self.at_risk)
         for err in d.wf_errors:
             self.bad("WF_START_REFUSED", "", f"a valid workflow start was refused: {err}")
         self.r.violations += process_findings(d.faults, c, self.r.warnings)

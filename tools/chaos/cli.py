@@ -47,8 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     a(
         "--durable",
         action="store_true",
-        help="(sentinel) enqueues acknowledged only once a replica has them (WAIT): none "
-        "may be lost in a failover",
+        help="(sentinel) submits, cancels and workflow actions acknowledged only once a "
+        "replica has them (WAIT): none may be lost in a failover",
     )
     a("--workflows", type=int, default=-1, help="workflows to start (-1: one per 40 tasks)")
     a(

@@ -57,7 +57,7 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
     aof_window_ms: int = 2500
     #: "single" (one server) or "sentinel" (primary + replica + 3 sentinels)
     topology: str = "single"
-    #: enqueues are acknowledged only once WAIT saw them on the replica (sentinel only)
+    #: the producer's writes are acknowledged only once WAIT saw them on the replica
     durable: bool = False
     #: durable mode: how long an enqueue waits for the replica's confirmation
     wait_timeout_ms: int = 1000

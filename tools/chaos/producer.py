@@ -22,7 +22,7 @@ from rsjobs.client import Client
 from rsjobs.errors import InvalidTransition, RsjobsError, TaskNotFound
 from rsjobs.model import TERMINAL
 from rsjobs.workflows import TERMINAL as WF_TERMINAL
-from rsjobs.workflows import WorkflowClient
+from rsjobs.workflows import ActionRefused, WorkflowClient
 
 from .flows import NAME
 from .poison import PoisonSender
@@ -55,8 +55,10 @@ class Producer:
         self.wf_specs = workflows or []
         self.poison_specs = poison or []
         self.workflow_starts: list[WorkflowStart] = []
-        #: the producer's workflow cancels and what they answered
-        self.wf_cancels: list[CancelAck] = []
+        #: the producer's workflow cancels and publishes, and what they answered
+        self.wf_actions: list[CancelAck] = []
+        #: the last status each tended workflow was seen in
+        self._wf_status: dict[str, str] = {}
         #: valid workflow starts that were refused (each one a violation)
         self.wf_errors: list[str] = []
         self._tending: set[asyncio.Task[None]] = set()
@@ -203,33 +205,35 @@ class Producer:
         self._tend_later(start, spec.cancel_after_s)
 
     def _tend_later(self, start: WorkflowStart, cancel_after_s: float = -1.0) -> None:
+        self._wf_status[start.wf_id] = ""
         task = asyncio.get_running_loop().create_task(self._tend(start, cancel_after_s))
         self._tending.add(task)
         task.add_done_callback(self._tending.discard)
 
     async def _tend(self, start: WorkflowStart, cancel_after_s: float) -> None:
-        """What its user would do until it is finished: publish it once ready, retry it
-        when partly failed, cancel it (``cancel_after_s`` after the start)."""
+        """What its user would do until the run ends: publish it once ready, retry it when
+        partly failed, cancel it (``cancel_after_s`` after the start). It keeps looking
+        after the workflow finished: a status read from a primary that is about to lose
+        it (a write not yet on the replica) is not the end."""
         loop = asyncio.get_running_loop()
         wid, key = start.wf_id, self.wf.keys.workflow(start.wf_id)
         cancel_at = loop.time() + cancel_after_s if cancel_after_s >= 0 else None
         while True:
             try:
                 status = str(await self.client.redis.hget(key, "status") or "")
+                self._wf_status[wid] = status
                 if status in WF_TERMINAL:
-                    return
-                if cancel_at is not None and loop.time() >= cancel_at:
+                    pass
+                elif cancel_at is not None and loop.time() >= cancel_at:
                     try:
                         answer = await self.wf.cancel(wid, "chaos")
-                    except RsjobsError as exc:  # refused: it finished first
-                        answer = f"refused: {type(exc).__name__}"
+                    except ActionRefused as exc:  # refused: it finished first
+                        answer = f"refused: {exc.status}"
                     # retried after a lost reply (idempotent) until it answers
                     cancel_at = None
-                    self.wf_cancels.append(
-                        CancelAck(task_id=wid, phase="workflow", ack_ms=now_ms(), state=answer)
-                    )
+                    self._ack(wid, "cancel", answer)
                 elif status == "READY_TO_PUBLISH":
-                    await self.wf.publish(wid, note="chaos")
+                    self._ack(wid, "publish", await self.wf.publish(wid, note="chaos"))
                 elif status == "PARTIALLY_FAILED":
                     await self.wf.retry(wid, note="chaos")
             except TRANSIENT:
@@ -238,18 +242,29 @@ class Producer:
                 pass  # refused: it moved on meanwhile; look again
             await asyncio.sleep(0.3)
 
+    def _ack(self, wid: str, action: str, status: str) -> None:
+        self.wf_actions.append(CancelAck(task_id=wid, phase=action, ack_ms=now_ms(), state=status))
+
     async def finish_workflows(self, timeout_s: float) -> int:
-        """Wait until every tended workflow is finished (bounded); returns how many were
-        still being tended at the bound."""
-        if self._tending:
-            await asyncio.wait(set(self._tending), timeout=timeout_s)
-        left = set(self._tending)
-        for t in left:
+        """Wait until every tended workflow is finished (bounded), then stop tending;
+        returns how many were not finished at the bound."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        open_ = [w for w, st in self._wf_status.items() if st not in WF_TERMINAL]
+        while loop.time() < end:
+            open_ = [w for w, st in self._wf_status.items() if st not in WF_TERMINAL]
+            if not open_:
+                await asyncio.sleep(1.0)  # one more look at each, on the settled primary
+                open_ = [w for w, st in self._wf_status.items() if st not in WF_TERMINAL]
+                if not open_:
+                    break
+            await asyncio.sleep(0.3)
+        for t in list(self._tending):
             t.cancel()
-        for t in left:
+        for t in list(self._tending):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        return len(left)
+        return len(open_)
 
     async def _finished_task(self) -> tuple[str, str] | None:
         """A finished fast task nobody flooded yet, and its state (for a flood)."""

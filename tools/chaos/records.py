@@ -180,13 +180,14 @@ class RunData(msgspec.Struct, frozen=True, kw_only=True):
     #: not read. ``events_trimmed``: the stream lost old entries to MAXLEN ~
     events: dict[str, list[str]] | None = None
     events_trimmed: bool = False
-    #: enqueues acknowledged only after WAIT reached a replica (--durable)
+    #: the producer's writes acknowledged only after WAIT reached a replica (--durable)
     durable: bool = False
     #: acknowledged writes this long before a failover began may be lost (not durable)
     failover_window_ms: int = 1000
     workflows: list[WorkflowStart] = msgspec.field(default_factory=list)
-    #: the producer's workflow cancels (``task_id`` holds the workflow id)
-    wf_cancels: list[CancelAck] = msgspec.field(default_factory=list)
+    #: the producer's workflow cancels and publishes (``task_id`` holds the workflow id,
+    #: ``phase`` the action, ``state`` the status it answered)
+    wf_actions: list[CancelAck] = msgspec.field(default_factory=list)
     #: valid workflow starts that were refused
     wf_errors: list[str] = msgspec.field(default_factory=list)
     #: every workflow found in the namespace, plus every started id (found or not)

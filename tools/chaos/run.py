@@ -350,7 +350,7 @@ class ChaosRun:
             durable=cfg.durable,
             failover_window_ms=cfg.failover_window_ms,
             workflows=producer.all_workflow_starts,
-            wf_cancels=producer.wf_cancels,
+            wf_actions=producer.wf_actions,
             wf_errors=producer.wf_errors,
             wf_records=await read_workflows(redis, keys, wf_ids),
             poison=producer.poison.inputs,

@@ -88,6 +88,7 @@ class RedisNode:
         data_dir: Path,
         appendfsync: str,
         sentinel_conf: str = "",
+        extra_args: list[str] | None = None,
         on_exit: Callable[[RedisNode, Child], None] | None = None,
     ) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -95,7 +96,9 @@ class RedisNode:
         self.name = name
         self.sentinel = bool(sentinel_conf)
         # EmbeddedRedis only builds the command line (binary, port, AOF, directories)
-        self._cmd = EmbeddedRedis(appendonly=True, appendfsync=appendfsync, data_dir=str(data_dir))
+        self._cmd = EmbeddedRedis(
+            appendonly=True, appendfsync=appendfsync, data_dir=str(data_dir), extra_args=extra_args
+        )
         self.port = self._cmd.port
         self.data_dir = data_dir
         self.conf = data_dir / "sentinel.conf"
@@ -193,6 +196,10 @@ class Topology:
                 "redis" if n_data == 1 else f"redis{i}",
                 data_dir=run_dir / ("redis" if n_data == 1 else f"redis{i}"),
                 appendfsync=appendfsync,
+                # a replica resyncs as soon as its primary is back (Redis 7 waits 5 s for
+                # more replicas first): with restarts every few seconds it would never be
+                # in sync, and durable writes would never be confirmed
+                extra_args=["--repl-diskless-sync-delay", "0"] if n_data > 1 else None,
                 on_exit=on_exit,
             )
             for i in range(n_data)

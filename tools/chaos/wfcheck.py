@@ -70,7 +70,8 @@ def workflow_findings(
         if wid:
             tasks_of.setdefault(wid, []).append(rec)
     started = {s.wf_id: s for s in d.workflows}
-    cancels = {a.task_id: a for a in d.wf_cancels}
+    cancels = {a.task_id: a for a in d.wf_actions if a.phase == "cancel"}
+    published = {a.task_id: a for a in d.wf_actions if a.phase == "publish"}
     c["workflows_started"] = len(started)
     for wid, s in sorted(started.items()):
         wf = d.wf_records.get(wid)
@@ -95,6 +96,15 @@ def workflow_findings(
         _tasks_consistent(wid, wf, status, tasks_of.get(wid, []), bad)
         a = cancels.get(wid)
         _outcome(wid, s.kind, wf, status, a.state if a else "", bad, a.ack_ms if a else 0)
+        pub = published.get(wid)
+        if pub is not None and pub.state == "PUBLISHED" and status != "PUBLISHED":
+            bad(
+                "WF_TERMINAL_CHANGED",
+                wid,
+                f"publish answered PUBLISHED, the workflow ended {status}",
+                written_ms=pub.ack_ms,
+                durable_write=True,
+            )
     for wid, wf in sorted(d.wf_records.items()):
         if wid in started or not (wf.fields or wf.history):
             continue
