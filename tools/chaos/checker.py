@@ -6,7 +6,11 @@
 * **AOF-window losses** — acknowledged writes missing after a SIGKILL restart of Redis
   under ``appendfsync everysec`` within the window before the kill: reported apart,
   never hidden, and never excused under ``appendfsync always`` or a SIGTERM restart;
-* **warnings** — not a broken promise, but worth a look (a healthy task reclaimed).
+* **failover-window losses** — acknowledged writes the replica had not got when a
+  failover promoted it (from ``failover_window_ms`` before it began until it settled):
+  reported apart, except, in durable mode, the writes WAIT confirmed (the producer's
+  submits, cancels, pauses, workflow starts and actions): their loss is a violation;
+* **warnings** — not a broken promise, but worth a look (a bad input left unanswered).
 
 Violation kinds (each one has a unit test in ``tests/unit/test_chaos_checker.py``):
 
@@ -31,11 +35,17 @@ EVENTS_MISMATCH      the events stream does not name exactly the task's history 
 STATS_DRIFT          the stats hash's state counts or ev: / rej: counters disagree with
                      the tasks and histories (a fresh namespace: totals must match)
 HEALTHY_TASK_RECLAIMED  a RECLAIM of an attempt whose worker no fault hit (no kill, stop,
-                     exit or graceful stop of it during the attempt, no Redis fault near):
+                     exit, graceful stop or poison kill record of it during the attempt)
+                     and no Redis disruption overlapped (restart, freeze, failover, drop):
                      "a healthy long task must never be stolen" (DESIGN.md)
 SHUTDOWN_FAILED      a SIGTERMed worker exited non-zero, or not within grace + 10 s
-PROCESS_CRASH        a worker, reaper or Redis exited on its own (a worker SIGKILLed by a
-                     poison task, status -9, is the workload's doing and is not counted)
+PROCESS_CRASH        a worker, reaper, the web app, a Redis server or sentinel exited on
+                     its own (a worker SIGKILLed by a poison task, status -9, is the
+                     workload's doing and is not counted)
+WF_*                 workflows (``wfcheck``): LOST, NOT_TERMINAL, ILLEGAL_HISTORY,
+                     STATE_MISMATCH, TASKS_INCONSISTENT, IMPOSSIBLE_OUTCOME,
+                     CANCEL_NOT_HONOURED, TERMINAL_CHANGED, PHANTOM, START_REFUSED
+POISON_*, FLOOD_ACCEPTED, REFUSALS_UNACCOUNTED   bad inputs and floods (``poisoncheck``)
 """
 
 from __future__ import annotations
