@@ -353,7 +353,10 @@ CORRUPTIONS: dict[str, tuple[Callable[[], RunData], str]] = {
                 execution("x1", 2, W1, "end", ACK + 2150, "ok"),
             ],
             # W1 was stopped before this attempt, not during it
-            faults=[FaultEvent(at_ms=ACK - 5000, kind="worker_stop", target=W1)],
+            faults=[
+                FaultEvent(at_ms=ACK - 5000, kind="worker_stop", target=W1),
+                FaultEvent(at_ms=ACK - 2000, kind="worker_cont", target=W1),
+            ],
         ),
         "HEALTHY_TASK_RECLAIMED",
     ),
@@ -1108,3 +1111,56 @@ def test_flood_refusals_lost_in_a_failover_window() -> None:
     assert res.ok, res.violations
     assert [v.kind for v in res.failover_window_losses] == ["REFUSALS_UNACCOUNTED"]
     assert "REFUSALS_UNACCOUNTED" in kinds(_without(short, durable=True))
+
+
+def test_a_start_that_was_in_flight_when_its_worker_died_is_not_a_theft() -> None:
+    """Seen in a 10-minute run: chaos-w1g7 was SIGKILLed, and Redis ran the START it had
+    sent just before 2 ms later; its lease expired and the task was reclaimed. A worker's
+    name is never reused, so any START under it after its death was in flight."""
+    kill = [FaultEvent(at_ms=ACK + 8, kind="worker_kill", target=W1)]
+    res = check(_reclaimed_run(kill))  # START at ACK+10, RECLAIM at ACK+3000
+    assert res.ok, res.violations
+    assert res.recovery.by_basis == {"fault": 1}
+
+
+def test_a_stop_counts_while_it_lasts() -> None:
+    """SIGSTOP just before the START (in flight) and SIGCONT during the attempt: the
+    worker was frozen when it should have heartbeated; a stop that ended before the START
+    explains nothing."""
+    during = [
+        FaultEvent(at_ms=ACK + 5, kind="worker_stop", target=W1),
+        FaultEvent(at_ms=ACK + 2900, kind="worker_cont", target=W1),
+    ]
+    assert check(_reclaimed_run(during)).ok
+    before = [
+        FaultEvent(at_ms=ACK - 3000, kind="worker_stop", target=W1),
+        FaultEvent(at_ms=ACK + 5, kind="worker_cont", target=W1),
+    ]
+    assert "HEALTHY_TASK_RECLAIMED" in kinds(_reclaimed_run(before))
+
+
+def test_handler_records_lost_with_a_failover_are_reported_apart() -> None:
+    """A failover took a START (the handler's record of it survived: it was retried on
+    the new primary) and, for another result, the handler's record itself: both are
+    losses of unconfirmed writes inside the window, dated by the write that was lost."""
+    fo = _failover(ACK + 9000, ACK + 20000)
+    # the first run under W1's START 1 is fine; a second, unleased run at ACK+9500
+    extra = good_run(
+        faults=fo,
+        executions=[*good_run().executions, execution("x9", 2, W1, "start", ACK + 9500)],
+    )
+    res = check(extra)
+    assert res.ok, res.violations
+    assert sorted(v.kind for v in res.failover_window_losses) == [
+        "EXCESS_EXECUTIONS",
+        "UNLEASED_EXECUTION",
+    ]
+    # the same excess long before the failover is a violation
+    early = _without(extra, faults=_failover(ACK + 60_000, ACK + 70_000))
+    assert "EXCESS_EXECUTIONS" in kinds(early)
+    # a result whose handler record is missing, the START inside the window
+    no_record = good_run(executions=[], faults=_failover(ACK + 500, ACK + 9000))
+    res = check(no_record)
+    assert res.ok, res.violations
+    assert [v.kind for v in res.failover_window_losses] == ["FOREIGN_RESULT"]
+    assert "FOREIGN_RESULT" in kinds(good_run(executions=[]))

@@ -347,13 +347,18 @@ class _Checker:
         if done is None or done.event != "COMPLETE" or done.attempt != att:
             problems.append("the last accepted entry is not the COMPLETE of that attempt")
         ex = execs.get(str(res.get("exec") or ""), [])
+        record_lost = not ex
         if not ex or (ex[0].attempt, ex[0].worker) != (att, worker):
             problems.append(f"no execution record {res.get('exec')} of attempt {att} by {worker}")
         kind = self.kind.get(tid, "")
         fail = int((decode(f.get("payload")) or {}).get("fail") or 0)
         if kind == "flaky" and att <= fail:
             problems.append(f"attempt {att} succeeded, but attempts <= {fail} always fail")
-        if problems:
+        if len(problems) == 1 and record_lost and start is not None:
+            # everything agrees but the handler's record is missing: the record (a
+            # write of the handler, just after that START) may be what a loss took
+            self.bad("FOREIGN_RESULT", tid, problems[0], written_ms=start.ts)
+        elif problems:
             self.bad("FOREIGN_RESULT", tid, "; ".join(problems))
 
     def check_executions(
@@ -402,11 +407,23 @@ class _Checker:
                     written_ms=again[1],
                 )
         if len(execs) > len(starts):
+            # the execution a START is missing for: one without any, else a second run
+            # under one START (a lost START lets a handler run again under its number)
+            firsts = sorted(
+                (min(r.ts for r in v), (v[0].attempt, v[0].worker)) for v in execs.values()
+            )
+            unmatched = [ts for ts, key in firsts if key not in by_lease]
+            seen: set[tuple[int, str]] = set()
+            again = []
+            for ts, key in firsts:
+                if key in seen:
+                    again.append(ts)
+                seen.add(key)
             self.bad(
                 "EXCESS_EXECUTIONS",
                 tid,
                 f"{len(execs)} handler executions for {len(starts)} STARTs",
-                written_ms=min((r.ts for v in execs.values() for r in v), default=0),
+                written_ms=(unmatched or again or [firsts[0][0]])[0],
             )
 
     def wf_cancelled(self, tid: str) -> bool:

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 
+from .aio import stop_tasks
 from .cluster import Cluster, Slot
 from .transient import TRANSIENT
 
@@ -186,11 +187,7 @@ class FaultInjector:
         active = set(self._active)
         if active:
             await asyncio.wait(active, timeout=timeout_s)
-        for t in active:
-            t.cancel()
-        for t in active:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await stop_tasks(active)
 
     async def _apply(self, f: PlannedFault) -> None:
         c = self.cluster

@@ -184,17 +184,34 @@ class PoisonSender:
         inp["pad"] = ""
         inp["pad"] = "x" * (self.limit - len(encode(inp)) - 2000)
         wf_id = f"{spec.seq:032x}"
-        answered, got = await self._retry(lambda: self.wf.start(NAME, inp, workflow_id=wf_id))
-        if not answered:
-            self._note(spec, "unanswered")
-        elif isinstance(got, BaseException):
+        lost_reply = False
+
+        async def call() -> Any:
+            nonlocal lost_reply
+            try:
+                return await self.wf.start(NAME, inp, workflow_id=wf_id)
+            except TRANSIENT:
+                lost_reply = True  # it may have started: the repeat must say so
+                raise
+
+        answered, got = await self._retry(call)
+        if isinstance(got, BaseException) or not answered:
+            why = f"{type(got).__name__}: {str(got)[:300]}" if answered else "no answer"
+            if lost_reply:  # it may exist all the same: account for it if it does
+                why = f"a repeat of a start whose reply was lost answered {why}"
+                self._started(spec, wf_id, acked=False)
             # it fits: a refusal here is a refusal of a valid start
-            self._note(spec, "mishandled", error=f"{type(got).__name__}: {str(got)[:300]}")
+            self._note(spec, "mishandled" if answered else "unanswered", error=why)
         else:
             self._note(spec, "accepted", created=wf_id)
-            start = WorkflowStart(seq=spec.seq, kind=spec.kind, wf_id=wf_id, ack_ms=now_ms())
-            self.started.append(start)
-            self.tend(start)
+            self._started(spec, wf_id, acked=True)
+
+    def _started(self, spec: PoisonSpec, wf_id: str, *, acked: bool) -> None:
+        start = WorkflowStart(
+            seq=spec.seq, kind=spec.kind, wf_id=wf_id, ack_ms=now_ms(), acked=acked
+        )
+        self.started.append(start)
+        self.tend(start)
 
     # -- through the web app -------------------------------------------------------------
 

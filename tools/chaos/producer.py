@@ -24,6 +24,7 @@ from rsjobs.model import TERMINAL
 from rsjobs.workflows import TERMINAL as WF_TERMINAL
 from rsjobs.workflows import ActionRefused, WorkflowClient
 
+from .aio import stop_tasks
 from .flows import NAME
 from .poison import PoisonSender
 from .records import CancelAck, Submission, WorkflowStart
@@ -62,6 +63,9 @@ class Producer:
         #: valid workflow starts that were refused (each one a violation)
         self.wf_errors: list[str] = []
         self._tending: set[asyncio.Task[None]] = set()
+        self._stop_tending = asyncio.Event()
+        #: workflows whose start got no answer (they may not exist)
+        self._unacked: set[str] = set()
         self._flooded: set[str] = set()
         self.poison = PoisonSender(client, self.wf, http, self._finished_task, self._tend_later)
         self.submissions: list[Submission] = []
@@ -206,6 +210,8 @@ class Producer:
 
     def _tend_later(self, start: WorkflowStart, cancel_after_s: float = -1.0) -> None:
         self._wf_status[start.wf_id] = ""
+        if not start.acked:
+            self._unacked.add(start.wf_id)
         task = asyncio.get_running_loop().create_task(self._tend(start, cancel_after_s))
         self._tending.add(task)
         task.add_done_callback(self._tending.discard)
@@ -218,7 +224,7 @@ class Producer:
         loop = asyncio.get_running_loop()
         wid, key = start.wf_id, self.wf.keys.workflow(start.wf_id)
         cancel_at = loop.time() + cancel_after_s if cancel_after_s >= 0 else None
-        while True:
+        while not self._stop_tending.is_set():
             try:
                 status = str(await self.client.redis.hget(key, "status") or "")
                 self._wf_status[wid] = status
@@ -242,6 +248,15 @@ class Producer:
                 pass  # refused: it moved on meanwhile; look again
             await asyncio.sleep(0.3)
 
+    def _open_workflows(self) -> list[str]:
+        """Tended workflows not seen finished (one whose start got no answer and that does
+        not exist is not open: it was never created)."""
+        return [
+            w
+            for w, st in self._wf_status.items()
+            if st not in WF_TERMINAL and not (st == "" and w in self._unacked)
+        ]
+
     def _ack(self, wid: str, action: str, status: str) -> None:
         self.wf_actions.append(CancelAck(task_id=wid, phase=action, ack_ms=now_ms(), state=status))
 
@@ -250,37 +265,37 @@ class Producer:
         returns how many were not finished at the bound."""
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout_s
-        open_ = [w for w, st in self._wf_status.items() if st not in WF_TERMINAL]
+        open_ = self._open_workflows()
         while loop.time() < end:
-            open_ = [w for w, st in self._wf_status.items() if st not in WF_TERMINAL]
+            open_ = self._open_workflows()
             if not open_:
                 await asyncio.sleep(1.0)  # one more look at each, on the settled primary
-                open_ = [w for w, st in self._wf_status.items() if st not in WF_TERMINAL]
+                open_ = self._open_workflows()
                 if not open_:
                     break
             await asyncio.sleep(0.3)
-        for t in list(self._tending):
-            t.cancel()
-        for t in list(self._tending):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        self._stop_tending.set()
+        await stop_tasks(set(self._tending))
         return len(open_)
 
     async def _finished_task(self) -> tuple[str, str] | None:
-        """A finished fast task nobody flooded yet, and its state (for a flood)."""
+        """A finished fast task nobody flooded yet, and its state (for a flood). A task
+        is reserved before it is read: two floods never share one."""
         old = now_ms() - 3000
         for s in self.submissions:
             if s.kind != "fast" or s.ack_ms > old or s.task_id in self._flooded:
                 continue
+            self._flooded.add(s.task_id)
             try:
                 info = await self.client.get(s.task_id)
             except TaskNotFound:
                 continue
             except TRANSIENT:
+                self._flooded.discard(s.task_id)
                 continue
             if info.terminal:
-                self._flooded.add(s.task_id)
                 return s.task_id, info.state
+            self._flooded.discard(s.task_id)
         return None
 
     # -- cancelling ----------------------------------------------------------------------
@@ -345,10 +360,6 @@ class Producer:
         """Wait for the side tasks (repeats, cancels); returns how many had to be dropped."""
         if self._side:
             await asyncio.wait(set(self._side), timeout=timeout_s)
-        left = set(self._side)
-        for t in left:
-            t.cancel()
-        for t in left:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        return len(left)
+        left = len(self._side)
+        await stop_tasks(set(self._side))
+        return left

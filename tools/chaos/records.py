@@ -102,6 +102,8 @@ class WorkflowStart(msgspec.Struct, frozen=True, kw_only=True):
     kind: str  #: see ``tools.chaos.workload.WF_KINDS`` (or ``wf_next_over_limit``)
     wf_id: str
     ack_ms: int
+    #: False when no call answered it (a lost reply, then an error): it may exist or not
+    acked: bool = True
 
 
 class WorkflowRecord(msgspec.Struct, frozen=True, kw_only=True):

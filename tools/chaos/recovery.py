@@ -10,7 +10,6 @@ harness's fault log (the same host's clock).
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Iterable
 
@@ -19,6 +18,7 @@ import msgspec
 from .records import FaultEvent, TaskRecord
 
 __all__ = [
+    "DEATHS",
     "OWNER_FAULTS",
     "REDIS_FAULTS",
     "Recovery",
@@ -29,11 +29,13 @@ __all__ = [
     "summarize",
 ]
 
-#: faults that take a worker away from its tasks
-OWNER_FAULTS = frozenset(
-    {"worker_kill", "worker_stop", "worker_term", "worker_term_done", "worker_term_hung"}
-    | {"worker_exit"}
+#: faults that end a worker process (its name is never used again: a START under that
+#: name after one of them was a request in flight when it died)
+DEATHS = frozenset(
+    {"worker_kill", "worker_term", "worker_term_done", "worker_term_hung", "worker_exit"}
 )
+#: faults that take a worker away from its tasks: its deaths, and SIGSTOP (until SIGCONT)
+OWNER_FAULTS = DEATHS | {"worker_stop"}
 #: faults that interrupt every worker's heartbeats: each opens an interval that the
 #: matching event of the same node closes (a drop is a moment)
 REDIS_FAULTS: dict[str, frozenset[str]] = {
@@ -109,25 +111,41 @@ def redis_intervals(faults: Iterable[FaultEvent]) -> list[tuple[int, int]]:
     return sorted(out)
 
 
-def _index(faults: Iterable[FaultEvent], kills: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
-    by_worker: dict[str, list[int]] = {}
-    for f in faults:
-        if f.kind in OWNER_FAULTS:
-            by_worker.setdefault(f.target, []).append(f.at_ms)
-    for worker, ts in kills:
-        by_worker.setdefault(worker, []).append(ts)
-    for v in by_worker.values():
-        v.sort()
-    return by_worker
+class _Owners:
+    """When each worker died, and when it was stopped (SIGSTOP until SIGCONT)."""
+
+    def __init__(self, faults: list[FaultEvent], kills: Iterable[tuple[str, int]]) -> None:
+        self.deaths: dict[str, int] = {}
+        self.stops: dict[str, list[tuple[int, int]]] = {}
+        stopped: dict[str, int] = {}
+        for f in sorted(faults, key=lambda f: f.at_ms):
+            if f.kind in DEATHS:
+                self.deaths.setdefault(f.target, f.at_ms)
+            elif f.kind == "worker_stop":
+                stopped.setdefault(f.target, f.at_ms)
+            elif f.kind == "worker_cont" and f.target in stopped:
+                self.stops.setdefault(f.target, []).append((stopped.pop(f.target), f.at_ms))
+        for worker, at in stopped.items():
+            self.stops.setdefault(worker, []).append((at, 2**62))
+        for worker, ts in kills:
+            self.deaths[worker] = min(ts, self.deaths.get(worker, ts))
+
+    def lost_at(self, worker: str, start_ms: int, reclaim_ms: int) -> int | None:
+        """When ``worker`` stopped serving an attempt it STARTed at ``start_ms`` and lost
+        at ``reclaim_ms``: its death (even before the START: the request was in flight),
+        or a stop overlapping the attempt; None when no fault explains the loss."""
+        found: list[int] = []
+        death = self.deaths.get(worker)
+        if death is not None and death <= reclaim_ms:
+            found.append(max(death, start_ms))
+        for a, b in self.stops.get(worker, []):
+            if a <= reclaim_ms and b >= start_ms:
+                found.append(max(a, start_ms))
+        return min(found, default=None)
 
 
 def _overlaps(intervals: list[tuple[int, int]], lo: int, hi: int) -> bool:
     return any(a <= hi and b >= lo for a, b in intervals)
-
-
-def _first_in(times: list[int], lo: int, hi: int) -> int | None:
-    i = bisect.bisect_left(times, lo)
-    return times[i] if i < len(times) and times[i] <= hi else None
 
 
 def recoveries(
@@ -140,7 +158,7 @@ def recoveries(
 
     ``kills``: (worker, Redis TIME) of the ``kill`` records of poison tasks."""
     faults = list(faults)
-    by_worker = _index(faults, kills)
+    owners = _Owners(faults, kills)
     redis = redis_intervals(faults)
     out: list[Recovery] = []
     for rec in tasks:
@@ -153,7 +171,7 @@ def recoveries(
                 continue
             worker = e.extra.get("worker", "")
             idle = int(e.extra.get("idle_ms") or 0)
-            fault = _first_in(by_worker.get(worker, []), start_ts, e.ts)
+            fault = owners.lost_at(worker, start_ts, e.ts)
             if fault is not None:
                 basis, loss = "fault", fault
             else:

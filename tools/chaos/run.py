@@ -20,6 +20,7 @@ from rsjobs.client import Client, connect
 from rsjobs.settings import Settings
 from rsjobs.workflows import WorkflowClient
 
+from .aio import stop_tasks
 from .checker import Violation, check, fault_counts
 from .cluster import Cluster
 from .collect import (
@@ -200,11 +201,7 @@ class ChaosRun:
     async def _teardown(self) -> None:
         # first the faults in progress: their clean-up may start processes
         await self.injector.heal(timeout_s=0.5)
-        for t in self.background:
-            t.cancel()
-        for t in self.background:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await stop_tasks(self.background)
         if self.client is not None:
             with contextlib.suppress(Exception):
                 await self.client.close()

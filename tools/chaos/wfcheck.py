@@ -72,9 +72,12 @@ def workflow_findings(
     started = {s.wf_id: s for s in d.workflows}
     cancels = {a.task_id: a for a in d.wf_actions if a.phase == "cancel"}
     published = {a.task_id: a for a in d.wf_actions if a.phase == "publish"}
-    c["workflows_started"] = len(started)
+    c["workflows_started"] = sum(1 for s in started.values() if s.acked)
     for wid, s in sorted(started.items()):
         wf = d.wf_records.get(wid)
+        if (wf is None or not (wf.fields or wf.history)) and not s.acked:
+            c["workflows_never_created"] += 1  # its start got no answer and did not land
+            continue
         if wf is None or not (wf.fields or wf.history):
             bad(
                 "WF_LOST",
