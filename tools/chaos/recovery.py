@@ -1,9 +1,11 @@
 """How long recovery took: from the loss of a task's owner to the task's next START.
 
-The owner is lost at the fault that hit its worker (SIGKILL, SIGSTOP, unplanned exit, or
-the ``kill`` record a poison task writes just before it SIGKILLs its worker) when there is
-one during the attempt; otherwise at the lease expiry, which the RECLAIM
-entry tells: its ``idle_ms`` is the time since the last heartbeat, so the lease expired at
+The owner is lost at the fault that hit its worker when there is one: its death (SIGKILL,
+graceful stop, unplanned exit, or the ``kill`` record a poison task writes just before it
+SIGKILLs its worker), or a SIGSTOP that lasted into the attempt. A death counts even
+before the attempt's START: a worker's name is never reused, so a START under it after
+its death was a request in flight. Otherwise the owner is lost at the lease expiry, which
+the RECLAIM entry tells: its ``idle_ms`` is the time since the last heartbeat, so the lease expired at
 ``ts - idle_ms + lease_ms``. Everything comes from history timestamps (Redis TIME) and the
 harness's fault log (the same host's clock).
 """
