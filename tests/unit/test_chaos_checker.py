@@ -1164,3 +1164,23 @@ def test_handler_records_lost_with_a_failover_are_reported_apart() -> None:
     assert res.ok, res.violations
     assert [v.kind for v in res.failover_window_losses] == ["FOREIGN_RESULT"]
     assert "FOREIGN_RESULT" in kinds(good_run(executions=[]))
+
+
+def test_an_attempt_started_again_after_a_failover_lost_its_start() -> None:
+    """Seen in a 10-minute run: W1 started attempt 1 on the old primary, the failover lost
+    that START, the new primary delivered the task again and W1 started attempt 1 again
+    just after the window: two runs under one START. The write lost is the first START,
+    inside the window; the same two runs with no failover are a violation."""
+    runs = [
+        execution("x0", 1, W1, "start", ACK + 5),
+        execution("x1", 1, W1, "start", ACK + 11),
+        execution("x1", 1, W1, "end", ACK + 15, "ok"),
+    ]
+    fo = _failover(ACK - 5000, ACK + 8)  # settled between the two runs
+    res = check(good_run(executions=runs, faults=fo))
+    assert res.ok, res.violations
+    assert {v.kind for v in res.failover_window_losses} == {
+        "RERUN_UNDER_LEASE",
+        "EXCESS_EXECUTIONS",
+    }
+    assert "RERUN_UNDER_LEASE" in kinds(good_run(executions=runs))

@@ -400,25 +400,23 @@ class _Checker:
                     for v in execs.values()
                     if (v[0].attempt, v[0].worker) == (att, worker)
                 )
+                # two runs under one START number: the write that may have been lost is
+                # the first run's START (a failover let the attempt start again)
                 self.bad(
                     "RERUN_UNDER_LEASE",
                     tid,
                     f"attempt {att} on {worker} ran {n} times",
-                    written_ms=again[1],
+                    written_ms=again[0],
                 )
         if len(execs) > len(starts):
-            # the execution a START is missing for: one without any, else a second run
-            # under one START (a lost START lets a handler run again under its number)
+            # the execution a START is missing for: one without any, else the first of
+            # two runs under one START (a lost START lets an attempt start again)
             firsts = sorted(
                 (min(r.ts for r in v), (v[0].attempt, v[0].worker)) for v in execs.values()
             )
             unmatched = [ts for ts, key in firsts if key not in by_lease]
-            seen: set[tuple[int, str]] = set()
-            again = []
-            for ts, key in firsts:
-                if key in seen:
-                    again.append(ts)
-                seen.add(key)
+            keys = [key for _, key in firsts]
+            again = [ts for ts, key in firsts if keys.count(key) > 1]  # its first run
             self.bad(
                 "EXCESS_EXECUTIONS",
                 tid,

@@ -37,6 +37,7 @@ import msgspec
 
 from .aio import stop_tasks
 from .cluster import Cluster, Slot
+from .supervisor import Child
 from .transient import TRANSIENT
 
 __all__ = ["FaultInjector", "PlannedFault", "plan_faults"]
@@ -247,28 +248,34 @@ class FaultInjector:
             slot.busy -= 1
             self.cluster.refill_if_dead(slot)
 
-    async def _wait_ready(self, slot: Slot, timeout_s: float = 10.0) -> bool:
-        """Until the slot's worker has registered (so its signal handlers are installed):
-        a SIGTERM during the interpreter's start-up would only test Python's default."""
-        if self.ready is None:
-            return True
+    async def _wait_ready(self, slot: Slot, timeout_s: float = 10.0) -> Child | None:
+        """The slot's process once it has registered (so its signal handlers are
+        installed: a SIGTERM during the interpreter's start-up would only test Python's
+        default), or None when it did not within ``timeout_s`` or was replaced meanwhile
+        (the answer then is about a process that is gone)."""
         child = slot.child
+        if child is None:
+            return None
+        if self.ready is None:
+            return child
+        name = slot.name
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout_s
         while loop.time() < end and slot.child is child and not self.healing.is_set():
             with contextlib.suppress(*TRANSIENT):
-                if await self.ready(slot.name):
-                    return True
+                if await self.ready(name) and slot.child is child:
+                    return child
             await asyncio.sleep(0.2)
-        return False
+        return None
 
     async def _term(self, slot: Slot, f: PlannedFault) -> None:
         """Graceful stop; it must end (status 0) within the worker's grace + 10 s."""
         key = (slot.role, slot.index)
-        if not await self._wait_ready(slot):
+        ready = await self._wait_ready(slot)
+        if ready is None:
             self.cluster.note("fault_skipped", slot.name, 0, "worker_term: never ready")
             return
-        if key in self._killing or slot.stopped:
+        if key in self._killing or slot.stopped or slot.child is not ready:
             self.cluster.note("fault_skipped", slot.name, 0, "worker_term: slot busy")
             return
         self._killing.add(key)

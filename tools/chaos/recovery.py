@@ -5,9 +5,9 @@ graceful stop, unplanned exit, or the ``kill`` record a poison task writes just 
 SIGKILLs its worker), or a SIGSTOP that lasted into the attempt. A death counts even
 before the attempt's START: a worker's name is never reused, so a START under it after
 its death was a request in flight. Otherwise the owner is lost at the lease expiry, which
-the RECLAIM entry tells: its ``idle_ms`` is the time since the last heartbeat, so the lease expired at
-``ts - idle_ms + lease_ms``. Everything comes from history timestamps (Redis TIME) and the
-harness's fault log (the same host's clock).
+the RECLAIM entry tells: its ``idle_ms`` is the time since the last heartbeat, so the
+lease expired at ``ts - idle_ms + lease_ms``. Everything comes from history timestamps
+(Redis TIME) and the harness's fault log (the same host's clock).
 """
 
 from __future__ import annotations
