@@ -197,10 +197,11 @@ class PoisonSender:
         answered, got = await self._retry(call)
         if isinstance(got, BaseException) or not answered:
             why = f"{type(got).__name__}: {str(got)[:300]}" if answered else "no answer"
-            if lost_reply:  # it may exist all the same: account for it if it does
+            if lost_reply:
                 why = f"a repeat of a start whose reply was lost answered {why}"
-                self._started(spec, wf_id, acked=False)
-            # it fits: a refusal here is a refusal of a valid start
+            # it fits: an error here answers a valid start. The workflow may exist all
+            # the same (the error came after it was written): account for it if it does
+            self._started(spec, wf_id, acked=False)
             self._note(spec, "mishandled" if answered else "unanswered", error=why)
         else:
             self._note(spec, "accepted", created=wf_id)
