@@ -1184,3 +1184,41 @@ def test_an_attempt_started_again_after_a_failover_lost_its_start() -> None:
         "EXCESS_EXECUTIONS",
     }
     assert "RERUN_UNDER_LEASE" in kinds(good_run(executions=runs))
+
+
+def test_an_unleased_execution_is_dated_by_when_its_handler_began() -> None:
+    """A worker STARTed an attempt on a primary about to be demoted; its handler's record
+    was retried until the new primary took it, after the window: the write lost is the
+    START, dated by the handler's own clock when it began."""
+    fo = _failover(ACK + 100, ACK + 5000)
+    late = Execution(
+        exec_id="x9", task_id=T1, attempt=2, worker=W2, pid=1, ev="start", ts=ACK + 7000,
+        began_ms=ACK + 4000,
+    )  # fmt: skip
+    res = check(good_run(faults=fo, executions=[*good_run().executions, late]))
+    assert res.ok, res.violations
+    assert "UNLEASED_EXECUTION" in {v.kind for v in res.failover_window_losses}
+    undated = msgspec.structs.replace(late, began_ms=0)  # only the record's own time
+    assert "UNLEASED_EXECUTION" in kinds(
+        good_run(faults=fo, executions=[*good_run().executions, undated])
+    )
+
+
+def test_a_workflow_cancel_without_an_answer_still_counts_as_a_cancel() -> None:
+    ask = [CancelAck(task_id=WF, phase="cancel", ack_ms=ACK + 5, state="unknown")]
+    cancelled = _without(
+        wf_run(),
+        workflows=[WorkflowStart(seq=1_000_001, kind="wf_cancel", wf_id=WF, ack_ms=ACK)],
+        wf_actions=ask,
+        wf_records=_wf(
+            wf_run(),
+            fields={"id": WF, "status": "CANCELLED", "version": "1"},
+            history=[
+                wf_entry(1, "START", "", "RUNNING"),
+                wf_entry(5, "CANCEL", "RUNNING", "CANCELLED"),
+            ],
+            assets={},
+        ),
+    )
+    assert "WF_IMPOSSIBLE_OUTCOME" not in kinds(cancelled)
+    assert "WF_IMPOSSIBLE_OUTCOME" in kinds(_without(cancelled, wf_actions=[]))

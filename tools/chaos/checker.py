@@ -374,7 +374,7 @@ class _Checker:
         for xid, recs in execs.items():
             c["executions"] += 1
             att, worker = recs[0].attempt, recs[0].worker
-            first_ts = min(r.ts for r in recs)
+            began = _began(recs)
             runs[(att, worker)] += 1
             if xid != winner and any(r.ev == "end" and r.outcome == "ok" for r in recs):
                 c["discarded_results"] += 1  # ran to the end; its result was not kept
@@ -384,7 +384,7 @@ class _Checker:
                     "UNLEASED_EXECUTION",
                     tid,
                     f"execution {xid} of attempt {att} on {worker}: no accepted START",
-                    written_ms=first_ts,
+                    written_ms=began,  # the START it ran under, which is what is missing
                 )
                 continue
             # alive after a later attempt started: two executions of one task at once
@@ -396,7 +396,7 @@ class _Checker:
         for (att, worker), n in runs.items():
             if n > 1:
                 again = sorted(
-                    min(r.ts for r in v)
+                    _began(v)
                     for v in execs.values()
                     if (v[0].attempt, v[0].worker) == (att, worker)
                 )
@@ -411,9 +411,7 @@ class _Checker:
         if len(execs) > len(starts):
             # the execution a START is missing for: one without any, else the first of
             # two runs under one START (a lost START lets an attempt start again)
-            firsts = sorted(
-                (min(r.ts for r in v), (v[0].attempt, v[0].worker)) for v in execs.values()
-            )
+            firsts = sorted((_began(v), (v[0].attempt, v[0].worker)) for v in execs.values())
             unmatched = [ts for ts, key in firsts if key not in by_lease]
             keys = [key for _, key in firsts]
             again = [ts for ts, key in firsts if keys.count(key) > 1]  # its first run
@@ -489,6 +487,12 @@ class _Checker:
         for key, tids in sorted(holders.items()):
             if len(tids) > 1:
                 self.bad("DEDUP_DUPLICATE", tids[0], f"dedup key {key} on tasks {sorted(tids)}")
+
+
+def _began(recs: list[Execution]) -> int:
+    """When an execution began: the handler's own clock at its start (just after the
+    START it ran under), else its first record's time."""
+    return min((r.began_ms for r in recs if r.began_ms), default=min(r.ts for r in recs))
 
 
 def _result(fields: dict[str, str]) -> dict[str, Any] | None:

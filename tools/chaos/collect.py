@@ -118,6 +118,7 @@ async def read_executions(redis: Redis, namespace: str) -> list[Execution]:
                     ev=f.get("ev", ""),
                     ts=int(str(eid).split("-")[0]),
                     outcome=f.get("o", ""),
+                    began_ms=int(f.get("b") or 0),
                 )
             )
         if len(rows) < 5000:

@@ -18,6 +18,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 import traceback
 import uuid
 from typing import Any
@@ -52,7 +53,7 @@ def _conn() -> Redis:
 
 
 async def _record(
-    ctx: Context, xid: str, ev: str, outcome: str = "", *, give_up_s: float = 0
+    ctx: Context, xid: str, ev: str, outcome: str = "", *, give_up_s: float = 0, began: int = 0
 ) -> None:
     """Append one record; retries through Redis restarts (forever unless ``give_up_s``).
 
@@ -67,6 +68,10 @@ async def _record(
         "ev": ev,
         "o": outcome,
     }
+    if began:
+        # when the handler began (just after its START): the record itself may land much
+        # later, retried through a restart or failover
+        fields["b"] = began
     loop = asyncio.get_running_loop()
     end = loop.time() + give_up_s
     while True:
@@ -107,7 +112,7 @@ if "RSJOBS_CHAOS_NAMESPACE" in os.environ:  # inside a chaos worker only
 @tasks.handler("chaos")
 async def chaos(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
     xid = uuid.uuid4().hex
-    await _record(ctx, xid, "start")
+    await _record(ctx, xid, "start", began=int(time.time() * 1000))
     kind = str(payload.get("k", "fast"))
     try:
         if kind == "poison":
@@ -143,7 +148,7 @@ async def chaos_wf(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
     PARTIALLY_FAILED until the producer retries it; ``ref_bytes``: the asset reference is
     that long (the next stage's payload carries it)."""
     xid = uuid.uuid4().hex
-    await _record(ctx, xid, "start")
+    await _record(ctx, xid, "start", began=int(time.time() * 1000))
     inp = payload.get("input") or {}
     item, retry = str(payload.get("item") or ""), int(payload.get("retry") or 0)
     try:

@@ -235,6 +235,10 @@ class Producer:
                         answer = await self.wf.cancel(wid, "chaos")
                     except ActionRefused as exc:  # refused: it finished first
                         answer = f"refused: {exc.status}"
+                    except TRANSIENT:
+                        # no answer: it may have been cancelled all the same; asked again
+                        self._ack(wid, "cancel", "unknown")
+                        raise
                     # retried after a lost reply (idempotent) until it answers
                     cancel_at = None
                     self._ack(wid, "cancel", answer)

@@ -85,6 +85,9 @@ class Execution(msgspec.Struct, frozen=True, kw_only=True):
     ev: str
     ts: int  #: Redis TIME (ms) of the record (its stream entry id)
     outcome: str = ""  #: end: ok / fail / fatal; stop: why
+    #: start: when the handler began (harness host clock, ms), before its record was
+    #: written — the time of the START it ran under; 0 when not known
+    began_ms: int = 0
 
 
 class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):

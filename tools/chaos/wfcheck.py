@@ -70,7 +70,10 @@ def workflow_findings(
         if wid:
             tasks_of.setdefault(wid, []).append(rec)
     started = {s.wf_id: s for s in d.workflows}
-    cancels = {a.task_id: a for a in d.wf_actions if a.phase == "cancel"}
+    # the last answer of each workflow's cancel ("unknown": no answer came back)
+    cancels = {
+        a.task_id: a for a in sorted(d.wf_actions, key=lambda a: a.ack_ms) if a.phase == "cancel"
+    }
     published = {a.task_id: a for a in d.wf_actions if a.phase == "publish"}
     c["workflows_started"] = sum(1 for s in started.values() if s.acked)
     for wid, s in sorted(started.items()):
