@@ -129,6 +129,18 @@ class _Checker:
                 return lo, hi
         return None
 
+    def risk_point(self, lo: int, hi: int) -> int:
+        """A time in ``[lo, hi]`` inside a window where acknowledged writes may be lost
+        (an AOF window under everysec, or a failover window), else ``hi``: a loss during
+        a span of writes is dated by the window it overlaps."""
+        windows = list(self.failovers)
+        if self.d.fsync == "everysec":
+            windows += [(k - self.d.aof_window_ms, k + AOF_SLACK_MS) for k in self.kill_times]
+        for a, b in sorted(windows):
+            if a <= hi and b >= lo:
+                return max(a, lo)
+        return hi
+
     def at_risk(self, lo: int, hi: int) -> bool:
         """Whether writes acknowledged between ``lo`` and ``hi`` may be lost lawfully: an
         AOF window (everysec) or, without durable mode, a failover window overlaps."""
@@ -197,7 +209,7 @@ class _Checker:
             self.check_task(rec, execs.get(tid, {}), c)
         self.check_found(present, accepted, c)
         workflow_findings(d, present, self.bad, c)
-        poison_findings(d, present, self.bad, c, self.r.warnings, self.at_risk)
+        poison_findings(d, present, self.bad, c, self.r.warnings, self.at_risk, self.risk_point)
         for err in d.wf_errors:
             self.bad("WF_START_REFUSED", "", f"a valid workflow start was refused: {err}")
         self.r.violations += process_findings(d.faults, c, self.r.warnings)

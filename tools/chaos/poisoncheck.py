@@ -57,9 +57,11 @@ def poison_findings(
     c: Counter[str],
     warnings: list[Violation],
     at_risk: Callable[[int, int], bool] = lambda lo, hi: False,
+    risk_point: Callable[[int, int], int] = lambda lo, hi: hi,
 ) -> None:
     """``at_risk(lo, hi)``: whether writes acknowledged between the two times may be lost
-    lawfully (an AOF or failover window the checker excuses)."""
+    lawfully (an AOF or failover window the checker excuses); ``risk_point(lo, hi)``: the
+    time in that span a loss is dated by (inside such a window when one overlaps)."""
     inputs = {p.marker: p for p in d.poison}
     c["poison_inputs"] = len(d.poison)
     for p in d.poison:
@@ -107,10 +109,16 @@ def poison_findings(
             if by is None or by.outcome != "accepted":
                 bad("POISON_WROTE", wid, f"refused workflow start ({answered}) left wf:{wid} "
                     f"in state {wf.fields.get('status') or '-'}")  # fmt: skip
-    _floods(d, bad, c, at_risk)
+    _floods(d, bad, c, at_risk, risk_point)
 
 
-def _floods(d: RunData, bad: Bad, c: Counter[str], at_risk: Callable[[int, int], bool]) -> None:
+def _floods(
+    d: RunData,
+    bad: Bad,
+    c: Counter[str],
+    at_risk: Callable[[int, int], bool],
+    risk_point: Callable[[int, int], int],
+) -> None:
     by_event: Counter[str] = Counter()
     for f in d.floods:
         c["floods"] += 1
@@ -140,9 +148,9 @@ def _floods(d: RunData, bad: Bad, c: Counter[str], at_risk: Callable[[int, int],
             bad(
                 "REFUSALS_UNACCOUNTED",
                 f.task_id,
-                f"{what}: {f.refused} refusals answered (+{f.unknown} unknown), the history "
-                f"accounts for {got}",
-                written_ms=f.last_ms,
+                f"{what} from {f.first_ms} to {f.last_ms}: {f.refused} refusals answered "
+                f"(+{f.unknown} unknown), the history accounts for {got}",
+                written_ms=risk_point(f.first_ms, f.last_ms),
                 # refusals are answered after WAIT too (Client.cancel / pause are durable)
                 durable_write=True,
             )
