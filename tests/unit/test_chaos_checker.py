@@ -1186,22 +1186,24 @@ def test_an_attempt_started_again_after_a_failover_lost_its_start() -> None:
     assert "RERUN_UNDER_LEASE" in kinds(good_run(executions=runs))
 
 
-def test_an_unleased_execution_is_dated_by_when_its_handler_began() -> None:
-    """A worker STARTed an attempt on a primary about to be demoted; its handler's record
-    was retried until the new primary took it, after the window: the write lost is the
-    START, dated by the handler's own clock when it began."""
+def test_an_unleased_execution_is_dated_by_the_span_its_start_was_written_in() -> None:
+    """A worker STARTed an attempt on a primary about to be demoted, was frozen, began its
+    handler after the window and its record landed later still: the START it ran under,
+    the write lost, was made after the worker started and before the handler began — a
+    span that overlaps the window. A worker started after the window could not have
+    written that START inside it."""
     fo = _failover(ACK + 100, ACK + 5000)
     late = Execution(
         exec_id="x9", task_id=T1, attempt=2, worker=W2, pid=1, ev="start", ts=ACK + 7000,
-        began_ms=ACK + 4000,
+        began_ms=ACK + 6500,
     )  # fmt: skip
-    res = check(good_run(faults=fo, executions=[*good_run().executions, late]))
+    born = FaultEvent(at_ms=ACK + 50, kind="worker_start", target=W2)
+    run = good_run(faults=[*fo, born], executions=[*good_run().executions, late])
+    res = check(run)
     assert res.ok, res.violations
     assert "UNLEASED_EXECUTION" in {v.kind for v in res.failover_window_losses}
-    undated = msgspec.structs.replace(late, began_ms=0)  # only the record's own time
-    assert "UNLEASED_EXECUTION" in kinds(
-        good_run(faults=fo, executions=[*good_run().executions, undated])
-    )
+    after = _without(run, faults=[*fo, msgspec.structs.replace(born, at_ms=ACK + 6000)])
+    assert "UNLEASED_EXECUTION" in kinds(after)
 
 
 def test_a_workflow_cancel_without_an_answer_still_counts_as_a_cancel() -> None:
@@ -1222,3 +1224,18 @@ def test_a_workflow_cancel_without_an_answer_still_counts_as_a_cancel() -> None:
     )
     assert "WF_IMPOSSIBLE_OUTCOME" not in kinds(cancelled)
     assert "WF_IMPOSSIBLE_OUTCOME" in kinds(_without(cancelled, wf_actions=[]))
+
+
+def test_a_kept_run_can_be_checked_again(tmp_path: Any) -> None:
+    """The run dir keeps what the checker saw (rundata.json): --recheck gives the same
+    findings, so a fix to the checker can be tried on a failed run."""
+    from tools.chaos.cli import main
+    from tools.chaos.run import RUNDATA, recheck
+
+    run = _reclaimed_run([])  # one HEALTHY_TASK_RECLAIMED
+    (tmp_path / RUNDATA).write_bytes(msgspec.json.encode(run))
+    assert recheck(str(tmp_path)).violations == check(run).violations
+    assert main(["--recheck", str(tmp_path)]) == 1
+    (tmp_path / RUNDATA).write_bytes(msgspec.json.encode(good_run()))
+    assert main(["--recheck", str(tmp_path)]) == 0
+    assert main(["--recheck", str(tmp_path / "nowhere")]) == 2

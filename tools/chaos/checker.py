@@ -104,6 +104,8 @@ class _Checker:
         self.r = CheckResult()
         self.kill_times = sorted(f.at_ms for f in data.faults if f.kind in AOF_LOSS_FAULTS)
         self.failovers = failover_windows(data.faults, data.failover_window_ms)
+        #: when each worker process started (its name is never reused)
+        self.worker_started = {f.target: f.at_ms for f in data.faults if f.kind == "worker_start"}
         self.cancelled = {a.task_id for a in data.cancels}
         self.kind: dict[str, str] = {}
         self.ack: dict[str, int] = {}
@@ -300,7 +302,7 @@ class _Checker:
         if state == "SUCCEEDED":
             res = _result(f)
             winner = str(res.get("exec") or "") if res else ""
-        self.check_executions(tid, starts, execs, winner, c)
+        self.check_executions(tid, starts, execs, winner, c, hist[0].ts)
 
     def check_retries(self, tid: str, f: dict[str, str], accepted: list[HistoryEntry]) -> None:
         max_attempts = int(f.get("max_attempts") or 1)
@@ -380,13 +382,23 @@ class _Checker:
         execs: dict[str, list[Execution]],
         winner: str,
         c: Counter[str],
+        created_ms: int = 0,
     ) -> None:
         by_lease = {(e.attempt, e.extra.get("worker", "")): e for e in starts}
+
+        def lost_start(recs: list[Execution]) -> int:
+            """When the START an execution ran under, missing now, was written: after its
+            worker and the task existed, before the handler began — dated inside a loss
+            window when one overlaps that span (a stopped worker begins its handler late,
+            a retried record lands later still)."""
+            worker = recs[0].worker
+            lo = max(self.worker_started.get(worker, 0), created_ms)
+            return self.risk_point(lo, max(lo, _began(recs)))
+
         runs: Counter[tuple[int, str]] = Counter()
         for xid, recs in execs.items():
             c["executions"] += 1
             att, worker = recs[0].attempt, recs[0].worker
-            began = _began(recs)
             runs[(att, worker)] += 1
             if xid != winner and any(r.ev == "end" and r.outcome == "ok" for r in recs):
                 c["discarded_results"] += 1  # ran to the end; its result was not kept
@@ -396,7 +408,7 @@ class _Checker:
                     "UNLEASED_EXECUTION",
                     tid,
                     f"execution {xid} of attempt {att} on {worker}: no accepted START",
-                    written_ms=began,  # the START it ran under, which is what is missing
+                    written_ms=lost_start(recs),
                 )
                 continue
             # alive after a later attempt started: two executions of one task at once
@@ -423,7 +435,7 @@ class _Checker:
         if len(execs) > len(starts):
             # the execution a START is missing for: one without any, else the first of
             # two runs under one START (a lost START lets an attempt start again)
-            firsts = sorted((_began(v), (v[0].attempt, v[0].worker)) for v in execs.values())
+            firsts = sorted((lost_start(v), (v[0].attempt, v[0].worker)) for v in execs.values())
             unmatched = [ts for ts, key in firsts if key not in by_lease]
             keys = [key for _, key in firsts]
             again = [ts for ts, key in firsts if keys.count(key) > 1]  # its first run

@@ -71,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a("--keep", action="store_true", help="keep the run directory (logs, AOF) after a pass")
     a("--plan-only", action="store_true", help="print the fault schedule and exit")
+    a(
+        "--recheck",
+        default=None,
+        metavar="RUN_DIR",
+        help="check a kept run's observations again (its rundata.json) and print the findings",
+    )
     a("-v", "--verbose", action="store_true", help="echo process starts too")
     return p
 
@@ -120,6 +126,26 @@ async def _main(cfg: ChaosConfig) -> int:
     return 0 if report.passed else 1
 
 
+def _recheck(run_dir: str) -> int:
+    from .run import recheck
+
+    try:
+        res = recheck(run_dir)
+    except (OSError, ValueError) as exc:
+        print(f"chaos: cannot recheck {run_dir}: {exc}", file=sys.stderr)
+        return 2
+    for label, found in (
+        ("violation", res.violations),
+        ("lost in an AOF window", res.aof_window_losses),
+        ("lost in a failover window", res.failover_window_losses),
+        ("warning", res.warnings),
+    ):
+        for v in found:
+            print(f"{label}: {v.kind} {v.task_id} {v.detail}")
+    print(f"violations {len(res.violations)}")
+    return 0 if res.ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -127,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"chaos: {exc}", file=sys.stderr)
         return 2
+    if args.recheck:
+        return _recheck(args.recheck)
     if args.plan_only:
         from .run import planned, replay_command
 

@@ -21,7 +21,7 @@ from rsjobs.settings import Settings
 from rsjobs.workflows import WorkflowClient
 
 from .aio import stop_tasks
-from .checker import Violation, check, fault_counts
+from .checker import CheckResult, Violation, check, fault_counts
 from .cluster import Cluster
 from .collect import (
     read_dedup,
@@ -89,6 +89,16 @@ async def _progress(client: Client, producer: Producer, total: int, echo: Echo) 
             f"  t={time.monotonic() - t0:5.0f}s submitted {len(producer.accepted_ids)}/{total} "
             + " ".join(f"{k}={v}" for k, v in sorted(states.items()))
         )
+
+
+#: the observations of a run, in its run dir (JSON of RunData)
+RUNDATA = "rundata.json"
+
+
+def recheck(run_dir: str) -> CheckResult:
+    """The checker's findings on a kept run's observations (``--recheck``)."""
+    raw = (Path(run_dir) / RUNDATA).read_bytes()
+    return check(msgspec.json.decode(raw, type=RunData))
 
 
 def run_settings(cfg: ChaosConfig) -> Settings:
@@ -271,6 +281,9 @@ class ChaosRun:
         forced = await cluster.stop_processes(cfg.grace_ms / 1000 + 10)
 
         data = await self._collect(client, producer)
+        # what the checker saw, kept with the run dir: `--recheck DIR` checks it again
+        body = msgspec.json.encode(data)
+        await asyncio.to_thread((self.run_dir / RUNDATA).write_bytes, body)
         result = check(data)
         for tb in await asyncio.to_thread(tracebacks, self.run_dir):
             result.warnings.append(Violation(kind="LOG_TRACEBACK", detail=tb))
