@@ -48,7 +48,7 @@ soak:
 # A chaos run with total accounting (the suite runs a short one); replay with --seed
 CHAOS_DURATION ?= 600
 chaos: setup
-	$(BIN)/python -m rsjobs.chaos --duration $(CHAOS_DURATION) --tasks 6000 --report chaos-report.json $(CHAOS_ARGS)
+	$(BIN)/python -m tools.chaos --duration $(CHAOS_DURATION) --tasks 6000 --report chaos-report.json $(CHAOS_ARGS)
 
 unit: setup
 	$(BIN)/python -m pytest -q tests/unit tests/lua

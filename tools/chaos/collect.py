@@ -1,5 +1,6 @@
 """Read back what Redis holds after a run: every task of the namespace (hash + history),
-the handlers' execution records and the dedup keys. Pipelined, in chunks.
+every workflow (hash, history, slots, assets, open tasks), the handlers' execution
+records and the dedup keys. Pipelined, in chunks.
 
 Test-harness code: it uses SCAN to find tasks nobody acknowledged (rsjobs itself never
 scans).
@@ -12,10 +13,12 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from ..keys import Keys
-from ..schemas import HistoryEntry
+from rsjobs.keys import Keys
+from rsjobs.schemas import HistoryEntry
+from rsjobs.workflows import WorkflowEvent
+
 from .handlers import exec_key
-from .records import Execution, TaskRecord
+from .records import Execution, TaskRecord, WorkflowRecord
 
 __all__ = [
     "read_dedup",
@@ -23,7 +26,9 @@ __all__ = [
     "read_executions",
     "read_stats",
     "read_tasks",
+    "read_workflows",
     "scan_task_ids",
+    "scan_workflow_ids",
     "tracebacks",
 ]
 
@@ -38,6 +43,41 @@ async def scan_task_ids(redis: Redis, keys: Keys) -> set[str]:
         rest = str(key)[len(prefix) :]
         ids.add(rest.removesuffix(":history"))
     return ids
+
+
+async def scan_workflow_ids(redis: Redis, keys: Keys) -> set[str]:
+    """Ids of every workflow with any key in the namespace."""
+    ids: set[str] = set()
+    prefix = keys.prefix + "wf:"
+    async for key in redis.scan_iter(match=prefix + "*", count=1000):
+        ids.add(str(key)[len(prefix) :].split(":", 1)[0])
+    return ids
+
+
+async def read_workflows(redis: Redis, keys: Keys, ids: Iterable[str]) -> dict[str, WorkflowRecord]:
+    out: dict[str, WorkflowRecord] = {}
+    todo = sorted(set(ids))
+    for i in range(0, len(todo), CHUNK):
+        part = todo[i : i + CHUNK]
+        async with redis.pipeline(transaction=False) as pipe:
+            for wid in part:
+                pipe.hgetall(keys.workflow(wid))
+                pipe.xrange(keys.workflow_history(wid), "-", "+")
+                pipe.hgetall(keys.workflow_tasks(wid))
+                pipe.hgetall(keys.workflow_assets(wid))
+                pipe.smembers(keys.workflow_open(wid))
+            rows = await pipe.execute()
+        for j, wid in enumerate(part):
+            fields, hist, slots, assets, open_ = rows[5 * j : 5 * j + 5]
+            out[wid] = WorkflowRecord(
+                wf_id=wid,
+                fields={str(k): str(v) for k, v in fields.items()},
+                history=[WorkflowEvent.from_entry(eid, f) for eid, f in hist],
+                slots={str(k): str(v) for k, v in slots.items()},
+                assets={str(k): str(v) for k, v in assets.items()},
+                open=sorted(str(t) for t in open_),
+            )
+    return out
 
 
 async def read_tasks(redis: Redis, keys: Keys, ids: Iterable[str]) -> dict[str, TaskRecord]:
@@ -78,6 +118,7 @@ async def read_executions(redis: Redis, namespace: str) -> list[Execution]:
                     ev=f.get("ev", ""),
                     ts=int(str(eid).split("-")[0]),
                     outcome=f.get("o", ""),
+                    began_ms=int(f.get("b") or 0),
                 )
             )
         if len(rows) < 5000:

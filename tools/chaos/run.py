@@ -13,11 +13,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import msgspec
 
-from ..client import Client, connect
-from ..settings import Settings
-from .checker import Violation, check, fault_counts
+from rsjobs.client import Client, connect
+from rsjobs.settings import Settings
+from rsjobs.workflows import WorkflowClient
+
+from .aio import stop_tasks
+from .checker import CheckResult, Violation, check, fault_counts
 from .cluster import Cluster
 from .collect import (
     read_dedup,
@@ -25,15 +29,19 @@ from .collect import (
     read_executions,
     read_stats,
     read_tasks,
+    read_workflows,
     scan_task_ids,
+    scan_workflow_ids,
     tracebacks,
 )
 from .config import ChaosConfig
 from .faults import FaultInjector, PlannedFault, plan_faults
-from .producer import TRANSIENT, Producer
+from .flows import definitions
+from .producer import Producer
 from .records import RunData
 from .report import ChaosReport, format_history, format_report
-from .workload import plan_tasks
+from .transient import TRANSIENT
+from .workload import plan_poison, plan_tasks, plan_workflows
 
 __all__ = ["drain", "planned", "replay_command", "run_chaos"]
 
@@ -42,11 +50,16 @@ Echo = Callable[[str], None]
 
 def replay_command(cfg: ChaosConfig) -> str:
     return (
-        f"python -m rsjobs.chaos --seed {cfg.seed} --duration {cfg.duration_s:g} "
+        f"python -m tools.chaos --seed {cfg.seed} --duration {cfg.duration_s:g} "
         f"--tasks {cfg.tasks} --workers {cfg.workers} --concurrency {cfg.concurrency} "
         f"--reapers {cfg.reapers} --faults {','.join(cfg.faults) or 'none'} "
         f"--fault-gap {cfg.fault_gap_s:g} --fsync {cfg.fsync} --lease-ms {cfg.lease_ms}"
         + (f" --poison {cfg.poison}" if cfg.poison >= 0 else "")
+        + (f" --topology {cfg.topology}" if cfg.topology != "single" else "")
+        + (" --durable" if cfg.durable else "")
+        + (f" --workflows {cfg.workflows}" if cfg.workflows >= 0 else "")
+        + (f" --poison-inputs {cfg.poison_inputs}" if cfg.poison_inputs >= 0 else "")
+        + ("" if cfg.web else " --no-web")
         + (f" --worker-app {cfg.worker_app}" if cfg.worker_app != ChaosConfig().worker_app else "")
     )
 
@@ -76,6 +89,36 @@ async def _progress(client: Client, producer: Producer, total: int, echo: Echo) 
             f"  t={time.monotonic() - t0:5.0f}s submitted {len(producer.accepted_ids)}/{total} "
             + " ".join(f"{k}={v}" for k, v in sorted(states.items()))
         )
+
+
+#: the observations of a run, in its run dir (JSON of RunData)
+RUNDATA = "rundata.json"
+
+
+def recheck(run_dir: str) -> CheckResult:
+    """The checker's findings on a kept run's observations (``--recheck``)."""
+    raw = (Path(run_dir) / RUNDATA).read_bytes()
+    return check(msgspec.json.decode(raw, type=RunData))
+
+
+def run_settings(cfg: ChaosConfig) -> Settings:
+    """The Settings of the harness's clients (durable mode: acknowledged writes WAIT for
+    the replica)."""
+    wait = 1 if cfg.durable else 0
+    return Settings(
+        namespace=cfg.namespace, wait_replicas=wait, wait_timeout_ms=cfg.wait_timeout_ms
+    )
+
+
+async def _wait_web(http: httpx.AsyncClient, timeout_s: float) -> None:
+    end = time.monotonic() + timeout_s
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if (await http.get("/healthz")).status_code == 200:
+                return
+        if time.monotonic() > end:
+            raise TimeoutError(f"the web app did not answer /healthz within {timeout_s:g}s")
+        await asyncio.sleep(0.2)
 
 
 async def drain(
@@ -119,12 +162,17 @@ class ChaosRun:
         self.cfg = cfg
         self.echo = echo
         self.specs = plan_tasks(cfg.seed, cfg.tasks, cfg.active_s, cfg.lease_ms, cfg.poison)
+        n_wf = cfg.workflows if cfg.workflows >= 0 else max(1, cfg.tasks // 40)
+        self.wf_specs = plan_workflows(cfg.seed, n_wf, cfg.active_s)
+        n_poison = cfg.poison_inputs if cfg.poison_inputs >= 0 else max(1, cfg.tasks // 100)
+        self.poison_specs = plan_poison(cfg.seed, n_poison, cfg.active_s, http=cfg.web)
         self.plan = planned(cfg)
         self.run_dir = Path(tempfile.mkdtemp(prefix="rsjobs-chaos-"))
         self.cluster = Cluster(cfg, self.run_dir, echo)
         self.injector = FaultInjector(self.cluster, self.plan, self._registered)
         self.background: list[asyncio.Task[None]] = []
         self.client: Client | None = None
+        self.http: httpx.AsyncClient | None = None
         self.passed = False
 
     async def _registered(self, worker: str) -> bool:
@@ -135,11 +183,13 @@ class ChaosRun:
     def announce(self) -> None:
         cfg, echo = self.cfg, self.echo
         echo(
-            f"rsjobs chaos: seed {cfg.seed}, {len(self.specs)} tasks, {len(self.plan)} faults, "
-            f"fsync {cfg.fsync}"
+            f"rsjobs chaos: seed {cfg.seed}, {len(self.specs)} tasks, {len(self.wf_specs)} "
+            f"workflows, {len(self.poison_specs)} poison inputs, {len(self.plan)} faults, "
+            f"fsync {cfg.fsync}, topology {cfg.topology}" + (" (durable)" if cfg.durable else "")
         )
         echo(f"replay with: {replay_command(cfg)}")
         echo(f"run dir: {self.run_dir}")
+        echo(f"every process connects to {self.cluster.url}")
         echo("fault schedule:")
         for f in self.plan:
             echo(f"  {f.describe()}")
@@ -153,7 +203,7 @@ class ChaosRun:
             try:
                 await self._teardown()
             finally:  # whatever happened above: no process of ours outlives the run
-                self.cluster.cleanup(keep_data=self.cfg.keep or not self.passed)
+                await self.cluster.aclose(keep_data=self.cfg.keep or not self.passed)
                 atexit.unregister(self.cluster.sup.cleanup)
                 if self.passed and not self.cfg.keep:
                     shutil.rmtree(self.run_dir, ignore_errors=True)
@@ -161,31 +211,44 @@ class ChaosRun:
     async def _teardown(self) -> None:
         # first the faults in progress: their clean-up may start processes
         await self.injector.heal(timeout_s=0.5)
-        for t in self.background:
-            t.cancel()
-        for t in self.background:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await stop_tasks(self.background)
         if self.client is not None:
             with contextlib.suppress(Exception):
                 await self.client.close()
+        if self.http is not None:
+            with contextlib.suppress(Exception):
+                await self.http.aclose()
 
     async def _run(self) -> ChaosReport:
         cfg, cluster, echo = self.cfg, self.cluster, self.echo
         started = time.monotonic()
+        settings = run_settings(cfg)
         await cluster.start()
         client = self.client = Client(
-            connect(cluster.url, socket_timeout=10, socket_connect_timeout=5),
-            Settings(namespace=cfg.namespace),
+            connect(cluster.url, socket_timeout=10, socket_connect_timeout=5), settings
         )
         await _wait_registered(client, [s.name for s in cluster.workers], 60)
-        producer = Producer(client, self.specs, echo)
+        if cfg.web:
+            self.http = httpx.AsyncClient(
+                base_url=cluster.web_url,
+                headers={"Authorization": f"Bearer {cluster.web_token}"},
+                timeout=20,
+            )
+            await _wait_web(self.http, 60)
+        producer = Producer(
+            client,
+            self.specs,
+            echo,
+            wf=WorkflowClient(client.redis, settings, definitions=definitions, source="api"),
+            workflows=self.wf_specs,
+            poison=self.poison_specs,
+            http=self.http,
+        )
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         submit = loop.create_task(producer.run(t0))
         self.background += [
             submit,
-            loop.create_task(cluster.monitor()),
             loop.create_task(self.injector.run(t0)),
             loop.create_task(_progress(client, producer, len(self.specs), echo)),
         ]
@@ -200,18 +263,33 @@ class ChaosRun:
         echo(f"draining (bound {cfg.drain_timeout_s:g}s)")
         d0 = time.monotonic()
         drained, stuck = await drain(client, producer.accepted_ids, cfg.drain_timeout_s, echo)
+        # the workflows' users publish, retry, cancel until each one is finished
+        untended = await producer.finish_workflows(
+            max(5.0, cfg.drain_timeout_s - (time.monotonic() - d0))
+        )
+        if untended:
+            drained = False
+            echo(f"  {untended} workflows not finished at the drain bound")
+        else:  # their last tasks may have been created just now
+            more, stuck2 = await drain(
+                client, [], max(5.0, cfg.drain_timeout_s - (time.monotonic() - d0)), echo
+            )
+            drained, stuck = drained and more, stuck + stuck2
         drain_s = time.monotonic() - d0
-        for t in self.background:  # the monitor too: the graceful stop must not refill
+        for t in self.background:
             t.cancel()
         forced = await cluster.stop_processes(cfg.grace_ms / 1000 + 10)
 
         data = await self._collect(client, producer)
+        # what the checker saw, kept with the run dir: `--recheck DIR` checks it again
+        body = msgspec.json.encode(data)
+        await asyncio.to_thread((self.run_dir / RUNDATA).write_bytes, body)
         result = check(data)
         for tb in await asyncio.to_thread(tracebacks, self.run_dir):
             result.warnings.append(Violation(kind="LOG_TRACEBACK", detail=tb))
         self.passed = result.ok and drained
         evidence: dict[str, list[str]] = {}
-        for v in result.violations + result.aof_window_losses:
+        for v in result.violations + result.aof_window_losses + result.failover_window_losses:
             if v.task_id and v.task_id in data.tasks and len(evidence) < 10:
                 evidence.setdefault(v.task_id, format_history(data.tasks[v.task_id]))
         report = ChaosReport(
@@ -234,6 +312,7 @@ class ChaosRun:
             recovery=msgspec.to_builtins(result.recovery),
             violations=result.violations,
             aof_window_losses=result.aof_window_losses,
+            failover_window_losses=result.failover_window_losses,
             warnings=result.warnings,
             harness={
                 "producer_retries": producer.retries,
@@ -243,8 +322,9 @@ class ChaosRun:
                 "side_tasks_dropped": dropped,
                 "stuck_at_drain_bound": stuck[:100],
                 "forced_stops": forced,
+                "workflows_untended": untended,
                 "fault_errors": self.injector.errors,
-                "redis_starts": cluster.redis.starts,
+                "redis_starts": {n.name: n.starts for n in cluster.topology.all_nodes},
             },
             evidence=evidence,
         )
@@ -257,6 +337,8 @@ class ChaosRun:
     async def _collect(self, client: Client, producer: Producer) -> RunData:
         redis, keys, cfg = client.redis, client.keys, self.cfg
         ids = set(producer.accepted_ids) | await scan_task_ids(redis, keys)
+        wf_ids = {s.wf_id for s in producer.all_workflow_starts}
+        wf_ids |= set(producer.poison.refused_wf_ids) | await scan_workflow_ids(redis, keys)
         dedup = [s.dedup for s in producer.submissions if s.dedup]
         tasks = await read_tasks(redis, keys, ids)
         events, n_events = await read_events(redis, keys)
@@ -275,6 +357,15 @@ class ChaosRun:
             events=events,
             # MAXLEN ~ drops whole old entries: fewer events than history entries
             events_trimmed=n_events < sum(len(t.history) for t in tasks.values()),
+            durable=cfg.durable,
+            failover_window_ms=cfg.failover_window_ms,
+            workflows=producer.all_workflow_starts,
+            wf_actions=producer.wf_actions,
+            wf_errors=producer.wf_errors,
+            wf_records=await read_workflows(redis, keys, wf_ids),
+            poison=producer.poison.inputs,
+            floods=producer.poison.floods,
+            refused_wf_ids=producer.poison.refused_wf_ids,
         )
 
 

@@ -9,39 +9,26 @@ from __future__ import annotations
 import signal
 from collections import Counter
 
-from .records import FaultEvent, TaskRecord, Violation
+from rsjobs.workflows.model import NOTES as WF_NOTES
+
+from .records import FaultEvent, TaskRecord, Violation, WorkflowRecord
+from .recovery import redis_intervals
 
 __all__ = ["event_findings", "fault_counts", "process_findings", "stats_findings"]
 
-#: faults that take Redis down until the next "redis_up"
-REDIS_DOWN = frozenset({"redis_term", "redis_kill", "redis_exit"})
 #: what fault_counts counts: faults injected, and unplanned exits observed
 INJECTED = frozenset(
     {"worker_kill", "worker_stop", "worker_term", "worker_exit", "reaper_kill", "reaper_exit"}
-    | {"redis_drop", "redis_term", "redis_kill", "redis_exit"}
+    | {"redis_drop", "redis_term", "redis_kill", "redis_exit", "redis_freeze"}
+    | {"redis_failover", "redis_failover_auto", "sentinel_exit", "web_exit"}
 )
+#: unplanned exits: a crash unless explained
+EXITS = frozenset({"worker_exit", "reaper_exit", "redis_exit", "sentinel_exit", "web_exit"})
 
 
 def fault_counts(faults: list[FaultEvent]) -> dict[str, int]:
     """How many faults of each kind were injected (or observed, for unplanned exits)."""
     return dict(sorted(Counter(f.kind for f in faults if f.kind in INJECTED).items()))
-
-
-def _outages(faults: list[FaultEvent]) -> list[tuple[int, int]]:
-    """(down, up) times of Redis; a dropped-connections blip is a zero-length outage."""
-    out: list[tuple[int, int]] = []
-    down = 0
-    for f in sorted(faults, key=lambda f: f.at_ms):
-        if f.kind in REDIS_DOWN and not down:
-            down = f.at_ms
-        elif f.kind == "redis_up" and down:
-            out.append((down, f.at_ms))
-            down = 0
-        elif f.kind == "redis_drop":
-            out.append((f.at_ms, f.at_ms))
-    if down:
-        out.append((down, 2**62))
-    return out
 
 
 def process_findings(
@@ -53,7 +40,7 @@ def process_findings(
     not reach Redis because it was started while Redis was down (the CLI exits with status
     3) is a warning; every other unplanned exit is a crash."""
     found: list[Violation] = []
-    outages = _outages(faults)
+    outages = redis_intervals(faults)
     for f in faults:
         if f.kind in ("worker_term_done", "worker_term_hung"):
             c["graceful_stops"] += 1
@@ -69,7 +56,7 @@ def process_findings(
                     f"{why}".strip(),
                 )
             )
-        elif f.kind in ("worker_exit", "reaper_exit", "redis_exit"):
+        elif f.kind in EXITS:
             began = f.at_ms - f.ran_ms
             if f.status == 3 and any(a - 500 <= began <= b + 500 for a, b in outages):
                 warnings.append(
@@ -120,12 +107,23 @@ def event_findings(
     return found
 
 
-def stats_findings(stats: dict[str, int], present: dict[str, TaskRecord]) -> list[Violation]:
-    """In a fresh namespace the stats hash must equal what the tasks say: state counts per
-    queue (terminal ones are totals), ev:<EVENT> per accepted history entry and rej:<EVENT>
-    per refusal: a refusal entry and the repeats coalesced into it (PROGRESS notes are not
-    transitions and have no ev: counter)."""
+def stats_findings(
+    stats: dict[str, int],
+    present: dict[str, TaskRecord],
+    workflows: dict[str, WorkflowRecord] | None = None,
+) -> list[Violation]:
+    """In a fresh namespace the stats hash must equal what the tasks and workflows say:
+    state counts per queue (terminal ones are totals), ev:<EVENT> per accepted history
+    entry and rej:<EVENT> per refusal: a refusal entry and the repeats coalesced into it
+    (PROGRESS notes are not transitions and have no ev: counter), wfev: / wfrej: per
+    workflow history entry (SPAWN and ASSET notes have none)."""
     want: Counter[str] = Counter()
+    for wf in (workflows or {}).values():
+        for w in wf.history:
+            if w.rejected:
+                want[f"wfrej:{w.event}"] += 1
+            elif w.event not in WF_NOTES:
+                want[f"wfev:{w.event}"] += 1
     for rec in present.values():
         q = rec.fields.get("queue", "")
         if q:

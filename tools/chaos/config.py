@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import msgspec
 
-from ..errors import ConfigError
+from rsjobs.errors import ConfigError
 
-__all__ = ["FAULT_KINDS", "ChaosConfig"]
+__all__ = ["FAULT_KINDS", "SENTINEL_FAULTS", "TOPOLOGIES", "ChaosConfig", "faults_for"]
 
 #: every fault the schedule can inject
 FAULT_KINDS = (
@@ -18,7 +18,17 @@ FAULT_KINDS = (
     "redis_drop",
     "redis_term",
     "redis_kill",
+    "redis_freeze",
+    "redis_failover",
 )
+#: faults that need the sentinel topology
+SENTINEL_FAULTS = frozenset({"redis_failover"})
+TOPOLOGIES = ("single", "sentinel")
+
+
+def faults_for(topology: str) -> tuple[str, ...]:
+    """What ``--faults all`` means in ``topology``."""
+    return tuple(k for k in FAULT_KINDS if topology == "sentinel" or k not in SENTINEL_FAULTS)
 
 
 class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -32,7 +42,7 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
     workers: int = 3
     concurrency: int = 8
     reapers: int = 2
-    faults: tuple[str, ...] = FAULT_KINDS
+    faults: tuple[str, ...] = faults_for("single")
     #: mean gap between two faults (seconds; exponential gaps)
     fault_gap_s: float = 2.0
     fsync: str = "everysec"
@@ -45,10 +55,25 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
     drain_timeout_s: float = 120.0
     #: SIGKILL of Redis under everysec may lose writes acknowledged this long before it
     aof_window_ms: int = 2500
+    #: "single" (one server) or "sentinel" (primary + replica + 3 sentinels)
+    topology: str = "single"
+    #: the producer's writes are acknowledged only once WAIT saw them on the replica
+    durable: bool = False
+    #: durable mode: how long an enqueue waits for the replica's confirmation
+    wait_timeout_ms: int = 1000
+    #: without --durable, writes acknowledged this long before a failover began (and
+    #: until it settled) may be lost: the replica had not got them yet
+    failover_window_ms: int = 1000
+    #: serve the HTTP app (rsjobs web) and send part of the poison inputs through it
+    web: bool = True
+    #: poison inputs (bad requests, refused-command floods); -1 = one per 100 tasks
+    poison_inputs: int = -1
+    #: workflows started (2 stages, no gates); -1 = one per 40 tasks
+    workflows: int = -1
     namespace: str = "chaos"
-    #: the Registry the workers load; another one must wrap ``rsjobs.chaos.handlers``
+    #: the Registry the workers load; another one must wrap ``tools.chaos.handlers``
     #: (e.g. to try a patched worker build without touching the package)
-    worker_app: str = "rsjobs.chaos.handlers:tasks"
+    worker_app: str = "tools.chaos.handlers:tasks"
     report: str | None = None
     #: keep the run directory (logs, AOF) even when the run passes
     keep: bool = False
@@ -61,6 +86,12 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError("--tasks, --workers, --reapers and --concurrency must be >= 1")
         if self.fsync not in ("everysec", "always"):
             raise ConfigError("--fsync must be 'everysec' or 'always'")
+        if self.topology not in TOPOLOGIES:
+            raise ConfigError(f"--topology must be one of {', '.join(TOPOLOGIES)}")
+        if self.topology != "sentinel" and set(self.faults) & SENTINEL_FAULTS:
+            raise ConfigError("redis_failover needs --topology sentinel")
+        if self.durable and self.topology != "sentinel":
+            raise ConfigError("--durable needs --topology sentinel (a replica to WAIT for)")
         unknown = set(self.faults) - set(FAULT_KINDS)
         if unknown:
             raise ConfigError(

@@ -1,4 +1,4 @@
-"""``python -m rsjobs.chaos``: a chaos run with total accounting; exit status 1 on any
+"""``python -m tools.chaos``: a chaos run with total accounting; exit status 1 on any
 violation (see ``docs/chaos.md``)."""
 
 from __future__ import annotations
@@ -9,15 +9,16 @@ import random
 import signal
 import sys
 
-from ..errors import ConfigError, RsjobsError
-from .config import FAULT_KINDS, ChaosConfig
+from rsjobs.errors import ConfigError, RsjobsError
+
+from .config import FAULT_KINDS, TOPOLOGIES, ChaosConfig, faults_for
 
 __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m rsjobs.chaos",
+        prog="python -m tools.chaos",
         description="Run a workload under faults on a loopback Redis with AOF, heal, drain, "
         "and account for every task. Exit status: 0 no violation, 1 violations, 2 bad "
         "arguments or a harness failure.",
@@ -33,8 +34,30 @@ def build_parser() -> argparse.ArgumentParser:
     a(
         "--faults",
         default="all",
-        help=f"comma-separated faults, 'all' or 'none' ({','.join(FAULT_KINDS)})",
+        help=f"comma-separated faults, 'all' or 'none' ({','.join(FAULT_KINDS)}; "
+        "redis_failover needs --topology sentinel)",
     )
+    a(
+        "--topology",
+        choices=TOPOLOGIES,
+        default="single",
+        help="one Redis, or a primary + replica + 3 sentinels that every process connects "
+        "through (single)",
+    )
+    a(
+        "--durable",
+        action="store_true",
+        help="(sentinel) submits, cancels and workflow actions acknowledged only once a "
+        "replica has them (WAIT): none may be lost in a failover",
+    )
+    a("--workflows", type=int, default=-1, help="workflows to start (-1: one per 40 tasks)")
+    a(
+        "--poison-inputs",
+        type=int,
+        default=-1,
+        help="bad requests and refused-command floods (-1: one per 100 tasks)",
+    )
+    a("--no-web", action="store_true", help="do not serve the HTTP app (no HTTP inputs)")
     a("--fault-gap", type=float, default=2.0, help="mean seconds between faults (2)")
     a("--fsync", choices=("everysec", "always"), default="everysec", help="appendfsync policy")
     a("--lease-ms", type=int, default=2000, help="the workers' lease (2000)")
@@ -42,19 +65,25 @@ def build_parser() -> argparse.ArgumentParser:
     a("--report", default=None, metavar="FILE", help="write the JSON report here")
     a(
         "--worker-app",
-        default="rsjobs.chaos.handlers:tasks",
+        default="tools.chaos.handlers:tasks",
         metavar="MODULE:REGISTRY",
-        help="registry the workers load: rsjobs.chaos.handlers:tasks or a module wrapping it",
+        help="registry the workers load: tools.chaos.handlers:tasks or a module wrapping it",
     )
     a("--keep", action="store_true", help="keep the run directory (logs, AOF) after a pass")
     a("--plan-only", action="store_true", help="print the fault schedule and exit")
+    a(
+        "--recheck",
+        default=None,
+        metavar="RUN_DIR",
+        help="check a kept run's observations again (its rundata.json) and print the findings",
+    )
     a("-v", "--verbose", action="store_true", help="echo process starts too")
     return p
 
 
-def _faults(spec: str) -> tuple[str, ...]:
+def _faults(spec: str, topology: str) -> tuple[str, ...]:
     if spec == "all":
-        return FAULT_KINDS
+        return faults_for(topology)
     if spec in ("none", ""):
         return ()
     return tuple(x.strip() for x in spec.split(",") if x.strip())
@@ -69,7 +98,12 @@ def config_from(args: argparse.Namespace) -> ChaosConfig:
         workers=args.workers,
         concurrency=args.concurrency,
         reapers=args.reapers,
-        faults=_faults(args.faults),
+        faults=_faults(args.faults, args.topology),
+        topology=args.topology,
+        durable=args.durable,
+        workflows=args.workflows,
+        poison_inputs=args.poison_inputs,
+        web=not args.no_web,
         fault_gap_s=args.fault_gap,
         fsync=args.fsync,
         lease_ms=args.lease_ms,
@@ -92,6 +126,26 @@ async def _main(cfg: ChaosConfig) -> int:
     return 0 if report.passed else 1
 
 
+def _recheck(run_dir: str) -> int:
+    from .run import recheck
+
+    try:
+        res = recheck(run_dir)
+    except (OSError, ValueError) as exc:
+        print(f"chaos: cannot recheck {run_dir}: {exc}", file=sys.stderr)
+        return 2
+    for label, found in (
+        ("violation", res.violations),
+        ("lost in an AOF window", res.aof_window_losses),
+        ("lost in a failover window", res.failover_window_losses),
+        ("warning", res.warnings),
+    ):
+        for v in found:
+            print(f"{label}: {v.kind} {v.task_id} {v.detail}")
+    print(f"violations {len(res.violations)}")
+    return 0 if res.ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -99,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"chaos: {exc}", file=sys.stderr)
         return 2
+    if args.recheck:
+        return _recheck(args.recheck)
     if args.plan_only:
         from .run import planned, replay_command
 

@@ -1,6 +1,6 @@
 """Chaos runs with total accounting: a workload under faults, then every task checked.
 
-``python -m rsjobs.chaos --help``; see ``docs/chaos.md``. :func:`check` is the checker
+``python -m tools.chaos --help``; see ``docs/chaos.md``. :func:`check` is the checker
 (a pure function of :class:`RunData`), :func:`run_chaos` one whole run.
 """
 

@@ -13,7 +13,13 @@ Faults:
   ``pubsub``): a network blip; replies in flight are lost, clients reconnect and retry;
 * ``redis_term`` — SIGTERM Redis (a clean shutdown: the AOF is complete), down ``hold_s``;
 * ``redis_kill`` — SIGKILL Redis (with ``appendfsync everysec`` the last second of
-  acknowledged writes may be lost), down ``hold_s``.
+  acknowledged writes may be lost), down ``hold_s``;
+* ``redis_freeze`` — SIGSTOP Redis for ``hold_s`` (0.5-3 s, sometimes past the lease),
+  then SIGCONT: every connection hangs, heartbeats cannot get through;
+* ``redis_failover`` — (sentinel topology) ``SENTINEL FAILOVER``; with the ``kill``
+  variant the primary is SIGKILLed first and brought back after ``hold_s`` as a replica.
+
+Redis faults act on the current primary and never overlap.
 
 The same seed gives the same schedule (times, kinds, slots, holds); the interleaving with
 the workload is up to the machine, so a replay re-creates the conditions, not the trace.
@@ -25,13 +31,14 @@ import asyncio
 import contextlib
 import random
 import signal
-import subprocess
 from collections.abc import Awaitable, Callable
 
 import msgspec
 
+from .aio import stop_tasks
 from .cluster import Cluster, Slot
-from .producer import TRANSIENT
+from .supervisor import Child
+from .transient import TRANSIENT
 
 __all__ = ["FaultInjector", "PlannedFault", "plan_faults"]
 
@@ -44,6 +51,8 @@ WEIGHTS = {
     "redis_drop": 1.0,
     "redis_term": 1.2,
     "redis_kill": 0.6,
+    "redis_freeze": 1.0,
+    "redis_failover": 0.5,
 }
 
 
@@ -52,8 +61,11 @@ class PlannedFault(msgspec.Struct, frozen=True, kw_only=True):
     kind: str
     slot: int  #: worker or reaper slot (0 for Redis)
     hold_s: float  #: stop duration, time down, or delay before the restart
+    #: redis_failover: "kill" (SIGKILL the primary first) or "" (SENTINEL FAILOVER only)
+    variant: str = ""
 
     def describe(self) -> str:
+        how = "SIGKILL the primary + " if self.variant == "kill" else ""
         what = {
             "worker_kill": f"SIGKILL worker slot {self.slot}, restart after {self.hold_s:.2f}s",
             "worker_stop": f"SIGSTOP worker slot {self.slot} for {self.hold_s:.2f}s",
@@ -62,6 +74,9 @@ class PlannedFault(msgspec.Struct, frozen=True, kw_only=True):
             "redis_drop": "Redis drops every client connection",
             "redis_term": f"SIGTERM Redis, down {self.hold_s:.2f}s",
             "redis_kill": f"SIGKILL Redis, down {self.hold_s:.2f}s",
+            "redis_freeze": f"SIGSTOP Redis for {self.hold_s:.2f}s",
+            "redis_failover": f"{how}SENTINEL FAILOVER"
+            + (f", old primary back after {self.hold_s:.2f}s" if how else ""),
         }[self.kind]
         return f"t={self.at_s:7.2f}s  {what}"
 
@@ -73,6 +88,13 @@ def _hold(rng: random.Random, kind: str, lease_ms: int) -> float:
         return round(rng.uniform(0.2, 1.5), 3)
     if kind == "reaper_kill":
         return round(rng.uniform(0.5, 3.0), 3)
+    if kind == "redis_freeze":
+        lease_s = lease_ms / 1000
+        if rng.random() < 0.3:  # past the lease: heartbeats cannot have got through
+            return round(lease_s * rng.uniform(1.05, 1.5), 3)
+        return round(rng.uniform(0.5, max(0.6, min(3.0, lease_s))), 3)
+    if kind == "redis_failover":
+        return round(rng.uniform(0.2, 1.5), 3)
     return round(rng.uniform(0.0, 0.5), 3)  # Redis down time
 
 
@@ -113,7 +135,11 @@ def plan_faults(
             slot = rng.randrange(workers)
         elif kind.startswith("reaper"):
             slot = rng.randrange(reapers)
-        out.append(PlannedFault(at_s=at, kind=kind, slot=slot, hold_s=_hold(rng, kind, lease_ms)))
+        hold = _hold(rng, kind, lease_ms)
+        variant = ""
+        if kind == "redis_failover" and rng.random() < 0.4:
+            variant = "kill"
+        out.append(PlannedFault(at_s=at, kind=kind, slot=slot, hold_s=hold, variant=variant))
     return out
 
 
@@ -162,11 +188,7 @@ class FaultInjector:
         active = set(self._active)
         if active:
             await asyncio.wait(active, timeout=timeout_s)
-        for t in active:
-            t.cancel()
-        for t in active:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await stop_tasks(active)
 
     async def _apply(self, f: PlannedFault) -> None:
         c = self.cluster
@@ -182,6 +204,10 @@ class FaultInjector:
                     await self._worker(slot, f)
             elif f.kind == "redis_drop":
                 await c.drop_clients()
+            elif f.kind == "redis_freeze":
+                await c.freeze(f.hold_s, self._sleep)
+            elif f.kind == "redis_failover":
+                await c.failover(f.variant == "kill", f.hold_s, self._sleep)
             else:
                 await c.restart_redis(kill=f.kind == "redis_kill", down_s=f.hold_s)
         except Exception as exc:  # the run goes on; the report lists it
@@ -194,7 +220,7 @@ class FaultInjector:
             s = slots[(i + k) % len(slots)]
             if (s.role, s.index) in self._killing or (s.stopped and not allow_stopped):
                 continue
-            if s.proc is not None and s.proc.poll() is None:
+            if s.alive:
                 return s
         return None
 
@@ -205,8 +231,8 @@ class FaultInjector:
         if f.kind == "worker_term":
             await self._term(slot, f)
             return
-        proc = slot.proc
-        if slot.stopped or proc is None:
+        child = slot.child
+        if slot.stopped or child is None:
             self.cluster.note("fault_skipped", slot.name, 0, "worker_stop: already stopped")
             return
         slot.busy += 1
@@ -216,55 +242,63 @@ class FaultInjector:
             slot.stopped = True
             await self._sleep(f.hold_s)
         finally:
-            if slot.proc is proc:  # not replaced by a kill meanwhile
+            if slot.child is child:  # not replaced by a kill meanwhile
                 self.cluster.signal(slot, signal.SIGCONT, "worker_cont")
                 slot.stopped = False
             slot.busy -= 1
+            self.cluster.refill_if_dead(slot)
 
-    async def _wait_ready(self, slot: Slot, timeout_s: float = 10.0) -> bool:
-        """Until the slot's worker has registered (so its signal handlers are installed):
-        a SIGTERM during the interpreter's start-up would only test Python's default."""
+    async def _wait_ready(self, slot: Slot, timeout_s: float = 10.0) -> Child | None:
+        """The slot's process once it has registered (so its signal handlers are
+        installed: a SIGTERM during the interpreter's start-up would only test Python's
+        default), or None when it did not within ``timeout_s`` or was replaced meanwhile
+        (the answer then is about a process that is gone)."""
+        child = slot.child
+        if child is None:
+            return None
         if self.ready is None:
-            return True
-        proc = slot.proc
+            return child
+        name = slot.name
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout_s
-        while loop.time() < end and slot.proc is proc and not self.healing.is_set():
+        while loop.time() < end and slot.child is child and not self.healing.is_set():
             with contextlib.suppress(*TRANSIENT):
-                if await self.ready(slot.name):
-                    return True
+                if await self.ready(name) and slot.child is child:
+                    return child
             await asyncio.sleep(0.2)
-        return False
+        return None
 
     async def _term(self, slot: Slot, f: PlannedFault) -> None:
         """Graceful stop; it must end (status 0) within the worker's grace + 10 s."""
         key = (slot.role, slot.index)
-        if not await self._wait_ready(slot):
+        ready = await self._wait_ready(slot)
+        if ready is None:
             self.cluster.note("fault_skipped", slot.name, 0, "worker_term: never ready")
             return
-        if key in self._killing or slot.stopped:
+        if key in self._killing or slot.stopped or slot.child is not ready:
             self.cluster.note("fault_skipped", slot.name, 0, "worker_term: slot busy")
             return
         self._killing.add(key)
         slot.busy += 1
         try:
-            proc = slot.proc
-            if proc is None or not self.cluster.signal(slot, signal.SIGTERM, "worker_term"):
+            child = slot.child
+            if child is None or not self.cluster.signal(slot, signal.SIGTERM, "worker_term"):
                 return
-            t0 = asyncio.get_running_loop().time()
+            sent = self.cluster.events[-1].at_ms
             bound = self.cluster.cfg.grace_ms / 1000 + 10
-            try:
-                code = await asyncio.to_thread(proc.wait, bound)
-                kind = "worker_term_done"
-            except subprocess.TimeoutExpired:
-                self.cluster.sup.send(proc, signal.SIGUSR1)  # stacks into its log
+            code = await child.wait(bound)
+            kind = "worker_term_done"
+            if code is None:
+                child.send(signal.SIGUSR1)  # stacks into its log
                 await asyncio.sleep(1.0)
-                self.cluster.sup.send(proc, signal.SIGKILL)
-                code = await asyncio.to_thread(proc.wait, 10)
+                child.send(signal.SIGKILL)
+                code = await child.wait(10)
                 kind = "worker_term_hung"
-            took = int((asyncio.get_running_loop().time() - t0) * 1000)
-            slot.exit_noted = True
-            self.cluster.note(kind, slot.name, proc.pid, f"in {took} ms", code, ran_ms=took)
+            took = (child.exit_ms or 0) - sent
+            child.noted = True
+            self.cluster.note(
+                kind, slot.name, child.pid, f"in {took} ms", code, ran_ms=took, at_ms=child.exit_ms
+            )
             await self._sleep(f.hold_s)
         finally:
             self.cluster.spawn(slot)
@@ -279,9 +313,10 @@ class FaultInjector:
         self._killing.add(key)
         slot.busy += 1
         try:
-            proc = slot.proc
-            if self.cluster.signal(slot, signal.SIGKILL, kind) and proc is not None:
-                await asyncio.to_thread(proc.wait, 10)
+            child = slot.child
+            if self.cluster.signal(slot, signal.SIGKILL, kind) and child is not None:
+                child.noted = True
+                await child.wait(10)
             await self._sleep(f.hold_s)
         finally:
             self.cluster.spawn(slot)

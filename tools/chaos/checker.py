@@ -1,12 +1,16 @@
 """Total accounting of a chaos run: every accepted task, every history, every execution.
 
-:func:`check` is a pure function of :class:`~rsjobs.chaos.records.RunData`. Its findings:
+:func:`check` is a pure function of :class:`~tools.chaos.records.RunData`. Its findings:
 
 * **violations** — the run broke a promise; the harness exits non-zero;
 * **AOF-window losses** — acknowledged writes missing after a SIGKILL restart of Redis
   under ``appendfsync everysec`` within the window before the kill: reported apart,
   never hidden, and never excused under ``appendfsync always`` or a SIGTERM restart;
-* **warnings** — not a broken promise, but worth a look (a healthy task reclaimed).
+* **failover-window losses** — acknowledged writes the replica had not got when a
+  failover promoted it (from ``failover_window_ms`` before it began until it settled):
+  reported apart, except, in durable mode, the writes WAIT confirmed (the producer's
+  submits, cancels, pauses, workflow starts and actions): their loss is a violation;
+* **warnings** — not a broken promise, but worth a look (a bad input left unanswered).
 
 Violation kinds (each one has a unit test in ``tests/unit/test_chaos_checker.py``):
 
@@ -31,11 +35,17 @@ EVENTS_MISMATCH      the events stream does not name exactly the task's history 
 STATS_DRIFT          the stats hash's state counts or ev: / rej: counters disagree with
                      the tasks and histories (a fresh namespace: totals must match)
 HEALTHY_TASK_RECLAIMED  a RECLAIM of an attempt whose worker no fault hit (no kill, stop,
-                     exit or graceful stop of it during the attempt, no Redis fault near):
+                     exit, graceful stop or poison kill record of it during the attempt)
+                     and no Redis disruption overlapped (restart, freeze, failover, drop):
                      "a healthy long task must never be stolen" (DESIGN.md)
 SHUTDOWN_FAILED      a SIGTERMed worker exited non-zero, or not within grace + 10 s
-PROCESS_CRASH        a worker, reaper or Redis exited on its own (a worker SIGKILLed by a
-                     poison task, status -9, is the workload's doing and is not counted)
+PROCESS_CRASH        a worker, reaper, the web app, a Redis server or sentinel exited on
+                     its own (a worker SIGKILLed by a poison task, status -9, is the
+                     workload's doing and is not counted)
+WF_*                 workflows (``wfcheck``): LOST, NOT_TERMINAL, ILLEGAL_HISTORY,
+                     STATE_MISMATCH, TASKS_INCONSISTENT, IMPOSSIBLE_OUTCOME,
+                     CANCEL_NOT_HONOURED, TERMINAL_CHANGED, PHANTOM, START_REFUSED
+POISON_*, FLOOD_ACCEPTED, REFUSALS_UNACCOUNTED   bad inputs and floods (``poisoncheck``)
 """
 
 from __future__ import annotations
@@ -45,13 +55,16 @@ from typing import Any
 
 import msgspec
 
-from ..codec import decode
-from ..model import TERMINAL
-from ..schemas import HistoryEntry
-from .records import Execution, RunData, TaskRecord, Violation
+from rsjobs.codec import decode
+from rsjobs.model import TERMINAL
+from rsjobs.schemas import HistoryEntry
+
+from .poisoncheck import marker_of, poison_findings
+from .records import Execution, FaultEvent, RunData, TaskRecord, Violation
 from .recovery import RecoveryStats, recoveries, summarize
 from .replay import final_state, replay
 from .system import event_findings, fault_counts, process_findings, stats_findings
+from .wfcheck import workflow_findings
 from .workload import KINDS
 
 __all__ = ["CheckResult", "Violation", "check", "fault_counts"]
@@ -62,11 +75,16 @@ FAILURE_EVENTS = frozenset({"FAIL", "TIMEOUT", "RECLAIM"})
 AOF_LOSS_FAULTS = frozenset({"redis_kill", "redis_exit"})
 #: a kill this long before an ack still counts (harness clock vs. reply ordering)
 AOF_SLACK_MS = 200
+#: a failover the sentinels made on their own is taken to settle within this
+AUTO_FAILOVER_MS = 15_000
 
 
 class CheckResult(msgspec.Struct, kw_only=True):
     violations: list[Violation] = msgspec.field(default_factory=list)
     aof_window_losses: list[Violation] = msgspec.field(default_factory=list)
+    #: acknowledged writes the replica had not got when a failover promoted it (not
+    #: durable mode, or not an enqueue)
+    failover_window_losses: list[Violation] = msgspec.field(default_factory=list)
     warnings: list[Violation] = msgspec.field(default_factory=list)
     counts: dict[str, int] = msgspec.field(default_factory=dict)
     states: dict[str, int] = msgspec.field(default_factory=dict)
@@ -85,6 +103,9 @@ class _Checker:
         self.d = data
         self.r = CheckResult()
         self.kill_times = sorted(f.at_ms for f in data.faults if f.kind in AOF_LOSS_FAULTS)
+        self.failovers = failover_windows(data.faults, data.failover_window_ms)
+        #: when each worker process started (its name is never reused)
+        self.worker_started = {f.target: f.at_ms for f in data.faults if f.kind == "worker_start"}
         self.cancelled = {a.task_id for a in data.cancels}
         self.kind: dict[str, str] = {}
         self.ack: dict[str, int] = {}
@@ -103,14 +124,64 @@ class _Checker:
                 return k
         return None
 
-    def bad(self, kind: str, tid: str, detail: str, *, written_ms: int | None = None) -> None:
-        """Record a violation, or an AOF-window loss when the lost write was at risk."""
+    def failover(self, ts_ms: int) -> tuple[int, int] | None:
+        """The failover whose replication window holds a write made at ``ts_ms``."""
+        for lo, hi in self.failovers:
+            if lo <= ts_ms <= hi:
+                return lo, hi
+        return None
+
+    def risk_point(self, lo: int, hi: int) -> int:
+        """A time in ``[lo, hi]`` inside a window where acknowledged writes may be lost
+        (an AOF window under everysec, or a failover window), else ``hi``: a loss during
+        a span of writes is dated by the window it overlaps."""
+        windows = list(self.failovers)
+        if self.d.fsync == "everysec":
+            windows += [(k - self.d.aof_window_ms, k + AOF_SLACK_MS) for k in self.kill_times]
+        for a, b in sorted(windows):
+            if a <= hi and b >= lo:
+                return max(a, lo)
+        return hi
+
+    def at_risk(self, lo: int, hi: int) -> bool:
+        """Whether writes acknowledged between ``lo`` and ``hi`` may be lost lawfully: an
+        AOF window (everysec) or, without durable mode, a failover window overlaps."""
+        if self.d.fsync == "everysec" and any(
+            lo - AOF_SLACK_MS <= k and k - self.d.aof_window_ms <= hi for k in self.kill_times
+        ):
+            return True
+        return not self.d.durable and any(a <= hi and b >= lo for a, b in self.failovers)
+
+    def bad(
+        self,
+        kind: str,
+        tid: str,
+        detail: str,
+        *,
+        written_ms: int | None = None,
+        durable_write: bool = False,
+    ) -> None:
+        """Record a violation, or a loss in a window where the lost write was at risk: an
+        AOF window (SIGKILL under everysec) or a failover's replication window — except,
+        in durable mode, a ``durable_write``: one the producer got acknowledged only after
+        WAIT confirmed it on the replica (a submit, a cancel, a workflow start or action)."""
         v = Violation(kind=kind, task_id=tid, detail=detail)
         if written_ms is not None:
             k = self.aof_kill(written_ms)
             if k is not None:
                 detail += f" [write at {written_ms}, Redis SIGKILLed {k - written_ms} ms later]"
                 self.r.aof_window_losses.append(Violation(kind=kind, task_id=tid, detail=detail))
+                return
+            w = self.failover(written_ms)
+            if w is not None:
+                if self.d.durable and durable_write:
+                    detail += f" [acknowledged after WAIT at {written_ms}, lost in a failover]"
+                    self.r.violations.append(Violation(kind=kind, task_id=tid, detail=detail))
+                    return
+                detail += f" [write at {written_ms}, in the failover window {w[0]}..{w[1]}]"
+                self.r.failover_window_losses.append(
+                    Violation(kind=kind, task_id=tid, detail=detail)
+                )
                 return
         self.r.violations.append(v)
 
@@ -133,19 +204,25 @@ class _Checker:
                     tid,
                     f"accepted {self.kind[tid]} task has no hash and no history",
                     written_ms=self.ack[tid],
+                    durable_write=True,
                 )
         execs = self.executions_by_task(d.executions)
         for tid, rec in sorted(present.items()):
             self.check_task(rec, execs.get(tid, {}), c)
         self.check_found(present, accepted, c)
+        workflow_findings(d, present, self.bad, c)
+        poison_findings(d, present, self.bad, c, self.r.warnings, self.at_risk, self.risk_point)
+        for err in d.wf_errors:
+            self.bad("WF_START_REFUSED", "", f"a valid workflow start was refused: {err}")
         self.r.violations += process_findings(d.faults, c, self.r.warnings)
         if d.events is not None:
             self.r.violations += event_findings(d.events, present, trimmed=d.events_trimmed)
         if d.stats is not None:
-            self.r.violations += stats_findings(d.stats, present)
+            self.r.violations += stats_findings(d.stats, present, d.wf_records)
         self.check_cancels()
         self.check_dedup(present)
-        items = recoveries(present.values(), d.faults, d.lease_ms)
+        kills = [(e.worker, e.ts) for e in d.executions if e.ev == "kill"]
+        items = recoveries(present.values(), d.faults, d.lease_ms, kills)
         self.r.recovery = summarize(items)
         for it in items:
             if it.unexplained:
@@ -186,7 +263,8 @@ class _Checker:
             self.bad(p.code, tid, f"{p.entry_id}: {p.detail}")
         state = f.get("state", "")
         self.r.states[state] = self.r.states.get(state, 0) + 1
-        kind = self.kind.get(tid) or str((decode(f.get("payload")) or {}).get("k", "?"))
+        kind = self.kind.get(tid) or ("wf" if f.get("wf") else "")
+        kind = kind or str((decode(f.get("payload")) or {}).get("k", "?"))
         per_kind = self.r.by_kind.setdefault(kind, {})
         per_kind[state] = per_kind.get(state, 0) + 1
         if state != "SUCCEEDED":
@@ -224,7 +302,7 @@ class _Checker:
         if state == "SUCCEEDED":
             res = _result(f)
             winner = str(res.get("exec") or "") if res else ""
-        self.check_executions(tid, starts, execs, winner, c)
+        self.check_executions(tid, starts, execs, winner, c, hist[0].ts)
 
     def check_retries(self, tid: str, f: dict[str, str], accepted: list[HistoryEntry]) -> None:
         max_attempts = int(f.get("max_attempts") or 1)
@@ -249,7 +327,7 @@ class _Checker:
             why = "succeeded, but its handler never returns"
         elif state == "TIMED_OUT" and not k.can_time_out:
             why = "timed out, but it has no deadline"
-        elif state == "CANCELLED" and tid not in self.cancelled:
+        elif state == "CANCELLED" and tid not in self.cancelled and not self.wf_cancelled(tid):
             why = "cancelled, but nobody cancelled it"
         elif not k.raises and any(e.event == "FAIL" and e.source == "worker" for e in acc):
             why = "a worker reported FAIL, but its handler never raises"
@@ -283,13 +361,18 @@ class _Checker:
         if done is None or done.event != "COMPLETE" or done.attempt != att:
             problems.append("the last accepted entry is not the COMPLETE of that attempt")
         ex = execs.get(str(res.get("exec") or ""), [])
+        record_lost = not ex
         if not ex or (ex[0].attempt, ex[0].worker) != (att, worker):
             problems.append(f"no execution record {res.get('exec')} of attempt {att} by {worker}")
         kind = self.kind.get(tid, "")
         fail = int((decode(f.get("payload")) or {}).get("fail") or 0)
         if kind == "flaky" and att <= fail:
             problems.append(f"attempt {att} succeeded, but attempts <= {fail} always fail")
-        if problems:
+        if len(problems) == 1 and record_lost and start is not None:
+            # everything agrees but the handler's record is missing: the record (a
+            # write of the handler, just after that START) may be what a loss took
+            self.bad("FOREIGN_RESULT", tid, problems[0], written_ms=start.ts)
+        elif problems:
             self.bad("FOREIGN_RESULT", tid, "; ".join(problems))
 
     def check_executions(
@@ -299,13 +382,23 @@ class _Checker:
         execs: dict[str, list[Execution]],
         winner: str,
         c: Counter[str],
+        created_ms: int = 0,
     ) -> None:
         by_lease = {(e.attempt, e.extra.get("worker", "")): e for e in starts}
+
+        def lost_start(recs: list[Execution]) -> int:
+            """When the START an execution ran under, missing now, was written: after its
+            worker and the task existed, before the handler began — dated inside a loss
+            window when one overlaps that span (a stopped worker begins its handler late,
+            a retried record lands later still)."""
+            worker = recs[0].worker
+            lo = max(self.worker_started.get(worker, 0), created_ms)
+            return self.risk_point(lo, max(lo, _began(recs)))
+
         runs: Counter[tuple[int, str]] = Counter()
         for xid, recs in execs.items():
             c["executions"] += 1
             att, worker = recs[0].attempt, recs[0].worker
-            first_ts = min(r.ts for r in recs)
             runs[(att, worker)] += 1
             if xid != winner and any(r.ev == "end" and r.outcome == "ok" for r in recs):
                 c["discarded_results"] += 1  # ran to the end; its result was not kept
@@ -315,7 +408,7 @@ class _Checker:
                     "UNLEASED_EXECUTION",
                     tid,
                     f"execution {xid} of attempt {att} on {worker}: no accepted START",
-                    written_ms=first_ts,
+                    written_ms=lost_start(recs),
                 )
                 continue
             # alive after a later attempt started: two executions of one task at once
@@ -327,23 +420,38 @@ class _Checker:
         for (att, worker), n in runs.items():
             if n > 1:
                 again = sorted(
-                    min(r.ts for r in v)
+                    _began(v)
                     for v in execs.values()
                     if (v[0].attempt, v[0].worker) == (att, worker)
                 )
+                # two runs under one START number: the write that may have been lost is
+                # the first run's START (a failover let the attempt start again)
                 self.bad(
                     "RERUN_UNDER_LEASE",
                     tid,
                     f"attempt {att} on {worker} ran {n} times",
-                    written_ms=again[1],
+                    written_ms=again[0],
                 )
         if len(execs) > len(starts):
+            # the execution a START is missing for: one without any, else the first of
+            # two runs under one START (a lost START lets an attempt start again)
+            firsts = sorted((lost_start(v), (v[0].attempt, v[0].worker)) for v in execs.values())
+            unmatched = [ts for ts, key in firsts if key not in by_lease]
+            keys = [key for _, key in firsts]
+            again = [ts for ts, key in firsts if keys.count(key) > 1]  # its first run
             self.bad(
                 "EXCESS_EXECUTIONS",
                 tid,
                 f"{len(execs)} handler executions for {len(starts)} STARTs",
-                written_ms=min((r.ts for v in execs.values() for r in v), default=0),
+                written_ms=(unmatched or again or [firsts[0][0]])[0],
             )
+
+    def wf_cancelled(self, tid: str) -> bool:
+        """A workflow task is cancelled with its workflow (cancelled, or failed: its open
+        tasks are cancelled)."""
+        rec = self.d.tasks.get(tid)
+        wf = self.d.wf_records.get(rec.fields.get("wf", "")) if rec is not None else None
+        return wf is not None and wf.fields.get("status") in ("CANCELLED", "FAILED")
 
     def check_found(
         self, present: dict[str, TaskRecord], accepted: set[str], c: Counter[str]
@@ -353,7 +461,12 @@ class _Checker:
         for tid, rec in present.items():
             if tid in accepted:
                 continue
-            seq = (decode(rec.fields.get("payload")) or {}).get("seq") if rec.fields else None
+            if rec.fields.get("wf") in self.d.wf_records:
+                continue  # created by its workflow: the workflow checks account for it
+            payload = decode(rec.fields.get("payload")) if rec.fields else None
+            if marker_of(payload):
+                continue  # what a bad input wrote: the poison checks report it
+            seq = payload.get("seq") if isinstance(payload, dict) else None
             if seq in maybe:
                 c["unacked_created"] += 1
             else:
@@ -370,6 +483,7 @@ class _Checker:
                     a.task_id,
                     f"cancel ({a.phase}) answered {a.state}, task ended {state or 'missing'}",
                     written_ms=a.ack_ms,
+                    durable_write=True,
                 )
 
     def check_dedup(self, present: dict[str, TaskRecord]) -> None:
@@ -392,19 +506,48 @@ class _Checker:
                     first,
                     f"dedup key {key} answered {first} then {others}; it names {stored!r}",
                     written_ms=first_ms,
+                    durable_write=True,
                 )
         for key, tids in sorted(holders.items()):
             if len(tids) > 1:
                 self.bad("DEDUP_DUPLICATE", tids[0], f"dedup key {key} on tasks {sorted(tids)}")
 
 
+def _began(recs: list[Execution]) -> int:
+    """When an execution began: the handler's own clock at its start (just after the
+    START it ran under), else its first record's time."""
+    return min((r.began_ms for r in recs if r.began_ms), default=min(r.ts for r in recs))
+
+
 def _result(fields: dict[str, str]) -> dict[str, Any] | None:
-    """The SUCCEEDED task's result when it is a JSON object, else None."""
+    """What a SUCCEEDED task's result says about who made it (attempt, worker, exec):
+    the result itself, or a workflow task's asset ``meta``; None when it says nothing."""
     try:
         res = decode(fields.get("result"))
     except msgspec.DecodeError:
         return None
+    if isinstance(res, dict) and fields.get("wf") and isinstance(res.get("meta"), dict):
+        return dict(res["meta"])
     return res if isinstance(res, dict) else None
+
+
+def failover_windows(faults: list[FaultEvent], before_ms: int) -> list[tuple[int, int]]:
+    """Where acknowledged writes may be lost to a failover: from ``before_ms`` before it
+    began (the replica's lag) until it settled (the old primary a replica of the new:
+    until then clients still connected to it are acknowledged)."""
+    out: list[tuple[int, int]] = []
+    start: int | None = None
+    for f in sorted(faults, key=lambda f: f.at_ms):
+        if f.kind == "redis_failover":
+            start = f.at_ms
+        elif f.kind == "redis_failover_done" and start is not None:
+            out.append((start - before_ms, f.at_ms))
+            start = None
+        elif f.kind == "redis_failover_auto":
+            out.append((f.at_ms - AUTO_FAILOVER_MS, f.at_ms + AUTO_FAILOVER_MS))
+    if start is not None:
+        out.append((start - before_ms, 2**62))
+    return out
 
 
 def check(data: RunData) -> CheckResult:

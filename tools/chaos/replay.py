@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from ..model import TERMINAL, allowed
-from ..schemas import HistoryEntry
+from rsjobs.model import TERMINAL, allowed
+from rsjobs.schemas import HistoryEntry
 
 __all__ = ["Problem", "final_state", "replay"]
 

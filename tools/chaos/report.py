@@ -37,8 +37,10 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     violations: list[Violation]
     aof_window_losses: list[Violation]
     warnings: list[Violation]
+    #: acknowledged writes lost in a failover's replication window (reported apart)
+    failover_window_losses: list[Violation] = msgspec.field(default_factory=list)
     #: harness-side facts: producer retries, dropped side tasks, forced stops, errors
-    harness: dict[str, Any]
+    harness: dict[str, Any] = msgspec.field(default_factory=dict)
     #: histories of (up to 10) tasks named by violations, for the post-mortem
     evidence: dict[str, list[str]] = msgspec.field(default_factory=dict)
 
@@ -95,17 +97,41 @@ def format_report(r: ChaosReport) -> str:
         f"{rec.get('detect_p99_ms', 0)} ms; loss basis {rec.get('by_basis', {})}",
         f"reaper     deadlettered {c.get('deadlettered', 0)}, timeouts "
         f"{c.get('reaper_timeouts', 0)}",
+        f"workflows  started {c.get('workflows_started', 0)}: "
+        + ", ".join(
+            f"{k.removeprefix('workflows_')} {v}"
+            for k, v in sorted(c.items())
+            if k.startswith("workflows_") and k != "workflows_started"
+        )
+        + f"; {c.get('workflow_tasks', 0)} tasks",
+        f"poison     {c.get('poison_inputs', 0)} inputs: refused {c.get('poison_refused', 0)}, "
+        f"accepted {c.get('poison_accepted', 0)}, mishandled {c.get('poison_mishandled', 0)}, "
+        f"unanswered {c.get('poison_unanswered', 0)}; next-stage-over-limit workflows "
+        f"{c.get('poison_next_stage_workflows', 0)}; {c.get('floods', 0)} floods of "
+        f"{c.get('flood_commands', 0)} refused commands ({c.get('flood_refused', 0)} answered "
+        "as refused)",
         f"AOF        {r.fault_counts.get('redis_term', 0)} SIGTERM restarts, "
         f"{r.fault_counts.get('redis_kill', 0)} SIGKILL restarts; lost in an AOF window: "
         f"{len(r.aof_window_losses)}"
         + (f" ({_kinds(r.aof_window_losses)})" if r.aof_window_losses else ""),
-        f"violations {len(r.violations)}" + (f" ({_kinds(r.violations)})" if r.violations else ""),
     ]
+    if r.config.get("topology") == "sentinel":
+        mode = (
+            "durable: enqueues WAIT for the replica" if r.config.get("durable") else "not durable"
+        )
+        out.append(
+            f"failover   {r.fault_counts.get('redis_failover', 0)} failovers ({mode}); "
+            f"lost in a failover window: {len(r.failover_window_losses)}"
+            + (f" ({_kinds(r.failover_window_losses)})" if r.failover_window_losses else "")
+        )
+    out.append(
+        f"violations {len(r.violations)}" + (f" ({_kinds(r.violations)})" if r.violations else "")
+    )
     for v in r.violations[:30]:
         out.append(f"  ! {v.kind} {v.task_id} {v.detail}")
     if len(r.violations) > 30:
         out.append(f"  ... {len(r.violations) - 30} more in the JSON report")
-    for v in r.aof_window_losses[:10]:
+    for v in (r.aof_window_losses + r.failover_window_losses)[:10]:
         out.append(f"  ~ {v.kind} {v.task_id} {v.detail}")
     if r.warnings:
         out.append(f"warnings   {len(r.warnings)} ({_kinds(r.warnings)})")
