@@ -8,7 +8,7 @@ OLDEST := .venv-oldest
 OLDEST_REDIS := redis==5.2.*
 OLDEST_STAMP := $(OLDEST)/.installed
 
-.PHONY: setup setup-oldest demo test test-newest test-oldest lint typecheck unit browser bench chaos clean
+.PHONY: setup setup-oldest demo test test-newest test-oldest lint typecheck unit browser bench soak chaos clean
 
 setup: $(STAMP)
 
@@ -27,8 +27,10 @@ $(OLDEST_STAMP): pyproject.toml
 	$(OLDEST)/bin/python -m pip install -q -e '.[dev]' '$(OLDEST_REDIS)'
 	touch $(OLDEST_STAMP)
 
+# In a terminal the page stays up until Ctrl-C; elsewhere (CI) it ends by itself.
+# make demo DEMO_ARGS="--speed 0.5 --gate-pause 1 --linger 0"  (see python -m examples.demo -h)
 demo: setup
-	$(BIN)/python -m examples.demo
+	$(BIN)/python -m examples.demo $(DEMO_ARGS)
 
 lint: setup
 	$(BIN)/ruff check rsjobs tests examples tools bench
@@ -57,10 +59,16 @@ bench:
 	bash bench/setup.sh
 	.venv-bench/bin/python -m bench.run $(BENCH_ARGS)
 
+# A million tasks through enqueue, processing and retention expiry (about 9 minutes);
+# short mode: make soak SOAK_ARGS="--tasks 50000"
+soak:
+	bash bench/setup.sh
+	.venv-bench/bin/python -m bench.soak $(SOAK_ARGS)
+
 # A chaos run with total accounting (the suite runs a short one); replay with --seed
 CHAOS_DURATION ?= 600
 chaos: setup
-	$(BIN)/python -m rsjobs.chaos --duration $(CHAOS_DURATION) --tasks 6000 --report chaos-report.json $(CHAOS_ARGS)
+	$(BIN)/python -m tools.chaos --duration $(CHAOS_DURATION) --tasks 6000 --report chaos-report.json $(CHAOS_ARGS)
 
 # the tiers without a real Redis (no Redis, and the scripts on fakeredis)
 unit: setup

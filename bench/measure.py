@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 from redis.asyncio import Redis
 
-from bench import redis_stats
+from bench import keyspace, redis_stats
 from bench.handler_support import COUNTER_KEY, GATE_KEY, STARTS_KEY
+from bench.machine import busy_cpu_s, own_cpu_s
 from bench.peers.base import Driver, redis_url
 from bench.workers import REPO_ROOT, WorkerGroup
 
@@ -69,16 +69,24 @@ async def _session(driver: Driver) -> AsyncIterator[Redis]:
 
 @asynccontextmanager
 async def _idle_workers(
-    driver: Driver, count: int, concurrency: int, *, gated: bool, record_starts: bool
+    driver: Driver,
+    count: int,
+    concurrency: int,
+    *,
+    gated: bool,
+    record_starts: bool,
+    wait_idle: bool = True,
 ) -> AsyncIterator[WorkerGroup]:
-    """``count`` worker processes of the system, started and idle on an empty queue;
-    stopped afterwards. A failure inside carries the tail of the workers' logs."""
+    """``count`` worker processes of the system, started and (unless ``wait_idle`` is
+    false) idle on an empty queue; stopped afterwards. A failure inside carries the tail
+    of the workers' logs."""
     with tempfile.TemporaryDirectory(prefix="rsjobs-bench-workers-") as log_dir:
         env = _worker_env(concurrency, gated=gated, record_starts=record_starts)
         group = WorkerGroup(driver.worker_argv(concurrency), count, env, Path(log_dir))
         try:
             group.start()
-            await group.wait_idle()
+            if wait_idle:
+                await group.wait_idle()
             yield group
         except Exception as exc:
             raise RuntimeError(f"{exc}\n{group.logs_tail()}") from exc
@@ -121,20 +129,6 @@ async def _poll_cost(client: Redis, driver: Driver) -> int:
     return redis_stats.delta(before, after).total_commands
 
 
-def _busy_cpu_s() -> float:
-    """CPU seconds the whole machine spent busy (all cores), so far. Steal time counts:
-    a hypervisor taking the CPU away disturbs the figures as much as a local process.
-    (Guest time is already inside user time on Linux, so it is not added.)"""
-    t = psutil.cpu_times()
-    parts = ("user", "nice", "system", "irq", "softirq", "steal")
-    return float(sum(getattr(t, p, 0.0) for p in parts))
-
-
-def _own_cpu_s() -> float:
-    t = psutil.Process().cpu_times()
-    return float(t.user + t.system)
-
-
 async def processing_run(
     driver: Driver, n: int, workers: int, concurrency: int, bulk: bool, timeout: float
 ) -> RunResult:
@@ -161,7 +155,7 @@ async def processing_run(
         per_poll = await _poll_cost(client, driver)
 
         cpu_before = group.cpu_seconds()
-        busy_before, own_before = _busy_cpu_s(), _own_cpu_s()
+        busy_before, own_before = busy_cpu_s(), own_cpu_s()
         before = await redis_stats.snapshot(client)
         t1 = time.perf_counter()
         await client.set(GATE_KEY, 1)
@@ -171,7 +165,7 @@ async def processing_run(
 
         window_s = time.perf_counter() - t1
         cpu_after = group.cpu_seconds()
-        busy_after, own_after = _busy_cpu_s(), _own_cpu_s()
+        busy_after, own_after = busy_cpu_s(), own_cpu_s()
         after = await redis_stats.snapshot(client)
         result.problems = await _check_ran(client, driver, n)
 
@@ -216,6 +210,82 @@ async def processing_run(
         "scripts_memory_before": mem_before.scripts_memory,
         "scripts_memory_after": after.scripts_memory,
         "other_cpu_cores": max(0.0, other_s) / window_s,
+    }
+    return result
+
+
+async def memory_run(
+    driver: Driver, n: int, concurrency: int, bulk: bool, timeout: float
+) -> RunResult:
+    """Redis memory per waiting and per finished task, from one baseline.
+
+    1. Warm-up: one worker starts on the empty queue, runs one task (index ``n``, not one
+       of the measured tasks) and is stopped, so that everything the system creates once
+       (streams, consumer groups, registrations, counters, sweep locks) is in the baseline.
+    2. Baseline, then ``n`` tasks are enqueued with no worker running: waiting.
+    3. A worker starts and drains them; once the system says nothing is outstanding:
+       finished. Nothing has expired yet (every system keeps finished work longer).
+    Each point is a settled snapshot (redis_stats.settled) followed by a keyspace pass
+    (bench.keyspace) for the breakdown by key pattern.
+    """
+    result = RunResult()
+    async with _session(driver) as client:
+        async with _idle_workers(driver, 1, concurrency, gated=False, record_starts=False) as g:
+            await driver.enqueue_one(n)
+            await _wait_done(driver, g, timeout, DONE_POLL_S)
+        base = await redis_stats.settled(client)
+        base_keys = await keyspace.groups(client)
+        t0 = time.perf_counter()
+        if bulk:
+            await driver.enqueue_bulk(range(n))
+        else:
+            for i in range(n):
+                await driver.enqueue_one(i)
+        enqueue_s = time.perf_counter() - t0
+        waiting = await redis_stats.settled(client)
+        waiting_keys = await keyspace.groups(client)
+        # The worker starts next to a full queue. (saq's start-up sweep, which could abort
+        # jobs being dequeued at that moment, is still locked out by the warm-up's sweep.)
+        async with _idle_workers(
+            driver, 1, concurrency, gated=False, record_starts=False, wait_idle=False
+        ) as g:
+            await _wait_done(driver, g, timeout, DONE_POLL_S)
+            finished = await redis_stats.settled(client)
+            finished_keys = await keyspace.groups(client)
+            result.problems = await _check_ran(client, driver, n + 1)
+        # Exact cross-check of the per-task keys (those whose count grew with the tasks),
+        # once verified and with no worker left: delete them pattern by pattern.
+        finished_growth = keyspace.growth(base_keys, finished_keys)
+        per_task = [g.pattern for g in finished_growth if g.keys >= n // 2]
+        released = await keyspace.release(client, per_task) if not result.problems else []
+
+    waiting_growth = keyspace.growth(base_keys, waiting_keys)
+    waiting_b = waiting.stored_memory - base.stored_memory
+    finished_b = finished.stored_memory - base.stored_memory
+    result.metrics = {
+        "mem_waiting_bytes_per_task": waiting_b / n,
+        "mem_finished_bytes_per_task": finished_b / n,
+    }
+    result.raw = {
+        "enqueue_mode": "bulk" if bulk else "one",
+        "enqueue_s": enqueue_s,
+        "stored_memory": {
+            "baseline": base.stored_memory,
+            "waiting": waiting.stored_memory,
+            "finished": finished.stored_memory,
+        },
+        "used_memory": {
+            "baseline": base.used_memory,
+            "waiting": waiting.used_memory,
+            "finished": finished.used_memory,
+        },
+        "keys_waiting": [g.as_dict() for g in waiting_growth],
+        "keys_finished": [g.as_dict() for g in finished_growth],
+        "memory_usage_sum_waiting": sum(g.bytes for g in waiting_growth),
+        "memory_usage_sum_finished": sum(g.bytes for g in finished_growth),
+        "released_finished": [
+            {"pattern": r.pattern, "keys": r.keys, "freed_bytes": r.freed_bytes} for r in released
+        ],
     }
     return result
 

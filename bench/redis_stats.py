@@ -9,6 +9,8 @@ per task" measures the work Redis did, not only the round trips clients made.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +83,23 @@ async def snapshot(client: Redis) -> RedisSnapshot:
         scripts_memory=int(info.get("used_memory_scripts", 0)),
         commands=_commands(info),
     )
+
+
+async def settled(client: Redis, *, quiet_s: float = 0.1, timeout_s: float = 3.0) -> RedisSnapshot:
+    """A snapshot taken once stored memory stopped moving (two reads ``quiet_s`` apart
+    agree), so that work Redis finishes in the background (the keyspace's incremental
+    rehash after it grew, lazy frees) is not caught half-way. After ``timeout_s`` the
+    last reading is returned: a system whose idle workers keep writing never settles.
+    """
+    deadline = time.monotonic() + timeout_s
+    last = await snapshot(client)
+    while time.monotonic() < deadline:
+        await asyncio.sleep(quiet_s)
+        now = await snapshot(client)
+        if now.stored_memory == last.stored_memory:
+            return now
+        last = now
+    return last
 
 
 def delta(before: RedisSnapshot, after: RedisSnapshot) -> RedisDelta:

@@ -6,11 +6,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Literal
 
-BASELINE = "rsjobs"
+from bench.machine import OTHER_LOAD_WARN_CORES
 
-# Above this much CPU (in cores) used by other processes during a processing window,
-# the machine was not quiet enough for the figures to be trusted.
-OTHER_LOAD_WARN_CORES = 0.15
+BASELINE = "rsjobs"
 
 
 @dataclass(frozen=True)
@@ -22,8 +20,9 @@ class Metric:
     digits: int  # decimals shown
 
 
-# The figures of the report, in order. Runs also record 2-worker Redis figures; those
-# are kept in the JSON but left out of the table to keep it readable.
+# The figures of the report, in order. Runs also record 2-worker Redis figures and the
+# memory growth of the 1-worker processing run (redis_mem_bytes_per_task_1w, measured
+# with a worker running); those are kept in the JSON but left out of the table.
 METRICS: tuple[Metric, ...] = (
     Metric("enqueue_one_per_s", "Enqueue, one by one", "tasks/s", "higher", 0),
     Metric("enqueue_bulk_per_s", "Enqueue, bulk API", "tasks/s", "higher", 0),
@@ -35,7 +34,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("redis_cmds_per_task_1w", "Redis commands per task", "cmds", "lower", 1),
     Metric("latency_p50_ms", "Enqueue-to-start latency p50", "ms", "lower", 2),
     Metric("latency_p99_ms", "Enqueue-to-start latency p99", "ms", "lower", 2),
-    Metric("redis_mem_bytes_per_task_1w", "Redis memory per finished task", "bytes", "lower", 0),
+    Metric("mem_waiting_bytes_per_task", "Redis memory per waiting task", "bytes", "lower", 0),
+    Metric("mem_finished_bytes_per_task", "Redis memory per finished task", "bytes", "lower", 0),
 )
 
 
@@ -107,6 +107,7 @@ def markdown(
         for m in METRICS:
             cells = [_cell(rat.get(p, {}).get(m.key), 2) for p in peers]
             lines.append(f"| {m.label} | {m.better} | " + " | ".join(cells) + " |")
+    lines += memory_breakdown(meta, records)
     lines += ["", "## Versions", ""]
     for system in systems:
         versions = meta["versions"].get(system, {})
@@ -142,3 +143,75 @@ def markdown(
                 + (first[-1] if first else "?")
             )
     return "\n".join(lines) + "\n"
+
+
+def _pattern_medians(records: list[dict[str, Any]], field: str, value: str) -> dict[str, float]:
+    samples: dict[str, list[float]] = {}
+    for rec in records:
+        for row in rec["raw"].get(field, []):
+            samples.setdefault(row["pattern"], []).append(float(row[value]))
+    return {p: statistics.median(v) for p, v in samples.items()}
+
+
+def memory_breakdown(meta: dict[str, Any], records: list[dict[str, Any]]) -> list[str]:
+    """Per system, what its waiting and finished tasks hold, by key pattern (medians over
+    the rounds' memory runs, bytes per task)."""
+    n: int = meta["tasks"]
+    lines = [
+        "",
+        "## Memory by key pattern",
+        "",
+        "Bytes per task, medians over rounds (`memory` runs). *MEMORY USAGE*: Σ `MEMORY "
+        "USAGE key SAMPLES 0` growth of the keys of that pattern (for streams Redis estimates "
+        "the radix tree, and over-counts a one-node stream such as a task's history by "
+        "about 250 B); *freed*: what deleting those keys gave back, measured with "
+        "`used_memory` after the run (exact; only for keys that exist per task). "
+        "*Δ used_memory* is the figure of the table above; *not in any key* is Δ "
+        "`used_memory` minus Σ of the best figure per row (keyspace and expires bucket "
+        "arrays, allocator rounding; negative where MEMORY USAGE over-counts).",
+    ]
+    for system in meta["systems"]:
+        runs = [
+            r
+            for r in records
+            if r["system"] == system and r["experiment"] == "memory" and not r["problems"]
+        ]
+        if not runs:
+            continue
+        waiting = _pattern_medians(runs, "keys_waiting", "bytes")
+        finished = _pattern_medians(runs, "keys_finished", "bytes")
+        freed = _pattern_medians(runs, "released_finished", "freed_bytes")
+        kinds = {
+            row["pattern"]: row["type"]
+            for r in runs
+            for field in ("keys_waiting", "keys_finished")
+            for row in r["raw"].get(field, [])
+        }
+        total_w = statistics.median(r["metrics"]["mem_waiting_bytes_per_task"] for r in runs)
+        total_f = statistics.median(r["metrics"]["mem_finished_bytes_per_task"] for r in runs)
+        lines += [
+            "",
+            f"### {system}",
+            "",
+            "| key pattern | type | waiting (MEMORY USAGE) | finished (MEMORY USAGE) "
+            "| finished (freed) |",
+            "|---|---|---:|---:|---:|",
+        ]
+        patterns = sorted(
+            set(waiting) | set(finished), key=lambda p: -abs(finished.get(p, waiting.get(p, 0)))
+        )
+        best_w = best_f = 0.0
+        for p in patterns:
+            w, f, d = waiting.get(p), finished.get(p), freed.get(p)
+            if max(abs(w or 0), abs(f or 0)) / n < 0.5:
+                continue  # fixed keys that changed by a few bytes (registrations, locks)
+            best_w += (w or 0) / n
+            best_f += (d if d is not None else (f or 0)) / n
+            lines.append(
+                f"| `{p}` | {kinds.get(p, '?')} | {_cell(None if w is None else w / n, 0)} "
+                f"| {_cell(None if f is None else f / n, 0)} "
+                f"| {_cell(None if d is None else d / n, 0)} |"
+            )
+        lines.append(f"| **Δ used_memory** | | **{total_w:,.0f}** | **{total_f:,.0f}** | |")
+        lines.append(f"| not in any key | | {total_w - best_w:,.0f} | | {total_f - best_f:,.0f} |")
+    return lines

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
+from bench.machine import OTHER_LOAD_WARN_CORES
 from bench.peers import SYSTEMS
 from bench.redis_server import RedisServer
 from bench.trial import EXPERIMENTS
@@ -122,7 +123,7 @@ def _summary(record: dict[str, Any]) -> str:
         return "FAILED: " + last_line
     text = ", ".join(f"{k}={v:,.1f}" for k, v in record["metrics"].items())
     other = record["raw"].get("other_cpu_cores")
-    if other is not None and other > report.OTHER_LOAD_WARN_CORES:
+    if other is not None and other > OTHER_LOAD_WARN_CORES:
         text += f"  [machine busy: {other:.2f} cores of other load]"
     return text
 

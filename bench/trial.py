@@ -16,10 +16,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench.measure import RunResult, latency_run, processing_run
+from bench.measure import RunResult, latency_run, memory_run, processing_run
 from bench.peers import SYSTEMS, load_driver
 
-EXPERIMENTS = ("process1", "process2", "latency")
+EXPERIMENTS = ("process1", "process2", "latency", "memory")
 
 
 def _versions(system: str) -> dict[str, str]:
@@ -43,6 +43,11 @@ async def _run(args: argparse.Namespace) -> RunResult:
         # Two workers; enqueue through the bulk API where the system has one.
         return await processing_run(
             driver, args.tasks, 2, args.concurrency, bulk=driver.has_bulk, timeout=args.timeout
+        )
+    if args.experiment == "memory":
+        # No worker while the tasks are enqueued; bulk API where the system has one.
+        return await memory_run(
+            driver, args.tasks, args.concurrency, bulk=driver.has_bulk, timeout=args.timeout
         )
     return await latency_run(driver, args.samples, args.concurrency, timeout=10.0)
 

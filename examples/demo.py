@@ -13,14 +13,19 @@ sweep); starts the pipeline through ``POST /workflows`` and prints the address o
 workflow page to watch it live; then plays the user over the HTTP API: each gate is
 confirmed after a short pause (the images are regenerated once first, a new version), the
 emotion video that fails is retried, and the result is published. Checks that the app
-serves every asset file, then stops everything. Exits 0 only if every task and the
-workflow reached the expected end.
+serves every asset file.
+
+Run in a terminal, it then keeps the page, the workers and Redis up until Ctrl-C (and
+prints an ``rsjobs ... queues`` line to try meanwhile); anywhere else (CI, a pipe) it
+stops everything at once. ``--linger SECONDS`` sets that time either way. Exits 0 only if
+every task and the workflow reached the expected end.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import signal
 import subprocess
@@ -204,6 +209,7 @@ async def tasks_part(url: str) -> bool:
         env=env,
     )
     print(f"demo: started worker pid {worker.pid} (namespace {namespace}, concurrency 4)\n")
+    NAMESPACES.append(namespace)
     client = Client.from_url(url, namespace=namespace, source="user")
     try:
         labels = await produce_and_watch(client)
@@ -228,6 +234,41 @@ async def tasks_part(url: str) -> bool:
 
 
 # -- part 2: the character workflow ---------------------------------------------------------
+
+#: the namespaces the demo used (tasks, workflow), for the `rsjobs queues` line it prints
+NAMESPACES: list[str] = []
+
+
+def rsjobs_command() -> str:
+    """How to run the CLI from here: the venv's ``rsjobs`` next to this Python."""
+    exe = os.path.join(os.path.dirname(sys.executable), "rsjobs")
+    if not os.path.exists(exe):
+        return "rsjobs"
+    rel = os.path.relpath(exe)
+    return rel if not rel.startswith("..") else exe
+
+
+def try_lines(url: str) -> list[str]:
+    cli = rsjobs_command()
+    return [f"{cli} --url {url} --namespace {ns} queues" for ns in NAMESPACES]
+
+
+async def until_stopped(seconds: float) -> None:
+    """Sleep ``seconds`` (inf: forever), or until SIGINT / SIGTERM; either ends normally."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        timeout = None if math.isinf(seconds) else seconds
+        try:
+            await asyncio.wait_for(stop.wait(), timeout)
+        except TimeoutError:
+            return
+        print("\ndemo: stopping (Ctrl-C)", flush=True)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
 
 
 class WebThread:
@@ -381,6 +422,7 @@ async def workflow_part(url: str, args: argparse.Namespace) -> bool:
         "-> publish ==\n"
     )
     settings = Settings(namespace=f"demo-wf-{uuid.uuid4().hex[:6]}")
+    NAMESPACES.append(settings.namespace)
     definition = character_pipeline(speed=args.speed)
     root = generators.OUT.resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -442,13 +484,20 @@ async def workflow_part(url: str, args: argparse.Namespace) -> bool:
                     f"v{doc.version} (GET /workflows/{wid}/assets/...)"
                 )
             ok = not problems
+            tasks_ns = ", ".join(ns for ns in NAMESPACES if ns != settings.namespace)
+            print(f"demo: namespaces {tasks_ns} (tasks), {settings.namespace} (workflow)")
             if args.linger > 0:
+                how_long = "until Ctrl-C" if math.isinf(args.linger) else f"{args.linger:g} s more"
                 print(
-                    f"demo: the web app stays up {args.linger:g} s more: "
+                    f"demo: the page, the workers and redis stay up {how_long}: "
                     f"{web.url}/ui/workflow.html?id={wid}",
                     flush=True,
                 )
-                await asyncio.sleep(args.linger)
+                print("demo: try, in another shell:")
+                for line in try_lines(url):
+                    print(f"    {line}")
+                print(flush=True)
+                await until_stopped(args.linger)
         print("demo: worker pools and reaper stopped")
         return ok
     finally:
@@ -481,10 +530,22 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--linger",
         type=float,
-        default=0.0,
-        help="keep the web app up this many seconds after the end",
+        default=None,
+        metavar="SECONDS",
+        help="keep the page, the workers and redis up this many seconds after the end "
+        "(default: until Ctrl-C in a terminal, 0 anywhere else)",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.linger is None:
+        args.linger = math.inf if in_terminal() else 0.0
+    if args.linger < 0 or math.isnan(args.linger):
+        p.error("--linger must be >= 0")
+    return args
+
+
+def in_terminal() -> bool:
+    """Someone watches and can press Ctrl-C: both stdin and stdout are a terminal."""
+    return sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty()
 
 
 async def main(argv: list[str] | None = None) -> int:
@@ -492,9 +553,11 @@ async def main(argv: list[str] | None = None) -> int:
     url = os.environ.get("RSJOBS_URL")
     server = None
     if not url:
-        server = EmbeddedRedis().start()
+        # a session of its own: a Ctrl-C reaches the demo, which stops redis last
+        server = EmbeddedRedis(own_session=True).start()
         url = server.url
-        print(f"demo: started redis-server ({server.binary}) at {url}")
+        assert server.proc is not None
+        print(f"demo: started redis-server ({server.binary}, pid {server.proc.pid}) at {url}")
     try:
         tasks_ok = await tasks_part(url)
         workflow_ok = await workflow_part(url, args)

@@ -25,6 +25,7 @@ from .model import Event, State
 from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo
 from .settings import Settings
 from .store.connection import connect
+from .sync import SyncClient
 
 if TYPE_CHECKING:
     from .worker import Context, Registry, Worker
@@ -49,6 +50,7 @@ __all__ = [
     "Settings",
     "State",
     "StoreError",
+    "SyncClient",
     "TaskInfo",
     "TaskNotFound",
     "WaitTimeout",

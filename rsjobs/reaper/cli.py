@@ -6,20 +6,18 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import time
 from typing import Any
 
 import msgspec
 
 from ..cli import CliError
 from ..client import Client
+from ..console import commands as show
 from ..errors import ConfigError
 from ..settings import Settings
 from .config import ReaperConfig
-from .deadletter import list_deadletters, requeue
-from .memory import memory_report
+from .deadletter import requeue
 from .reaper import Reaper
-from .registry import list_workers
 
 __all__ = ["register"]
 
@@ -36,22 +34,6 @@ def _env_int(name: str, default: int) -> int:
 
 def _client(args: argparse.Namespace) -> Client:
     return Client.from_url(args.url, source="user", namespace=args.namespace)
-
-
-def _when(ts_ms: int) -> str:
-    if not ts_ms:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts_ms / 1000))
-
-
-def _age(ms: int) -> str:
-    if ms < 1000:
-        return f"{ms}ms"
-    if ms < 120_000:
-        return f"{ms / 1000:.1f}s"
-    if ms < 7_200_000:
-        return f"{ms // 60_000}m"
-    return f"{ms // 3_600_000}h"
 
 
 def _print_json(value: Any) -> None:
@@ -95,106 +77,12 @@ async def cmd_reaper(args: argparse.Namespace) -> int:
     return 0
 
 
-async def cmd_workers(args: argparse.Namespace) -> int:
-    async with _client(args) as client:
-        workers = await list_workers(client.store, default_lease_ms=args.lease_ms)
-    if args.json:
-        _print_json(workers)
-        return 0
-    if not workers:
-        print("(no workers registered)")
-        return 0
-    print(
-        f"{'worker':<40} {'status':<6} {'host':<16} {'pid':>7} {'silent':>7} "
-        f"{'done':>6}  queues / in flight"
-    )
-    for w in workers:
-        print(
-            f"{w.name:<40} {w.status:<6} {w.host[:16]:<16} {w.pid or '-':>7} "
-            f"{_age(w.silent_ms) if w.beat_at else '-':>7} {w.processed:>6}  "
-            f"{','.join(w.queues) or '-'}"
-        )
-        if w.dead_since:
-            print(f"{'':<4}dead since {_when(w.dead_since)}")
-        tasks = list(dict.fromkeys([*w.holding, *w.running]))
-        for tid in tasks:
-            where = "delivery held" if tid in w.holding else "last reported running"
-            print(f"{'':<4}{tid}  ({where})")
-    return 0
-
-
-async def cmd_deadletter_list(args: argparse.Namespace) -> int:
-    async with _client(args) as client:
-        letters = await list_deadletters(client.store, count=args.count)
-    if args.json:
-        _print_json(letters)
-        return 0
-    if not letters:
-        print("(dead-letter stream is empty)")
-        return 0
-    for d in letters:
-        note = ""
-        if d.requeued_as:
-            note = f"  requeued as {d.requeued_as}"
-        elif not d.exists:
-            note = "  (task expired; cannot requeue)"
-        print(
-            f"{_when(d.ts)}  {d.task_id}  {d.queue}/{d.type}  deliveries={d.deliveries}"
-            f"  worker={d.worker}{note}"
-        )
-        if d.step:
-            print(f"{'':<4}quarantined by {d.step}: {d.action}")
-        print(f"{'':<4}{d.reason}")
-    return 0
-
-
 async def cmd_deadletter_requeue(args: argparse.Namespace) -> int:
     async with _client(args) as client:
         clone, created = await requeue(client, args.id)
     print(clone)
     if not created:
         print(f"(already requeued as {clone})", flush=True)
-    return 0
-
-
-async def cmd_queues_memory(args: argparse.Namespace) -> int:
-    if args.sample < 1:
-        raise CliError("--sample must be >= 1")
-    async with _client(args) as client:
-        report = await memory_report(client.store, sample=args.sample)
-    if args.json:
-        _print_json(report)
-        return 0
-    print(f"redis used_memory {report.used_memory_human} ({report.used_memory} bytes)")
-    shared = "  ".join(f"{k}={v}" for k, v in report.namespace_keys.items() if v)
-    print(f"namespace keys (bytes): {shared or '-'}")
-    header = [
-        "queue",
-        "stream_B",
-        "entries",
-        "pending",
-        "live",
-        "sampled",
-        "task_B",
-        "history_B",
-        "live_est_B",
-    ]
-    print("  ".join(f"{h:>10}" for h in header))
-    for q in report.queues:
-        row = [
-            q.queue,
-            q.stream_bytes,
-            q.stream_length,
-            q.pending,
-            q.live_tasks,
-            q.sampled,
-            q.task_bytes_avg,
-            q.history_bytes_avg,
-            q.live_bytes_est,
-        ]
-        print("  ".join(f"{c!s:>10}" for c in row))
-    if not report.queues:
-        print("(no queues yet)")
     return 0
 
 
@@ -273,14 +161,14 @@ def register(sub: Any) -> None:
         default=_env_int("RSJOBS_LEASE_MS", d.lease_ms),
         help="lease assumed for workers that do not register theirs",
     )
-    w.set_defaults(func=cmd_workers)
+    w.set_defaults(func=show.cmd_workers)
 
     dl = sub.add_parser("deadletter", help="list or requeue dead-lettered tasks")
     dls = dl.add_subparsers(dest="deadletter_command", required=True)
     lst = dls.add_parser("list", help="newest dead letters first")
     lst.add_argument("--count", type=int, default=50)
     lst.add_argument("--json", action="store_true")
-    lst.set_defaults(func=cmd_deadletter_list)
+    lst.set_defaults(func=show.cmd_deadletter_list)
     rq = dls.add_parser("requeue", help="submit a dead-lettered task again, as a linked clone")
     rq.add_argument("id")
     rq.set_defaults(func=cmd_deadletter_requeue)
@@ -288,4 +176,4 @@ def register(sub: Any) -> None:
     m = sub.add_parser("queues-memory", help="memory per queue (MEMORY USAGE, sampled tasks)")
     m.add_argument("--sample", type=int, default=20, help="tasks measured per queue")
     m.add_argument("--json", action="store_true")
-    m.set_defaults(func=cmd_queues_memory)
+    m.set_defaults(func=show.cmd_queues_memory)

@@ -1,4 +1,4 @@
-"""Handler registration: task type -> function."""
+"""Handler registration: task type -> function, and the queue each handler serves."""
 
 from __future__ import annotations
 
@@ -7,50 +7,68 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ..errors import ConfigError
+from ..keys import validate_name
 
-__all__ = ["Handler", "Registry"]
+__all__ = ["DEFAULT_QUEUE", "Handler", "Registry"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: the queue of a handler that declares none (and of ``Client.enqueue`` without ``queue=``)
+DEFAULT_QUEUE = "default"
+
 
 class Handler:
-    """A registered handler: ``fn(ctx, payload)``, async or sync (sync runs in a thread)."""
+    """A registered handler: ``fn(ctx, payload)``, async or sync (sync runs in a thread).
 
-    __slots__ = ("fn", "is_async", "non_retryable", "type")
+    ``queue`` is the queue its tasks are submitted to, when the handler declares one
+    (``None``: it names none, and is run from whatever queue a worker serves).
+    """
+
+    __slots__ = ("fn", "is_async", "non_retryable", "queue", "type")
 
     def __init__(
         self,
         type: str,
         fn: Callable[..., Any],
         non_retryable: tuple[type[BaseException], ...] = (),
+        queue: str | None = None,
     ) -> None:
         self.type = type
         self.fn = fn
         self.is_async = inspect.iscoroutinefunction(fn)
         self.non_retryable = non_retryable
+        self.queue = queue
 
 
 class Registry:
-    """The task types a worker can run.
+    """The task types a worker can run, and the queues they are submitted to.
 
     >>> tasks = Registry()
-    >>> @tasks.handler("image.generate")
+    >>> @tasks.handler("image.generate", queue="gpu")
     ... async def generate(ctx, payload):
     ...     await ctx.progress(50)
     ...     return {"url": "..."}
+    >>> tasks.queues()
+    ['gpu']
     """
 
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
 
     def handler(
-        self, type: str, *, non_retryable: tuple[type[BaseException], ...] = ()
+        self,
+        type: str,
+        *,
+        queue: str | None = None,
+        non_retryable: tuple[type[BaseException], ...] = (),
     ) -> Callable[[F], F]:
-        """Register ``fn(ctx, payload)`` for task ``type``. Exceptions listed in
-        ``non_retryable`` fail the task at once instead of retrying."""
+        """Register ``fn(ctx, payload)`` for task ``type``. ``queue`` declares the queue
+        its tasks go to, so that ``rsjobs worker`` and ``rsjobs dev`` serve it without
+        ``-q``. Exceptions listed in ``non_retryable`` fail the task at once instead of
+        retrying."""
 
         def register(fn: F) -> F:
-            self.add(type, fn, non_retryable=non_retryable)
+            self.add(type, fn, queue=queue, non_retryable=non_retryable)
             return fn
 
         return register
@@ -60,6 +78,7 @@ class Registry:
         type: str,
         fn: Callable[..., Awaitable[Any]] | Callable[..., Any],
         *,
+        queue: str | None = None,
         non_retryable: tuple[type[BaseException], ...] = (),
     ) -> None:
         if not type or not isinstance(type, str):
@@ -68,13 +87,25 @@ class Registry:
             raise ConfigError(f"a handler for {type!r} is already registered")
         if not callable(fn):
             raise ConfigError(f"handler for {type!r} is not callable")
-        self._handlers[type] = Handler(type, fn, non_retryable)
+        if queue is not None:
+            try:
+                validate_name("queue", queue)
+            except ValueError as exc:
+                raise ConfigError(f"handler for {type!r}: {exc}") from None
+        self._handlers[type] = Handler(type, fn, non_retryable, queue)
 
     def get(self, type: str) -> Handler | None:
         return self._handlers.get(type)
 
     def types(self) -> list[str]:
         return sorted(self._handlers)
+
+    def queues(self) -> list[str]:
+        """The queues a worker of this registry serves when told none: every queue a
+        handler declares, and ``default`` when some handler declares none (or there is
+        no handler at all)."""
+        found = {h.queue or DEFAULT_QUEUE for h in self._handlers.values()}
+        return sorted(found or {DEFAULT_QUEUE})
 
     def __len__(self) -> int:
         return len(self._handlers)

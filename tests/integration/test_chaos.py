@@ -1,8 +1,8 @@
-"""A short chaos run (``python -m rsjobs.chaos``) must end with zero violations.
+"""Short chaos runs (``python -m tools.chaos``) must end with zero violations.
 
-It runs as a child process (its own Redis with AOF, workers, reapers; every pid cleaned
-up by the harness). The seed is random unless ``RSJOBS_CHAOS_SEED`` is set; it is in the
-output and in the report, so a failure can be replayed with ``--seed``.
+Each runs as a child process (its own Redis with AOF, workers, reapers, the web app; every
+pid cleaned up by the harness). The seed is random unless ``RSJOBS_CHAOS_SEED`` is set; it
+is in the output and in the report, so a failure can be replayed with ``--seed``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from rsjobs.chaos import FAULT_KINDS
 from tests.helpers import ROOT
+from tools.chaos.config import faults_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -27,7 +27,7 @@ def run_chaos(tmp_path: Path, *args: str, timeout: float) -> tuple[int, dict[str
     report = tmp_path / "report.json"
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-m", "rsjobs.chaos", "--seed", seed, "--report", str(report), *args]
+    cmd = [sys.executable, "-m", "tools.chaos", "--seed", seed, "--report", str(report), *args]
     proc = subprocess.run(
         cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
@@ -38,11 +38,14 @@ def run_chaos(tmp_path: Path, *args: str, timeout: float) -> tuple[int, dict[str
 
 @pytest.mark.timeout(300)
 def test_short_run_everysec_has_no_violation(tmp_path: Path) -> None:
+    """Every fault of the single topology, workflows, the web app serving, and every kind
+    of bad input (through the Python API and the web app): each refused with a clear
+    error and nothing written, the floods answered and recorded, no process stopped."""
     rc, rep, out = run_chaos(
         tmp_path,
-        "--duration", "30", "--tasks", "600", "--workers", "3", "--reapers", "2",
-        "--lease-ms", "2000", "--fault-gap", "1.5", "--fsync", "everysec",
-        "--drain-timeout", "150",
+        "--duration", "25", "--tasks", "500", "--workers", "3", "--reapers", "2",
+        "--lease-ms", "2000", "--fault-gap", "1.3", "--fsync", "everysec",
+        "--drain-timeout", "150", "--poison-inputs", "10",
         timeout=280,
     )  # fmt: skip
     assert rc == 0, out[-6000:]
@@ -50,40 +53,61 @@ def test_short_run_everysec_has_no_violation(tmp_path: Path) -> None:
     counts = rep["counts"]
     assert isinstance(counts, dict)
     # total accounting: every accepted task was found and is terminal
-    assert counts["accepted"] >= 600
-    assert counts["tasks_found"] == counts["accepted"] + counts.get("unacked_created", 0)
+    assert counts["accepted"] >= 500
+    assert counts["tasks_found"] == (
+        counts["accepted"] + counts.get("unacked_created", 0) + counts["workflow_tasks"]
+    )
     assert sum(rep["states"].values()) == counts["tasks_found"]  # type: ignore[attr-defined]
     faults = rep["fault_counts"]
     assert isinstance(faults, dict)
-    _every_kind_applied_or_skipped(rep, faults)
+    _every_kind_applied_or_skipped(rep, faults, faults_for("single"))
     assert counts["executions"] <= counts["starts"]
+    # every started workflow was accounted for (terminal, its tasks consistent)
+    assert counts["workflows_started"] >= 8
+    assert counts["workflows_started"] == sum(
+        v for k, v in counts.items() if k.startswith("workflows_") and k != "workflows_started"
+    )
+    # every bad input was sent and refused (none unanswered; a flood counts as refused
+    # when every command was), and the next-stage workflows were accepted (then FAILED)
+    assert counts["poison_inputs"] == 10 and counts["floods"] >= 1, counts
+    assert counts["poison_refused"] + counts["poison_next_stage_workflows"] == 10, counts
 
 
-@pytest.mark.timeout(240)
-def test_short_run_fsync_always_loses_nothing(tmp_path: Path) -> None:
+@pytest.mark.timeout(300)
+def test_short_run_sentinel_durable_fsync_always_loses_nothing(tmp_path: Path) -> None:
+    """A primary, a replica and three sentinels; failovers (with and without a SIGKILL of
+    the primary), restarts and freezes under appendfsync always and durable mode: no
+    acknowledged write may be lost, and no loss is excused by an AOF window."""
     rc, rep, out = run_chaos(
         tmp_path,
-        "--duration", "20", "--tasks", "300", "--workers", "2", "--reapers", "1",
-        "--faults", "redis_kill,redis_term,worker_kill", "--fault-gap", "2",
-        "--fsync", "always", "--drain-timeout", "120",
-        timeout=220,
+        "--duration", "18", "--tasks", "250", "--workers", "2", "--reapers", "1",
+        "--topology", "sentinel", "--durable", "--fsync", "always",
+        "--faults", "redis_kill,redis_term,redis_freeze,redis_failover,worker_kill",
+        "--fault-gap", "1.5", "--drain-timeout", "120", "--poison-inputs", "0", "--no-web",
+        timeout=280,
     )  # fmt: skip
     assert rc == 0, out[-6000:]
     assert rep["violations"] == [] and rep["aof_window_losses"] == [], out[-6000:]
-    assert rep["fault_counts"]["redis_kill"] >= 1  # type: ignore[index]
+    faults = rep["fault_counts"]
+    assert isinstance(faults, dict)
+    kinds = ("redis_kill", "redis_term", "redis_freeze", "redis_failover", "worker_kill")
+    _every_kind_applied_or_skipped(rep, faults, kinds)
+    assert "redis+sentinel://" in out  # every process connected through the sentinels
 
 
-def _every_kind_applied_or_skipped(rep: dict[str, object], faults: dict[str, int]) -> None:
+def _every_kind_applied_or_skipped(
+    rep: dict[str, object], faults: dict[str, int], kinds: tuple[str, ...]
+) -> None:
     """The schedule places every kind at least once; the injector may skip a fault whose
     target is busy with another one (a stopped worker cannot be SIGTERMed), and says so."""
     planned = {str(f["kind"]) for f in rep["schedule"]}  # type: ignore[attr-defined]
-    assert planned == set(FAULT_KINDS), planned
+    assert planned == set(kinds), planned
     events = rep["faults"]
     assert isinstance(events, list)
     skipped = " ".join(
         f"{e['target']} {e['detail']}" for e in events if e["kind"] == "fault_skipped"
     )
-    for kind in FAULT_KINDS:
+    for kind in kinds:
         assert faults.get(kind, 0) >= 1 or kind in skipped, (kind, faults, skipped)
     # skips are the exception, not the rule
-    assert sum(faults.get(k, 0) for k in FAULT_KINDS) >= len(FAULT_KINDS), faults
+    assert sum(faults.get(k, 0) for k in kinds) >= len(kinds), faults

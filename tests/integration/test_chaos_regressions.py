@@ -20,7 +20,7 @@ from tests.integration.reaper_support import reaper_loop, wait_registered
 pytestmark = pytest.mark.integration
 
 NS = "t"
-APP = "rsjobs.chaos.handlers:tasks"
+APP = "tools.chaos.handlers:tasks"
 
 
 @pytest.fixture

@@ -11,14 +11,26 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import pytest
 
-from rsjobs.chaos import RunData, check
-from rsjobs.chaos.records import CancelAck, Execution, FaultEvent, Submission, TaskRecord
-from rsjobs.chaos.recovery import percentile, recoveries
-from rsjobs.chaos.replay import replay
 from rsjobs.schemas import HistoryEntry
+from rsjobs.workflows import WorkflowEvent
 from tests.reference import replay as reference_replay
+from tools.chaos import RunData, check
+from tools.chaos.records import (
+    CancelAck,
+    Execution,
+    FaultEvent,
+    Flood,
+    PoisonInput,
+    Submission,
+    TaskRecord,
+    WorkflowRecord,
+    WorkflowStart,
+)
+from tools.chaos.recovery import percentile, recoveries
+from tools.chaos.replay import replay
 
 T1 = "a" * 32
 T2 = "b" * 32
@@ -341,7 +353,10 @@ CORRUPTIONS: dict[str, tuple[Callable[[], RunData], str]] = {
                 execution("x1", 2, W1, "end", ACK + 2150, "ok"),
             ],
             # W1 was stopped before this attempt, not during it
-            faults=[FaultEvent(at_ms=ACK - 5000, kind="worker_stop", target=W1)],
+            faults=[
+                FaultEvent(at_ms=ACK - 5000, kind="worker_stop", target=W1),
+                FaultEvent(at_ms=ACK - 2000, kind="worker_cont", target=W1),
+            ],
         ),
         "HEALTHY_TASK_RECLAIMED",
     ),
@@ -480,8 +495,8 @@ def test_a_worker_started_while_redis_was_down_is_a_warning_not_a_crash() -> Non
 
 
 def test_fault_schedule_is_replayable_and_has_every_kind() -> None:
-    from rsjobs.chaos import FAULT_KINDS
-    from rsjobs.chaos.faults import plan_faults
+    from tools.chaos import FAULT_KINDS
+    from tools.chaos.faults import plan_faults
 
     args = {"workers": 3, "reapers": 2, "lease_ms": 2000, "mean_gap_s": 2.0}
     a = plan_faults(42, 30, FAULT_KINDS, **args)
@@ -493,18 +508,23 @@ def test_fault_schedule_is_replayable_and_has_every_kind() -> None:
     for f in a:
         if f.kind == "worker_stop":  # past the lease
             assert f.hold_s > 2.0
+    many = plan_faults(5, 600, ("redis_freeze", "redis_failover"), **args)
+    freezes = [f.hold_s for f in many if f.kind == "redis_freeze"]
+    assert all(0.5 <= h <= 3.0 for h in freezes)
+    assert any(h > 2.0 for h in freezes)  # sometimes longer than the lease
+    assert {f.variant for f in many if f.kind == "redis_failover"} == {"", "kill"}
     assert plan_faults(42, 30, (), **args) == []
     few = plan_faults(1, 6, FAULT_KINDS, **{**args, "mean_gap_s": 100.0})
     assert {f.kind for f in few} == set(FAULT_KINDS)
 
 
 def test_workload_plan_is_replayable() -> None:
-    from rsjobs.chaos.workload import KINDS, plan_tasks
+    from tools.chaos.workload import KINDS, plan_tasks
 
     a = plan_tasks(7, 1000, 30.0, 2000)
     assert a == plan_tasks(7, 1000, 30.0, 2000)
     assert len(a) == 1000 + 2  # one poison task per 500
-    assert {s.kind for s in a} == set(KINDS)
+    assert {s.kind for s in a} == set(KINDS) - {"wf"}  # workflows create "wf" tasks
     assert len({s.seq for s in a}) == len(a)
     assert all(0 <= s.at_s <= 30 for s in a)
     dedup = [s for s in a if s.kind == "dedup"]
@@ -513,7 +533,7 @@ def test_workload_plan_is_replayable() -> None:
 
 
 def test_tracebacks_in_process_logs_are_found(tmp_path: Any) -> None:
-    from rsjobs.chaos.collect import tracebacks
+    from tools.chaos.collect import tracebacks
 
     (tmp_path / "chaos-w0g1.log").write_text(
         "ok\nTraceback (most recent call last):\n  File 'x', line 1\n    boom()\n"
@@ -521,3 +541,701 @@ def test_tracebacks_in_process_logs_are_found(tmp_path: Any) -> None:
     )
     (tmp_path / "chaos-w1g1.log").write_text("INFO nothing\n")
     assert tracebacks(tmp_path) == ["chaos-w0g1.log:5: RuntimeError: boom"]
+
+
+# -- a poison task's SIGKILL is its worker's death, from the moment of the kill ----------
+
+
+def _poison_kill_run(*, kill_record: bool) -> RunData:
+    """The timeline of a false HEALTHY_TASK_RECLAIMED seen in a 10-minute run (seed
+    1213479249): a poison task started on chaos-w1g51 at ...894811 and SIGKILLed it at
+    once; the reaper reclaimed that worker's two tasks at ...896342 and ...896851; the old
+    harness noticed the exit only at ...897330 and stamped the death then."""
+    w, w2 = "chaos-w1g51", "chaos-w0g7"
+    base = 1796117890000
+    poison, other = "c" * 32, "d" * 32
+
+    def e(tid: str, ts: int, event: str, frm: str, to: str, att: int, **kw: Any) -> HistoryEntry:
+        src = kw.pop("src", "worker")
+        return HistoryEntry(
+            id=f"{ts}-0",
+            task_id=tid,
+            event=event,
+            from_state=frm,
+            to_state=to,
+            source=src,
+            attempt=att,
+            ts=ts,
+            extra={k: str(v) for k, v in kw.items()},
+        )
+
+    def f(tid: str, state: str, att: int, kind: str, worker: str, **kw: Any) -> dict[str, str]:
+        out = fields(state, att, worker=worker, kind=kind, **kw)
+        out["id"] = tid
+        return out
+
+    p_hist = [
+        e(poison, base + 100, "ENQUEUE", "", "PENDING", 0, src="api"),
+        e(poison, 1796117894811, "START", "PENDING", "RUNNING", 1, worker=w),
+        # max_attempts 1: the reclaim ends it
+        e(poison, 1796117896342, "RECLAIM", "RUNNING", "FAILED", 1, src="reaper", worker=w,
+          idle_ms=1531),
+    ]  # fmt: skip
+    o_hist = [
+        e(other, base + 200, "ENQUEUE", "", "PENDING", 0, src="api"),
+        e(other, 1796117893900, "START", "PENDING", "RUNNING", 1, worker=w),
+        e(other, 1796117896851, "RECLAIM", "RUNNING", "PENDING", 1, src="reaper", worker=w,
+          idle_ms=2200),
+        e(other, 1796117896900, "START", "PENDING", "RUNNING", 2, worker=w2),
+        e(other, 1796117896950, "COMPLETE", "RUNNING", "SUCCEEDED", 2),
+    ]  # fmt: skip
+    execs = [
+        Execution(exec_id="xp", task_id=poison, attempt=1, worker=w, pid=51, ev="start",
+                  ts=1796117894812),
+        Execution(exec_id="xo1", task_id=other, attempt=1, worker=w, pid=51, ev="start",
+                  ts=1796117893901),
+        Execution(exec_id="xo2", task_id=other, attempt=2, worker=w2, pid=7, ev="start",
+                  ts=1796117896901),
+        Execution(exec_id="xo2", task_id=other, attempt=2, worker=w2, pid=7, ev="end",
+                  ts=1796117896940, outcome="ok"),
+    ]  # fmt: skip
+    if kill_record:
+        execs.append(
+            Execution(exec_id="xp", task_id=poison, attempt=1, worker=w, pid=51, ev="kill",
+                      ts=1796117894813)
+        )  # fmt: skip
+    return RunData(
+        fsync="always",
+        lease_ms=2000,
+        submissions=[
+            Submission(seq=1, kind="poison", task_id=poison, ack_ms=base + 101),
+            Submission(seq=2, kind="fast", task_id=other, ack_ms=base + 201),
+        ],
+        tasks={
+            poison: TaskRecord(
+                task_id=poison,
+                fields=f(poison, "FAILED", 1, "poison", w, max_attempts=1),
+                history=p_hist,
+            ),
+            other: TaskRecord(
+                task_id=other,
+                fields=f(other, "SUCCEEDED", 2, "fast", w2, result=result(2, w2, "xo2")),
+                history=o_hist,
+            ),
+        },
+        executions=execs,
+        # the exit as the old harness stamped it, 2.5 s after the kill
+        faults=[FaultEvent(at_ms=1796117897330, kind="worker_exit", target=w, pid=51, status=-9)],
+    )
+
+
+def test_a_poison_kill_explains_the_reclaims_of_its_worker_however_late_the_exit_is_seen() -> None:
+    res = check(_poison_kill_run(kill_record=True))
+    assert res.ok, res.violations
+    assert res.recovery.reclaims == 2 and res.recovery.by_basis == {"fault": 2}
+    # the loss is the kill (Redis TIME of the record), not when the exit was noticed
+    assert res.counts["poison_kills"] == 1
+
+
+def test_without_the_kill_time_the_same_reclaims_look_like_thefts() -> None:
+    """What the checker concluded when it only had the late exit stamp: the check itself
+    still catches a reclaim no fault explains."""
+    kinds_found = [v.kind for v in check(_poison_kill_run(kill_record=False)).violations]
+    assert kinds_found == ["HEALTHY_TASK_RECLAIMED", "HEALTHY_TASK_RECLAIMED"]
+
+
+def test_redis_disruptions_are_intervals() -> None:
+    from tools.chaos.recovery import redis_intervals
+
+    ev = [
+        FaultEvent(at_ms=100, kind="redis_freeze", target="redis"),
+        FaultEvent(at_ms=2600, kind="redis_thaw", target="redis"),
+        FaultEvent(at_ms=3000, kind="redis_failover", target="redis0"),
+        FaultEvent(at_ms=3500, kind="redis_up", target="redis0"),  # the old primary back
+        FaultEvent(at_ms=14000, kind="redis_failover_done", target="redis1"),
+        FaultEvent(at_ms=15000, kind="redis_drop", target="redis1"),
+        FaultEvent(at_ms=16000, kind="redis_kill", target="redis1"),
+    ]
+    assert redis_intervals(ev) == [(100, 2600), (3000, 14000), (15000, 15000), (16000, 2**62)]
+
+
+# -- Redis freezes and failovers ----------------------------------------------------------
+
+
+def _reclaimed_run(faults: list[FaultEvent], **over: Any) -> RunData:
+    """W1's attempt (START at ACK+10) reclaimed at ACK+3000, W2 finishes it; no fault
+    hit W1."""
+    return good_run(
+        tasks={
+            T1: TaskRecord(
+                task_id=T1,
+                fields=fields("SUCCEEDED", 2, worker=W2, result=result(2, W2, "x2")),
+                history=[
+                    entry(1, "ENQUEUE", "", "PENDING", src="api"),
+                    entry(10, "START", "PENDING", "RUNNING", 1, worker=W1),
+                    entry(3000, "RECLAIM", "RUNNING", "PENDING", 1, src="reaper", worker=W1,
+                          idle_ms="2600"),
+                    entry(3010, "START", "PENDING", "RUNNING", 2, worker=W2),
+                    entry(3100, "COMPLETE", "RUNNING", "SUCCEEDED", 2),
+                ],
+            )
+        },
+        executions=[
+            execution("x1", 1, W1, "start", ACK + 11),
+            execution("x2", 2, W2, "start", ACK + 3011),
+            execution("x2", 2, W2, "end", ACK + 3090, "ok"),
+        ],
+        faults=faults,
+        **over,
+    )  # fmt: skip
+
+
+def test_a_reclaim_after_a_redis_freeze_is_lawful() -> None:
+    """Heartbeats could not get through while Redis was stopped: like any Redis fault
+    near the attempt, not a theft."""
+    freeze = [
+        FaultEvent(at_ms=ACK + 300, kind="redis_freeze", target="redis"),
+        FaultEvent(at_ms=ACK + 2700, kind="redis_thaw", target="redis"),
+    ]
+    res = check(_reclaimed_run(freeze))
+    assert res.ok, res.violations
+    # a freeze that ended well before the attempt began explains nothing
+    early = [
+        FaultEvent(at_ms=ACK - 9000, kind="redis_freeze", target="redis"),
+        FaultEvent(at_ms=ACK - 8000, kind="redis_thaw", target="redis"),
+    ]
+    assert "HEALTHY_TASK_RECLAIMED" in kinds(_reclaimed_run(early))
+    assert check(_reclaimed_run(freeze)).counts.get("reclaims") == 1
+
+
+def test_a_reclaim_during_a_failover_is_lawful() -> None:
+    """A failover that began before the attempt and settled after it started still
+    overlaps it: the attempt's heartbeats may have gone to the old primary."""
+    fo = [
+        FaultEvent(at_ms=ACK - 4000, kind="redis_failover", target="redis0"),
+        FaultEvent(at_ms=ACK + 500, kind="redis_failover_done", target="redis1"),
+    ]
+    assert check(_reclaimed_run(fo)).ok
+    assert "HEALTHY_TASK_RECLAIMED" in kinds(_reclaimed_run([]))
+
+
+def _failover(start: int, done: int) -> list[FaultEvent]:
+    return [
+        FaultEvent(at_ms=start, kind="redis_failover", target="redis0"),
+        FaultEvent(at_ms=done, kind="redis_failover_done", target="redis1"),
+    ]
+
+
+def test_an_enqueue_lost_in_a_failover_window_is_reported_apart_without_durable_mode() -> None:
+    lost = good_run(tasks={}, executions=[], faults=_failover(ACK + 300, ACK + 9000))
+    res = check(lost)
+    assert res.ok, res.violations
+    assert [v.kind for v in res.failover_window_losses] == ["LOST"]
+    assert "failover window" in res.failover_window_losses[0].detail
+    # acknowledged while the old primary still took writes (before it was demoted)
+    during = good_run(tasks={}, executions=[], faults=_failover(ACK - 5000, ACK + 100))
+    assert [v.kind for v in check(during).failover_window_losses] == ["LOST"]
+
+
+def test_durable_mode_excuses_no_lost_enqueue_in_a_failover() -> None:
+    lost = good_run(tasks={}, executions=[], durable=True, faults=_failover(ACK + 300, ACK + 9000))
+    res = check(lost)
+    assert [v.kind for v in res.violations] == ["LOST"]
+    assert "WAIT" in res.violations[0].detail
+    assert not res.failover_window_losses
+
+
+def test_a_loss_outside_every_failover_window_is_a_violation() -> None:
+    # the failover began 5 s after the ack: beyond the replica's lag (1 s)
+    lost = good_run(tasks={}, executions=[], faults=_failover(ACK + 5000, ACK + 9000))
+    assert "LOST" in kinds(lost)
+    assert not check(lost).failover_window_losses
+
+
+def test_durable_mode_covers_acknowledged_cancels_not_the_workers_writes() -> None:
+    """A cancel answered after WAIT may not be lost in a failover; a handler's record
+    whose START was lost is a worker-side write durable mode does not confirm: reported
+    apart, never hidden."""
+    cancel = [CancelAck(task_id=T1, phase="pending", ack_ms=ACK + 5, state="CANCELLED")]
+    fo = _failover(ACK + 300, ACK + 9000)
+    assert "CANCEL_NOT_HONOURED" in kinds(good_run(durable=True, cancels=cancel, faults=fo))
+    res = check(good_run(cancels=cancel, faults=fo))  # not durable: reported apart
+    assert res.ok and [v.kind for v in res.failover_window_losses] == ["CANCEL_NOT_HONOURED"]
+    unleased = good_run(
+        durable=True,
+        faults=fo,
+        executions=[*good_run().executions, execution("x9", 2, W2, "start", ACK + 400)],
+    )
+    res = check(unleased)
+    assert res.ok, res.violations
+    lost = sorted(v.kind for v in res.failover_window_losses)
+    assert lost == ["EXCESS_EXECUTIONS", "UNLEASED_EXECUTION"]
+
+
+def test_a_redis_node_or_sentinel_or_the_web_app_exiting_is_a_crash() -> None:
+    for kind, target in [("redis_exit", "redis1"), ("sentinel_exit", "sentinel2"),
+                         ("web_exit", "chaos-web0g1")]:  # fmt: skip
+        ev = FaultEvent(at_ms=ACK, kind=kind, target=target, status=1, detail="status 1")
+        assert "PROCESS_CRASH" in kinds(good_run(faults=[ev])), kind
+
+
+# -- workflows ----------------------------------------------------------------------------
+
+WF = "e" * 32
+WF_TASKS = {"1:0:a": "1" * 32, "1:0:b": "2" * 32, "1:1:c": "3" * 32}
+
+
+def wf_entry(
+    n: int, event: str, frm: str, to: str, *, rej: bool = False, msg: str = ""
+) -> WorkflowEvent:
+    return WorkflowEvent(
+        id=f"{ACK + n}-0",
+        event=event,
+        from_status=frm,
+        to_status=to,
+        source="api",
+        version=1,
+        stage="first",
+        ts=ACK + n,
+        message=msg,
+        rejected=rej,
+    )
+
+
+def wf_task(slot: str, state: str = "SUCCEEDED") -> TaskRecord:
+    tid = WF_TASKS[slot]
+    _, stage, item = slot.split(":")
+    worker = W1
+    xid = f"x{tid[0]}"
+    f = fields(state, 1, worker=worker)
+    f.update(
+        id=tid,
+        payload=json.dumps({"workflow": WF, "item": item, "input": {"wk": "wf_ok"}}),
+        wf=WF,
+        wf_version="1",
+        wf_stage=stage,
+        wf_item=item,
+        result=json.dumps(
+            {"ref": f"r/{item}", "meta": {"attempt": 1, "worker": worker, "exec": xid}}
+        ),
+    )
+    hist = [
+        entry(1, "ENQUEUE", "", "PENDING", src="api", tid=tid),
+        entry(10, "START", "PENDING", "RUNNING", 1, worker=worker, tid=tid),
+        entry(20, "COMPLETE", "RUNNING", state, 1, tid=tid),
+    ]
+    return TaskRecord(task_id=tid, fields=f, history=hist)
+
+
+def wf_run(status: str = "PUBLISHED", **over: Any) -> RunData:
+    """One 2-stage workflow, its three tasks succeeded, published."""
+    hist = [
+        wf_entry(1, "START", "", "RUNNING"),
+        wf_entry(2, "SPAWN", "RUNNING", "RUNNING"),
+        wf_entry(30, "ADVANCE", "RUNNING", "RUNNING"),
+        wf_entry(60, "READY", "RUNNING", "READY_TO_PUBLISH"),
+        wf_entry(70, "PUBLISH", "READY_TO_PUBLISH", "PUBLISHED"),
+    ]
+    hist = [h for h in hist if status == "PUBLISHED" or h.event != "PUBLISH"]
+    assets = {
+        slot: json.dumps({"ref": f"r/{slot}", "task": tid, "version": 1})
+        for slot, tid in WF_TASKS.items()
+    }
+    tasks = {t.task_id: t for t in (wf_task(slot) for slot in WF_TASKS)}
+    base: dict[str, Any] = {
+        "fsync": "always",
+        "lease_ms": 2000,
+        "workflows": [WorkflowStart(seq=1_000_000, kind="wf_ok", wf_id=WF, ack_ms=ACK)],
+        "wf_records": {
+            WF: WorkflowRecord(
+                wf_id=WF,
+                fields={"id": WF, "status": status, "version": "1", "published_version": "1"},
+                history=hist,
+                slots=dict(WF_TASKS),
+                assets=assets,
+            )
+        },
+        "tasks": tasks,
+        "executions": [
+            Execution(exec_id=f"x{tid[0]}", task_id=tid, attempt=1, worker=W1, pid=1, ev=ev,
+                      ts=ACK + 11 + (ev == "end"), outcome="ok" if ev == "end" else "")
+            for tid in WF_TASKS.values()
+            for ev in ("start", "end")
+        ],
+    }  # fmt: skip
+    base.update(over)
+    return RunData(**base)
+
+
+def test_a_clean_workflow_passes() -> None:
+    res = check(wf_run())
+    assert res.ok, res.violations
+    assert res.counts["workflows_started"] == 1
+    assert res.counts["workflows_PUBLISHED"] == 1
+    assert res.counts["workflow_tasks"] == 3
+    assert "PHANTOM_TASK" not in kinds(wf_run())  # its tasks were made by the workflow
+
+
+def _without(run: RunData, **changes: Any) -> RunData:
+    return msgspec.structs.replace(run, **changes)
+
+
+def _wf(run: RunData, **changes: Any) -> dict[str, WorkflowRecord]:
+    return {WF: msgspec.structs.replace(run.wf_records[WF], **changes)}
+
+
+WF_CORRUPTIONS: dict[str, tuple[Callable[[], RunData], str]] = {
+    "a started workflow that is gone": (
+        lambda: _without(wf_run(), wf_records={}),
+        "WF_LOST",
+    ),
+    "a workflow left running": (
+        lambda: wf_run(status="RUNNING"),
+        "WF_NOT_TERMINAL",
+    ),
+    "a transition not in the workflow table": (
+        lambda: _without(
+            wf_run(),
+            wf_records=_wf(
+                wf_run(),
+                history=[
+                    wf_entry(1, "START", "", "RUNNING"),
+                    wf_entry(70, "PUBLISH", "RUNNING", "PUBLISHED"),
+                ],
+            ),
+        ),
+        "WF_ILLEGAL_HISTORY",
+    ),
+    "the hash disagrees with the history": (
+        lambda: wf_run(status="CANCELLED"),
+        "WF_STATE_MISMATCH",
+    ),
+    "published without every asset": (
+        lambda: _without(
+            wf_run(), wf_records=_wf(wf_run(), assets={"1:0:a": json.dumps({"task": "1" * 32})})
+        ),
+        "WF_TASKS_INCONSISTENT",
+    ),
+    "published, but a task failed": (
+        lambda: _without(wf_run(), tasks={**wf_run().tasks, "3" * 32: wf_task("1:1:c", "FAILED")}),
+        "WF_TASKS_INCONSISTENT",
+    ),
+    "cancelled although nobody cancelled it": (
+        lambda: _without(
+            wf_run(),
+            wf_records=_wf(
+                wf_run(),
+                fields={"id": WF, "status": "CANCELLED", "version": "1"},
+                history=[
+                    wf_entry(1, "START", "", "RUNNING"),
+                    wf_entry(5, "CANCEL", "RUNNING", "CANCELLED"),
+                ],
+                assets={},
+            ),
+        ),
+        "WF_IMPOSSIBLE_OUTCOME",
+    ),
+    "a workflow nobody started": (
+        lambda: _without(wf_run(), workflows=[]),
+        "WF_PHANTOM",
+    ),
+    "a valid start refused": (
+        lambda: _without(wf_run(), wf_errors=["x (wf_ok): ConfigError: no"]),
+        "WF_START_REFUSED",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WF_CORRUPTIONS))
+def test_each_workflow_corruption_is_reported(name: str) -> None:
+    make, kind = WF_CORRUPTIONS[name]
+    assert kind in kinds(make()), check(make()).violations
+
+
+def test_a_workflow_whose_next_stage_is_over_the_limit_must_fail_with_a_reason() -> None:
+    start = [WorkflowStart(seq=2_000_004, kind="wf_next_over_limit", wf_id=WF, ack_ms=ACK)]
+    # still RUNNING in its second stage with no tasks: what the driver could not spawn
+    stuck = _without(wf_run(status="RUNNING"), workflows=start)
+    assert {"POISON_NOT_FAILED", "WF_NOT_TERMINAL"} <= kinds(stuck)
+    failed_hist = [
+        wf_entry(1, "START", "", "RUNNING"),
+        wf_entry(30, "ADVANCE", "RUNNING", "RUNNING"),
+        wf_entry(31, "TASK_FAILED", "RUNNING", "FAILED", msg="stage second: payload over limit"),
+    ]
+    failed = _without(
+        wf_run(),
+        workflows=start,
+        wf_records=_wf(
+            wf_run(),
+            fields={"id": WF, "status": "FAILED", "version": "1"},
+            history=failed_hist,
+            slots={k: v for k, v in WF_TASKS.items() if k.startswith("1:0:")},
+            assets={},
+        ),
+        tasks={t: r for t, r in wf_run().tasks.items() if t != "3" * 32},
+    )
+    assert check(failed).ok, check(failed).violations
+    # FAILED without a word of why is not enough
+    mute = [*failed_hist[:2], wf_entry(31, "TASK_FAILED", "RUNNING", "FAILED")]
+    silent = _without(failed, wf_records=_wf(failed, history=mute))
+    assert "POISON_NOT_FAILED" in kinds(silent)
+
+
+# -- poison inputs and floods -------------------------------------------------------------
+
+
+def _poison(outcome: str, kind: str = "task_over_limit", **kw: Any) -> PoisonInput:
+    return PoisonInput(
+        seq=2_000_000, kind=kind, channel="http", marker="poison-2000000", at_ms=ACK,
+        outcome=outcome, **kw,
+    )  # fmt: skip
+
+
+def test_a_refused_poison_input_that_wrote_nothing_passes() -> None:
+    res = check(good_run(poison=[_poison("refused", status=413, error="payload_too_large")]))
+    assert res.ok, res.violations
+    assert res.counts["poison_refused"] == 1
+
+
+def test_poison_inputs_accepted_or_mishandled_are_violations() -> None:
+    assert "POISON_ACCEPTED" in kinds(good_run(poison=[_poison("accepted", status=202)]))
+    mishandled = good_run(poison=[_poison("mishandled", kind="task_deep", status=500)])
+    assert "POISON_MISHANDLED" in kinds(mishandled)
+    unanswered = check(good_run(poison=[_poison("unanswered")]))
+    assert unanswered.ok and [w.kind for w in unanswered.warnings] == ["POISON_UNANSWERED"]
+
+
+def test_a_refused_input_must_have_written_nothing() -> None:
+    """Answered 413, but a task carrying its marker exists: the refusal wrote."""
+    t2 = TaskRecord(
+        task_id=T2,
+        fields={**fields("PENDING", 0), "id": T2,
+                "payload": json.dumps({"k": "fast", "poison": "poison-2000000"})},
+        history=[entry(1, "ENQUEUE", "", "PENDING", src="api", tid=T2)],
+    )  # fmt: skip
+    run = good_run(poison=[_poison("refused", status=413)], tasks={**good_run().tasks, T2: t2})
+    found = kinds(run)
+    assert "POISON_WROTE" in found
+    assert "PHANTOM_TASK" not in found  # reported once, as what it is
+
+
+def test_a_refused_workflow_start_must_leave_no_workflow() -> None:
+    left = WorkflowRecord(
+        wf_id=WF,
+        fields={"id": WF, "status": "RUNNING", "input": json.dumps({"poison": "poison-2000000"})},
+        history=[wf_entry(1, "START", "", "RUNNING")],
+    )
+    run = good_run(
+        poison=[_poison("refused", kind="wf_over_limit", error="PayloadError: over")],
+        refused_wf_ids=[WF],
+        wf_records={WF: left},
+    )
+    assert "POISON_WROTE" in kinds(run)
+    assert "WF_PHANTOM" not in kinds(run)
+
+
+def _flood(**kw: Any) -> Flood:
+    base = {"seq": 2_000_006, "channel": "client", "event": "CANCEL", "task_id": T1,
+            "state": "SUCCEEDED", "sent": 3, "refused": 3, "first_ms": ACK + 100,
+            "last_ms": ACK + 200}  # fmt: skip
+    base.update(kw)
+    return Flood(**base)
+
+
+def _flooded(n_entries: int, repeats: int = 0, **stats: int) -> RunData:
+    """A flood of 3 CANCELs of T1, recorded as ``n_entries`` refusal entries with
+    ``repeats`` coalesced into each."""
+    refusals = [
+        msgspec.structs.replace(
+            entry(100 + i, "CANCEL", "SUCCEEDED", "SUCCEEDED", 1, src="api", rej=True),
+            repeats=repeats,
+            last_ts=ACK + 150 if repeats else 0,
+        )
+        for i in range(n_entries)
+    ]
+    hist = [*good_history(), *refusals]
+    st = {**GOOD_STATS, "rej:CANCEL": stats.get("rej", n_entries * (1 + repeats))}
+    return good_run(
+        tasks=task(hist), floods=[_flood()], stats=st, events={T1: [e.id for e in hist]}
+    )
+
+
+def test_a_flood_answered_and_recorded_passes() -> None:
+    res = check(_flooded(3))
+    assert res.ok, res.violations
+    assert res.counts["flood_refused"] == 3
+
+
+def test_a_flood_whose_repeats_are_coalesced_into_one_entry_passes() -> None:
+    """A bounded history records the first refusal and counts the repeats on the task
+    hash: the checker counts both, and the rej: counter counts every refusal."""
+    res = check(_flooded(1, repeats=2))
+    assert res.ok, res.violations
+    # the same entry without its repeats accounts for one refusal of the three answered
+    assert "REFUSALS_UNACCOUNTED" in kinds(_flooded(1, repeats=0, rej=3))
+
+
+def test_floods_that_were_not_accounted_for_are_violations() -> None:
+    # the history records more refusals than were sent, or fewer than were answered
+    assert "REFUSALS_UNACCOUNTED" in kinds(_flooded(5))
+    assert "REFUSALS_UNACCOUNTED" in kinds(_flooded(2))
+    # the stats counted fewer refusals than the floods were answered
+    assert "REFUSALS_UNACCOUNTED" in kinds(_flooded(3, rej=2))
+    # a command of the flood changed the task
+    changed = _without(_flooded(3), floods=[_flood(accepted=1, refused=2)])
+    assert "FLOOD_ACCEPTED" in kinds(changed)
+    # the flood's answers were errors
+    errors = _without(_flooded(3), floods=[_flood(errors=3, refused=0, error="HTTP 500")])
+    assert "POISON_MISHANDLED" in kinds(errors)
+
+
+def test_a_publish_lost_in_a_failover_counts_only_without_durable_mode() -> None:
+    """The producer was told PUBLISHED; the workflow ended READY_TO_PUBLISH (the write
+    was lost with the old primary)."""
+    ack = [CancelAck(task_id=WF, phase="publish", ack_ms=ACK + 50, state="PUBLISHED")]
+    fo = _failover(ACK + 300, ACK + 9000)
+    lost = _without(wf_run(status="READY_TO_PUBLISH"), wf_actions=ack, faults=fo)
+    res = check(lost)
+    assert "WF_TERMINAL_CHANGED" in {v.kind for v in res.failover_window_losses}
+    assert "WF_TERMINAL_CHANGED" not in {v.kind for v in res.violations}
+    assert "WF_TERMINAL_CHANGED" in kinds(_without(lost, durable=True))
+
+
+def test_flood_refusals_lost_in_a_failover_window() -> None:
+    """Without durable mode a failover may take refusals with it (reported apart, and the
+    flood is left out of the counter check); with it, refusals were answered after WAIT
+    and may not be lost."""
+    fo = _failover(ACK + 150, ACK + 9000)  # the flood ran ACK+100..ACK+200
+    short = _without(_flooded(2), faults=fo)  # 3 answered, 2 recorded
+    res = check(short)
+    assert res.ok, res.violations
+    assert [v.kind for v in res.failover_window_losses] == ["REFUSALS_UNACCOUNTED"]
+    assert "REFUSALS_UNACCOUNTED" in kinds(_without(short, durable=True))
+
+
+def test_a_start_that_was_in_flight_when_its_worker_died_is_not_a_theft() -> None:
+    """Seen in a 10-minute run: chaos-w1g7 was SIGKILLed, and Redis ran the START it had
+    sent just before 2 ms later; its lease expired and the task was reclaimed. A worker's
+    name is never reused, so any START under it after its death was in flight."""
+    kill = [FaultEvent(at_ms=ACK + 8, kind="worker_kill", target=W1)]
+    res = check(_reclaimed_run(kill))  # START at ACK+10, RECLAIM at ACK+3000
+    assert res.ok, res.violations
+    assert res.recovery.by_basis == {"fault": 1}
+
+
+def test_a_stop_counts_while_it_lasts() -> None:
+    """SIGSTOP just before the START (in flight) and SIGCONT during the attempt: the
+    worker was frozen when it should have heartbeated; a stop that ended before the START
+    explains nothing."""
+    during = [
+        FaultEvent(at_ms=ACK + 5, kind="worker_stop", target=W1),
+        FaultEvent(at_ms=ACK + 2900, kind="worker_cont", target=W1),
+    ]
+    assert check(_reclaimed_run(during)).ok
+    before = [
+        FaultEvent(at_ms=ACK - 3000, kind="worker_stop", target=W1),
+        FaultEvent(at_ms=ACK + 5, kind="worker_cont", target=W1),
+    ]
+    assert "HEALTHY_TASK_RECLAIMED" in kinds(_reclaimed_run(before))
+
+
+def test_handler_records_lost_with_a_failover_are_reported_apart() -> None:
+    """A failover took a START (the handler's record of it survived: it was retried on
+    the new primary) and, for another result, the handler's record itself: both are
+    losses of unconfirmed writes inside the window, dated by the write that was lost."""
+    fo = _failover(ACK + 9000, ACK + 20000)
+    # the first run under W1's START 1 is fine; a second, unleased run at ACK+9500
+    extra = good_run(
+        faults=fo,
+        executions=[*good_run().executions, execution("x9", 2, W1, "start", ACK + 9500)],
+    )
+    res = check(extra)
+    assert res.ok, res.violations
+    assert sorted(v.kind for v in res.failover_window_losses) == [
+        "EXCESS_EXECUTIONS",
+        "UNLEASED_EXECUTION",
+    ]
+    # the same excess long before the failover is a violation
+    early = _without(extra, faults=_failover(ACK + 60_000, ACK + 70_000))
+    assert "EXCESS_EXECUTIONS" in kinds(early)
+    # a result whose handler record is missing, the START inside the window
+    no_record = good_run(executions=[], faults=_failover(ACK + 500, ACK + 9000))
+    res = check(no_record)
+    assert res.ok, res.violations
+    assert [v.kind for v in res.failover_window_losses] == ["FOREIGN_RESULT"]
+    assert "FOREIGN_RESULT" in kinds(good_run(executions=[]))
+
+
+def test_an_attempt_started_again_after_a_failover_lost_its_start() -> None:
+    """Seen in a 10-minute run: W1 started attempt 1 on the old primary, the failover lost
+    that START, the new primary delivered the task again and W1 started attempt 1 again
+    just after the window: two runs under one START. The write lost is the first START,
+    inside the window; the same two runs with no failover are a violation."""
+    runs = [
+        execution("x0", 1, W1, "start", ACK + 5),
+        execution("x1", 1, W1, "start", ACK + 11),
+        execution("x1", 1, W1, "end", ACK + 15, "ok"),
+    ]
+    fo = _failover(ACK - 5000, ACK + 8)  # settled between the two runs
+    res = check(good_run(executions=runs, faults=fo))
+    assert res.ok, res.violations
+    assert {v.kind for v in res.failover_window_losses} == {
+        "RERUN_UNDER_LEASE",
+        "EXCESS_EXECUTIONS",
+    }
+    assert "RERUN_UNDER_LEASE" in kinds(good_run(executions=runs))
+
+
+def test_an_unleased_execution_is_dated_by_the_span_its_start_was_written_in() -> None:
+    """A worker STARTed an attempt on a primary about to be demoted, was frozen, began its
+    handler after the window and its record landed later still: the START it ran under,
+    the write lost, was made after the worker started and before the handler began — a
+    span that overlaps the window. A worker started after the window could not have
+    written that START inside it."""
+    fo = _failover(ACK + 100, ACK + 5000)
+    late = Execution(
+        exec_id="x9", task_id=T1, attempt=2, worker=W2, pid=1, ev="start", ts=ACK + 7000,
+        began_ms=ACK + 6500,
+    )  # fmt: skip
+    born = FaultEvent(at_ms=ACK + 50, kind="worker_start", target=W2)
+    run = good_run(faults=[*fo, born], executions=[*good_run().executions, late])
+    res = check(run)
+    assert res.ok, res.violations
+    assert "UNLEASED_EXECUTION" in {v.kind for v in res.failover_window_losses}
+    after = _without(run, faults=[*fo, msgspec.structs.replace(born, at_ms=ACK + 6000)])
+    assert "UNLEASED_EXECUTION" in kinds(after)
+
+
+def test_a_workflow_cancel_without_an_answer_still_counts_as_a_cancel() -> None:
+    ask = [CancelAck(task_id=WF, phase="cancel", ack_ms=ACK + 5, state="unknown")]
+    cancelled = _without(
+        wf_run(),
+        workflows=[WorkflowStart(seq=1_000_001, kind="wf_cancel", wf_id=WF, ack_ms=ACK)],
+        wf_actions=ask,
+        wf_records=_wf(
+            wf_run(),
+            fields={"id": WF, "status": "CANCELLED", "version": "1"},
+            history=[
+                wf_entry(1, "START", "", "RUNNING"),
+                wf_entry(5, "CANCEL", "RUNNING", "CANCELLED"),
+            ],
+            assets={},
+        ),
+    )
+    assert "WF_IMPOSSIBLE_OUTCOME" not in kinds(cancelled)
+    assert "WF_IMPOSSIBLE_OUTCOME" in kinds(_without(cancelled, wf_actions=[]))
+
+
+def test_a_kept_run_can_be_checked_again(tmp_path: Any) -> None:
+    """The run dir keeps what the checker saw (rundata.json): --recheck gives the same
+    findings, so a fix to the checker can be tried on a failed run."""
+    from tools.chaos.cli import main
+    from tools.chaos.run import RUNDATA, recheck
+
+    run = _reclaimed_run([])  # one HEALTHY_TASK_RECLAIMED
+    (tmp_path / RUNDATA).write_bytes(msgspec.json.encode(run))
+    assert recheck(str(tmp_path)).violations == check(run).violations
+    assert main(["--recheck", str(tmp_path)]) == 1
+    (tmp_path / RUNDATA).write_bytes(msgspec.json.encode(good_run()))
+    assert main(["--recheck", str(tmp_path)]) == 0
+    assert main(["--recheck", str(tmp_path / "nowhere")]) == 2

@@ -404,3 +404,18 @@ async def test_queue_wait_deadlines_hold_without_a_reaper(client: Client, redis_
     assert (await client.redis.xpending(q, "workers"))["pending"] == 0
     assert await client.redis.zcard(client.keys.deadlines) == 0
     assert await client.redis.zcard(client.keys.scheduled) == 0
+
+
+async def test_worker_cli_keeps_finished_tasks_for_its_retention(
+    client: Client, redis_url: str
+) -> None:
+    """`rsjobs worker --retention-ms` (or RSJOBS_RETENTION_MS) sets how long the tasks it
+    finishes are kept, as the reaper's option does."""
+    proc = spawn_worker(redis_url, "t", "--retention-ms", "60000")
+    try:
+        tid = await client.enqueue("noop", {})
+        assert (await client.wait(tid, timeout_ms=20_000)).state == "SUCCEEDED"
+        ttl = await client.redis.pttl(client.keys.task(tid))
+        assert 0 < ttl <= 60_000
+    finally:
+        stop_process(proc, signal.SIGTERM)

@@ -1,0 +1,1 @@
+"""The recipe's one app: submit a job, see its status."""

@@ -1,0 +1,155 @@
+"""The commands that show things: ``status``, ``history``, ``queues``, and the aligned
+tables of the reaper's ``workers``, ``queues-memory`` and ``deadletter list`` (their data
+from ``rsjobs.reaper``'s public functions). ``rsjobs.cli`` wires them into its parser."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..cli import CliError, client_from_args, warn
+from ..client import Client
+
+__all__ = [
+    "cmd_deadletter_list",
+    "cmd_history",
+    "cmd_queues",
+    "cmd_queues_memory",
+    "cmd_status",
+    "cmd_workers",
+    "live_workers",
+]
+
+
+async def live_workers(client: Client) -> dict[str, int]:
+    """queue -> live workers serving it (``rsjobs workers`` reads the same registry)."""
+    from ..reaper import list_workers
+    from .views import live_workers_by_queue
+
+    return live_workers_by_queue(await list_workers(client.store))
+
+
+# -- commands --------------------------------------------------------------------------------
+
+
+async def cmd_status(args: argparse.Namespace) -> int:
+    async with client_from_args(args) as client:
+        info = await client.get(args.id)
+    if args.json:
+        import msgspec
+
+        print(msgspec.json.encode(info).decode())
+        return 0
+    from .tables import print_table
+    from .views import status_table
+
+    columns, rows = status_table(info)
+    print_table(columns, rows, header=False)
+    return 0
+
+
+async def cmd_history(args: argparse.Namespace) -> int:
+    async with client_from_args(args) as client:
+        entries = await client.history(args.id)
+    from .tables import print_table
+    from .views import history_table
+
+    print_table(*history_table(entries))
+    return 0
+
+
+async def cmd_queues(args: argparse.Namespace) -> int:
+    from .views import unserved_queues
+
+    async with client_from_args(args) as client:
+        stats = await client.stats()
+        live = await live_workers(client)
+    unserved = unserved_queues(stats, live)
+    if args.json:
+        doc = {
+            q: {**counts, "workers": live.get(q, 0), "unserved": q in unserved}
+            for q, counts in stats.items()
+        }
+        print(json.dumps(doc))
+        return 0
+    if not stats:
+        print("(no queues yet)")
+        return 0
+    from .tables import print_table
+    from .views import queues_table
+
+    print_table(*queues_table(stats, live))
+    for q, n in sorted(unserved.items()):
+        warn(
+            f"queue {q!r} has {n} task(s) waiting and no live worker serves it "
+            f"(rsjobs worker MODULE:REGISTRY -q {q})"
+        )
+    return 0
+
+
+async def cmd_workers(args: argparse.Namespace) -> int:
+    """``rsjobs workers``: the reaper's registry of workers, as an aligned table."""
+    import msgspec
+
+    from ..reaper import list_workers
+    from .tables import print_table
+    from .views import workers_table
+
+    async with client_from_args(args) as client:
+        workers = await list_workers(client.store, default_lease_ms=args.lease_ms)
+    if args.json:
+        print(msgspec.json.encode(workers).decode())
+        return 0
+    if not workers:
+        print("(no workers registered)")
+        return 0
+    table, details = workers_table(workers)
+    print_table(*table)
+    for line in details:
+        print(line)
+    return 0
+
+
+async def cmd_queues_memory(args: argparse.Namespace) -> int:
+    """``rsjobs queues-memory``: the reaper's memory report, as an aligned table."""
+    import msgspec
+
+    from ..reaper import memory_report
+    from .tables import print_table
+    from .views import memory_table
+
+    if args.sample < 1:
+        raise CliError("--sample must be >= 1")
+    async with client_from_args(args) as client:
+        report = await memory_report(client.store, sample=args.sample)
+    if args.json:
+        print(msgspec.json.encode(report).decode())
+        return 0
+    print(f"redis used_memory {report.used_memory_human} ({report.used_memory} bytes)")
+    shared = "  ".join(f"{k}={v}" for k, v in report.namespace_keys.items() if v)
+    print(f"namespace keys (bytes): {shared or '-'}")
+    if not report.queues:
+        print("(no queues yet)")
+        return 0
+    print_table(*memory_table(report))
+    return 0
+
+
+async def cmd_deadletter_list(args: argparse.Namespace) -> int:
+    """``rsjobs deadletter list``: newest first, as an aligned table."""
+    import msgspec
+
+    from ..reaper import list_deadletters
+    from .tables import print_table
+    from .views import deadletters_table
+
+    async with client_from_args(args) as client:
+        letters = await list_deadletters(client.store, count=args.count)
+    if args.json:
+        print(msgspec.json.encode(letters).decode())
+        return 0
+    if not letters:
+        print("(dead-letter stream is empty)")
+        return 0
+    print_table(*deadletters_table(letters))
+    return 0

@@ -1,0 +1,228 @@
+"""A blocking client for threaded code: WSGI servers (Django, Flask under gunicorn's
+threads), scripts, notebooks.
+
+:class:`SyncClient` has the methods of :class:`rsjobs.Client`, with the same arguments,
+and blocks until each is done. It does not copy the client: it runs one
+:class:`rsjobs.Client` on one asyncio event loop in a background thread of its own, and
+each call from any thread hands its coroutine to that loop
+(``asyncio.run_coroutine_threadsafe``) and waits for the result. So every rule of the
+asyncio client holds unchanged (validation before any write, the transition scripts, the
+connection pool, the pipelined script connection, the transient-error policy), and any
+number of threads share one pool of connections: calls from many threads run
+concurrently on the loop, a blocking :meth:`wait` holds one connection while it waits and
+blocks only its own caller.
+
+After a fork (gunicorn's pre-forked workers, ``multiprocessing``) the child has no loop
+thread: the first call in the child starts a fresh loop and client of its own; the
+connections inherited from the parent are left alone. Close it with :meth:`close` (or use
+it as a context manager); a client that is never closed ends with the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Coroutine, Iterable, Sequence
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from .client import Client, connect
+from .errors import ConfigError
+from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo
+from .settings import Settings
+
+__all__ = ["SyncClient"]
+
+T = TypeVar("T")
+
+
+class _LoopThread:
+    """An event loop running forever in a daemon thread, with the client bound to it."""
+
+    def __init__(self, url: str, settings: Settings, source: str) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, name="rsjobs-sync-loop", daemon=True)
+        self.thread.start()
+        # the client (and its connections) is made on the loop it will run on
+        self.client: Client = self.run(self._make(url, settings, source))
+
+    async def _make(self, url: str, settings: Settings, source: str) -> Client:
+        return Client(connect(url), settings, source=source)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if threading.get_ident() == self.thread.ident:
+            coro.close()
+            raise ConfigError(
+                "a SyncClient was called from its own event loop thread (use rsjobs.Client "
+                "in async code)"
+            )
+        fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result()
+        except BaseException:
+            fut.cancel()  # e.g. KeyboardInterrupt in the caller: do not leave it running
+            raise
+
+    def close(self) -> None:
+        try:
+            self.run(self.client.close())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            if not self.thread.is_alive():
+                self.loop.close()
+
+
+class SyncClient:
+    """Submit, inspect and control tasks from threads; see the module docstring.
+
+    ``url`` as for :func:`rsjobs.connect`; ``settings`` and ``source`` as for
+    :class:`rsjobs.Client`. Safe to share between threads (one instance per process is
+    the intended use).
+    """
+
+    def __init__(self, url: str, settings: Settings | None = None, *, source: str = "api") -> None:
+        self.url = url
+        self.settings = settings or Settings()
+        self.source = source
+        self._lock = threading.Lock()
+        self._loop: _LoopThread | None = None
+        self._closed = False
+
+    @classmethod
+    def from_url(cls, url: str, *, source: str = "api", **settings: Any) -> SyncClient:
+        return cls(url, Settings(**settings), source=source)
+
+    def _runner(self) -> _LoopThread:
+        loop = self._loop
+        if loop is not None and loop.pid == os.getpid():
+            return loop
+        with self._lock:
+            if self._closed:
+                raise ConfigError("this SyncClient is closed")
+            if self._loop is None or self._loop.pid != os.getpid():
+                # first use, or first use in a forked child: a loop of this process
+                self._loop = _LoopThread(self.url, self.settings, self.source)
+            return self._loop
+
+    @property
+    def client(self) -> Client:
+        """The asyncio client underneath (use it only on :attr:`loop`)."""
+        return self._runner().client
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._runner().loop
+
+    def close(self) -> None:
+        """Close the connections and stop the loop thread; idempotent."""
+        with self._lock:
+            loop, self._loop, self._closed = self._loop, None, True
+        if loop is not None and loop.pid == os.getpid():
+            loop.close()
+
+    def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the methods of rsjobs.Client ----------------------------------------------------
+
+    def enqueue(
+        self,
+        type: str,
+        payload: Any = None,
+        *,
+        queue: str = "default",
+        max_attempts: int = 3,
+        timeout_ms: int = 0,
+        delay_ms: int = 0,
+        dedup_key: str | None = None,
+        owner: str | None = None,
+        backoff_base_ms: int = 1000,
+        backoff_max_ms: int = 300_000,
+        wait_timeout_ms: int = 0,
+    ) -> str:
+        """Submit one task; returns its id (see :meth:`rsjobs.Client.enqueue`)."""
+        r = self._runner()
+        return r.run(
+            r.client.enqueue(
+                type,
+                payload,
+                queue=queue,
+                max_attempts=max_attempts,
+                timeout_ms=timeout_ms,
+                delay_ms=delay_ms,
+                dedup_key=dedup_key,
+                owner=owner,
+                backoff_base_ms=backoff_base_ms,
+                backoff_max_ms=backoff_max_ms,
+                wait_timeout_ms=wait_timeout_ms,
+            )
+        )
+
+    def submit(self, req: EnqueueRequest) -> EnqueueResult:
+        """Submit one task and say what happened (see :meth:`rsjobs.Client.submit`)."""
+        r = self._runner()
+        return r.run(r.client.submit(req))
+
+    def enqueue_many(self, requests: Iterable[EnqueueRequest], *, chunk: int = 250) -> list[str]:
+        """Submit many tasks in few round trips (see :meth:`rsjobs.Client.enqueue_many`)."""
+        reqs = list(requests)  # consumed here, in the caller's thread
+        r = self._runner()
+        return r.run(r.client.enqueue_many(reqs, chunk=chunk))
+
+    def get(self, task_id: str) -> TaskInfo:
+        """The task as stored now. Raises :class:`rsjobs.TaskNotFound`."""
+        r = self._runner()
+        return r.run(r.client.get(task_id))
+
+    def get_many(self, task_ids: Sequence[str]) -> list[TaskInfo | None]:
+        """Several tasks in one round trip; ``None`` for ids that name no task."""
+        r = self._runner()
+        return r.run(r.client.get_many(list(task_ids)))
+
+    def history(
+        self, task_id: str, *, after: str = "-", count: int | None = None
+    ) -> list[HistoryEntry]:
+        """The task's history, oldest first (see :meth:`rsjobs.Client.history`)."""
+        r = self._runner()
+        return r.run(r.client.history(task_id, after=after, count=count))
+
+    def wait(self, task_id: str, *, timeout_ms: int | None = None) -> TaskInfo:
+        """Block the calling thread until the task is terminal; raises
+        :class:`rsjobs.WaitTimeout` after ``timeout_ms`` (None = wait forever)."""
+        r = self._runner()
+        return r.run(r.client.wait(task_id, timeout_ms=timeout_ms))
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Per queue: task counts per state, stream length."""
+        r = self._runner()
+        return r.run(r.client.stats())
+
+    def counters(self) -> dict[str, int]:
+        """Raw counters: transitions per event and refusals."""
+        r = self._runner()
+        return r.run(r.client.counters())
+
+    def cancel(self, task_id: str, reason: str = "") -> str:
+        """Cancel the task; returns the state after the call (idempotent)."""
+        r = self._runner()
+        return r.run(r.client.cancel(task_id, reason))
+
+    def pause(self, task_id: str, reason: str = "") -> str:
+        """Hold the task back; raises :class:`rsjobs.InvalidTransition` when terminal."""
+        r = self._runner()
+        return r.run(r.client.pause(task_id, reason))
+
+    def resume(self, task_id: str, reason: str = "") -> str:
+        """Put a PAUSED task back on its queue."""
+        r = self._runner()
+        return r.run(r.client.resume(task_id, reason))

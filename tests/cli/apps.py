@@ -1,0 +1,29 @@
+"""Handlers for the command-line tests (``tests.cli.apps:tasks``): one declares its queue."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from rsjobs import Context, Registry
+
+tasks = Registry()
+
+
+@tasks.handler("render", queue="gpu")
+async def render(ctx: Context, payload: dict[str, Any] | None) -> dict[str, Any]:
+    """``steps`` steps of ``step_s`` seconds, each reported as progress."""
+    payload = payload or {}
+    steps = int(payload.get("steps", 4))
+    for i in range(steps):
+        await asyncio.sleep(float(payload.get("step_s", 0.05)))
+        await ctx.progress(100 * (i + 1) / steps, f"step {i + 1}/{steps}")
+    return {"attempt": ctx.attempt}
+
+
+@tasks.handler("wait")
+async def wait(ctx: Context, payload: dict[str, Any] | None) -> dict[str, Any]:
+    """Sleeps ``s`` seconds (on whatever queue it was sent to)."""
+    payload = payload or {}
+    await asyncio.sleep(float(payload.get("s", 60)))
+    return {"slept": payload.get("s", 60)}

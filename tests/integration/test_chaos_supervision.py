@@ -1,0 +1,145 @@
+"""The chaos harness's supervision: deaths are timed when they happen, and waiting for a
+process never blocks the event loop (real processes, a real redis-server).
+
+A chaos run once reported two healthy tasks stolen because the harness stamped a worker's
+death seconds after it happened (its loop was busy); the checker then saw reclaims of a
+dead worker's tasks as thefts from a live one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tools.chaos.supervisor import Child, Supervisor, now_ms
+from tools.chaos.topology import RedisNode, ask
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.timeout(30)
+async def test_an_exit_is_stamped_when_it_happened_even_while_the_loop_is_busy(
+    tmp_path: Path,
+) -> None:
+    sup = Supervisor(tmp_path)
+    seen: list[int] = []
+    try:
+        spawned = now_ms()
+        child = sup.spawn(
+            ["sh", "-c", "sleep 0.3; kill -9 $$"],
+            log_name="self-kill.log",
+            on_exit=lambda c: seen.append(now_ms()),
+        )
+        time.sleep(2.5)  # noqa: ASYNC251 - on purpose: the loop is busy, nobody polls
+        code = await child.wait(5)
+    finally:
+        await sup.aclose()
+    assert code == -signal.SIGKILL
+    assert child.exit_ms is not None
+    # stamped at the death (~0.3 s), not when the loop could look (>= 2.5 s)
+    assert child.exit_ms - spawned < 1500, child.exit_ms - spawned
+    assert seen and seen[0] - spawned >= 2500  # the callback ran once the loop was free
+
+
+@pytest.mark.timeout(30)
+async def test_a_signal_never_reaches_a_process_that_is_gone(tmp_path: Path) -> None:
+    sup = Supervisor(tmp_path)
+    try:
+        child: Child = sup.spawn(["true"], log_name="true.log")
+        assert await child.wait(5) == 0
+        assert not child.alive
+        assert child.send(signal.SIGKILL) is False
+        slow = sup.spawn(["sleep", "30"], log_name="sleep.log")
+        assert await slow.wait(0.2) is None  # a wait that times out says so
+        assert slow.send(signal.SIGTERM) is True
+        assert await slow.wait(5) == -signal.SIGTERM
+    finally:
+        await sup.aclose()
+
+
+@pytest.mark.timeout(90)
+async def test_waiting_for_redis_to_load_its_aof_does_not_block_the_loop(tmp_path: Path) -> None:
+    sup = Supervisor(tmp_path)
+    node = RedisNode(sup, "redis", data_dir=tmp_path / "redis", appendfsync="everysec")
+    try:
+        await node.start()
+        # enough data that loading the AOF takes a while
+        # (a script, not DEBUG POPULATE: Redis 7 refuses DEBUG unless enable-debug-command is set)
+        fill = (
+            "for i = 1, 600000 do redis.call('SET', 'k:' .. i, string.rep('x', 64)) end return 'OK'"
+        )
+        assert await ask(node.port, "EVAL", fill, "0", timeout_s=60) == "OK"
+        assert "started" in await ask(node.port, "BGREWRITEAOF")
+        while "aof_rewrite_in_progress:0" not in await ask(node.port, "INFO", "persistence"):  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+        await node.stop(kill=True)
+
+        gaps: list[float] = []
+
+        async def ticker() -> None:
+            last = time.monotonic()
+            while True:
+                await asyncio.sleep(0.01)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        tick = asyncio.get_running_loop().create_task(ticker())
+        t0 = time.monotonic()
+        await node.start()
+        took = time.monotonic() - t0
+        tick.cancel()
+        assert await ask(node.port, "DBSIZE") == "600000"
+    finally:
+        await sup.aclose()
+    assert took > 0.3, took  # it really waited for a load
+    assert max(gaps) < 0.25, max(gaps)
+
+
+@pytest.mark.timeout(120)
+async def test_a_failover_fault_promotes_the_replica_and_brings_the_old_primary_back(
+    tmp_path: Path,
+) -> None:
+    """The sentinel topology (primary + replica + 3 sentinels, AOF on both) and both
+    variants of redis_failover: SENTINEL FAILOVER alone, and SIGKILL of the primary first
+    (it comes back as a replica of the new one). Writes on the primary reach the replica."""
+    from tools.chaos.cluster import Cluster
+    from tools.chaos.config import ChaosConfig
+
+    cfg = ChaosConfig(topology="sentinel", web=False, faults=("redis_failover",))
+    cluster = Cluster(cfg, tmp_path, echo=lambda line: None)
+    topo = cluster.topology
+
+    async def no_wait(s: float) -> bool:
+        await asyncio.sleep(s)
+        return True
+
+    try:
+        await topo.start()
+        assert cluster.url.startswith("redis+sentinel://127.0.0.1:")
+        first = await cluster.primary()
+        assert await ask(first.port, "SET", "k", "v1") == "OK"
+        await cluster.failover(kill=False, down_s=0, sleep=no_wait)
+        second = await cluster.primary()
+        assert second is not first
+        assert await topo.role(first) == "slave"
+        assert await ask(second.port, "GET", "k") == "v1"
+
+        assert await ask(second.port, "SET", "k", "v2") == "OK"
+        assert await topo.wait_synced(20)
+        await cluster.failover(kill=True, down_s=0.2, sleep=no_wait)
+        third = await cluster.primary()
+        assert third is first
+        assert await topo.role(second) == "slave"  # back, as the new primary's replica
+        assert await ask(third.port, "GET", "k") == "v2"
+    finally:
+        await cluster.aclose(keep_data=False)
+    kinds = [e.kind for e in cluster.events]
+    assert kinds.count("redis_failover") == 2 and kinds.count("redis_failover_done") == 2
+    assert "redis_exit" not in kinds and "redis_failover_auto" not in kinds
+    done = [e for e in cluster.events if e.kind == "redis_failover_done"]
+    assert all("not settled" not in e.detail for e in done), done

@@ -1,0 +1,171 @@
+"""Read back what Redis holds after a run: every task of the namespace (hash + history),
+every workflow (hash, history, slots, assets, open tasks), the handlers' execution
+records and the dedup keys. Pipelined, in chunks.
+
+Test-harness code: it uses SCAN to find tasks nobody acknowledged (rsjobs itself never
+scans).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from redis.asyncio import Redis
+
+from rsjobs.keys import Keys
+from rsjobs.schemas import HistoryEntry
+from rsjobs.workflows import WorkflowEvent
+
+from .handlers import exec_key
+from .records import Execution, TaskRecord, WorkflowRecord
+
+__all__ = [
+    "read_dedup",
+    "read_events",
+    "read_executions",
+    "read_stats",
+    "read_tasks",
+    "read_workflows",
+    "scan_task_ids",
+    "scan_workflow_ids",
+    "tracebacks",
+]
+
+CHUNK = 200
+
+
+async def scan_task_ids(redis: Redis, keys: Keys) -> set[str]:
+    """Ids of every task hash or history in the namespace."""
+    ids: set[str] = set()
+    prefix = keys.prefix + "task:"
+    async for key in redis.scan_iter(match=prefix + "*", count=1000):
+        rest = str(key)[len(prefix) :]
+        ids.add(rest.removesuffix(":history"))
+    return ids
+
+
+async def scan_workflow_ids(redis: Redis, keys: Keys) -> set[str]:
+    """Ids of every workflow with any key in the namespace."""
+    ids: set[str] = set()
+    prefix = keys.prefix + "wf:"
+    async for key in redis.scan_iter(match=prefix + "*", count=1000):
+        ids.add(str(key)[len(prefix) :].split(":", 1)[0])
+    return ids
+
+
+async def read_workflows(redis: Redis, keys: Keys, ids: Iterable[str]) -> dict[str, WorkflowRecord]:
+    out: dict[str, WorkflowRecord] = {}
+    todo = sorted(set(ids))
+    for i in range(0, len(todo), CHUNK):
+        part = todo[i : i + CHUNK]
+        async with redis.pipeline(transaction=False) as pipe:
+            for wid in part:
+                pipe.hgetall(keys.workflow(wid))
+                pipe.xrange(keys.workflow_history(wid), "-", "+")
+                pipe.hgetall(keys.workflow_tasks(wid))
+                pipe.hgetall(keys.workflow_assets(wid))
+                pipe.smembers(keys.workflow_open(wid))
+            rows = await pipe.execute()
+        for j, wid in enumerate(part):
+            fields, hist, slots, assets, open_ = rows[5 * j : 5 * j + 5]
+            out[wid] = WorkflowRecord(
+                wf_id=wid,
+                fields={str(k): str(v) for k, v in fields.items()},
+                history=[WorkflowEvent.from_entry(eid, f) for eid, f in hist],
+                slots={str(k): str(v) for k, v in slots.items()},
+                assets={str(k): str(v) for k, v in assets.items()},
+                open=sorted(str(t) for t in open_),
+            )
+    return out
+
+
+async def read_tasks(redis: Redis, keys: Keys, ids: Iterable[str]) -> dict[str, TaskRecord]:
+    out: dict[str, TaskRecord] = {}
+    todo = sorted(set(ids))
+    for i in range(0, len(todo), CHUNK):
+        part = todo[i : i + CHUNK]
+        async with redis.pipeline(transaction=False) as pipe:
+            for tid in part:
+                pipe.hgetall(keys.task(tid))
+                pipe.xrange(keys.history(tid), "-", "+")
+            rows = await pipe.execute()
+        for j, tid in enumerate(part):
+            fields, hist = rows[2 * j], rows[2 * j + 1]
+            out[tid] = TaskRecord(
+                task_id=tid,
+                fields={str(k): str(v) for k, v in fields.items()},
+                # the hash carries the repeat counts of coalesced refusals
+                history=[HistoryEntry.from_entry(eid, f, tid, fields) for eid, f in hist],
+            )
+    return out
+
+
+async def read_executions(redis: Redis, namespace: str) -> list[Execution]:
+    key = exec_key(namespace)
+    out: list[Execution] = []
+    start = "-"
+    while True:
+        rows = await redis.xrange(key, start, "+", count=5000)
+        for eid, f in rows:
+            out.append(
+                Execution(
+                    exec_id=f.get("x", ""),
+                    task_id=f.get("t", ""),
+                    attempt=int(f.get("a") or 0),
+                    worker=f.get("w", ""),
+                    pid=int(f.get("pid") or 0),
+                    ev=f.get("ev", ""),
+                    ts=int(str(eid).split("-")[0]),
+                    outcome=f.get("o", ""),
+                    began_ms=int(f.get("b") or 0),
+                )
+            )
+        if len(rows) < 5000:
+            return out
+        start = "(" + str(rows[-1][0])
+
+
+async def read_dedup(redis: Redis, keys: Keys, dedup_keys: Iterable[str]) -> dict[str, str]:
+    names = sorted(set(dedup_keys))
+    if not names:
+        return {}
+    async with redis.pipeline(transaction=False) as pipe:
+        for k in names:
+            pipe.get(keys.dedup(k))
+        rows = await pipe.execute()
+    return {k: str(v or "") for k, v in zip(names, rows, strict=True)}
+
+
+async def read_stats(redis: Redis, keys: Keys) -> dict[str, int]:
+    raw = await redis.hgetall(keys.stats)
+    return {str(k): int(v) for k, v in raw.items()}
+
+
+async def read_events(redis: Redis, keys: Keys) -> tuple[dict[str, list[str]], int]:
+    """task id -> history ids named by the events stream (in order), and the entry count."""
+    out: dict[str, list[str]] = {}
+    start, n = "-", 0
+    while True:
+        rows = await redis.xrange(keys.events, start, "+", count=5000)
+        for _, f in rows:
+            n += 1
+            out.setdefault(str(f.get("id", "")), []).append(str(f.get("hid", "")))
+        if len(rows) < 5000:
+            return out, n
+        start = "(" + str(rows[-1][0])
+
+
+def tracebacks(run_dir: Path) -> list[str]:
+    """``"<log>: <exception line>"`` for every traceback in the processes' logs."""
+    out: list[str] = []
+    for log in sorted(run_dir.glob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()
+        in_tb = False
+        for i, line in enumerate(lines):
+            if line.startswith("Traceback (most recent call last)"):
+                in_tb = True
+            elif in_tb and line and not line.startswith((" ", "\t", "During handling")):
+                in_tb = False
+                out.append(f"{log.name}:{i + 1}: {line[:300]}")
+    return out

@@ -1,0 +1,203 @@
+"""What a chaos run observed, as plain data: the checker's only input.
+
+Everything here is written either by the harness (submissions, cancels, faults, with the
+harness's wall clock in ms) or read back from Redis after the run (task hashes, histories,
+execution records, dedup keys, with Redis TIME in ms). Same host, so the clocks agree.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from rsjobs.schemas import HistoryEntry
+from rsjobs.workflows import WorkflowEvent
+
+__all__ = [
+    "CancelAck",
+    "Execution",
+    "FaultEvent",
+    "Flood",
+    "PoisonInput",
+    "RunData",
+    "Submission",
+    "TaskRecord",
+    "Violation",
+    "WorkflowRecord",
+    "WorkflowStart",
+]
+
+
+class Violation(msgspec.Struct, frozen=True, kw_only=True):
+    """One finding of the checker (a violation, an AOF-window loss or a warning)."""
+
+    kind: str
+    task_id: str = ""
+    detail: str
+
+
+class Submission(msgspec.Struct, frozen=True, kw_only=True):
+    """One acknowledged submit: the producer got ``task_id`` back at ``ack_ms``."""
+
+    seq: int  #: the workload's task number (a dedup task submitted twice has two records)
+    kind: str  #: the behaviour (see ``tools.chaos.workload.KINDS``)
+    task_id: str
+    ack_ms: int
+    dedup: str = ""
+    #: True for the second submit of a dedup key (it must answer with the first's id)
+    repeat: bool = False
+
+
+class CancelAck(msgspec.Struct, frozen=True, kw_only=True):
+    """An acknowledged ``Client.cancel``: ``state`` is what the call answered."""
+
+    task_id: str
+    phase: str  #: "pending" (right after submit) or "running" (seen RUNNING first)
+    ack_ms: int
+    state: str
+
+
+class FaultEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One fault the harness injected (or observed: an unplanned process exit)."""
+
+    at_ms: int
+    #: worker_kill, worker_stop, worker_cont, worker_exit (unplanned), reaper_kill,
+    #: redis_term, redis_kill, and the matching *_start / redis_up bookkeeping events
+    kind: str
+    target: str  #: worker / reaper name, or "redis"
+    pid: int = 0
+    detail: str = ""
+    #: exit status of a process found dead (negative: killed by that signal)
+    status: int | None = None
+    #: how long the process had been running when it was found dead (ms)
+    ran_ms: int = 0
+
+
+class Execution(msgspec.Struct, frozen=True, kw_only=True):
+    """One record a handler wrote (``tools.chaos.handlers``): a start, end or stop."""
+
+    exec_id: str  #: unique per handler call; the start, end and stop records share it
+    task_id: str
+    attempt: int
+    worker: str
+    pid: int
+    #: "start", "end" (the handler returned or raised), "stop" (it was cancelled) or
+    #: "kill" (a poison task is about to SIGKILL its worker)
+    ev: str
+    ts: int  #: Redis TIME (ms) of the record (its stream entry id)
+    outcome: str = ""  #: end: ok / fail / fatal; stop: why
+    #: start: when the handler began (harness host clock, ms), before its record was
+    #: written — the time of the START it ran under; 0 when not known
+    began_ms: int = 0
+
+
+class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A task as read back after the run: its hash (raw fields) and its history."""
+
+    task_id: str
+    fields: dict[str, str]  #: empty when the hash does not exist
+    history: list[HistoryEntry]
+
+
+class WorkflowStart(msgspec.Struct, frozen=True, kw_only=True):
+    """An acknowledged workflow start (the producer chose the id: a retry is idempotent)."""
+
+    seq: int
+    kind: str  #: see ``tools.chaos.workload.WF_KINDS`` (or ``wf_next_over_limit``)
+    wf_id: str
+    ack_ms: int
+    #: False when no call answered it (a lost reply, then an error): it may exist or not
+    acked: bool = True
+
+
+class WorkflowRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A workflow as read back: its hash, history, slots (``<v>:<stage>:<item>`` -> task
+    id), assets (slot -> asset JSON) and the ids of its tasks it still counts as open."""
+
+    wf_id: str
+    fields: dict[str, str]
+    history: list[WorkflowEvent]
+    slots: dict[str, str] = msgspec.field(default_factory=dict)
+    assets: dict[str, str] = msgspec.field(default_factory=dict)
+    open: list[str] = msgspec.field(default_factory=list)
+
+
+class PoisonInput(msgspec.Struct, frozen=True, kw_only=True):
+    """What became of one bad input (``tools.chaos.workload.POISON_KINDS``)."""
+
+    seq: int
+    kind: str
+    channel: str  #: "client" or "http"
+    marker: str  #: carried by the input; nothing in Redis may hold it when refused
+    at_ms: int
+    #: refused (a clear error), accepted (an id came back), mishandled (an error that is
+    #: not a clear refusal: a 5xx, an exception outside RsjobsError, no reason), or
+    #: unanswered (no answer within the bound: Redis or the app was down throughout)
+    outcome: str
+    status: int = 0  #: HTTP status (http channel)
+    error: str = ""  #: the exception type or the error code, and its reason
+    #: what it created when accepted: a task or workflow id
+    created: str = ""
+
+
+class Flood(msgspec.Struct, frozen=True, kw_only=True):
+    """A flood of refused commands (CANCEL or PAUSE) at one finished task."""
+
+    seq: int
+    channel: str
+    event: str  #: CANCEL or PAUSE
+    task_id: str
+    state: str  #: the task's terminal state before the flood
+    sent: int
+    #: answered as refused: the state unchanged (cancel) / InvalidTransition (pause)
+    refused: int = 0
+    #: answered as if the command had changed something
+    accepted: int = 0
+    #: no answer (a broken connection): may or may not have reached Redis
+    unknown: int = 0
+    #: answered with an error that is not a refusal (5xx, an unexpected exception)
+    errors: int = 0
+    error: str = ""  #: the first such error
+    first_ms: int = 0
+    last_ms: int = 0
+
+
+class RunData(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything the checker looks at."""
+
+    fsync: str  #: appendfsync policy of the run: "everysec" or "always"
+    lease_ms: int
+    #: how long before a SIGKILL of Redis an acknowledged write may be lost (everysec)
+    aof_window_ms: int = 2500
+    submissions: list[Submission] = msgspec.field(default_factory=list)
+    #: seq numbers of submits whose outcome is unknown (the call failed mid-way)
+    indeterminate: list[int] = msgspec.field(default_factory=list)
+    cancels: list[CancelAck] = msgspec.field(default_factory=list)
+    faults: list[FaultEvent] = msgspec.field(default_factory=list)
+    #: every task found in the namespace, plus every accepted id (found or not)
+    tasks: dict[str, TaskRecord] = msgspec.field(default_factory=dict)
+    executions: list[Execution] = msgspec.field(default_factory=list)
+    #: dedup key -> the task id its dedup string names now ('' = none)
+    dedup: dict[str, str] = msgspec.field(default_factory=dict)
+    #: the namespace's stats hash (state counts per queue, ev: / rej: counters); None =
+    #: not read (the counter checks are skipped)
+    stats: dict[str, int] | None = None
+    #: task id -> the history entry ids the events stream names for it, in order; None =
+    #: not read. ``events_trimmed``: the stream lost old entries to MAXLEN ~
+    events: dict[str, list[str]] | None = None
+    events_trimmed: bool = False
+    #: the producer's writes acknowledged only after WAIT reached a replica (--durable)
+    durable: bool = False
+    #: acknowledged writes this long before a failover began may be lost (not durable)
+    failover_window_ms: int = 1000
+    workflows: list[WorkflowStart] = msgspec.field(default_factory=list)
+    #: the producer's workflow cancels and publishes (``task_id`` holds the workflow id,
+    #: ``phase`` the action, ``state`` the status it answered)
+    wf_actions: list[CancelAck] = msgspec.field(default_factory=list)
+    #: valid workflow starts that were refused
+    wf_errors: list[str] = msgspec.field(default_factory=list)
+    #: every workflow found in the namespace, plus every started id (found or not)
+    wf_records: dict[str, WorkflowRecord] = msgspec.field(default_factory=dict)
+    poison: list[PoisonInput] = msgspec.field(default_factory=list)
+    floods: list[Flood] = msgspec.field(default_factory=list)
+    #: ids of refused workflow starts the producer chose (none may exist)
+    refused_wf_ids: list[str] = msgspec.field(default_factory=list)

@@ -1,0 +1,74 @@
+"""Replay a task's history through the transition table (``rsjobs.model``).
+
+The same rules as ``tests/reference.py``'s ``replay``, shipped with the package so that
+the chaos checker can run anywhere, and with a code per problem so reports can count them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from rsjobs.model import TERMINAL, allowed
+from rsjobs.schemas import HistoryEntry
+
+__all__ = ["Problem", "final_state", "replay"]
+
+
+class Problem(NamedTuple):
+    #: AFTER_TERMINAL, BROKEN_CHAIN, ILLEGAL_TRANSITION or BAD_REFUSAL
+    code: str
+    entry_id: str
+    detail: str
+
+
+def replay(entries: Iterable[HistoryEntry]) -> list[Problem]:
+    """Check a history is a valid path through the table; returns the problems found.
+
+    Accepted entries must chain (each ``from`` is the previous ``to``) and be allowed by
+    the table; refused entries must leave the state as it was; nothing is accepted after
+    a terminal state.
+    """
+    problems: list[Problem] = []
+    state = ""
+    for e in entries:
+        if e.rejected:
+            if e.from_state != state or e.to_state != state:
+                problems.append(
+                    Problem(
+                        "BAD_REFUSAL",
+                        e.id,
+                        f"refused {e.event} records {e.from_state}->{e.to_state} "
+                        f"while the task was {state!r}",
+                    )
+                )
+            continue
+        if state in TERMINAL:
+            problems.append(
+                Problem("AFTER_TERMINAL", e.id, f"{e.event} accepted after terminal {state}")
+            )
+        if e.from_state != state:
+            problems.append(
+                Problem(
+                    "BROKEN_CHAIN", e.id, f"{e.event} from {e.from_state!r}, but task was {state!r}"
+                )
+            )
+        if not allowed(e.from_state, e.event, e.to_state):
+            problems.append(
+                Problem(
+                    "ILLEGAL_TRANSITION",
+                    e.id,
+                    f"{e.from_state or '-'} -{e.event}-> {e.to_state} is not in the table",
+                )
+            )
+        state = e.to_state
+    return problems
+
+
+def final_state(entries: Iterable[HistoryEntry]) -> str:
+    """The state the accepted entries lead to ('' for an empty history)."""
+    state = ""
+    for e in entries:
+        if not e.rejected:
+            state = e.to_state
+    return state

@@ -1,0 +1,301 @@
+"""The Redis of a chaos run: one server with AOF (``single``), or a primary, one replica
+and three sentinels on loopback (``sentinel``).
+
+A :class:`RedisNode` is one ``redis-server`` (AOF on, the run's ``appendfsync``) or one
+sentinel; starting it and waiting for it to answer are awaits, never a blocking sleep
+(a server loading a long AOF answers ``-LOADING`` until it is done). A topology knows
+which node is the primary now and the URL every rsjobs process connects with: the
+server's ``redis://`` URL, or ``redis+sentinel://host:port,.../<service>/0`` through the
+sentinels, so that clients follow a failover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+from rsjobs.errors import RedisUnavailable
+from rsjobs.server import EmbeddedRedis, find_redis_server
+
+from .supervisor import Child, Supervisor
+
+__all__ = ["SERVICE", "RedisNode", "Topology", "ask", "ping"]
+
+#: the name the sentinels monitor the primary under
+SERVICE = "chaos"
+
+
+async def ask(port: int, *args: str, timeout_s: float = 2.0) -> str:
+    """One command on a fresh connection to 127.0.0.1:``port``; its reply as text (a
+    bulk or simple string, an integer, or an error line starting with ``-``); arrays are
+    flattened to lines. Raises OSError / TimeoutError when the server does not answer."""
+
+    async def call() -> str:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            req = f"*{len(args)}\r\n" + "".join(f"${len(a.encode())}\r\n{a}\r\n" for a in args)
+            writer.write(req.encode())
+            await writer.drain()
+            return await _read_reply(reader)
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    return await asyncio.wait_for(call(), timeout_s)
+
+
+async def _read_reply(reader: asyncio.StreamReader) -> str:
+    line = (await reader.readline()).decode(errors="replace").rstrip("\r\n")
+    if not line:
+        raise ConnectionError("connection closed")
+    kind, rest = line[0], line[1:]
+    if kind in "+:":
+        return rest
+    if kind == "-":
+        return line
+    if kind == "$":
+        n = int(rest)
+        if n < 0:
+            return ""
+        data = await reader.readexactly(n + 2)
+        return data[:-2].decode(errors="replace")
+    if kind == "*":
+        n = int(rest)
+        return "\n".join([await _read_reply(reader) for _ in range(max(n, 0))])
+    raise ConnectionError(f"unexpected reply {line[:40]!r}")
+
+
+async def ping(port: int, timeout_s: float = 0.5) -> bool:
+    """PONG from the server (a server still loading its AOF answers -LOADING)."""
+    try:
+        return await ask(port, "PING", timeout_s=timeout_s) == "PONG"
+    except (OSError, TimeoutError, ConnectionError, ValueError):
+        return False
+
+
+class RedisNode:
+    """One redis-server (or sentinel) process of the run, restartable on its port."""
+
+    def __init__(
+        self,
+        sup: Supervisor,
+        name: str,
+        *,
+        data_dir: Path,
+        appendfsync: str,
+        sentinel_conf: str = "",
+        extra_args: list[str] | None = None,
+        on_exit: Callable[[RedisNode, Child], None] | None = None,
+    ) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.sup = sup
+        self.name = name
+        self.sentinel = bool(sentinel_conf)
+        # EmbeddedRedis only builds the command line (binary, port, AOF, directories)
+        self._cmd = EmbeddedRedis(
+            appendonly=True, appendfsync=appendfsync, data_dir=str(data_dir), extra_args=extra_args
+        )
+        self.port = self._cmd.port
+        self.data_dir = data_dir
+        self.conf = data_dir / "sentinel.conf"
+        if sentinel_conf:
+            conf = sentinel_conf.replace("{port}", str(self.port))
+            self.conf.write_text(conf.replace("{dir}", str(data_dir)))
+        self.on_exit = on_exit
+        self.child: Child | None = None
+        self.starts = 0
+        #: set while the harness ends this process on purpose (a fault, not a crash)
+        self.expect_exit = False
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def up(self) -> bool:
+        return self.child is not None and self.child.alive
+
+    def argv(self, replicaof: int | None = None) -> list[str]:
+        if self.sentinel:
+            return [
+                find_redis_server(),
+                str(self.conf),
+                "--sentinel",
+                "--logfile",
+                str(self.data_dir / "sentinel.log"),
+            ]
+        args = self._cmd.argv()
+        if replicaof is not None:
+            args += ["--replicaof", "127.0.0.1", str(replicaof)]
+        return args
+
+    async def start(self, replicaof: int | None = None, timeout_s: float = 120.0) -> Child:
+        """Start the process (as a replica of the server on ``replicaof``) and wait until
+        it answers PING; raises RedisUnavailable when it exits or never answers."""
+        self.starts += 1
+        self.expect_exit = False
+        child = self.sup.spawn(
+            self.argv(replicaof), log_name=f"{self.name}.out", on_exit=self._exited
+        )
+        self.child = child
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        while True:
+            if not child.alive:
+                raise RedisUnavailable(
+                    f"{self.name} exited with status {child.returncode}; see {self.data_dir}"
+                )
+            if await ping(self.port):
+                return child
+            if loop.time() > end:
+                raise RedisUnavailable(f"{self.name} did not answer on port {self.port}")
+            await asyncio.sleep(0.02)
+
+    def _exited(self, child: Child) -> None:
+        if child is self.child and self.on_exit is not None:
+            self.on_exit(self, child)
+
+    async def stop(self, *, kill: bool) -> int | None:
+        """SIGTERM (a clean shutdown that completes the AOF) or SIGKILL; waits for the
+        exit (SIGKILL after 10 s of a SIGTERM) and returns its status."""
+        child = self.child
+        if child is None or not child.alive:
+            return child.returncode if child is not None else None
+        self.expect_exit = True
+        child.send(signal.SIGKILL if kill else signal.SIGTERM)
+        code = await child.wait(10)
+        if code is None:
+            child.send(signal.SIGKILL)
+            code = await child.wait(10)
+        return code
+
+
+class Topology:
+    """The Redis side of a run: the data nodes, the sentinels (maybe none), and where
+    the primary is."""
+
+    def __init__(
+        self,
+        sup: Supervisor,
+        run_dir: Path,
+        *,
+        kind: str,
+        appendfsync: str,
+        down_after_ms: int,
+        on_exit: Callable[[RedisNode, Child], None] | None = None,
+    ) -> None:
+        self.kind = kind
+        n_data = 2 if kind == "sentinel" else 1
+        self.nodes = [
+            RedisNode(
+                sup,
+                "redis" if n_data == 1 else f"redis{i}",
+                data_dir=run_dir / ("redis" if n_data == 1 else f"redis{i}"),
+                appendfsync=appendfsync,
+                # a replica resyncs as soon as its primary is back (Redis 7 waits 5 s for
+                # more replicas first): with restarts every few seconds it would never be
+                # in sync, and durable writes would never be confirmed
+                extra_args=["--repl-diskless-sync-delay", "0"] if n_data > 1 else None,
+                on_exit=on_exit,
+            )
+            for i in range(n_data)
+        ]
+        self.sentinels: list[RedisNode] = []
+        if kind == "sentinel":
+            primary = self.nodes[0].port
+            conf = (
+                "port {port}\nbind 127.0.0.1\n"
+                "dir {dir}\n"
+                f"sentinel monitor {SERVICE} 127.0.0.1 {primary} 2\n"
+                f"sentinel down-after-milliseconds {SERVICE} {down_after_ms}\n"
+                f"sentinel failover-timeout {SERVICE} 10000\n"
+                f"sentinel parallel-syncs {SERVICE} 1\n"
+            )
+            self.sentinels = [
+                RedisNode(
+                    sup,
+                    f"sentinel{i}",
+                    data_dir=run_dir / f"sentinel{i}",
+                    appendfsync=appendfsync,
+                    sentinel_conf=conf,
+                    on_exit=on_exit,
+                )
+                for i in range(3)
+            ]
+        #: the node the harness last knew as the primary
+        self.primary = self.nodes[0]
+
+    @property
+    def url(self) -> str:
+        """What every rsjobs process connects with."""
+        if self.kind == "sentinel":
+            hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
+            return f"redis+sentinel://{hosts}/{SERVICE}/0"
+        return self.primary.url
+
+    @property
+    def all_nodes(self) -> list[RedisNode]:
+        return self.nodes + self.sentinels
+
+    def node(self, port: int) -> RedisNode | None:
+        return next((n for n in self.nodes if n.port == port), None)
+
+    def other(self, node: RedisNode) -> RedisNode:
+        return next(n for n in self.nodes if n is not node)
+
+    async def start(self) -> None:
+        await self.nodes[0].start()
+        for n in self.nodes[1:]:
+            await n.start(replicaof=self.nodes[0].port)
+        for s in self.sentinels:
+            await s.start()
+        if self.sentinels:
+            await self.wait_synced(60)
+
+    async def sentinel_primary(self) -> tuple[int | None, list[int | None]]:
+        """The primary's port as the sentinels see it: the answer of the first one that
+        answers, and every sentinel's answer (None: no answer)."""
+        answers: list[int | None] = []
+        for s in self.sentinels:
+            try:
+                reply = await ask(s.port, "SENTINEL", "get-master-addr-by-name", SERVICE)
+                answers.append(int(reply.split("\n")[1]) if "\n" in reply else None)
+            except (OSError, TimeoutError, ConnectionError, ValueError, IndexError):
+                answers.append(None)
+        first = next((a for a in answers if a is not None), None)
+        return first, answers
+
+    async def refresh_primary(self) -> RedisNode:
+        """Ask the sentinels where the primary is (single: always the one node)."""
+        if self.sentinels:
+            port, _ = await self.sentinel_primary()
+            node = self.node(port) if port is not None else None
+            if node is not None:
+                self.primary = node
+        return self.primary
+
+    async def role(self, node: RedisNode) -> str:
+        """``master``, ``slave`` or '' (no answer)."""
+        try:
+            info = await ask(node.port, "ROLE", timeout_s=1.0)
+        except (OSError, TimeoutError, ConnectionError, ValueError):
+            return ""
+        return info.split("\n", 1)[0] if not info.startswith("-") else ""
+
+    async def wait_synced(self, timeout_s: float) -> bool:
+        """Until the primary has its replica online (state=online in INFO replication)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        while loop.time() < end:
+            try:
+                info = await ask(self.primary.port, "INFO", "replication", timeout_s=1.0)
+            except (OSError, TimeoutError, ConnectionError, ValueError):
+                info = ""
+            if "state=online" in info and "role:master" in info:
+                return True
+            await asyncio.sleep(0.1)
+        return False

@@ -1,0 +1,235 @@
+"""The workload: which tasks a chaos run submits, when, and what each one does.
+
+Every task has a *kind* (its behaviour, carried in its payload as ``k``); the handlers in
+:mod:`tools.chaos.handlers` act on it, and the checker knows from :data:`KINDS` which
+final states each kind can honestly reach. The plan is a pure function of the seed.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, NamedTuple
+
+import msgspec
+
+from rsjobs.schemas import EnqueueRequest
+
+__all__ = ["KINDS", "QUEUE", "Kind", "TaskSpec", "plan_tasks"]
+
+#: the queue every chaos task goes to
+QUEUE = "chaos"
+
+
+class Kind(NamedTuple):
+    """What a kind of task does, and so which outcomes are possible for it."""
+
+    weight: float  #: share of the workload
+    raises: bool  #: its handler may raise (FAIL events from a worker are expected)
+    can_succeed: bool  #: SUCCEEDED is a possible outcome
+    can_time_out: bool  #: TIMED_OUT is a possible outcome (it has a deadline)
+    cancelled: bool  #: the producer cancels it
+    doc: str
+
+
+KINDS: dict[str, Kind] = {
+    "fast": Kind(50, False, True, False, False, "returns within 30 ms (20% delayed first)"),
+    "slow": Kind(6, False, True, False, False, "runs 1.3-2.5 leases, kept alive by heartbeats"),
+    "flaky": Kind(12, True, True, False, False, "fails its first 1-2 attempts, then succeeds"),
+    "fatal": Kind(5, True, False, False, False, "raises NonRetryable: FAILED at once"),
+    "dedup": Kind(12, False, True, False, False, "fast, with a dedup key; half submitted twice"),
+    "cancel_pending": Kind(6, False, True, False, True, "cancelled right after submit"),
+    "cancel_running": Kind(3, False, True, False, True, "runs 20 s; cancelled once RUNNING"),
+    "pause_resume": Kind(3, False, True, False, False, "runs 1-3 s; paused, then resumed"),
+    "timeout": Kind(3, False, False, True, False, "outlives its 800 ms deadline: TIMED_OUT"),
+    "expire": Kind(2, False, True, True, False, "delayed 3 s with a 1 s queue-wait deadline"),
+    "poison": Kind(0, False, False, False, False, "SIGKILLs its own worker: dead-lettered"),
+    # created by a workflow (tools.chaos.flows), not submitted; cancelled with it
+    "wf": Kind(0, True, True, False, False, "a task of a workflow (chaos.wf handler)"),
+}
+
+
+class TaskSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """One planned task."""
+
+    seq: int
+    kind: str
+    at_s: float  #: submit time, seconds after the run started
+    payload: dict[str, Any]
+    max_attempts: int = 3
+    timeout_ms: int = 0
+    delay_ms: int = 0
+    wait_timeout_ms: int = 0
+    dedup: str = ""
+    #: seconds after the first submit to submit it again (dedup kind); < 0 = only once
+    repeat_after_s: float = -1.0
+
+    def request(self, queue: str = QUEUE) -> EnqueueRequest:
+        return EnqueueRequest(
+            type="chaos",
+            payload=self.payload,
+            queue=queue,
+            max_attempts=self.max_attempts,
+            timeout_ms=self.timeout_ms,
+            delay_ms=self.delay_ms,
+            dedup_key=self.dedup or None,
+            wait_timeout_ms=self.wait_timeout_ms,
+            # short backoffs keep the drain short
+            backoff_base_ms=100,
+            backoff_max_ms=1000,
+        )
+
+
+def _spec(rng: random.Random, seq: int, kind: str, at_s: float, lease_ms: int) -> TaskSpec:
+    p: dict[str, Any] = {"k": kind, "seq": seq, "ms": 0}
+    opts: dict[str, Any] = {"max_attempts": rng.randint(3, 5)}
+    if kind == "fast":
+        p["ms"] = rng.randint(0, 30)
+        if rng.random() < 0.2:
+            opts["delay_ms"] = rng.randint(200, 2000)
+    elif kind == "slow":
+        p["ms"] = int(lease_ms * rng.uniform(1.3, 2.5))
+    elif kind == "flaky":
+        p["ms"] = rng.randint(0, 20)
+        p["fail"] = rng.randint(1, 2)
+        opts["max_attempts"] = p["fail"] + rng.randint(2, 3)
+    elif kind == "fatal":
+        p["ms"] = rng.randint(0, 20)
+    elif kind == "dedup":
+        p["ms"] = rng.randint(0, 30)
+        opts["dedup"] = f"chaos-{seq}"
+        if rng.random() < 0.5:
+            opts["repeat_after_s"] = rng.choice([0.0, rng.uniform(0, 3)])
+    elif kind == "cancel_pending":
+        p["ms"] = 200
+        if rng.random() < 0.5:
+            opts["delay_ms"] = rng.randint(1000, 3000)
+    elif kind == "cancel_running":
+        p["ms"] = 20_000
+    elif kind == "pause_resume":
+        p["ms"] = rng.randint(1000, 3000)
+        p["hold"] = rng.randint(200, 2000)  # ms between PAUSE and RESUME
+    elif kind == "timeout":
+        p["ms"] = 2400
+        opts.update(timeout_ms=800, max_attempts=2)
+    elif kind == "expire":
+        p["ms"] = 10
+        opts.update(delay_ms=3000, wait_timeout_ms=1000)
+    elif kind == "poison":
+        # more attempts than the reaper's max deliveries: it must be dead-lettered
+        opts["max_attempts"] = 10
+    return TaskSpec(seq=seq, kind=kind, at_s=at_s, payload=p, **opts)
+
+
+def plan_tasks(
+    seed: int, n: int, active_s: float, lease_ms: int, poison: int = -1
+) -> list[TaskSpec]:
+    """``n`` tasks (plus ``poison`` poison tasks; -1 = one per 500, at least one) spread
+    over the first ``active_s`` seconds, sorted by submit time. Pure: same seed, same plan."""
+    rng = random.Random(f"{seed}:tasks")
+    kinds = [k for k, v in KINDS.items() if v.weight > 0]
+    weights = [KINDS[k].weight for k in kinds]
+    chosen = rng.choices(kinds, weights, k=n)
+    if poison < 0:
+        poison = max(1, n // 500)
+    chosen += ["poison"] * poison
+    specs = [
+        _spec(rng, seq, kind, round(rng.uniform(0, active_s), 3), lease_ms)
+        for seq, kind in enumerate(chosen)
+    ]
+    return sorted(specs, key=lambda s: (s.at_s, s.seq))
+
+
+# -- workflows ----------------------------------------------------------------------------
+
+#: what each kind of workflow does (its input tells the ``chaos.wf`` handler) and how it
+#: may end
+WF_KINDS: dict[str, tuple[float, str]] = {
+    "wf_ok": (6, "every task succeeds (some after a retryable failure): PUBLISHED"),
+    "wf_partial": (3, "item b fails for good on its first run: PARTIALLY_FAILED, retried"),
+    "wf_cancel": (2, "cancelled 0-1.5 s after its start: CANCELLED (or done first)"),
+}
+
+
+class WorkflowSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """One planned workflow (the 2-stage ``tools.chaos.flows`` pipeline)."""
+
+    seq: int
+    kind: str
+    at_s: float
+    input: dict[str, Any]
+    #: seconds after the start to cancel it (< 0: never)
+    cancel_after_s: float = -1.0
+
+
+def plan_workflows(seed: int, n: int, active_s: float) -> list[WorkflowSpec]:
+    """``n`` workflows over the first ``active_s`` seconds; pure, like :func:`plan_tasks`.
+    Their seq numbers start at 1,000,000 (apart from tasks')."""
+    rng = random.Random(f"{seed}:workflows")
+    kinds = list(WF_KINDS)
+    chosen = rng.choices(kinds, [WF_KINDS[k][0] for k in kinds], k=n)
+    out = []
+    for i, kind in enumerate(chosen):
+        seq = 1_000_000 + i
+        inp: dict[str, Any] = {"wk": kind, "seq": seq, "ms": rng.randint(0, 300)}
+        if rng.random() < 0.3:
+            inp["flaky"] = True  # the first attempt of item a raises (retryable)
+        if kind == "wf_partial":
+            inp["fail_item"] = "b"
+        cancel = round(rng.uniform(0, 1.5), 3) if kind == "wf_cancel" else -1.0
+        at = round(rng.uniform(0, active_s), 3)
+        out.append(WorkflowSpec(seq=seq, kind=kind, at_s=at, input=inp, cancel_after_s=cancel))
+    return sorted(out, key=lambda s: (s.at_s, s.seq))
+
+
+# -- poison inputs ------------------------------------------------------------------------
+
+#: bad inputs sent through the public APIs; each must be refused with a clear error and
+#: write nothing (``wf_next_over_limit`` is accepted: it must end FAILED with a reason)
+POISON_KINDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "task_over_limit": (("client", "http"), "a task payload just over the payload limit"),
+    "task_deep": (("client", "http"), "a task payload of JSON nested 1,000 deep"),
+    "wf_over_limit": (("client", "http"), "a workflow input over the payload limit"),
+    "wf_deep": (("client", "http"), "a workflow input of JSON nested 1,000 deep"),
+    "wf_next_over_limit": (
+        ("client",),
+        "a workflow whose first stage fits but whose second stage's payload (input + the "
+        "first stage's asset references) would be over the limit",
+    ),
+    "flood_cancel": (("client", "http"), "1,000-3,000 cancels of one finished task"),
+    "flood_pause": (("client",), "1,000-3,000 pauses of one finished task"),
+}
+#: how deep the nested inputs are
+DEEP = 1000
+
+
+class PoisonSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """One planned bad input."""
+
+    seq: int
+    kind: str
+    channel: str  #: "client" (Client / WorkflowClient) or "http" (the web app)
+    at_s: float
+    #: commands in a flood
+    count: int = 0
+
+    @property
+    def marker(self) -> str:
+        """Carried by the input: anything in Redis holding it was written by it."""
+        return f"poison-{self.seq}"
+
+
+def plan_poison(seed: int, n: int, active_s: float, *, http: bool) -> list[PoisonSpec]:
+    """``n`` bad inputs (every kind at least once when ``n`` allows), over the first
+    ``active_s`` seconds (from 2 s in: there are finished tasks to flood by then); seq
+    numbers from 2,000,000. Without ``http`` every input goes through the Python API."""
+    rng = random.Random(f"{seed}:poison")
+    kinds = list(POISON_KINDS)
+    chosen = kinds[:n] + rng.choices(kinds, k=max(0, n - len(kinds)))
+    out = []
+    for i, kind in enumerate(chosen):
+        channels = POISON_KINDS[kind][0]
+        channel = rng.choice(channels) if http else "client"
+        count = rng.randint(1000, 3000) if kind.startswith("flood") else 0
+        at = round(rng.uniform(min(2.0, active_s / 2), active_s), 3)
+        out.append(PoisonSpec(seq=2_000_000 + i, kind=kind, channel=channel, at_s=at, count=count))
+    return sorted(out, key=lambda s: (s.at_s, s.seq))
