@@ -7,11 +7,11 @@ Common KEYS (every transition script):
   KEYS[2]  stats      hash    "<queue>:<STATE>" counts, "ev:<EVENT>" / "rej:<EVENT>" counters
   KEYS[3]  scheduled  zset    "<queue>:<id>" scored by due time (ms)
   KEYS[4]  deadlines  zset    "<queue>:<id>" scored by execution deadline (ms)
-  KEYS[5]  scratch    stream  transient, within one call: see retain()
+  KEYS[5]  scratch    -       not written (kept in the layout; see the history key)
 The task keys, four per task (a script's items: its tasks, entries, members... follow the
 common KEYS, each with its keys; then the script's own keys, if any):
-  task       hash    the task
-  history    stream  its history
+  task       hash    the task, its history included (see record)
+  history    -       the key of the history stream of earlier releases: not written
   queue      stream  its queue's stream
   dedup      string  its dedup key (the unused "dedup:" key when it has none)
 
@@ -27,11 +27,14 @@ Each header names every KEYS and ARGV of its script in this form (rsjobs/store/l
 packs the calls by the same names, and a test checks that the two agree), and each script
 checks #KEYS and #ARGV against it with layout() before anything else.
 
-Every transition, and every rejected attempt at one, is appended to the task's history
-stream and to the events stream with: ev, from, to, src, att (attempt), ts (Redis TIME, ms),
-and msg / rej=1 / extra fields where they apply. Refusals are coalesced (see reject): the
-first refusal of an event while the task stays in one state is an entry; repeats of it
-are counted on the task hash, so no sender can grow a history. Checks come before the
+Every transition, and every rejected attempt at one, is an entry of the task's history,
+kept in the task hash itself (field h<n> for entry n, see record): event, state after it,
+source, attempt, time (Redis TIME), and msg / refused / extra fields where they apply. The
+events stream gets the task id and the entry number (id, hid) of each entry: readers
+(the web app's hub, Client.wait) learn from it that something happened and read the entry
+from the task. Refusals are coalesced (see reject): the first refusal of an event while
+the task stays in one state is an entry; repeats of it are counted on the task hash, so no
+sender can grow a history. Checks come before the
 first write of each task: Redis does not roll a script back.
 Counters (KEYS[2]) are summed per field while the script runs and written once per field
 when it ends, and dropped work entries are acked and deleted then with one XACK and one
@@ -194,8 +197,43 @@ local function member(t)
   return t.queue .. ':' .. t.id
 end
 
+-- The short names of the task hash's common fields (the README's glossary of task hash
+-- fields; rsjobs/store/record.py declares the same): a task hash is a listpack of small
+-- values, and its field names are most of its bytes. Scripts name fields by their long
+-- names and map them with fld(); every field not listed keeps its long name.
+local FIELD = {state = 's', type = 't', queue = 'q', payload = 'p', attempt = 'a',
+  max_attempts = 'ma', failures = 'f', created_at = 'c', started_at = 'b', updated_at = 'u',
+  lease = 'l', result = 'r', entry = 'e'}
+local function fld(name)
+  return FIELD[name] or name
+end
+
+-- A flat field, value array with its field names mapped by fld() (in place).
+local function fields_of(f)
+  for j = 1, #f, 2 do f[j] = fld(f[j]) end
+  return f
+end
+
+-- Fields that mean nothing once a task is terminal, deleted when it gets there: its
+-- delivery, its lease's expiry, its execution deadline, the consumer holding the lease
+-- (the history's START entries name every consumer). The lease itself stays: a repeated
+-- COMPLETE of its holder is answered from it.
+-- Its start and last update are its history's START and last entry's times.
+local TERMINAL_DROP = {'e', 'lease_expires_at', 'deadline_at', 'consumer', 'b', 'u'}
+
+-- The state an event leads to when the table allows it only one (START: RUNNING...):
+-- a history entry of such an event leaves its state token empty (derived from the table
+-- in the same way by rsjobs/store/history.py).
+local IMPLIED = {}
+for row in pairs(TRANSITIONS) do
+  local _, event, to = string.match(row, '^([%u_]*)|([%u_]+)|([%u_]+)$')
+  if IMPLIED[event] == nil then IMPLIED[event] = to elseif IMPLIED[event] ~= to then
+    IMPLIED[event] = false
+  end
+end
+
 -- Complete the fields `f` of a history entry: msg, rej=1 for a refusal, then `extra` (a
--- flat field, value array, may be nil). Shared by task and workflow histories.
+-- flat field, value array, may be nil). The workflow history's entries (wf.lua).
 local function with_note(f, msg, rejected, extra)
   if msg ~= nil and msg ~= '' then
     f[#f + 1] = 'msg'; f[#f + 1] = msg
@@ -209,26 +247,50 @@ local function with_note(f, msg, rejected, extra)
   return f
 end
 
--- Append one entry to the task's history and to the events stream; returns the history id.
--- `extra` is a flat array of additional field, value pairs (may be nil); `att` the attempt
--- the entry names (nil = the task's current attempt).
-local function record(t, from, to, event, msg, rejected, extra, att)
-  local f = with_note({'ev', event, 'from', from, 'to', to, 'src', SOURCE,
-    'att', att or t.attempt or 0, 'ts', NOW}, msg, rejected, extra)
-  local hid = redis.call('XADD', t.hkey, '*', unpack(f))
-  redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*',
-    'id', t.id, 'q', t.queue, 'hid', hid, unpack(f))
+-- A token of a history entry: '%', ' ', '|', CR and LF percent-escaped (%XX), so that
+-- the entry splits back into its tokens.
+local function esc(v)
+  return (string.gsub(tostring(v), '[%% |\r\n]', function(c)
+    return string.format('%%%02X', string.byte(c))
+  end))
+end
+
+-- Add the next entry of the task's history to `f`, the hash fields the caller writes with
+-- one HSET, and tell the events stream; returns the entry's id (its number, "1", "2"...).
+-- Entry n is the hash field h<n>, and hn counts them. Its value is one line of text:
+--   <EVENT> <state after> <source> <attempt> <ms after c>[ !][ <name>=<value>...][|<msg>]
+-- ('!': a refusal; the state after is left empty when the event leads to one state only
+-- (IMPLIED); the tokens escaped by esc(); the message is the rest of the line, as
+-- written). The state before an entry is the state after the one before it ('' for the
+-- first): every change of state is an entry. The events stream gets the task id and the
+-- entry's id only. `extra` is a flat array of more field, value pairs (may be nil); `att`
+-- the attempt the entry names (nil = the task's current attempt).
+local function append_entry(f, t, to, event, msg, rejected, extra, att)
+  local shown = to
+  if not rejected and IMPLIED[event] == to then shown = '' end
+  local p = {esc(event), esc(shown), esc(SOURCE), att or t.attempt or 0, NOW - (t.created or NOW)}
+  if rejected then p[#p + 1] = '!' end
+  if extra ~= nil then
+    for j = 1, #extra, 2 do p[#p + 1] = esc(extra[j]) .. '=' .. esc(extra[j + 1]) end
+  end
+  local v = table.concat(p, ' ')
+  if msg ~= nil and msg ~= '' then v = v .. '|' .. msg end
+  local n = (t.hn or 0) + 1
+  t.hn = n
+  f[#f + 1] = 'h' .. n; f[#f + 1] = v
+  f[#f + 1] = 'hn'; f[#f + 1] = n
+  local hid = tostring(n)
+  redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*', 'id', t.id, 'hid', hid)
   return hid
 end
 
--- Rewrite stream `key` as an exact-size copy (same ids, entries and TTL). Redis
--- preallocates a stream's first node (up to stream-node-max-bytes, 4 kB by default) and
--- keeps that allocation; a task's history holds a few entries, about 0.3 kB. COPY
--- allocates only what the entries use, and later appends grow it by what they add.
-local function compact(key)
-  if redis.call('COPY', key, SCRATCH_KEY, 'REPLACE') == 1 then
-    redis.call('RENAME', SCRATCH_KEY, key)
-  end
+-- Append one entry to the task's history (and tell the events stream); returns its id.
+-- `from` is the task's state (kept for the callers' sake: the history derives it).
+local function record(t, from, to, event, msg, rejected, extra, att)
+  local f = {}
+  local hid = append_entry(f, t, to, event, msg, rejected, extra, att)
+  redis.call('HSET', t.key, unpack(f))
+  return hid
 end
 
 -- The attempt a lease token "<attempt>:<nonce>" names; 0 when it names none (at most 9
@@ -271,25 +333,21 @@ local function reject(t, event, reason, att)
     redis.call('HSET', t.key, 'rep_ts:' .. hid, NOW)
     return hid
   end
-  hid = record(t, t.state, t.state, event, reason, true, nil, att)
-  -- a finished task's history was compacted at its end and is not again; an append may
-  -- have opened a new, preallocated node (COPY keeps the TTL)
-  if TERMINAL[t.state] then compact(t.hkey) end
+  local f = {}
+  hid = append_entry(f, t, t.state, event, reason, true, nil, att)
   local v = k .. '=' .. hid
   if list and list ~= '' then v = list .. ',' .. v end
-  redis.call('HSET', t.key, 'refusals', v)
+  f[#f + 1] = 'refusals'; f[#f + 1] = v
+  redis.call('HSET', t.key, unpack(f))
   t.refusals = v
   return hid
 end
 
--- Keep a finished task (hash, history, dedup key) for the retention period only. Its
--- history is compacted again: since ENQUEUE it may have opened a new, preallocated node
--- (a node holds at most stream-node-max-bytes or 100 entries).
+-- Keep a finished task (its hash, which holds its history, and its dedup key) for the
+-- retention period only.
 local function retain(t)
-  compact(t.hkey)
   if RETENTION_MS > 0 then
     redis.call('PEXPIRE', t.key, RETENTION_MS)
-    redis.call('PEXPIRE', t.hkey, RETENTION_MS)
     if t.dedup and t.dedup ~= '' then
       redis.call('PEXPIRE', t.dkey, RETENTION_MS)
     end
@@ -303,12 +361,17 @@ local function transition(t, event, to, msg, fields, extra)
     error('rsjobs: illegal transition ' .. t.state .. ' -' .. event .. '-> ' .. to)
   end
   local from = t.state
-  local f = {'state', to, 'updated_at', NOW}
+  -- (a terminal task's time of finishing is its last update, u)
+  local f = {'s', to}
+  if not TERMINAL[to] then f[3] = 'u'; f[4] = NOW end
   if fields ~= nil then
-    for j = 1, #fields do f[#f + 1] = fields[j] end
+    for j = 1, #fields, 2 do
+      f[#f + 1] = fld(fields[j]); f[#f + 1] = fields[j + 1]
+    end
   end
+  local hid = append_entry(f, t, to, event, msg, false, extra)
   if TERMINAL[to] then
-    f[#f + 1] = 'finished_at'; f[#f + 1] = NOW
+    redis.call('HDEL', t.key, unpack(TERMINAL_DROP))
   end
   redis.call('HSET', t.key, unpack(f))
   if t.refusals then
@@ -322,7 +385,6 @@ local function transition(t, event, to, msg, fields, extra)
   end
   count('ev:' .. event, 1)
   t.state = to
-  local hid = record(t, from, to, event, msg, false, extra)
   if TERMINAL[to] then retain(t) end
   return hid
 end
@@ -334,16 +396,17 @@ end
 -- a new task's table is built by hand; it has no `refusals` yet.)
 local function load(i, names)
   local key, hkey, qkey, dkey = task_keys(i)
-  local q = {'state', 'id', 'queue', 'attempt', 'dedup', 'refusals'}
-  for j = 1, #names do q[#q + 1] = names[j] end
+  local q = {'s', 'id', 'q', 'a', 'dedup', 'refusals', 'c', 'hn'}
+  for j = 1, #names do q[#q + 1] = fld(names[j]) end
   local v = redis.call('HMGET', key, unpack(q))
   if not v[1] then return nil end
   if not v[2] or not v[3] then
     error('rsjobs: corrupt task hash ' .. key .. ': no id or queue field', 0)
   end
   local t = {key = key, hkey = hkey, qkey = qkey, dkey = dkey, state = v[1], id = v[2],
-    queue = v[3], attempt = tonumber(v[4]) or 0, dedup = v[5], refusals = v[6], f = {}}
-  for j = 1, #names do t.f[names[j]] = v[6 + j] end
+    queue = v[3], attempt = tonumber(v[4]) or 0, dedup = v[5], refusals = v[6],
+    created = tonumber(v[7]), hn = tonumber(v[8]) or 0, f = {}}
+  for j = 1, #names do t.f[names[j]] = v[8 + j] end
   return t
 end
 
@@ -365,6 +428,11 @@ end
 local function push_entry(t)
   return redis.call('XADD', t.qkey, '*', 'id', t.id)
 end
+
+-- The backoff of a task whose hash has no backoff fields (what a client submits by default).
+local BACKOFF_BASE_MS, BACKOFF_MAX_MS = 1000, 300000
+-- The attempts of a task whose hash has no max_attempts field (the client's default).
+local MAX_ATTEMPTS = 3
 
 -- The options of a new task: one JSON object per task, packed by the store
 -- (rsjobs/store/layout.py, task_options). A name left out is 0 (counts) or '' (texts).
@@ -396,17 +464,26 @@ end
 -- created here and nowhere else (enqueue.lua, and wf.lua's create_task). `i` is the
 -- task's index in KEYS; `o` its options (task_options); `msg` the history message;
 -- `more` extra hash fields and `extra` extra history fields (flat arrays, may be nil).
--- The new history is compacted: a waiting task holds what its entries use, not its
--- stream's 4 kB preallocation (see compact). Returns the task.
+-- Fields equal to their defaults are left out (failures 0, progress 0, no timeout, the
+-- backoff's defaults, which end_attempt applies when they are missing). Returns the task.
 local function new_task(i, id, typ, queue, payload, o, msg, more, extra)
   local key, hkey, qkey, dkey = task_keys(i)
   local dedup, owner = o.dedup or '', o.owner or ''
   local t = {key = key, hkey = hkey, qkey = qkey, dkey = dkey, id = id, queue = queue,
-    state = '', attempt = 0, dedup = dedup}
-  local fields = {'id', id, 'type', typ, 'queue', queue, 'payload', payload,
-    'attempt', 0, 'failures', 0, 'max_attempts', o.max_attempts, 'timeout_ms', o.timeout_ms or 0,
-    'backoff_base_ms', o.backoff_base_ms or 0, 'backoff_max_ms', o.backoff_max_ms or 0,
-    'progress', 0, 'created_at', NOW}
+    state = '', attempt = 0, dedup = dedup, created = NOW, hn = 0}
+  local fields = {'id', id, 't', typ, 'q', queue, 'p', payload, 'c', NOW}
+  if o.max_attempts ~= MAX_ATTEMPTS then
+    fields[#fields + 1] = 'ma'; fields[#fields + 1] = o.max_attempts
+  end
+  if (o.timeout_ms or 0) > 0 then
+    fields[#fields + 1] = 'timeout_ms'; fields[#fields + 1] = o.timeout_ms
+  end
+  if o.backoff_base_ms ~= nil and o.backoff_base_ms ~= BACKOFF_BASE_MS then
+    fields[#fields + 1] = 'backoff_base_ms'; fields[#fields + 1] = o.backoff_base_ms
+  end
+  if o.backoff_max_ms ~= nil and o.backoff_max_ms ~= BACKOFF_MAX_MS then
+    fields[#fields + 1] = 'backoff_max_ms'; fields[#fields + 1] = o.backoff_max_ms
+  end
   if owner ~= '' then fields[#fields + 1] = 'owner'; fields[#fields + 1] = owner end
   if dedup ~= '' then
     fields[#fields + 1] = 'dedup'; fields[#fields + 1] = dedup
@@ -431,7 +508,6 @@ local function new_task(i, id, typ, queue, payload, o, msg, more, extra)
     fields[#fields + 1] = 'entry'; fields[#fields + 1] = push_entry(t)
   end
   transition(t, 'ENQUEUE', to, msg, fields, extra)
-  compact(t.hkey)
   return t
 end
 
@@ -456,7 +532,7 @@ end
 -- promote) or sweeps for it (deadline) calls this, so the deadline holds without a reaper.
 local function expire(t, how, extra)
   local expires = tonumber(t.f.expires_at)
-  local created = tonumber(t.f.created_at or redis.call('HGET', t.key, 'created_at')) or NOW
+  local created = t.created or NOW
   local why = 'expired: no worker started it within its queue-wait deadline (waited '
     .. (NOW - created) .. ' ms; deadline passed ' .. (NOW - expires) .. ' ms ago' .. how .. ')'
   if t.state == 'PENDING' then
@@ -510,7 +586,12 @@ local function end_attempt(t, event, body, etype, retryable, delay, jitter, extr
   if event == 'COMPLETE' then
     -- a success after failed attempts: the task has no error now (history keeps them)
     if (tonumber(t.f.failures) or 0) > 0 then redis.call('HDEL', t.key, 'error', 'error_type') end
-    transition(t, 'COMPLETE', 'SUCCEEDED', '', {'result', body, 'progress', 100}, extra)
+    -- (a SUCCEEDED task's progress is 100: the field is dropped, as readers know)
+    redis.call('HDEL', t.key, 'progress')
+    -- (a null result, what a handler returning None gives, is no field)
+    local fields = nil
+    if body ~= 'null' then fields = {'result', body} end
+    transition(t, 'COMPLETE', 'SUCCEEDED', '', fields, extra)
     return
   end
   if event == 'REQUEUE' then
@@ -518,7 +599,7 @@ local function end_attempt(t, event, body, etype, retryable, delay, jitter, extr
     return
   end
   local failures = (tonumber(t.f.failures) or 0) + 1
-  local max_attempts = tonumber(t.f.max_attempts) or 1
+  local max_attempts = tonumber(t.f.max_attempts) or MAX_ATTEMPTS
   local fields = {'error_type', etype, 'failures', failures}
   if more ~= nil then
     for j = 1, #more do fields[#fields + 1] = more[j] end
@@ -537,8 +618,8 @@ local function end_attempt(t, event, body, etype, retryable, delay, jitter, extr
     if delay < 0 then
       -- enqueue's defaults when a field is missing or garbled: a bad backoff setting must
       -- not fail the call after its first writes
-      delay = backoff(failures, tonumber(t.f.backoff_base_ms) or 1000,
-        tonumber(t.f.backoff_max_ms) or 300000, jitter)
+      delay = backoff(failures, tonumber(t.f.backoff_base_ms) or BACKOFF_BASE_MS,
+        tonumber(t.f.backoff_max_ms) or BACKOFF_MAX_MS, jitter)
     end
     fields[#fields + 1] = 'due_at'; fields[#fields + 1] = NOW + delay
     hist[#hist + 1] = 'retry_in_ms'; hist[#hist + 1] = delay

@@ -48,9 +48,9 @@ for i = 1, n do
   if existing then
     out[i] = {existing, '', 1}
   elseif redis.call('EXISTS', key) == 1 then
-    out[i] = {id, redis.call('HGET', key, 'state'), 1}
+    out[i] = {id, redis.call('HGET', key, fld('state')), 1}
   else
-    local t = new_task(i, id, typ, queue, payload, o, '', nil, {'type', typ})
+    local t = new_task(i, id, typ, queue, payload, o, '', nil, nil)
     out[i] = {id, t.state, 0}
   end
 end

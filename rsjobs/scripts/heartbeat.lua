@@ -59,7 +59,7 @@ for i = 1, n do
     redis.call('HSET', t.key, 'lease_expires_at', NOW + lease_ms)
     redis.call('XCLAIM', t.qkey, GROUP, consumer, 0, entry, 'JUSTID')
     if progress ~= '' then
-      redis.call('HSET', t.key, 'progress', progress, 'progress_msg', msg, 'updated_at', NOW)
+      redis.call('HSET', t.key, 'progress', progress, 'progress_msg', msg, fld('updated_at'), NOW)
       record(t, 'RUNNING', 'RUNNING', 'PROGRESS', msg, false, {'p', progress})
     end
     out[i] = 'OK'

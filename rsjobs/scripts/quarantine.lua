@@ -75,11 +75,12 @@ end
 local f = {state = '', id = '', queue = '', attempt = 0, type = '', entry = '', consumer = '',
   deliveries = 0, dedup = ''}
 if ktype == 'hash' then
-  local v = redis.call('HMGET', key, 'state', 'id', 'queue', 'attempt', 'type', 'entry',
-    'consumer', 'deliveries', 'dedup')
+  local v = redis.call('HMGET', key, fld('state'), 'id', fld('queue'), fld('attempt'),
+    fld('type'), fld('entry'), 'consumer', 'deliveries', 'dedup', fld('created_at'), 'hn')
   f = {state = v[1] or '', id = v[2] or '', queue = v[3] or '', attempt = tonumber(v[4]) or 0,
     type = v[5] or '', entry = v[6] or '', consumer = v[7] or '',
-    deliveries = tonumber(v[8]) or 0, dedup = v[9] or ''}
+    deliveries = tonumber(v[8]) or 0, dedup = v[9] or '', created = tonumber(v[10]),
+    hn = tonumber(v[11]) or 0}
 end
 local htype = key_type(hkey)
 local movable = ktype == 'hash' and (htype == 'stream' or htype == 'none')
@@ -105,7 +106,8 @@ if not movable then
 end
 
 local t = {key = key, hkey = hkey, qkey = qkey, dkey = dkey, id = tid, queue = queue,
-  state = f.state, attempt = f.attempt, dedup = f.dedup, f = {}}
+  state = f.state, attempt = f.attempt, dedup = f.dedup, created = f.created, hn = f.hn or 0,
+  f = {}}
 if index == 'queue' then drop_entry(qkey, ref) end
 if f.entry ~= '' and f.entry ~= ref then drop_entry(qkey, f.entry) end
 redis.call('ZREM', DEADLINES_KEY, member(t))
@@ -116,6 +118,6 @@ local dl = redis.call('XADD', DEADLETTER_KEY, 'MAXLEN', '~', dl_max, '*', 'id', 
   'att', f.attempt, 'ts', NOW, 'reason', reason, 'step', step, 'action', 'DEADLETTER')
 local fields = {'error', reason, 'error_type', 'DeadLetter', 'deadletter', dl}
 if f.id ~= tid then fields[#fields + 1] = 'id'; fields[#fields + 1] = tid end
-if f.queue ~= queue then fields[#fields + 1] = 'queue'; fields[#fields + 1] = queue end
+if f.queue ~= queue then fields[#fields + 1] = 'q'; fields[#fields + 1] = queue end
 transition(t, 'DEADLETTER', 'FAILED', reason, fields, {'step', step, 'dl', dl})
 return {'DEADLETTERED', t.state}

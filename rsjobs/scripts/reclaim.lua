@@ -141,7 +141,7 @@ for i = 1, n do
         -- a live worker that has not started it for dead_leases leases never will (its
         -- read reply was lost): deliver it again; not a lost delivery, so not counted
         drop_entry(qkey, entry)
-        redis.call('HSET', t.key, 'entry', push_entry(t))
+        redis.call('HSET', t.key, fld('entry'), push_entry(t))
         out[i] = 'REDELIVERED'
       else
         local deliveries = (tonumber(t.f.deliveries) or 0) + count
@@ -150,7 +150,7 @@ for i = 1, n do
           out[i] = 'DEADLETTERED'
         else
           drop_entry(qkey, entry)
-          redis.call('HSET', t.key, 'entry', push_entry(t), 'deliveries', deliveries)
+          redis.call('HSET', t.key, fld('entry'), push_entry(t), 'deliveries', deliveries)
           out[i] = 'REDELIVERED'
         end
       end

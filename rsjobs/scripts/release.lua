@@ -26,7 +26,7 @@ for i = 1, n do
   local t = load(i, {'entry'})
   if t ~= nil and t.state == 'PENDING' and t.f.entry == entry then
     drop_entry(t.qkey, entry)
-    redis.call('HSET', t.key, 'entry', push_entry(t))
+    redis.call('HSET', t.key, fld('entry'), push_entry(t))
     out[i] = 1
   else
     if t == nil or t.state ~= 'RUNNING' or t.f.entry ~= entry then
