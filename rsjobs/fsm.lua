@@ -221,6 +221,11 @@ end
 -- Its start and last update are its history's START and last entry's times.
 local TERMINAL_DROP = {'e', 'lease_expires_at', 'deadline_at', 'consumer', 'b', 'u'}
 
+-- Who sends an event as a rule: a history entry of it from that source leaves its source
+-- token empty (rsjobs/store/history.py reads it back the same way).
+local USUAL_SOURCE = {ENQUEUE = 'api', START = 'worker', COMPLETE = 'worker', FAIL = 'worker',
+  PROGRESS = 'worker', REQUEUE = 'worker'}
+
 -- The state an event leads to when the table allows it only one (START: RUNNING...):
 -- a history entry of such an event leaves its state token empty (derived from the table
 -- in the same way by rsjobs/store/history.py).
@@ -260,15 +265,16 @@ end
 -- Entry n is the hash field h<n>, and hn counts them. Its value is one line of text:
 --   <EVENT> <state after> <source> <attempt> <ms after c>[ !][ <name>=<value>...][|<msg>]
 -- ('!': a refusal; the state after is left empty when the event leads to one state only
--- (IMPLIED); the tokens escaped by esc(); the message is the rest of the line, as
--- written). The state before an entry is the state after the one before it ('' for the
+-- (IMPLIED), the source when it is the event's usual one (USUAL_SOURCE); the tokens
+-- escaped by esc(); the message is the rest of the line, as written). The state before an entry is the state after the one before it ('' for the
 -- first): every change of state is an entry. The events stream gets the task id and the
--- entry's id only. `extra` is a flat array of more field, value pairs (may be nil); `att`
+-- entry's id only, for every entry after the first. `extra` is a flat array of more field, value pairs (may be nil); `att`
 -- the attempt the entry names (nil = the task's current attempt).
 local function append_entry(f, t, to, event, msg, rejected, extra, att)
-  local shown = to
+  local shown, src = to, SOURCE
   if not rejected and IMPLIED[event] == to then shown = '' end
-  local p = {esc(event), esc(shown), esc(SOURCE), att or t.attempt or 0, NOW - (t.created or NOW)}
+  if USUAL_SOURCE[event] == src then src = '' end
+  local p = {esc(event), esc(shown), esc(src), att or t.attempt or 0, NOW - (t.created or NOW)}
   if rejected then p[#p + 1] = '!' end
   if extra ~= nil then
     for j = 1, #extra, 2 do p[#p + 1] = esc(extra[j]) .. '=' .. esc(extra[j + 1]) end
@@ -280,7 +286,11 @@ local function append_entry(f, t, to, event, msg, rejected, extra, att)
   f[#f + 1] = 'h' .. n; f[#f + 1] = v
   f[#f + 1] = 'hn'; f[#f + 1] = n
   local hid = tostring(n)
-  redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*', 'id', t.id, 'hid', hid)
+  if n > 1 then
+    -- (a task's first entry is no event: no one can be watching a task that did not
+    -- exist; whoever looks at it later reads that entry from the task)
+    redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*', 'id', t.id, 'hid', hid)
+  end
   return hid
 end
 

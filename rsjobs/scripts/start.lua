@@ -83,7 +83,7 @@ for i = 1, n do
     end
     transition(t, 'START', 'RUNNING', '', {'attempt', attempt, 'lease', lease,
       'consumer', consumer, 'started_at', NOW, 'lease_expires_at', NOW + lease_ms,
-      'deadline_at', deadline}, {'worker', consumer})
+      'deadline_at', deadline}, {'w', consumer})
     out[i] = started(t, lease, deadline, timeout)
   end
 end

@@ -54,6 +54,20 @@ def _implied() -> dict[str, str]:
 
 _IMPLIED = _implied()
 
+#: who sends an event as a rule (``USUAL_SOURCE`` in ``fsm.lua``): an entry of it from
+#: that source leaves its source token empty
+USUAL_SOURCE = {
+    "ENQUEUE": "api",
+    "START": "worker",
+    "COMPLETE": "worker",
+    "FAIL": "worker",
+    "PROGRESS": "worker",
+    "REQUEUE": "worker",
+}
+
+#: extra fields stored under a shorter name: the START entry's worker
+_EXTRA_NAMES = {"w": "worker"}
+
 
 def _parse(task_id: str, n: int, value: str, created: int, before: str) -> dict[str, str]:
     head, sep, msg = value.partition("|")
@@ -63,6 +77,8 @@ def _parse(task_id: str, n: int, value: str, created: int, before: str) -> dict[
     ev, to, src = (unquote(t) for t in tokens[:3])
     if not to:
         to = _IMPLIED.get(ev, "")
+    if not src:
+        src = USUAL_SOURCE.get(ev, "")
     f = {"ev": ev, "from": before, "to": to, "src": src, "att": tokens[3]}
     f["ts"] = str(created + int(tokens[4]))
     if sep and msg:
@@ -72,7 +88,8 @@ def _parse(task_id: str, n: int, value: str, created: int, before: str) -> dict[
             f["rej"] = "1"
         else:
             name, _, v = tok.partition("=")
-            f[unquote(name)] = unquote(v)
+            name = unquote(name)
+            f[_EXTRA_NAMES.get(name, name)] = unquote(v)
     return f
 
 
