@@ -176,7 +176,7 @@ def decode_task(h: Mapping[Any, Any]) -> TaskRecord:
     try:
         r = msgspec.convert(f, TaskRecord, strict=False)
     except msgspec.ValidationError as exc:
-        raise CorruptData("task", _id(h), str(exc)) from None
+        raise CorruptData("task", _id(h), _long_path(str(exc))) from None
     if r.state not in TERMINAL:
         return r
     progress = 100.0 if r.state == "SUCCEEDED" and "progress" not in f else r.progress
@@ -190,6 +190,13 @@ def decode_task(h: Mapping[Any, Any]) -> TaskRecord:
         updated_at=r.updated_at or finished,
         finished_at=r.finished_at or r.updated_at or finished,
     )
+
+
+def _long_path(why: str) -> str:
+    """msgspec's message with a short field name (``$.a``) given its long name too."""
+    for long, short in TASK_FIELDS.items():
+        why = why.replace(f"`$.{short}`", f"`$.{short}` ({long})")
+    return why
 
 
 def _from_history(f: Mapping[str, str], task_id: str) -> tuple[int, int, str]:
