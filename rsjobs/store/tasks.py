@@ -196,8 +196,8 @@ class Tasks:
                     pipe.xlen(k.queue(q))
                 lengths = await pipe.execute()
         out: dict[str, dict[str, int]] = {q: {} for q in queues}
-        for field, value in raw.items():
-            q, _, state = text(field).rpartition(":")
+        for name, value in raw.items():
+            q, _, state = text(name).rpartition(":")
             if q in out and state.isupper():
                 out[q][state] = int(value)
         for q, n in zip(queues, lengths, strict=True):

@@ -42,9 +42,7 @@ async def test_a_task_stays_within_its_memory_budget(default_redis: RedisServer)
     # the footprint is of tasks whose history is whole: read one back
     client = Client(connect(default_redis.url), settings)
     try:
-        done = [
-            k async for k in client.redis.scan_iter(match="rsjobs:{memory}:task:*", count=1000)
-        ]
+        done = [k async for k in client.redis.scan_iter(match="rsjobs:{memory}:task:*", count=1000)]
         tid = done[0].rsplit(":", 1)[-1]
         events = [e.event for e in await client.history(tid)]
         assert events == ["ENQUEUE", "START", "COMPLETE"]

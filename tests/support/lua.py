@@ -13,6 +13,7 @@ import fakeredis
 
 from rsjobs.schemas import HistoryEntry
 from rsjobs.store import layout
+from rsjobs.store.history import entries
 from rsjobs.store.keys import GROUP, Keys, TaskKeys
 from rsjobs.store.layout import (
     BeatArgs,
@@ -27,10 +28,8 @@ from rsjobs.store.layout import (
     StartArgs,
     task_options,
 )
-from rsjobs.store.history import entries
 from rsjobs.store.record import TASK_FIELDS
 from rsjobs.store.scripts import SCRIPT_NAMES, script_source
-
 
 
 def long_names(h: dict[str, str]) -> dict[str, str]:
