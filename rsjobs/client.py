@@ -282,10 +282,11 @@ class Client:
                 await asyncio.sleep(min(0.5, block / 1000))
                 entries = []
             if entries:
-                cursor = entries[-1][0]
-                # a full batch may mean trimming overtook this reader: read the task then
+                before, cursor = cursor, entries[-1][0]
+                # when trimming overtook this reader, the task's entry may be among those
+                # it never saw: read the task then
                 mine = any(f.get("id") == task_id for _, f in entries)
-                if not mine and len(entries) < _WAIT_BATCH:
+                if not mine and not await events.trimmed_past(before):
                     continue
             info = await self.get(task_id)
         return info

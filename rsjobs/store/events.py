@@ -14,6 +14,11 @@ __all__ = ["Events"]
 Row = tuple[str, dict[str, str]]
 
 
+def _order(stream_id: str) -> tuple[int, int]:
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
 class Events:
     """``store.events``: reads of the events stream (a client of its own for the hub's
     blocking reads, see :class:`rsjobs.store.Store`)."""
@@ -34,6 +39,12 @@ class Events:
         with boundary("XRANGE events"):
             first = await self.redis.xrange(self.key, "-", "+", count=1)
         return text(first[0][0]) if first else None
+
+    async def trimmed_past(self, cursor: str) -> bool:
+        """Whether trimming (MAXLEN) has removed entries after ``cursor``: the stream's first
+        entry is past it. A reader behind that point may have missed entries."""
+        first = await self.first_id()
+        return first is not None and _order(first) > _order(cursor)
 
     async def read(self, after: str, count: int, block_ms: int) -> list[Row]:
         """Up to ``count`` entries after ``after``, waiting up to ``block_ms`` for one."""

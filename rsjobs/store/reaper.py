@@ -16,7 +16,7 @@ from ..schemas import TaskInfo
 from . import layout
 from .keys import GROUP, TaskKeys, split_member
 from .layout import DeadlineArgs, DeadlineItem, Entry, ReclaimArgs, WorkersArgs
-from .record import TaskRecord, decode_task
+from .record import TaskRecord, decode_task, field
 from .replies import DeadlineOutcome, LinkCode, Recovery, WorkersSweep, text
 from .scripts import Scripts
 from .transient import boundary
@@ -102,7 +102,7 @@ class Reaping:
         with boundary("HMGET screen"):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for tid in task_ids:
-                    pipe.hmget(self.keys.task(tid), ["dedup", "state", "id", "queue"])
+                    pipe.hmget(self.keys.task(tid), ["dedup", field("state"), "id", field("queue")])
                 rows: list[Any] = await pipe.execute(raise_on_error=False)
         out: list[Screened] = []
         for r in rows:
@@ -235,7 +235,7 @@ class Reaping:
             rows = await self.redis.xrevrange(k.deadletter, "+", "-", count=count)
             async with self.redis.pipeline(transaction=False) as pipe:
                 for _, f in rows:
-                    pipe.hmget(k.task(f.get("id", "")), ["state", "requeued_as"])
+                    pipe.hmget(k.task(f.get("id", "")), [field("state"), "requeued_as"])
                 tasks = await pipe.execute()
         return [
             DeadLetterRow(text(eid), dict(f), None if st is None else text(st), text(req))

@@ -10,6 +10,7 @@ from redis.exceptions import ResponseError
 
 from rsjobs.store import layout
 from rsjobs.store.layout import QuarantineArgs
+from rsjobs.store.record import field
 from tests.support.lua import LuaHarness
 
 TID = "a" * 32
@@ -46,7 +47,7 @@ def test_load_refuses_a_task_without_its_queue_before_any_write() -> None:
     h.enqueue(TID)
     h.group()
     (entry,) = h.deliver()
-    h.r.hdel(h.k.task(TID), "queue")
+    h.r.hdel(h.k.task(TID), field("queue"))
     before = dump(h)
     with pytest.raises(ResponseError, match=r"corrupt task hash .* no id or queue field"):
         h.start(TID, entry)
@@ -67,7 +68,7 @@ def test_a_garbled_backoff_falls_back_to_the_defaults() -> None:
 def test_a_running_task_without_queue_is_dead_lettered_and_its_fields_restored() -> None:
     h = LuaHarness()
     entry = running(h)
-    h.r.hdel(h.k.task(TID), "queue")
+    h.r.hdel(h.k.task(TID), field("queue"))
     assert quarantine(h, "queue", entry, step="recovery") == ["DEADLETTERED", "FAILED"]
     t = h.task(TID)
     assert t["state"] == "FAILED" and t["queue"] == "q" and t["error_type"] == "DeadLetter"
