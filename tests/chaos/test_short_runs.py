@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.support.processes import ROOT
 from tools.chaos.config import faults_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
