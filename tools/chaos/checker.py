@@ -12,7 +12,7 @@
   submits, cancels, pauses, workflow starts and actions): their loss is a violation;
 * **warnings** — not a broken promise, but worth a look (a bad input left unanswered).
 
-Violation kinds (each one has a unit test in ``tests/unit/test_chaos_checker.py``):
+Violation kinds (each one has a unit test in ``tests/chaos/test_checker.py``):
 
 LOST                 an accepted id names no task (no hash, no history)
 HASH_MISSING         history without hash / HISTORY_MISSING the reverse

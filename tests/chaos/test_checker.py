@@ -16,7 +16,7 @@ import pytest
 
 from rsjobs.schemas import HistoryEntry
 from rsjobs.workflows import WorkflowEvent
-from tests.reference import replay as reference_replay
+from tests.support.reference import replay as reference_replay
 from tools.chaos import RunData, check
 from tools.chaos.records import (
     CancelAck,
