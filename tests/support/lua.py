@@ -28,7 +28,7 @@ from rsjobs.store.layout import (
     StartArgs,
     task_options,
 )
-from rsjobs.store.record import TASK_FIELDS
+from rsjobs.store.record import TASK_FIELDS, TaskRecord, decode_task
 from rsjobs.store.scripts import SCRIPT_NAMES, script_source
 
 
@@ -168,6 +168,10 @@ class LuaHarness:
         """The task hash with its fields by their long names (the glossary of
         ``rsjobs.store.record.TASK_FIELDS``)."""
         return long_names(self.r.hgetall(self.k.task(tid)))
+
+    def record(self, tid: str) -> TaskRecord:
+        """The task as the store reads it (defaults filled in, see ``decode_task``)."""
+        return decode_task(self.r.hgetall(self.k.task(tid)))
 
     def history(self, tid: str) -> list[HistoryEntry]:
         """The history as ``Client.history`` reads it (refusals with their repeats)."""
