@@ -4,7 +4,9 @@ table below is the only place where a legal transition is defined.
 
 Common KEYS (every transition script):
   KEYS[1]  events     stream  every transition of every task, trimmed with MAXLEN ~
-  KEYS[2]  stats      hash    "<queue>:<STATE>" counts, "ev:<EVENT>" / "rej:<EVENT>" counters
+  KEYS[2]  stats      hash    "<queue>:<STATE>" counts, "ev:<EVENT>" / "rej:<EVENT>" counters,
+                              task durations "dur:<queue>:<STATE>:<le>", "dur_ms:<queue>:<STATE>"
+                              (see observe_duration)
   KEYS[3]  scheduled  zset    "<queue>:<id>" scored by due time (ms)
   KEYS[4]  deadlines  zset    "<queue>:<id>" scored by execution deadline (ms)
   KEYS[5]  scratch    -       not written (kept in the layout; see the history key)
@@ -366,6 +368,24 @@ end
 
 -- Apply a transition the table allows: state field, counters, history, events, retention.
 -- `fields` is a flat array of extra hash fields to set in the same HSET.
+-- The upper bounds (ms) of the task duration histogram's buckets (DURATION_BUCKETS in
+-- rsjobs/web/metrics.py, which reads them back): a task reaching a terminal state after a
+-- START counts one in "dur:<queue>:<STATE>:<le>" (the first bound at or above its START to
+-- end time, "inf" past the last) and adds its time to "dur_ms:<queue>:<STATE>". Counted
+-- here, in the stats hash, so that the metric is exact and the same for every reader.
+local DURATION_LE_MS = {100, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000, 300000,
+  600000, 1800000, 3600000}
+
+local function observe_duration(t, to)
+  local ms = math.max(0, NOW - t.started)
+  local le = 'inf'
+  for j = 1, #DURATION_LE_MS do
+    if ms <= DURATION_LE_MS[j] then le = DURATION_LE_MS[j]; break end
+  end
+  count('dur:' .. t.queue .. ':' .. to .. ':' .. le, 1)
+  count('dur_ms:' .. t.queue .. ':' .. to, ms)
+end
+
 local function transition(t, event, to, msg, fields, extra)
   if not allowed(t.state, event, to) then
     error('rsjobs: illegal transition ' .. t.state .. ' -' .. event .. '-> ' .. to)
@@ -395,7 +415,11 @@ local function transition(t, event, to, msg, fields, extra)
   end
   count('ev:' .. event, 1)
   t.state = to
-  if TERMINAL[to] then retain(t) end
+  if TERMINAL[to] then
+    -- (t.started: the START time of its last attempt, when it had one)
+    if t.started then observe_duration(t, to) end
+    retain(t)
+  end
   return hid
 end
 
@@ -406,7 +430,7 @@ end
 -- a new task's table is built by hand; it has no `refusals` yet.)
 local function load(i, names)
   local key, hkey, qkey, dkey = task_keys(i)
-  local q = {'s', 'id', 'q', 'a', 'dedup', 'refusals', 'c', 'hn'}
+  local q = {'s', 'id', 'q', 'a', 'dedup', 'refusals', 'c', 'hn', 'b'}
   for j = 1, #names do q[#q + 1] = fld(names[j]) end
   local v = redis.call('HMGET', key, unpack(q))
   if not v[1] then return nil end
@@ -415,8 +439,8 @@ local function load(i, names)
   end
   local t = {key = key, hkey = hkey, qkey = qkey, dkey = dkey, state = v[1], id = v[2],
     queue = v[3], attempt = tonumber(v[4]) or 0, dedup = v[5], refusals = v[6],
-    created = tonumber(v[7]), hn = tonumber(v[8]) or 0, f = {}}
-  for j = 1, #names do t.f[names[j]] = v[8 + j] end
+    created = tonumber(v[7]), hn = tonumber(v[8]) or 0, started = tonumber(v[9]), f = {}}
+  for j = 1, #names do t.f[names[j]] = v[9 + j] end
   return t
 end
 

@@ -7,10 +7,10 @@ usual. For an entry that fails alone, the task's stored data is checked here
 (:func:`defects_of`):
 
 * a defect found (a hash without its id or queue, a field that does not parse, a key of
-  the wrong type...; fields by the names the README's glossary gives): ``quarantine.lua`` moves the task to FAILED through the state
-  machine (DEADLETTER, the reason in its history and on the dead-letter stream) when its
-  state allows, else takes the reference out of the index that keeps bringing it back and
-  records that on the dead-letter stream.
+  the wrong type...; fields named as the README's glossary names them): ``quarantine.lua``
+  moves the task to FAILED through the state machine (DEADLETTER, the reason in its
+  history and on the dead-letter stream) when its state allows, else takes the reference
+  out of the index that keeps bringing it back and records that on the dead-letter stream.
 * no defect found: the failure is not the task's fault (a bug, or something this check
   does not know). Nothing is changed; the caller logs it and the next pass tries again.
   Work is never failed on a guess.

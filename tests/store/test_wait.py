@@ -38,4 +38,3 @@ async def test_wait_reads_the_task_again_when_trimming_overtook_it(wclient: Clie
     # at once, not when its 5 s read times out with nothing to say
     info = await asyncio.wait_for(waiting, 2.5)
     assert info.state == "CANCELLED"
-

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rsjobs import Client
+from rsjobs.store.record import field
 from rsjobs.workflows import WorkflowClient
 from tests.support.reference import replay
 from tests.support.wf_fixtures import running_worker, wait_status
@@ -35,7 +36,7 @@ async def test_regenerate_cancels_the_running_old_version(
 
         assert await wf.regenerate(wid, "images", reason="a new look") == "RUNNING"
         for tid in v1_tasks:
-            assert await wf.redis.hget(wf.keys.task(tid), "state") == "CANCELLED"
+            assert await wf.redis.hget(wf.keys.task(tid), field("state")) == "CANCELLED"
         t0 = time.monotonic()
         while any(j.id in v1_tasks for j in w.jobs.values()):  # handlers stopped at once
             assert time.monotonic() - t0 < 2, "old handlers still running"
