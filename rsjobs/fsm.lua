@@ -512,11 +512,13 @@ local function new_task(i, id, typ, queue, payload, o, msg, more, extra)
   if (o.timeout_ms or 0) > 0 then
     fields[#fields + 1] = 'timeout_ms'; fields[#fields + 1] = o.timeout_ms
   end
-  if o.backoff_base_ms ~= nil and o.backoff_base_ms ~= BACKOFF_BASE_MS then
-    fields[#fields + 1] = 'backoff_base_ms'; fields[#fields + 1] = o.backoff_base_ms
+  -- (an option left out is 0, as task_options reads it: a backoff of 0 is stored, since
+  -- a missing field means the default)
+  if (o.backoff_base_ms or 0) ~= BACKOFF_BASE_MS then
+    fields[#fields + 1] = 'backoff_base_ms'; fields[#fields + 1] = o.backoff_base_ms or 0
   end
-  if o.backoff_max_ms ~= nil and o.backoff_max_ms ~= BACKOFF_MAX_MS then
-    fields[#fields + 1] = 'backoff_max_ms'; fields[#fields + 1] = o.backoff_max_ms
+  if (o.backoff_max_ms or 0) ~= BACKOFF_MAX_MS then
+    fields[#fields + 1] = 'backoff_max_ms'; fields[#fields + 1] = o.backoff_max_ms or 0
   end
   if owner ~= '' then fields[#fields + 1] = 'owner'; fields[#fields + 1] = owner end
   if dedup ~= '' then

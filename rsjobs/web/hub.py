@@ -3,15 +3,21 @@
 The transition scripts keep every entry of a task's history in its hash and append to the
 ``events`` stream the task id and the entry's number (``id``, ``hid``). The hub runs a
 single ``XREAD BLOCK`` loop on the events stream and tells the subscribers of each entry's
-task, which read the new entries from the task (``resync``), so a thousand open SSE
-connections cost one blocking read, not a thousand polls.
+task, so a thousand open SSE connections cost one blocking read, not a thousand polls.
 
-A subscriber never relies on the hub alone: it first replays the task's history stream
-(the source of truth, see ``sse.py``), and it replays again whenever the hub says it may
-have missed something (``resync``): after a Redis error, or when the subscriber fell so
-far behind that its buffer overflowed. Entries are deduplicated by history id, which
+An events entry is one of two kinds (``_dispatch``):
+
+- without the entry's fields (a task's: ``id``, ``hid`` only): every subscriber of that
+  id is asked to *read on* (:meth:`Subscription.request_resync`): its stream reads the
+  history after the last id it sent, from the hash. This is the same path as a resync
+  after an overflow or a Redis loss, so there is one way to catch up, not two.
+- with the entry's fields (``ev``, ``to``...): pushed as it is, as an :class:`Item`, to
+  the subscribers of that id, who skip what they already have by entry id.
+
+A subscriber never relies on the hub alone: it first replays the task's history after its
+Last-Event-ID, then follows the hub, and reads on from its last id whenever the hub says
+it may have missed something (``resync``). Entries are deduplicated by history id, which
 orders a task's entries, so replay and live delivery join without a gap or a duplicate.
-(An events entry that carries its history entry's fields, ``ev``..., is pushed as it is.)
 """
 
 from __future__ import annotations

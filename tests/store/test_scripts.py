@@ -71,6 +71,20 @@ def test_fail_backs_off_exponentially_then_fails() -> None:
     assert t["failures"] == "3" and "attempts exhausted (3/3)" in h.history(A)[-1].message
 
 
+def test_a_backoff_of_zero_is_kept_not_taken_for_the_default() -> None:
+    """A task asking for no backoff retries at once: the options leave a 0 out, and a
+    missing backoff field means the default (1 s), so the 0 must be stored."""
+    h = LuaHarness()
+    h.group()
+    h.enqueue(A, backoff=0)
+    assert (h.record(A).backoff_base_ms, h.record(A).backoff_max_ms) == (0, 0)
+    r = h.start(A, h.deliver()[0])
+    assert h.finish(A, "FAIL", r[5], body="boom")[1] == "SCHEDULED"
+    assert h.history(A)[-1].extra["retry_in_ms"] == "0"
+    h.enqueue(B, backoff=1000, backoff_max=300_000)  # the defaults: not stored
+    assert "backoff_base_ms" not in h.task(B) and "backoff_max_ms" not in h.task(B)
+
+
 def test_success_after_a_failure_clears_the_error_but_history_keeps_it() -> None:
     h = LuaHarness()
     h.group()

@@ -118,8 +118,10 @@ async def test_a_running_task_the_workflow_lost_track_of_is_refused(
     refused = [e for e in await c.history(wid) if e.rejected]
     assert refused[-1].event == "RESULT" and "not current" in refused[-1].message
     assert await c.assets(wid) == []
-    task_history = await c.redis.xrange(c.keys.history(old.id))
-    assert [f["ev"] for _, f in task_history][-2:] == ["COMPLETE", "CANCEL"]
+    rows = await c.store.tasks.history(old.id)
+    assert rows is not None
+    task_history = rows.entries(old.id)
+    assert [e.event for e in task_history][-2:] == ["COMPLETE", "CANCEL"]
 
 
 async def test_stale_calls_write_nothing(env: tuple[WorkflowClient, Hand]) -> None:

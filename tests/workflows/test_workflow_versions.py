@@ -74,8 +74,8 @@ async def test_late_result_of_an_old_version_is_refused_and_recorded(wf: Workflo
     refused = [e for e in await wf.history(wid) if e.rejected]
     assert refused[-1].event == "RESULT" and "late COMPLETE" in refused[-1].message
     assert refused[-1].extra["task"] == old["front"].id
-    task_refusals = [e for e in await wf.redis.xrange(wf.keys.history(old["front"].id))]
-    assert task_refusals[-1][1]["rej"] == "1"
+    rows = await wf.store.tasks.history(old["front"].id)
+    assert rows is not None and rows.entries(old["front"].id)[-1].rejected
     # the new version runs; only its images are listed (v1's side image is kept as v1's)
     new = await hand.claim()
     assert {t.version for t in new} == {2}
