@@ -9,11 +9,9 @@ Common KEYS (every transition script):
                               (see observe_duration)
   KEYS[3]  scheduled  zset    "<queue>:<id>" scored by due time (ms)
   KEYS[4]  deadlines  zset    "<queue>:<id>" scored by execution deadline (ms)
-  KEYS[5]  scratch    -       not written (kept in the layout; see the history key)
-The task keys, four per task (a script's items: its tasks, entries, members... follow the
+The task keys, three per task (a script's items: its tasks, entries, members... follow the
 common KEYS, each with its keys; then the script's own keys, if any):
-  task       hash    the task, its history included (see record)
-  history    -       the key of the history stream of earlier releases: not written
+  task       hash    the task, its history included (see append_entry)
   queue      stream  its queue's stream
   dedup      string  its dedup key (the unused "dedup:" key when it has none)
 
@@ -85,12 +83,11 @@ local TRANSITIONS = {
 }
 
 local EVENTS_KEY, STATS_KEY, SCHED_KEY, DEADLINES_KEY = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local SCRATCH_KEY = KEYS[5]
 local SOURCE = ARGV[1]
 local EVENTS_MAX = tonumber(ARGV[2])
 local RETENTION_MS = tonumber(ARGV[3])
 local GROUP = ARGV[4]
-local NCOMMON = 5  -- common KEYS
+local NCOMMON = 4  -- common KEYS
 local NARGV = 4  -- common ARGV
 
 -- Counter increments of this call: field -> sum, written by finish_call().
@@ -167,10 +164,10 @@ local function allowed(from, event, to)
   return TRANSITIONS[from .. '|' .. event .. '|' .. to] == true
 end
 
--- The four keys of the i-th task (1-based) of this call.
+-- The three keys of the i-th task (1-based) of this call: task, queue, dedup.
 local function task_keys(i)
-  local b = NCOMMON + (i - 1) * 4
-  return KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
+  local b = NCOMMON + (i - 1) * 3
+  return KEYS[b + 1], KEYS[b + 2], KEYS[b + 3]
 end
 
 -- The number of items of this call (tasks, entries, members...), after checking #KEYS
@@ -429,7 +426,7 @@ end
 -- task: every helper below needs both, and would fail half-way through its writes. (Only
 -- a new task's table is built by hand; it has no `refusals` yet.)
 local function load(i, names)
-  local key, hkey, qkey, dkey = task_keys(i)
+  local key, qkey, dkey = task_keys(i)
   local q = {'s', 'id', 'q', 'a', 'dedup', 'refusals', 'c', 'hn', 'b'}
   for j = 1, #names do q[#q + 1] = fld(names[j]) end
   local v = redis.call('HMGET', key, unpack(q))
@@ -437,7 +434,7 @@ local function load(i, names)
   if not v[2] or not v[3] then
     error('rsjobs: corrupt task hash ' .. key .. ': no id or queue field', 0)
   end
-  local t = {key = key, hkey = hkey, qkey = qkey, dkey = dkey, state = v[1], id = v[2],
+  local t = {key = key, qkey = qkey, dkey = dkey, state = v[1], id = v[2],
     queue = v[3], attempt = tonumber(v[4]) or 0, dedup = v[5], refusals = v[6],
     created = tonumber(v[7]), hn = tonumber(v[8]) or 0, started = tonumber(v[9]), f = {}}
   for j = 1, #names do t.f[names[j]] = v[9 + j] end
@@ -501,9 +498,9 @@ end
 -- Fields equal to their defaults are left out (failures 0, progress 0, no timeout, the
 -- backoff's defaults, which end_attempt applies when they are missing). Returns the task.
 local function new_task(i, id, typ, queue, payload, o, msg, more, extra)
-  local key, hkey, qkey, dkey = task_keys(i)
+  local key, qkey, dkey = task_keys(i)
   local dedup, owner = o.dedup or '', o.owner or ''
-  local t = {key = key, hkey = hkey, qkey = qkey, dkey = dkey, id = id, queue = queue,
+  local t = {key = key, qkey = qkey, dkey = dkey, id = id, queue = queue,
     state = '', attempt = 0, dedup = dedup, created = NOW, hn = 0}
   local fields = {'id', id, 't', typ, 'q', queue, 'p', payload, 'c', NOW}
   if o.max_attempts ~= MAX_ATTEMPTS then

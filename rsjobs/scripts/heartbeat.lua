@@ -24,7 +24,7 @@ Events: PROGRESS (RUNNING -> RUNNING) when a progress value is given; a refused 
   or PROGRESS is recorded with rej=1 (and the attempt its lease names).
 ]]
 local PER = 4
-local n, bad = layout(2, PER, 4, 0)
+local n, bad = layout(2, PER, 3, 0)
 if bad then return bad end
 local consumer, lease_ms = ARGV[5], tonumber(ARGV[6])
 if not consumer or consumer == '' then return bad_arg('consumer', consumer) end

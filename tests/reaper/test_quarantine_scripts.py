@@ -111,14 +111,16 @@ def test_a_task_the_table_cannot_move_is_taken_out_of_its_index_and_recorded() -
     assert dump(h) == before
 
 
-def test_a_task_whose_history_is_not_a_stream_is_not_moved() -> None:
+def test_a_garbled_history_count_overwrites_no_entry() -> None:
+    """A task whose history count (hn) does not parse is dead-lettered with its DEADLETTER
+    entry after the last entry there: no entry of its history is overwritten."""
     h = LuaHarness()
     entry = running(h)
-    h.r.delete(h.k.history(TID))
-    h.r.set(h.k.history(TID), "not a stream")
-    assert quarantine(h, "queue", entry) == ["REMOVED", "RUNNING"]
-    assert h.r.xrange(h.k.queue("q"), entry, entry) == []
-    assert "its history a string" in deadletters(h)[0]["reason"]
+    before = [e.event for e in h.history(TID)]
+    h.r.hset(h.k.task(TID), "hn", "lots")
+    assert quarantine(h, "queue", entry) == ["DEADLETTERED", "FAILED"]
+    assert h.task(TID)["hn"] == str(len(before) + 1)
+    assert [e.event for e in h.history(TID)] == [*before, "DEADLETTER"]
 
 
 def test_a_key_that_is_not_a_hash() -> None:

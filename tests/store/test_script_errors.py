@@ -70,7 +70,6 @@ async def test_a_task_history_lives_in_its_hash(client: Client) -> None:
     ]
     assert 0 < await r.pttl(client.keys.task(done)) <= client.settings.retention_ms
     assert await r.pttl(client.keys.task(pending)) == -1
-    assert not await r.exists(client.keys.scratch)
 
 
 async def test_a_long_history_is_read_whole_and_its_end_seen_by_a_waiter(
