@@ -1,5 +1,6 @@
-"""The namespace's events stream, as the web app's hub reads it: every transition of every
-task, appended by the scripts (with the task's history entry id as ``hid``)."""
+"""The namespace's events stream, as the web app's hub and ``Client.wait`` read it: the
+task id and entry number (``id``, ``hid``) of every history entry of every task but its
+first, appended by the scripts; readers read the entry from the task."""
 
 from __future__ import annotations
 

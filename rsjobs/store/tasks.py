@@ -179,12 +179,6 @@ class Tasks:
         rows = history.entries(f, task_id)[-recent:] if recent else []
         return info, [HistoryEntry.from_entry(i, e, task_id, f) for i, e in rows]
 
-    async def last_history_id(self, task_id: str) -> str:
-        """The id of the task's last history entry (``0`` when it has none)."""
-        with boundary("HGET task hn"):
-            n = await self.redis.hget(self.keys.task(task_id), history.COUNT)
-        return text(n) if n is not None else "0"
-
     async def stats(self) -> dict[str, dict[str, int]]:
         """Per queue: task counts per state, stream length."""
         k = self.keys
