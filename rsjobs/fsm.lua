@@ -29,7 +29,8 @@ checks #KEYS and #ARGV against it with layout() before anything else.
 
 Every transition, and every rejected attempt at one, is appended to the task's history
 stream and to the events stream with: ev, from, to, src, att (attempt), ts (Redis TIME, ms),
-and msg / rej=1 / extra fields where they apply. Refusals are coalesced (see reject): the
+and msg / rej=1 / extra fields where they apply; the events entry begins with id, q, hid
+(the history entry id) and, for a task of a workflow, wf (see event_head). Refusals are coalesced (see reject): the
 first refusal of an event while the task stays in one state is an entry; repeats of it
 are counted on the task hash, so no sender can grow a history. Checks come before the
 first write of each task: Redis does not roll a script back.
@@ -209,6 +210,21 @@ local function with_note(f, msg, rejected, extra)
   return f
 end
 
+-- The fields an events stream entry of task `t` has before its history entry's: id, q,
+-- hid and, for a task of a workflow, wf (the workflow id, read from the task hash once
+-- per call; left out when `extra` names it already), so that the web app's hub can wake
+-- the workflow's event streams when one of its tasks moves or reports progress.
+local function event_head(t, hid, extra)
+  if t.wf == nil then t.wf = redis.call('HGET', t.key, 'wf') or '' end
+  local head = {'id', t.id, 'q', t.queue, 'hid', hid}
+  if t.wf == '' then return head end
+  for j = 1, #(extra or {}), 2 do
+    if extra[j] == 'wf' then return head end
+  end
+  head[7] = 'wf'; head[8] = t.wf
+  return head
+end
+
 -- Append one entry to the task's history and to the events stream; returns the history id.
 -- `extra` is a flat array of additional field, value pairs (may be nil); `att` the attempt
 -- the entry names (nil = the task's current attempt).
@@ -216,8 +232,9 @@ local function record(t, from, to, event, msg, rejected, extra, att)
   local f = with_note({'ev', event, 'from', from, 'to', to, 'src', SOURCE,
     'att', att or t.attempt or 0, 'ts', NOW}, msg, rejected, extra)
   local hid = redis.call('XADD', t.hkey, '*', unpack(f))
-  redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*',
-    'id', t.id, 'q', t.queue, 'hid', hid, unpack(f))
+  local e = event_head(t, hid, extra)
+  for j = 1, #f do e[#e + 1] = f[j] end
+  redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*', unpack(e))
   return hid
 end
 
