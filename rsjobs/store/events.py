@@ -1,5 +1,7 @@
 """The namespace's events stream, as the web app's hub reads it: every transition of every
-task, appended by the scripts (with the task's history entry id as ``hid``)."""
+task, appended by the scripts (with the task's history entry id as ``hid``, and ``wf`` for
+a task of a workflow), and a note of every workflow history entry (``wf``, ``hid``,
+``ev``)."""
 
 from __future__ import annotations
 

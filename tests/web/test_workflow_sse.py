@@ -15,7 +15,7 @@ import redis as sync_redis
 
 from rsjobs import Settings, connect
 from rsjobs.workflows import WorkflowClient
-from tests.support.web import ALICE, SSEEvent, SSEReader, ServerThread, make_app, serve
+from tests.support.web import ALICE, ServerThread, SSEEvent, SSEReader, make_app, serve
 from tests.support.wf_fixtures import NS
 from tests.support.workflows import Hand, character
 
