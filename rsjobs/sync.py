@@ -31,6 +31,7 @@ from .client import Client, connect
 from .errors import ConfigError
 from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo
 from .settings import Settings
+from .store import Code, TaskRef
 
 __all__ = ["SyncClient"]
 
@@ -211,6 +212,19 @@ class SyncClient:
         """Raw counters: transitions per event and refusals."""
         r = self._runner()
         return r.run(r.client.counters())
+
+    def ref(self, task_id: str) -> TaskRef:
+        """The task's state, owner, queue and dedup key in one read; raises
+        :class:`rsjobs.TaskNotFound`."""
+        r = self._runner()
+        return r.run(r.client.ref(task_id))
+
+    def control(
+        self, task_id: str, event: str, reason: str = "", *, ref: TaskRef | None = None
+    ) -> tuple[Code, str]:
+        """CANCEL, PAUSE or RESUME: the reply code and the state after the call."""
+        r = self._runner()
+        return r.run(r.client.control(task_id, event, reason, ref=ref))
 
     def cancel(self, task_id: str, reason: str = "") -> str:
         """Cancel the task; returns the state after the call (idempotent)."""

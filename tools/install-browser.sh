@@ -1,5 +1,5 @@
 #!/bin/sh
-# Install Debian's chromium for the browser test (tests/integration/test_web_browser.py).
+# Install Debian's chromium for the browser test (tests/web/test_browser.py).
 #
 # Idempotent and quiet; never fails the build: when chromium cannot be installed (no apt,
 # not root, no network) it says so and exits 0, and the browser test skips itself.

@@ -112,8 +112,12 @@ class Scripts:
             try:
                 return await send(*cmd)
             except NoScriptError:
-                await self.redis.script_load(script_source(name))
-                return await send(*cmd)
+                # EVAL over the same path, not SCRIPT LOAD then EVALSHA: after a failover
+                # the load could reach the new primary while the call's connection still
+                # reaches the old node (then NOSCRIPT again, forever); EVAL runs where the
+                # call goes and caches the script there (a replica answers READONLY, a
+                # failover error the caller handles)
+                return await send(*_as_eval(cmd, name))
         except (RedisError, OSError) as exc:
             raise translate(exc, f"{name}.lua") from exc
 
@@ -127,7 +131,7 @@ class Scripts:
                 pipe.execute_command("WAIT", s.wait_replicas, s.wait_timeout_ms)
                 reply, acked = await pipe.execute(raise_on_error=False)
             if isinstance(reply, NoScriptError) and attempt == 1:
-                await self.redis.script_load(script_source(name))
+                cmd = _as_eval(cmd, name)  # on the same connection as the WAIT (see run)
                 continue
             if isinstance(reply, BaseException):
                 raise reply
@@ -137,3 +141,8 @@ class Scripts:
                 raise NotReplicated(f"{name}.lua", int(acked), s.wait_replicas, s.wait_timeout_ms)
             return reply
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _as_eval(cmd: tuple[Any, ...], name: str) -> tuple[Any, ...]:
+    """The EVALSHA call ``cmd`` as an EVAL of the script's source (same keys and args)."""
+    return ("EVAL", script_source(name), *cmd[2:])

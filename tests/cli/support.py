@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.helpers import ROOT
+from tests.support.processes import ROOT
 
 __all__ = ["Dev", "gone", "rsjobs"]
 

@@ -16,7 +16,7 @@ import redis as sync_redis
 
 from rsjobs import Client
 from tests.cli.support import rsjobs
-from tests.helpers import ROOT, spawn_worker, stop_process
+from tests.support.processes import ROOT, spawn_worker, stop_process
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ import pytest
 from rsjobs import Client
 from rsjobs.server import EmbeddedRedis
 from tests.cli.support import Dev, gone, rsjobs
-from tests.helpers import wait_for_state
+from tests.support.processes import wait_for_state
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ import pytest
 
 from rsjobs import SyncClient
 from rsjobs.server import EmbeddedRedis
-from tests.helpers import spawn_worker, stop_process
+from tests.support.processes import spawn_worker, stop_process
 
 django = pytest.importorskip("django")
 

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("fastapi")
 
 from examples.fastapi_app import create_app
-from tests.helpers import spawn_worker, stop_process
+from tests.support.processes import spawn_worker, stop_process
 
 pytestmark = pytest.mark.integration
 

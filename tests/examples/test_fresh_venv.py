@@ -12,7 +12,7 @@ import pytest
 
 from tests.examples.readme import Session, parse, section
 from tests.examples.test_readme import README, reader_env
-from tests.helpers import ROOT
+from tests.support.processes import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -14,7 +14,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.helpers import ROOT
+from tests.support.processes import ROOT
 
 pexpect = pytest.importorskip("pexpect")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.examples.readme import Session, parse, section
-from tests.helpers import ROOT
+from tests.support.processes import ROOT
 
 pytestmark = pytest.mark.integration
 

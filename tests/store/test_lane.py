@@ -172,3 +172,30 @@ async def test_closing_the_client_closes_its_lane(redis_url: str) -> None:
     assert proto is not None and not proto.closed
     await r.aclose()
     assert proto.closed
+
+
+class _TwoNodes:
+    """A client whose calls reach one node while SCRIPT LOAD would reach another (what a
+    failover leaves behind for a moment): every EVALSHA answers NOSCRIPT."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def execute_command(self, *args: object) -> object:
+        self.sent.append(str(args[0]))
+        if args[0] == "EVALSHA":
+            raise NoScriptError("No matching script. Please use EVAL.")
+        return [1]
+
+    async def script_load(self, source: str) -> str:
+        raise AssertionError("loaded through another connection than the call's")
+
+
+async def test_noscript_is_answered_with_eval_where_the_call_goes() -> None:
+    from rsjobs.store import layout
+
+    node = _TwoNodes()
+    scripts = Scripts(node, Settings())  # type: ignore[arg-type]
+    call = layout.promote(scripts.common, "worker", [])
+    assert await scripts.run(call) == [1]
+    assert node.sent == ["EVALSHA", "EVAL"]

@@ -1,7 +1,7 @@
 """What the browser tests share: Debian's Chromium driven by Playwright, skipped without it.
 
 Test modules use ``pytestmark = MARKS`` and open pages with :func:`open_page`; the
-``browser`` fixture (``tests/integration/conftest.py``) launches Chromium with
+``browser`` fixture (``tests/conftest.py``) launches Chromium with
 :func:`launch`.
 """
 

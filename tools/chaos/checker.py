@@ -12,7 +12,7 @@
   submits, cancels, pauses, workflow starts and actions): their loss is a violation;
 * **warnings** — not a broken promise, but worth a look (a bad input left unanswered).
 
-Violation kinds (each one has a unit test in ``tests/unit/test_chaos_checker.py``):
+Violation kinds (each one has a unit test in ``tests/chaos/test_checker.py``):
 
 LOST                 an accepted id names no task (no hash, no history)
 HASH_MISSING         history without hash / HISTORY_MISSING the reverse
@@ -425,12 +425,15 @@ class _Checker:
                     if (v[0].attempt, v[0].worker) == (att, worker)
                 )
                 # two runs under one START number: the write that may have been lost is
-                # the first run's START (a failover let the attempt start again)
+                # the first run's START (a failover let the attempt start again) or its end
+                # (the end and its XACK lost, the entry is still the worker's: the START
+                # repeated for it is answered as the first) — written between the first
+                # run's begin and the second's, dated by a loss window that span overlaps
                 self.bad(
                     "RERUN_UNDER_LEASE",
                     tid,
                     f"attempt {att} on {worker} ran {n} times",
-                    written_ms=again[0],
+                    written_ms=self.risk_point(again[0], again[1]),
                 )
         if len(execs) > len(starts):
             # the execution a START is missing for: one without any, else the first of
@@ -438,12 +441,22 @@ class _Checker:
             firsts = sorted((lost_start(v), (v[0].attempt, v[0].worker)) for v in execs.values())
             unmatched = [ts for ts, key in firsts if key not in by_lease]
             keys = [key for _, key in firsts]
-            again = [ts for ts, key in firsts if keys.count(key) > 1]  # its first run
+            # two runs under one START: the first run's START or end was lost between its
+            # begin and the second run's (see RERUN_UNDER_LEASE)
+            twice = sorted(
+                _began(v) for v in execs.values() if keys.count((v[0].attempt, v[0].worker)) > 1
+            )
             self.bad(
                 "EXCESS_EXECUTIONS",
                 tid,
                 f"{len(execs)} handler executions for {len(starts)} STARTs",
-                written_ms=(unmatched or again or [firsts[0][0]])[0],
+                written_ms=(
+                    unmatched[0]
+                    if unmatched
+                    else self.risk_point(twice[0], twice[1])
+                    if len(twice) > 1
+                    else firsts[0][0]
+                ),
             )
 
     def wf_cancelled(self, tid: str) -> bool:

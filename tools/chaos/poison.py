@@ -96,6 +96,11 @@ class PoisonSender:
                 await self._http(spec)
             else:
                 await self._client(spec)
+        except asyncio.CancelledError:
+            # still waiting for an answer when the run ended (the producer stops what is
+            # left after its bound): accounted for as unanswered, never silently dropped
+            self._note(spec, "unanswered", error="no answer before the run ended")
+            raise
         except Exception as exc:  # a harness bug: say so, never stop the run
             self._note(spec, "mishandled", error=f"harness: {type(exc).__name__}: {exc}")
 

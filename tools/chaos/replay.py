@@ -1,6 +1,6 @@
 """Replay a task's history through the transition table (``rsjobs.model``).
 
-The same rules as ``tests/reference.py``'s ``replay``, shipped with the package so that
+The same rules as ``tests/support/reference.py``'s ``replay``, kept beside the harness so that
 the chaos checker can run anywhere, and with a code per problem so reports can count them.
 """
 

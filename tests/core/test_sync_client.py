@@ -23,7 +23,7 @@ from rsjobs import (
     TaskNotFound,
     WaitTimeout,
 )
-from tests.helpers import spawn_worker, stop_process
+from tests.support.processes import spawn_worker, stop_process
 
 pytestmark = pytest.mark.integration
 

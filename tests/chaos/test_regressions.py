@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from rsjobs import Client
-from tests.helpers import spawn_worker, stop_process, wait_for_state
-from tests.integration.reaper_support import reaper_loop, wait_registered
+from tests.support.processes import spawn_worker, stop_process, wait_for_state
+from tests.support.reaper import reaper_loop, wait_registered
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ import pytest
 
 from rsjobs.schemas import HistoryEntry
 from rsjobs.workflows import WorkflowEvent
-from tests.reference import replay as reference_replay
+from tests.support.reference import replay as reference_replay
 from tools.chaos import RunData, check
 from tools.chaos.records import (
     CancelAck,
@@ -1239,3 +1239,32 @@ def test_a_kept_run_can_be_checked_again(tmp_path: Any) -> None:
     (tmp_path / RUNDATA).write_bytes(msgspec.json.encode(good_run()))
     assert main(["--recheck", str(tmp_path)]) == 0
     assert main(["--recheck", str(tmp_path / "nowhere")]) == 2
+
+
+def test_a_rerun_after_an_end_lost_in_a_failover_is_reported_apart() -> None:
+    """The first run began before the failover and ended during it: its end (and the
+    entry's XACK) went to the old primary and was lost; the worker found the entry still
+    its own and its START, repeated, was answered as the first: the handler ran again under
+    that START. The loss is dated by the window the span between the two runs overlaps,
+    not by the first run's START; a rerun with no window in between stays a violation."""
+
+    def rerun(faults: list[FaultEvent]) -> RunData:
+        return good_run(
+            executions=[
+                execution("x1", 1, W1, "start", ACK + 11),
+                execution("x0", 1, W1, "start", ACK + 9000),
+                execution("x0", 1, W1, "end", ACK + 9005, "ok"),
+            ],
+            durable=True,
+            faults=faults,
+        )
+
+    res = check(rerun(_failover(ACK + 2000, ACK + 8000)))
+    assert res.ok, res.violations
+    assert {v.kind for v in res.failover_window_losses} == {
+        "RERUN_UNDER_LEASE",
+        "EXCESS_EXECUTIONS",
+    }
+    assert {"RERUN_UNDER_LEASE", "EXCESS_EXECUTIONS"} <= set(kinds(rerun([])))
+    # a failover that settled before the first run began explains nothing
+    assert "RERUN_UNDER_LEASE" in kinds(rerun(_failover(ACK - 9000, ACK - 8000)))
