@@ -288,6 +288,11 @@ class DevStack:
                 asyncio.ensure_future(self.web.serve()): "web",
             }
             watcher = asyncio.ensure_future(self.watch(client, served))
+            # the ready line once the page answers (uvicorn bound its socket and ran the
+            # app's startup): whoever reads it may connect at once (uvicorn's flag has no
+            # event to wait on)
+            while not (self.web.started or self.stopping.is_set() or any(t.done() for t in parts)):  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
             self.say("Ctrl-C or SIGTERM stops everything (running tasks are handed back)")
             stop_wait = asyncio.ensure_future(self.stopping.wait())
             done, _ = await asyncio.wait([*parts, stop_wait], return_when=asyncio.FIRST_COMPLETED)
