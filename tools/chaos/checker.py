@@ -107,6 +107,7 @@ class _Checker:
         #: when each worker process started (its name is never reused)
         self.worker_started = {f.target: f.at_ms for f in data.faults if f.kind == "worker_start"}
         self.cancelled = {a.task_id for a in data.cancels}
+        self.resumed = {a.task_id: a.ack_ms for a in data.resumes}
         self.kind: dict[str, str] = {}
         self.ack: dict[str, int] = {}
         for s in data.submissions:
@@ -272,7 +273,18 @@ class _Checker:
             reasons = self.r.reasons.setdefault(kind, {})
             reasons[why] = reasons.get(why, 0) + 1
         if state not in TERMINAL:
-            self.bad("NOT_TERMINAL", tid, f"still {state} after the drain")
+            resumed = self.resumed.get(tid) if state == "PAUSED" else None
+            if resumed is not None:
+                # paused by the producer, and its RESUME acknowledged: that write was lost
+                self.bad(
+                    "NOT_TERMINAL",
+                    tid,
+                    f"still PAUSED after the drain; its RESUME was acknowledged at {resumed}",
+                    written_ms=resumed,
+                    durable_write=True,
+                )
+            else:
+                self.bad("NOT_TERMINAL", tid, f"still {state} after the drain")
         replayed = final_state(hist)
         if replayed != state:
             self.bad("STATE_MISMATCH", tid, f"hash says {state}, history leads to {replayed}")

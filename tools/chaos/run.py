@@ -349,6 +349,7 @@ class ChaosRun:
             submissions=producer.submissions,
             indeterminate=producer.indeterminate,
             cancels=producer.cancels,
+            resumes=producer.resumes,
             faults=self.cluster.events,
             tasks=tasks,
             executions=await read_executions(redis, cfg.namespace),
