@@ -123,6 +123,9 @@ async def test_a_failover_fault_promotes_the_replica_and_brings_the_old_primary_
         assert cluster.url.startswith("redis+sentinel://127.0.0.1:")
         first = await cluster.primary()
         assert await ask(first.port, "SET", "k", "v1") == "OK"
+        # on the replica before the failover (replication is asynchronous: without WAIT a
+        # write just before it may be lost lawfully)
+        assert await ask(first.port, "WAIT", "1", "5000", timeout_s=10) == "1"
         await cluster.failover(kill=False, down_s=0, sleep=no_wait)
         second = await cluster.primary()
         assert second is not first
@@ -131,6 +134,7 @@ async def test_a_failover_fault_promotes_the_replica_and_brings_the_old_primary_
 
         assert await ask(second.port, "SET", "k", "v2") == "OK"
         assert await topo.wait_synced(20)
+        assert await ask(second.port, "WAIT", "1", "5000", timeout_s=10) == "1"
         await cluster.failover(kill=True, down_s=0.2, sleep=no_wait)
         third = await cluster.primary()
         assert third is first
