@@ -7,6 +7,7 @@ Uses the system ``redis-server`` when it is 6.2 or newer, else the binary shippe
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import signal
@@ -71,7 +72,31 @@ def _die_with_parent() -> None:
         return
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands out as the local end of outgoing connections."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+            return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
+    """A loopback port free now, below the ephemeral range when there is room: a port the
+    kernel picks (bind to 0) can become the local end of someone's outgoing connection
+    before a server restarted on it binds again (a Redis or sentinel brought back on its
+    port then fails with "Address already in use")."""
+    lo, _ = _ephemeral_range()
+    if lo > 12000:
+        for _ in range(50):
+            port = random.randrange(10000, lo)
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

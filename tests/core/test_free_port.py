@@ -1,0 +1,25 @@
+"""free_port() picks loopback ports outside the kernel's ephemeral range (no Redis)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from rsjobs import server
+
+
+def test_ports_are_free_and_below_the_ephemeral_range() -> None:
+    lo, _ = server._ephemeral_range()
+    ports = {server.free_port() for _ in range(20)}
+    for port in ports:
+        if lo > 12000:
+            assert 10000 <= port < lo  # never the local end of an outgoing connection
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))  # and free
+
+
+def test_without_room_below_the_range_the_kernel_picks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server, "_ephemeral_range", lambda: (1024, 65535))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", server.free_port()))
