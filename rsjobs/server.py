@@ -178,12 +178,22 @@ class EmbeddedRedis:
         raise RedisUnavailable(f"redis-server did not answer on port {self.port}")
 
     def ping(self) -> bool:
+        """Whether *this* server answers on the port: the answering process must be our
+        child (INFO's process_id), or a start on a port another Redis took meanwhile
+        would pass for ours while our redis-server exits with "Address already in use"."""
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                s.sendall(b"PING\r\n")
-                return s.recv(64).startswith(b"+PONG")
+                s.sendall(b"INFO server\r\n")
+                reply = b""
+                while b"process_id:" not in reply or not reply.endswith(b"\r\n\r\n"):
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    reply += chunk
         except OSError:
             return False
+        m = re.search(rb"process_id:(\d+)", reply)
+        return m is not None and self.proc is not None and int(m.group(1)) == self.proc.pid
 
     def stop(self, *, kill: bool = False) -> None:
         """Stop the server: SIGTERM (a clean shutdown) or, with ``kill``, SIGKILL."""

@@ -23,3 +23,24 @@ def test_without_room_below_the_range_the_kernel_picks(monkeypatch: pytest.Monke
     monkeypatch.setattr(server, "_ephemeral_range", lambda: (1024, 65535))
     with socket.socket() as s:
         s.bind(("127.0.0.1", server.free_port()))
+
+
+def test_a_server_started_on_a_port_another_redis_holds_is_not_taken_for_ours(
+    tmp_path: object,
+) -> None:
+    """The other Redis answers PING on that port; ours exits (address in use): the start
+    fails clearly instead of handing out a URL to someone else's server."""
+    import pathlib
+
+    from rsjobs.errors import RedisUnavailable
+
+    base = pathlib.Path(str(tmp_path))
+    for d in ("a", "b"):
+        (base / d).mkdir()
+    port = server.free_port()
+    first = server.EmbeddedRedis(port=port, data_dir=str(base / "a")).start()
+    try:
+        with pytest.raises(RedisUnavailable):
+            server.EmbeddedRedis(port=port, data_dir=str(base / "b")).start(timeout=5)
+    finally:
+        first.stop()
