@@ -102,6 +102,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class _PortTaken(Exception):
+    """The port picked for a first start was taken before redis-server bound it."""
+
+
 class EmbeddedRedis:
     """A redis-server child process on 127.0.0.1, with its own data directory.
 
@@ -126,6 +130,9 @@ class EmbeddedRedis:
         own_session: bool = False,
     ) -> None:
         self.port = port or free_port()
+        # a port we picked may be taken before the server binds it: the first start then
+        # moves to another; a port the caller named, or one a restart must keep, does not
+        self._may_move = port is None
         self.own_session = own_session
         self.appendonly = appendonly
         self.appendfsync = appendfsync
@@ -157,6 +164,18 @@ class EmbeddedRedis:
         return args + self.extra_args
 
     def start(self, timeout: float = 10.0) -> EmbeddedRedis:
+        for _ in range(5 if self._may_move else 1):
+            try:
+                self._start_once(timeout)
+            except _PortTaken:
+                self.port = free_port()
+                continue
+            self._may_move = False
+            return self
+        raise RedisUnavailable(f"redis-server found no free port (last tried {self.port})")
+
+    def _start_once(self, timeout: float) -> None:
+        log_from = self._log_size()
         self.proc = subprocess.Popen(
             self.argv(),
             stdout=subprocess.DEVNULL,
@@ -167,15 +186,33 @@ class EmbeddedRedis:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                code = self.proc.returncode
+                self.proc = None
+                if self._may_move and self._log_says_port_taken(log_from):
+                    raise _PortTaken
                 raise RedisUnavailable(
-                    f"redis-server exited with {self.proc.returncode}; see "
-                    f"{self.data_dir}/redis.log"
+                    f"redis-server exited with {code}; see {self.data_dir}/redis.log"
                 )
             if self.ping():
-                return self
+                return
             time.sleep(0.02)
         self.stop()
         raise RedisUnavailable(f"redis-server did not answer on port {self.port}")
+
+    def _log_size(self) -> int:
+        try:
+            return os.path.getsize(os.path.join(self.data_dir, "redis.log"))
+        except OSError:
+            return 0
+
+    def _log_says_port_taken(self, since: int) -> bool:
+        """Whether this start's lines of the log (from byte ``since``) say the bind failed."""
+        try:
+            with open(os.path.join(self.data_dir, "redis.log"), "rb") as f:
+                f.seek(since)
+                return b"Address already in use" in f.read(65536)
+        except OSError:
+            return False
 
     def ping(self) -> bool:
         """Whether *this* server answers on the port: the answering process must be our

@@ -44,3 +44,27 @@ def test_a_server_started_on_a_port_another_redis_holds_is_not_taken_for_ours(
             server.EmbeddedRedis(port=port, data_dir=str(base / "b")).start(timeout=5)
     finally:
         first.stop()
+
+
+def test_a_port_it_picked_and_lost_before_the_bind_moves_to_another(tmp_path: object) -> None:
+    """A port picked free and then taken by someone else before redis-server bound it (two
+    suites starting servers side by side): the first start moves to a new port; a restart
+    keeps the one it has."""
+    import pathlib
+
+    base = pathlib.Path(str(tmp_path))
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    taken = holder.getsockname()[1]
+    redis = server.EmbeddedRedis(data_dir=str(base))
+    redis.port = taken  # as if the port had been taken between the pick and the bind
+    try:
+        redis.start(timeout=5)
+        assert redis.port != taken and redis.ping()
+        moved = redis.port
+        redis.restart()
+        assert redis.port == moved and redis.ping()
+    finally:
+        holder.close()
+        redis.cleanup()
