@@ -104,6 +104,28 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def _bind_web(port: int, given: bool) -> socket.socket:
+    """The web listener, bound now and held until uvicorn serves on it: a port checked
+    free and bound later can be taken in between by another process. The default port,
+    when taken, gives way to one the system picks; a port the user named does not."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            if given:
+                raise DevError(
+                    f"web port {port} is in use (choose another with --web-port)"
+                ) from None
+            sock.bind(("127.0.0.1", 0))
+        sock.listen(2048)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 @contextlib.contextmanager
 def _hold_data_dir(path: str) -> Iterator[Path]:
     """Create the directory and lock it for this process: two servers writing one AOF
@@ -165,8 +187,10 @@ class DevStack:
         definitions: Sequence[WorkflowDefinition],
         options: DevOptions,
         out: IO[str],
+        web_sock: socket.socket,
     ) -> None:
         self.registry = registry
+        self.web_sock = web_sock
         self.definitions = definitions
         self.options = options
         self.out = out
@@ -285,9 +309,14 @@ class DevStack:
             parts = {
                 asyncio.ensure_future(self.worker.run()): "worker",
                 asyncio.ensure_future(self.reaper.run()): "reaper",
-                asyncio.ensure_future(self.web.serve()): "web",
+                asyncio.ensure_future(self.web.serve(sockets=[self.web_sock])): "web",
             }
             watcher = asyncio.ensure_future(self.watch(client, served))
+            # the ready line once the page answers (uvicorn bound its socket and ran the
+            # app's startup): whoever reads it may connect at once (uvicorn's flag has no
+            # event to wait on)
+            while not (self.web.started or self.stopping.is_set() or any(t.done() for t in parts)):  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
             self.say("Ctrl-C or SIGTERM stops everything (running tasks are handed back)")
             stop_wait = asyncio.ensure_future(self.stopping.wait())
             done, _ = await asyncio.wait([*parts, stop_wait], return_when=asyncio.FIRST_COMPLETED)
@@ -323,17 +352,13 @@ async def run_dev(
     out: IO[str],
 ) -> int:
     """Start Redis, then the stack; stop Redis last, whatever happened."""
-    from .server import EmbeddedRedis, free_port
+    from .server import EmbeddedRedis
 
-    web_port = options.web_port
-    if not _port_free(web_port):
-        if options.web_port_given:
-            raise DevError(f"web port {web_port} is in use (choose another with --web-port)")
-        web_port = free_port()
-    options.web_port = web_port
     if options.port is not None and not _port_free(options.port):
         raise DevError(f"redis port {options.port} is in use (choose another with --port)")
-    dev = DevStack(registry, definitions, options, out)
+    web_sock = _bind_web(options.web_port, options.web_port_given)
+    web_port = options.web_port = web_sock.getsockname()[1]
+    dev = DevStack(registry, definitions, options, out, web_sock)
     loop = asyncio.get_running_loop()
     # before Redis starts: from here on a signal stops everything in order
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -370,6 +395,7 @@ async def run_dev(
             dev.say(f"in another shell:  {exports}")
             code = await dev.run(server.url)
     finally:
+        web_sock.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
     dev.say("stopped: worker, reaper, web and redis")

@@ -30,7 +30,8 @@ checks #KEYS and #ARGV against it with layout() before anything else.
 Every transition, and every rejected attempt at one, is an entry of the task's history,
 kept in the task hash itself (field h<n> for entry n, see record): event, state after it,
 source, attempt, time (Redis TIME), and msg / refused / extra fields where they apply. The
-events stream gets the task id and the entry number (id, hid) of each entry: readers
+events stream gets the task id and the entry number (id, hid) of each entry (and wf,
+the workflow id, for a workflow's task): readers
 (the web app's hub, Client.wait) learn from it that something happened and read the entry
 from the task. Refusals are coalesced (see reject): the first refusal of an event while
 the task stays in one state is an entry; repeats of it are counted on the task hash, so no
@@ -267,7 +268,7 @@ end
 -- (IMPLIED), the source when it is the event's usual one (USUAL_SOURCE); the tokens
 -- escaped by esc(); the message is the rest of the line, as written). The state before an entry is the state after the one before it ('' for the
 -- first): every change of state is an entry. The events stream gets the task id and the
--- entry's id only, for every entry after the first. `extra` is a flat array of more field, value pairs (may be nil); `att`
+-- entry's id (and wf for a workflow's task), for every entry after the first. `extra` is a flat array of more field, value pairs (may be nil); `att`
 -- the attempt the entry names (nil = the task's current attempt).
 local function append_entry(f, t, to, event, msg, rejected, extra, att)
   local shown, src = to, SOURCE
@@ -288,7 +289,15 @@ local function append_entry(f, t, to, event, msg, rejected, extra, att)
   if n > 1 then
     -- (a task's first entry is no event: no one can be watching a task that did not
     -- exist; whoever looks at it later reads that entry from the task)
-    redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*', 'id', t.id, 'hid', hid)
+    -- (wf: the workflow of a workflow's task, read once per call, so that the web app's
+    -- hub wakes that workflow's event streams when one of its tasks moves)
+    if t.wf == nil then t.wf = redis.call('HGET', t.key, 'wf') or '' end
+    if t.wf == '' then
+      redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*', 'id', t.id, 'hid', hid)
+    else
+      redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*', 'id', t.id, 'hid', hid,
+        'wf', t.wf)
+    end
   end
   return hid
 end
@@ -501,7 +510,10 @@ local function new_task(i, id, typ, queue, payload, o, msg, more, extra)
   local key, qkey, dkey = task_keys(i)
   local dedup, owner = o.dedup or '', o.owner or ''
   local t = {key = key, qkey = qkey, dkey = dkey, id = id, queue = queue,
-    state = '', attempt = 0, dedup = dedup, created = NOW, hn = 0}
+    state = '', attempt = 0, dedup = dedup, created = NOW, hn = 0, wf = ''}
+  for j = 1, #(more or {}), 2 do
+    if more[j] == 'wf' then t.wf = more[j + 1] end
+  end
   local fields = {'id', id, 't', typ, 'q', queue, 'p', payload, 'c', NOW}
   if o.max_attempts ~= MAX_ATTEMPTS then
     fields[#fields + 1] = 'ma'; fields[#fields + 1] = o.max_attempts

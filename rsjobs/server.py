@@ -7,6 +7,7 @@ Uses the system ``redis-server`` when it is 6.2 or newer, else the binary shippe
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import signal
@@ -71,10 +72,38 @@ def _die_with_parent() -> None:
         return
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands out as the local end of outgoing connections."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+            return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
+    """A loopback port free now, below the ephemeral range when there is room: a port the
+    kernel picks (bind to 0) can become the local end of someone's outgoing connection
+    before a server restarted on it binds again (a Redis or sentinel brought back on its
+    port then fails with "Address already in use")."""
+    lo, _ = _ephemeral_range()
+    if lo > 12000:
+        for _ in range(50):
+            port = random.randrange(10000, lo)
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class _PortTaken(Exception):
+    """The port picked for a first start was taken before redis-server bound it."""
 
 
 class EmbeddedRedis:
@@ -101,6 +130,9 @@ class EmbeddedRedis:
         own_session: bool = False,
     ) -> None:
         self.port = port or free_port()
+        # a port we picked may be taken before the server binds it: the first start then
+        # moves to another; a port the caller named, or one a restart must keep, does not
+        self._may_move = port is None
         self.own_session = own_session
         self.appendonly = appendonly
         self.appendfsync = appendfsync
@@ -132,6 +164,18 @@ class EmbeddedRedis:
         return args + self.extra_args
 
     def start(self, timeout: float = 10.0) -> EmbeddedRedis:
+        for _ in range(5 if self._may_move else 1):
+            try:
+                self._start_once(timeout)
+            except _PortTaken:
+                self.port = free_port()
+                continue
+            self._may_move = False
+            return self
+        raise RedisUnavailable(f"redis-server found no free port (last tried {self.port})")
+
+    def _start_once(self, timeout: float) -> None:
+        log_from = self._log_size()
         self.proc = subprocess.Popen(
             self.argv(),
             stdout=subprocess.DEVNULL,
@@ -142,23 +186,51 @@ class EmbeddedRedis:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                code = self.proc.returncode
+                self.proc = None
+                if self._may_move and self._log_says_port_taken(log_from):
+                    raise _PortTaken
                 raise RedisUnavailable(
-                    f"redis-server exited with {self.proc.returncode}; see "
-                    f"{self.data_dir}/redis.log"
+                    f"redis-server exited with {code}; see {self.data_dir}/redis.log"
                 )
             if self.ping():
-                return self
+                return
             time.sleep(0.02)
         self.stop()
         raise RedisUnavailable(f"redis-server did not answer on port {self.port}")
 
-    def ping(self) -> bool:
+    def _log_size(self) -> int:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                s.sendall(b"PING\r\n")
-                return s.recv(64).startswith(b"+PONG")
+            return os.path.getsize(os.path.join(self.data_dir, "redis.log"))
+        except OSError:
+            return 0
+
+    def _log_says_port_taken(self, since: int) -> bool:
+        """Whether this start's lines of the log (from byte ``since``) say the bind failed."""
+        try:
+            with open(os.path.join(self.data_dir, "redis.log"), "rb") as f:
+                f.seek(since)
+                return b"Address already in use" in f.read(65536)
         except OSError:
             return False
+
+    def ping(self) -> bool:
+        """Whether *this* server answers on the port: the answering process must be our
+        child (INFO's process_id), or a start on a port another Redis took meanwhile
+        would pass for ours while our redis-server exits with "Address already in use"."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"INFO server\r\n")
+                reply = b""
+                while b"process_id:" not in reply or not reply.endswith(b"\r\n\r\n"):
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    reply += chunk
+        except OSError:
+            return False
+        m = re.search(rb"process_id:(\d+)", reply)
+        return m is not None and self.proc is not None and int(m.group(1)) == self.proc.pid
 
     def stop(self, *, kill: bool = False) -> None:
         """Stop the server: SIGTERM (a clean shutdown) or, with ``kill``, SIGKILL."""

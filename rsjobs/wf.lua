@@ -33,7 +33,8 @@ recorded at this version and stage), nfailed (failed tasks awaiting a retry), re
 created_at, updated_at, finished_at, published_version.
 
 History entries: ev, from, to, src, v (version), stage, ts (Redis TIME, ms), msg, rej=1 on
-refusals, and extra fields (task, item, ref...). Besides transitions, two notes that leave
+refusals, and extra fields (task, item, ref...); each is noted on the events stream (KEYS[1])
+as wf (the workflow id), hid (the history entry id), ev (see wf_record). Besides transitions, two notes that leave
 the status as it is: SPAWN (a stage's tasks were created) and ASSET (an asset recorded).
 Replies of workflow scripts: {code, status, drive, message}; drive = 1 when the workflow
 needs the driver now (a stage to spawn, or tasks of a finished workflow to cancel).
@@ -125,11 +126,17 @@ local function stage_plan(w, s)
   return wf_plan(w).stages[s + 1]
 end
 
--- Append one entry to the workflow's history; `extra` is a flat field, value array.
+-- Append one entry to the workflow's history; `extra` is a flat field, value array. The
+-- events stream gets a note of it (wf, hid, ev: no copy of the entry, bounded like the
+-- task entries) so that the web app's hub wakes the workflow's event streams, which read
+-- the entry from the history.
 local function wf_record(w, from, to, event, msg, rejected, extra)
   local f = with_note({'ev', event, 'from', from, 'to', to, 'src', SOURCE, 'v', w.version,
     'stage', w.stage_name, 'ts', NOW}, msg, rejected, extra)
-  return redis.call('XADD', WF_HKEY, 'MAXLEN', '~', WF_HISTORY_MAX, '*', unpack(f))
+  local hid = redis.call('XADD', WF_HKEY, 'MAXLEN', '~', WF_HISTORY_MAX, '*', unpack(f))
+  redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*', 'wf', w.id, 'hid', hid,
+    'ev', event)
+  return hid
 end
 
 -- Record a refused action: the workflow does not change; its history says why.

@@ -10,8 +10,8 @@ from typing import Any
 
 import msgspec
 
-from ..cli import CliError
-from ..client import Client
+from ..cli import CliError, settings_from_args
+from ..client import Client, connect
 from ..console import commands as show
 from ..errors import ConfigError
 from ..settings import Settings
@@ -33,7 +33,8 @@ def _env_int(name: str, default: int) -> int:
 
 
 def _client(args: argparse.Namespace) -> Client:
-    return Client.from_url(args.url, source="user", namespace=args.namespace)
+    """The global options' client: namespace and durable mode (--wait-replicas)."""
+    return Client(connect(args.url), settings_from_args(args), source="user")
 
 
 def _print_json(value: Any) -> None:
@@ -58,7 +59,7 @@ async def cmd_reaper(args: argparse.Namespace) -> int:
             guard=not args.no_guard,
             log_idle=not args.quiet,
         )
-        settings = Settings(namespace=args.namespace, retention_ms=args.retention_ms)
+        settings = settings_from_args(args, retention_ms=args.retention_ms)
     except ConfigError as exc:
         raise CliError(str(exc)) from None
     # one JSON line per sweep: the message is the whole record

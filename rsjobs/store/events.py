@@ -1,6 +1,8 @@
 """The namespace's events stream, as the web app's hub and ``Client.wait`` read it: the
-task id and entry number (``id``, ``hid``) of every history entry of every task but its
-first, appended by the scripts; readers read the entry from the task."""
+task id and entry number (``id``, ``hid``, and ``wf`` for a workflow's task) of every
+history entry of every task but its first, and a note of every workflow history entry
+(``wf``, ``hid``, ``ev``), appended by the scripts; readers read the entry from the task
+or the workflow's history."""
 
 from __future__ import annotations
 

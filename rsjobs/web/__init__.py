@@ -1,6 +1,8 @@
-"""The HTTP face of rsjobs: status, history, cancel and SSE push for frontends.
+"""All of rsjobs's HTTP: tasks and workflows (status, history, actions, SSE push, plans and
+asset files), health, metrics and the OpenAPI document, for frontends and operators.
 
-Importable without the worker: nothing here imports ``rsjobs.worker``.
+Importable without the worker: nothing here imports ``rsjobs.worker`` (and
+``rsjobs.workflows`` imports nothing of this package).
 """
 
 from .app import create_app

@@ -17,8 +17,6 @@ import logging
 import os
 from collections.abc import AsyncIterator, Iterable, Mapping
 from importlib import resources
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 from starlette.applications import Starlette
@@ -27,24 +25,22 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..client import Client
 from ..errors import CorruptData, NotReplicated, RedisUnavailable, RsjobsError, StoreError
 from ..settings import Settings
 from ..store.connection import connect, describe
+from ..workflows import WorkflowClient, WorkflowDefinition
+from .assets import asset_routes, check_asset_root
 from .auth import Auth
 from .config import WebConfig
 from .http import ApiError, error_response, store_error
 from .logs import redact_access_logs
-from .routes import Api
+from .routes import task_routes
 from .service import Service
-from .sse import StreamLimiter
-from .wf_extras import check_asset_root, workflow_extra_routes
-
-if TYPE_CHECKING:
-    from ..workflows import WorkflowDefinition
+from .workflows import workflow_routes
 
 __all__ = ["create_app"]
 
@@ -104,10 +100,15 @@ def create_app(
         blocking = connect(target, socket_timeout=config.hub_block_ms / 1000 + bound,
                            connect_timeout=bound)  # fmt: skip
         log.info("rsjobs web: redis %s", describe(redis, target))
+    workflows = WorkflowClient(redis, settings, definitions=definitions, source="api")
     service = Service(
-        Client(redis, settings, source="api"), auth, config, own_client=own, blocking=blocking
+        Client(redis, settings, source="api"),
+        auth,
+        config,
+        own_client=own,
+        blocking=blocking,
+        workflows=workflows,
     )
-    api = Api(service)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -120,17 +121,7 @@ def create_app(
         finally:
             await service.aclose()
 
-    routes: list[BaseRoute] = [
-        Route("/tasks", api.submit, methods=["POST"]),
-        Route("/tasks/{task_id}", api.get_task, methods=["GET"], name="task"),
-        Route("/tasks/{task_id}/history", api.history, methods=["GET"]),
-        Route("/tasks/{task_id}/cancel", api.cancel, methods=["POST"]),
-        Route("/tasks/{task_id}/events", api.task_events, methods=["GET"]),
-        Route("/healthz", api.healthz, methods=["GET"]),
-        Route("/metrics", api.metrics, methods=["GET"]),
-        Route("/openapi.json", api.openapi, methods=["GET"]),
-    ]
-    routes += _workflow_routes(redis, settings, auth, config, definitions, root, service.limiter)
+    routes = task_routes(service) + workflow_routes(service) + asset_routes(service, root)
     if config.serve_ui:
         static = StaticFiles(directory=str(resources.files("rsjobs") / "web" / "static"), html=True)
         routes += [
@@ -163,30 +154,6 @@ def create_app(
     )
     app.state.rsjobs = service
     return app
-
-
-def _workflow_routes(
-    redis: Redis,
-    settings: Settings,
-    auth: Auth,
-    config: WebConfig,
-    definitions: Iterable[WorkflowDefinition],
-    asset_root: Path | None,
-    limiter: StreamLimiter,
-) -> list[BaseRoute]:
-    """``/workflows`` and its actions (rsjobs.workflows), sharing the app's Redis and auth,
-    plus the plan and asset routes of ``wf_extras``."""
-    from ..workflows import WorkflowClient
-    from .workflows import workflow_routes
-
-    client = WorkflowClient(redis, settings, definitions=definitions, source="api")
-    return workflow_routes(
-        lambda: client,
-        auth,
-        max_body_bytes=config.max_body_bytes,
-        keepalive_ms=config.keepalive_ms,
-        limiter=limiter,
-    ) + workflow_extra_routes(client, auth, asset_root=asset_root)
 
 
 async def _to_ui(request: Request) -> Response:

@@ -112,9 +112,12 @@ async def cmd_web(args: argparse.Namespace) -> int:
         cors_origins=tuple(args.cors_origin),
         keepalive_ms=args.keepalive_ms,
     )
+    from ..cli import settings_from_args
+
     app = create_app(
         args.url,
-        namespace=args.namespace,
+        # the global options: namespace and durable mode (--wait-replicas / env)
+        settings=settings_from_args(args),
         dev=args.dev,
         config=config,
         definitions=load_definitions(args.workflows),

@@ -21,6 +21,9 @@ class WebConfig(msgspec.Struct, frozen=True, kw_only=True):
     keepalive_ms: int = 15_000
     #: the reconnection delay the SSE stream suggests to EventSource (``retry:``)
     sse_retry_ms: int = 2_000
+    #: a workflow stream sends the status document again within this long of a move of
+    #: one of its tasks (progress, an end), and at most this often for such moves
+    status_ms: int = 1_000
     #: bound of one Redis reply for the requests' commands (and of connecting): while
     #: Redis is unreachable or frozen, a request answers 503 within about this long
     redis_timeout_ms: int = 2_000
@@ -48,6 +51,7 @@ class WebConfig(msgspec.Struct, frozen=True, kw_only=True):
         for name in (
             "keepalive_ms",
             "sse_retry_ms",
+            "status_ms",
             "hub_block_ms",
             "redis_outage_ms",
             "redis_timeout_ms",

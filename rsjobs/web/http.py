@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -19,7 +19,6 @@ __all__ = [
     "PAGE_PARAMS",
     "RESUME_PARAMS",
     "ApiError",
-    "answering",
     "bearer_token",
     "check_query",
     "error_response",
@@ -30,8 +29,6 @@ __all__ = [
     "read_body",
     "unavailable",
 ]
-
-Handler = Callable[[Request], Awaitable[Response]]
 
 
 class ApiError(Exception):
@@ -90,24 +87,6 @@ def error_response(exc: ApiError) -> Response:
 
 #: a JSON body nests one level above the payload (or workflow input) it carries
 BODY_DEPTH = MAX_DEPTH + 1
-
-
-def answering(fn: Handler) -> Handler:
-    """``fn`` turning its errors into JSON answers itself, so that routes mounted in any
-    app need no exception handlers (the workflow routes)."""
-
-    async def handle(request: Request) -> Response:
-        try:
-            return await fn(request)
-        except ApiError as exc:
-            return error_response(exc)
-        except Exception as exc:
-            answer = store_error(exc)
-            if answer is None:
-                raise
-            return error_response(answer)
-
-    return handle
 
 
 async def read_body(request: Request, limit: int) -> bytes:

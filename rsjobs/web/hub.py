@@ -18,6 +18,13 @@ A subscriber never relies on the hub alone: it first replays the task's history 
 Last-Event-ID, then follows the hub, and reads on from its last id whenever the hub says
 it may have missed something (``resync``). Entries are deduplicated by history id, which
 orders a task's entries, so replay and live delivery join without a gap or a duplicate.
+
+Workflow streams ride the same reader. The workflow scripts note each workflow history
+entry on the events stream (``wf`` and ``hid``, no copy of the entry), and the entries of a
+workflow's tasks carry ``wf`` too. The hub wakes a workflow's watchers (:class:`Watch`):
+"its history grew" (the watcher reads its history after the last id it sent) or "one of
+its tasks moved" (the watcher sends the status document again, coalesced). An open
+workflow stream thus holds no Redis connection and costs no command while nothing happens.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from ..schemas import HistoryEntry
 from ..store.events import Events
 from .schemas import encode
 
-__all__ = ["Hub", "Item", "Subscription", "exclusive", "parse_id"]
+__all__ = ["Hub", "Item", "Subscription", "Watch", "exclusive", "parse_id"]
 
 log = logging.getLogger("rsjobs.web")
 
@@ -139,6 +146,47 @@ class Subscription:
         return items, resync
 
 
+class Watch:
+    """What the hub tells one connection watching one workflow: flags, not entries (the
+    watcher reads them from the workflow's history, the source of truth)."""
+
+    __slots__ = ("closed", "grew", "moved", "resync", "wake", "wf_id")
+
+    def __init__(self, wf_id: str) -> None:
+        self.wf_id = wf_id
+        #: a workflow history entry was written
+        self.grew = False
+        #: one of its tasks moved or reported progress
+        self.moved = False
+        self.resync = False
+        #: the server is shutting down, or Redis stayed away: end the stream
+        self.closed = False
+        self.wake = asyncio.Event()
+
+    def notify(self, *, task: bool) -> None:
+        if task:
+            self.moved = True
+        else:
+            self.grew = True
+        self.wake.set()
+
+    def request_resync(self) -> None:
+        self.resync = True
+        self.wake.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self.wake.set()
+
+    def take(self) -> tuple[bool, bool]:
+        """Whether to read the history (it grew, or the hub may have missed entries), and
+        whether a task moved since the last call."""
+        read, moved = self.grew or self.resync, self.moved or self.resync
+        self.grew = self.moved = self.resync = False
+        self.wake.clear()
+        return read, moved
+
+
 class Hub:
     """The per-process reader of the events stream (``events``: the store's, on a client
     of its own for the blocking reads); start it with :meth:`start`."""
@@ -166,6 +214,7 @@ class Hub:
         self.healthy = False
         self.entries_read = 0
         self._subs: dict[str, set[Subscription]] = {}
+        self._watches: dict[str, set[Watch]] = {}
         self._task: asyncio.Task[None] | None = None
         self._starting: asyncio.Lock | None = None
         self._closing = False
@@ -177,7 +226,14 @@ class Hub:
 
     @property
     def subscribers(self) -> int:
-        return sum(len(s) for s in self._subs.values())
+        """Open task and workflow streams."""
+        return sum(len(s) for s in self._subs.values()) + sum(
+            len(w) for w in self._watches.values()
+        )
+
+    def _listeners(self) -> list[Subscription | Watch]:
+        out: list[Subscription | Watch] = [s for subs in self._subs.values() for s in subs]
+        return out + [w for watches in self._watches.values() for w in watches]
 
     async def start(self) -> None:
         """Start reading (idempotent). Returns once the read position is fixed, so every
@@ -199,9 +255,8 @@ class Hub:
             self._resync_all()
 
     def _resync_all(self) -> None:
-        for subs in self._subs.values():
-            for s in subs:
-                s.request_resync()
+        for s in self._listeners():
+            s.request_resync()
 
     async def aclose(self) -> None:
         task, self._task = self._task, None
@@ -225,19 +280,31 @@ class Hub:
         self._subs.setdefault(task_id, set()).add(sub)
         return sub
 
+    def watch(self, wf_id: str) -> Watch:
+        """Watch a workflow (:meth:`unwatch` when done)."""
+        w = Watch(wf_id)
+        if self._closing_streams:
+            w.close()
+        self._watches.setdefault(wf_id, set()).add(w)
+        return w
+
+    def unwatch(self, w: Watch) -> None:
+        watches = self._watches.get(w.wf_id)
+        if watches is not None:
+            watches.discard(w)
+            if not watches:
+                del self._watches[w.wf_id]
+
     def end_streams(self) -> None:
         """End every open stream now (without ``end``: clients reconnect with
         Last-Event-ID); later subscriptions are served as usual."""
-        for subs in self._subs.values():
-            for s in subs:
-                s.close()
+        for s in self._listeners():
+            s.close()
 
     def close_subscriptions(self) -> None:
         """End every open stream (server shutdown); later subscriptions end at once."""
         self._closing_streams = True
-        for subs in self._subs.values():
-            for s in subs:
-                s.close()
+        self.end_streams()
 
     def unsubscribe(self, sub: Subscription) -> None:
         subs = self._subs.get(sub.task_id)
@@ -302,6 +369,12 @@ class Hub:
             task_id, hid = fields.get("id", ""), fields.get("hid", "")
             if not hid:
                 continue
+            wf_id = fields.get("wf")
+            if wf_id:
+                for w in self._watches.get(wf_id, ()):
+                    w.notify(task=bool(task_id))
+                if not task_id:  # a workflow's note: no task to hand it to
+                    continue
             for observe in self.observers:
                 try:
                     observe(task_id, hid, fields)

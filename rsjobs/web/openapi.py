@@ -1,8 +1,8 @@
 """The OpenAPI 3.1 document of the HTTP API (``GET /openapi.json``).
 
 Paths are written by hand; every body schema is generated from the msgspec Structs the
-handlers decode and encode (``schemas.py``; for workflows ``rsjobs.web.wf_bodies`` and
-``rsjobs.workflows.schemas``; ``wf_extras.py``), so the document cannot drift from the
+handlers decode and encode (``schemas.py``; for workflows ``bodies.py`` and
+``rsjobs.workflows.schemas``), so the document cannot drift from the
 code. Two fields the Structs type as ``Any`` (the status document in ``ActionResult``, the
 entries of ``EventsPage``) are narrowed here to the Structs the handlers put in them.
 Tests check that the documented paths and methods are exactly the routes of the app, and
@@ -20,6 +20,19 @@ from .. import __version__
 from ..names import NAME_SCHEMA
 from ..schemas import HistoryEntry
 from ..workflows.schemas import WorkflowEvent, WorkflowStatus
+from .assets import MEDIA_TYPES
+from .bodies import (
+    ACTION_BODIES,
+    ActionResult,
+    CancelBody,
+    ConfirmBody,
+    EventsPage,
+    PublishBody,
+    RegenerateBody,
+    RetryBody,
+    StartBody,
+    WorkflowPlan,
+)
 from .schemas import (
     CancelRequest,
     CancelResult,
@@ -31,17 +44,6 @@ from .schemas import (
     SubmitResult,
     TaskView,
 )
-from .wf_bodies import (
-    ActionResult,
-    CancelBody,
-    ConfirmBody,
-    EventsPage,
-    PublishBody,
-    RegenerateBody,
-    RetryBody,
-    StartBody,
-)
-from .wf_extras import MEDIA_TYPES, WorkflowPlan
 
 __all__ = ["ACTION_BODIES", "openapi_document"]
 
@@ -70,15 +72,6 @@ _STRUCTS = (
     WorkflowPlan,
 )
 
-#: ``POST /workflows/{wf_id}/{action}``: the body each action decodes (see
-#: ``rsjobs.web.workflows``; a test posts each one)
-ACTION_BODIES: dict[str, type[msgspec.Struct]] = {
-    "confirm": ConfirmBody,
-    "regenerate": RegenerateBody,
-    "retry": RetryBody,
-    "publish": PublishBody,
-    "cancel": CancelBody,
-}
 
 #: fields typed ``Any`` in their Struct, and what the handlers put in them
 _NARROWED = {

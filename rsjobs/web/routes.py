@@ -1,33 +1,21 @@
-"""The endpoints. Every handler checks its input completely before the first write, and
-answers a task of another owner exactly like a task that does not exist (404)."""
+"""The task routes and the operations routes (health, metrics, the OpenAPI document).
+Every handler checks its input completely before the first write, and answers a task of
+another owner exactly like a task that does not exist (404)."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import re
-from typing import Any
 
-import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
 
-from ..client import validate_task_id
 from ..errors import ConfigError, PayloadError, RsjobsError, TaskNotFound
 from ..model import is_terminal
 from ..schemas import EnqueueRequest, HistoryEntry, TaskInfo
-from ..store import TaskRef
-from .auth import Principal, require_principal
-from .http import (
-    PAGE_PARAMS,
-    RESUME_PARAMS,
-    ApiError,
-    check_query,
-    json_response,
-    last_event_id,
-    page_params,
-    read_body,
-)
+from .handlers import Handlers, not_found
+from .http import PAGE_PARAMS, RESUME_PARAMS, ApiError, check_query, json_response, last_event_id
 from .hub import exclusive
 from .metrics import CONTENT_TYPE
 from .openapi import openapi_document
@@ -39,16 +27,14 @@ from .schemas import (
     SubmitRequest,
     SubmitResult,
     TaskView,
-    decode_body,
 )
 from .service import Service
 from .sse import EventStreamResponse, events, snapshot
 
-__all__ = ["Api"]
+__all__ = ["Api", "task_routes"]
 
 #: the longest dedup key ``Client.enqueue`` accepts
 MAX_DEDUP_KEY = 256
-_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")  # printable ASCII, no spaces
 
 
 def scoped_key(owner: str, key: str) -> str:
@@ -64,67 +50,23 @@ def scoped_key(owner: str, key: str) -> str:
     return f"{owner} {hashlib.sha256(key.encode()).hexdigest()}"
 
 
-def _not_found(task_id: str) -> ApiError:
-    return ApiError(404, "not_found", f"no such task: {task_id}")
-
-
-class Api:
+class Api(Handlers):
     """The handlers, bound to one :class:`Service`."""
 
     def __init__(self, service: Service) -> None:
-        self.svc = service
+        super().__init__(service)
         self.client = service.client
-        self.tasks = service.client.store.tasks
-
-    # -- helpers ---------------------------------------------------------------------------
-
-    def principal(
-        self, request: Request, *, allow_query: bool = False, params: tuple[str, ...] = ()
-    ) -> Principal:
-        return require_principal(self.svc.auth, request, allow_query=allow_query, params=params)
-
-    @staticmethod
-    def task_id(request: Request) -> str:
-        tid: str = request.path_params["task_id"]
-        try:
-            return validate_task_id(tid)
-        except ConfigError:
-            raise ApiError(
-                400, "invalid_id", "a task id is 32 lowercase hexadecimal characters"
-            ) from None
-
-    async def visible(self, who: Principal, task_id: str) -> TaskRef:
-        """The task's state, owner and keys in one read; 404 when it does not exist or
-        ``who`` may not see it."""
-        ref = await self.tasks.ref(task_id)
-        if ref is None or not who.may_see(ref.owner):
-            raise _not_found(task_id)
-        return ref
-
-    async def body(self, request: Request, kind: type[Any]) -> Any:
-        raw = await read_body(request, self.svc.config.max_body_bytes)
-        if not raw.strip():
-            if kind is CancelRequest:
-                return CancelRequest()
-            raise ApiError(400, "invalid_json", "the request body is empty; send a JSON object")
-        try:
-            return decode_body(raw, kind)
-        except msgspec.ValidationError as exc:
-            raise ApiError(422, "invalid_body", str(exc)) from None
-        except msgspec.DecodeError as exc:
-            raise ApiError(400, "invalid_json", str(exc)) from None
+        self.tasks = service.store.tasks
 
     # -- tasks -----------------------------------------------------------------------------
 
     async def submit(self, request: Request) -> Response:
         who = self.principal(request)
-        req: SubmitRequest = await self.body(request, SubmitRequest)
+        req = await self.body(request, SubmitRequest)
         if req.owner is not None and req.owner != who.owner and not who.admin:
             raise ApiError(403, "forbidden", "only an admin token may submit for another owner")
         owner = req.owner or who.owner
-        header = request.headers.get("idempotency-key")
-        if header is not None and not _IDEMPOTENCY_KEY.fullmatch(header):
-            raise ApiError(400, "invalid_idempotency_key", "Idempotency-Key: 1-128 printable ASCII")
+        header = self.idempotency_key(request)
         if header is not None and req.dedup_key is not None and header != req.dedup_key:
             raise ApiError(400, "invalid_idempotency_key", "Idempotency-Key and dedup_key disagree")
         key = header or req.dedup_key
@@ -136,7 +78,7 @@ class Api:
             if existing is not None:
                 return self.submitted(request, existing.id, existing.state, duplicate=True)
         try:
-            result = await self.svc.client.submit(
+            result = await self.client.submit(
                 EnqueueRequest(
                     type=req.type,
                     payload=req.payload,
@@ -189,21 +131,21 @@ class Api:
         tid = self.task_id(request)
         found = await self.tasks.view(tid, self.svc.config.recent_history)
         if found is None or not who.may_see(found[0].owner):
-            raise _not_found(tid)
+            raise not_found("task", tid)
         info, recent = found
         return json_response(TaskView.build(info, recent))
 
     async def history(self, request: Request) -> Response:
         who = self.principal(request, params=PAGE_PARAMS)
         tid = self.task_id(request)
-        after, limit = page_params(request)
-        await self.visible(who, tid)
+        after, limit = self.page(request)
+        await self.visible_task(who, tid)
         entries: list[HistoryEntry] = []
         if exclusive(after) is not None:  # nothing follows the largest id
             try:
-                entries = await self.svc.client.history(tid, after=after, count=limit)
+                entries = await self.client.history(tid, after=after, count=limit)
             except TaskNotFound:
-                raise _not_found(tid) from None
+                raise not_found("task", tid) from None
             except ConfigError:
                 raise ApiError(
                     400, "invalid_after", "after: a history entry id of this task, like 3"
@@ -215,15 +157,15 @@ class Api:
     async def cancel(self, request: Request) -> Response:
         who = self.principal(request)
         tid = self.task_id(request)
-        req: CancelRequest = await self.body(request, CancelRequest)
-        ref = await self.visible(who, tid)
+        req = await self.body(request, CancelRequest, empty=CancelRequest())
+        ref = await self.visible_task(who, tid)
         by = who.owner or "anonymous"
         reason = f"{req.reason} (by {by})" if req.reason else f"by {by}"
         try:
             # the visibility read gave the script's keys: one more round trip, the script
             _, state = await self.client.control(tid, "CANCEL", reason, ref=ref)
         except TaskNotFound:
-            raise _not_found(tid) from None
+            raise not_found("task", tid) from None
         changed = not is_terminal(ref.state) and state == "CANCELLED"
         return json_response(CancelResult(id=tid, state=state, changed=changed))
 
@@ -231,7 +173,7 @@ class Api:
         who = self.principal(request, allow_query=True, params=RESUME_PARAMS)
         tid = self.task_id(request)
         last = last_event_id(request)
-        await self.visible(who, tid)
+        await self.visible_task(who, tid)
         svc = self.svc
         client_key = svc.limiter.claim(request, who)
         done = False
@@ -254,7 +196,7 @@ class Api:
             raise
         if first.state is None:
             release()
-            raise _not_found(tid)
+            raise not_found("task", tid)
         if not first.known:
             # resuming after an id that is not this task's would skip entries silently
             release()
@@ -311,3 +253,18 @@ class Api:
     async def openapi(self, request: Request) -> Response:
         check_query(request)
         return json_response(openapi_document())
+
+
+def task_routes(service: Service) -> list[BaseRoute]:
+    """The task routes and the operations routes of the app."""
+    api = Api(service)
+    return [
+        Route("/tasks", api.submit, methods=["POST"]),
+        Route("/tasks/{task_id}", api.get_task, methods=["GET"], name="task"),
+        Route("/tasks/{task_id}/history", api.history, methods=["GET"]),
+        Route("/tasks/{task_id}/cancel", api.cancel, methods=["POST"]),
+        Route("/tasks/{task_id}/events", api.task_events, methods=["GET"]),
+        Route("/healthz", api.healthz, methods=["GET"]),
+        Route("/metrics", api.metrics, methods=["GET"]),
+        Route("/openapi.json", api.openapi, methods=["GET"]),
+    ]

@@ -175,13 +175,14 @@ def encode(value: Any) -> bytes:
     return _encoder.encode(value)
 
 
-_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {
-    SubmitRequest: msgspec.json.Decoder(SubmitRequest),
-    CancelRequest: msgspec.json.Decoder(CancelRequest),
-}
+#: one decoder per request body type, built on first use
+_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 
 
 def decode_body(body: bytes, kind: type[T]) -> T:
     """Decode a request body; raises ``msgspec.DecodeError`` (or ValidationError)."""
-    result: T = _decoders[kind].decode(body)
+    decoder = _decoders.get(kind)
+    if decoder is None:
+        decoder = _decoders[kind] = msgspec.json.Decoder(kind)
+    result: T = decoder.decode(body)
     return result

@@ -1,4 +1,5 @@
-"""What one app instance holds: the client, the auth table, the events hub, the metrics."""
+"""What one app instance holds: the task and workflow clients, the auth table, the events
+hub, the stream cap, the metrics."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from redis.asyncio import Redis
 
 from ..client import Client
 from ..store import Store
+from ..workflows.client import WorkflowClient
 from .auth import Auth
 from .config import WebConfig
 from .hub import Hub
@@ -36,8 +38,12 @@ class Service:
         *,
         own_client: bool,
         blocking: Redis | None = None,
+        workflows: WorkflowClient | None = None,
     ) -> None:
         self.client = client
+        self.store = client.store
+        #: the workflow routes' client (on the same Redis client as ``client``)
+        self.workflows = workflows or WorkflowClient(client.redis, client.settings, source="api")
         self.auth = auth
         self.config = config
         self.own_client = own_client

@@ -1,133 +1,43 @@
-"""The workflow routes: a list of Starlette routes to mount in any app.
+"""The workflow routes: ``POST /workflows``, ``GET /workflows/{id}``,
+``GET /workflows/{id}/history``, ``GET /workflows/{id}/events`` (SSE),
+``POST /workflows/{id}/{confirm|regenerate|retry|publish|cancel}``.
 
-    from rsjobs.workflows import WorkflowClient
-    from rsjobs.web.workflows import workflow_routes
-
-    wf = WorkflowClient(redis, settings, definitions=[character], source="api")
-    routes += workflow_routes(lambda: wf, auth)        # auth: rsjobs.web.Auth
-
-``POST /workflows``, ``GET /workflows/{id}``, ``GET /workflows/{id}/history``,
-``GET /workflows/{id}/events`` (SSE), ``POST /workflows/{id}/{confirm|regenerate|retry|
-publish|cancel}``. Access follows the task routes: a token sees the workflows of its
-owner only; another owner's workflow answers 404 exactly like a missing one; admin tokens
-see all. A bad body or id is refused (4xx with a reason) before anything is written; an
-action the workflow's state refuses answers 409 and is recorded in its history.
-Every handler answers its own errors, so the routes work in any Starlette app.
+Access follows the task routes: a token sees the workflows of its owner only; another
+owner's workflow answers 404 exactly like a missing one; admin tokens see all. A bad body
+or id is refused (4xx with a reason) before anything is written; an action the workflow's
+state refuses answers 409 and is recorded in its history. Errors are raised
+(:class:`ApiError`, or the store's typed errors) and answered by the app.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
-from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from typing import Any
 
-import msgspec
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ..errors import ConfigError, PayloadError, RsjobsError
-from ..workflows.client import WorkflowClient, validate_workflow_id
 from ..workflows.errors import ActionRefused, UnknownDefinition, WorkflowNotFound
 from ..workflows.schemas import WorkflowEvent
-from .auth import Auth, Principal, require_principal
-from .http import (
-    PAGE_PARAMS,
-    RESUME_PARAMS,
-    ApiError,
-    answering,
-    json_response,
-    last_event_id,
-    page_params,
-    read_body,
-)
+from .bodies import ACTION_BODIES, ActionResult, EventsPage, StartBody
+from .handlers import Handlers, not_found
+from .http import PAGE_PARAMS, RESUME_PARAMS, ApiError, json_response, last_event_id
 from .hub import exclusive
-from .sse import StreamLimiter
-from .wf_bodies import (
-    ActionResult,
-    CancelBody,
-    ConfirmBody,
-    EventsPage,
-    PublishBody,
-    RegenerateBody,
-    RetryBody,
-    StartBody,
-)
-from .wf_sse import ended_before, is_entry, workflow_events
+from .service import Service
+from .sse import EventStreamResponse
+from .wf_sse import ended_before, workflow_events
 
-__all__ = ["workflow_routes"]
-
-B = TypeVar("B", bound=msgspec.Struct)
-
-_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")
+__all__ = ["WorkflowApi", "workflow_routes"]
 
 
-def _not_found(wf_id: str) -> ApiError:
-    return ApiError(404, "not_found", f"no such workflow: {wf_id}")
+class WorkflowApi(Handlers):
+    """The handlers, bound to the app's :class:`Service` (its workflow client)."""
 
-
-class WorkflowApi:
-    """The handlers, bound to a client factory and an auth table."""
-
-    def __init__(
-        self,
-        client_factory: Callable[[], WorkflowClient],
-        auth: Auth,
-        *,
-        max_body_bytes: int,
-        keepalive_ms: int,
-        status_ms: int,
-        limiter: StreamLimiter | None = None,
-    ) -> None:
-        self._factory = client_factory
-        self._client: WorkflowClient | None = None
-        self.auth = auth
-        self.max_body_bytes = max_body_bytes
-        self.keepalive_ms = keepalive_ms
-        self.status_ms = status_ms
-        self.limiter = limiter
-
-    @property
-    def client(self) -> WorkflowClient:
-        if self._client is None:
-            self._client = self._factory()
-        return self._client
-
-    # -- helpers ---------------------------------------------------------------------------
-
-    def principal(
-        self, request: Request, *, allow_query: bool = False, params: tuple[str, ...] = ()
-    ) -> Principal:
-        return require_principal(self.auth, request, allow_query=allow_query, params=params)
-
-    @staticmethod
-    def wf_id(request: Request) -> str:
-        try:
-            return validate_workflow_id(request.path_params["wf_id"])
-        except ConfigError:
-            raise ApiError(
-                400, "invalid_id", "a workflow id is 32 lowercase hexadecimal characters"
-            ) from None
-
-    async def visible(self, who: Principal, wf_id: str) -> None:
-        """404 unless the workflow exists and ``who`` may see it."""
-        seen = await self.client.store.workflows.visible(wf_id)
-        if seen is None or not who.may_see(seen[1]):
-            raise _not_found(wf_id)
-
-    async def body(self, request: Request, kind: type[B], *, optional: bool = True) -> B:
-        raw = await read_body(request, self.max_body_bytes)
-        if not raw.strip():
-            if optional:
-                return msgspec.convert({}, kind)
-            raise ApiError(400, "invalid_json", "the request body is empty; send a JSON object")
-        try:
-            return msgspec.json.decode(raw, type=kind)
-        except msgspec.ValidationError as exc:
-            raise ApiError(422, "invalid_body", str(exc)) from None
-        except msgspec.DecodeError as exc:
-            raise ApiError(400, "invalid_json", str(exc)) from None
+    def __init__(self, service: Service) -> None:
+        super().__init__(service)
+        self.client = service.workflows
 
     async def answer(
         self, wf_id: str, action: str, status: str, changed: bool, code: int = 200
@@ -136,17 +46,13 @@ class WorkflowApi:
         body = ActionResult(id=wf_id, action=action, status=status, changed=changed, workflow=doc)
         return json_response(body, code)
 
-    # -- routes ----------------------------------------------------------------------------
-
     async def start(self, request: Request) -> Response:
         who = self.principal(request)
-        req = await self.body(request, StartBody, optional=False)
+        req = await self.body(request, StartBody)
         if req.owner is not None and req.owner != who.owner and not who.admin:
             raise ApiError(403, "forbidden", "only an admin token may start for another owner")
         owner = req.owner or who.owner
-        key = request.headers.get("idempotency-key")
-        if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
-            raise ApiError(400, "invalid_idempotency_key", "Idempotency-Key: 1-128 printable ASCII")
+        key = self.idempotency_key(request)
         client = self.client
         try:
             definition = client.definition(req.definition)
@@ -187,69 +93,82 @@ class WorkflowApi:
 
     async def get(self, request: Request) -> Response:
         who = self.principal(request)
-        wf_id = self.wf_id(request)
-        await self.visible(who, wf_id)
+        wf_id = self.workflow_id(request)
+        await self.visible_workflow(who, wf_id)
         try:
             return json_response(await self.client.status(wf_id))
         except WorkflowNotFound:
-            raise _not_found(wf_id) from None
+            raise not_found("workflow", wf_id) from None
 
     async def history(self, request: Request) -> Response:
         who = self.principal(request, params=PAGE_PARAMS)
-        wf_id = self.wf_id(request)
-        after, limit = page_params(request)
-        await self.visible(who, wf_id)
+        wf_id = self.workflow_id(request)
+        after, limit = self.page(request)
+        await self.visible_workflow(who, wf_id)
         entries: list[WorkflowEvent] = []
         if exclusive(after) is not None:  # nothing follows the largest id
             try:
                 entries = await self.client.history(wf_id, after=after, count=limit)
-            except WorkflowNotFound:  # expired since visible()
-                raise _not_found(wf_id) from None
+            except WorkflowNotFound:  # expired since the visibility read
+                raise not_found("workflow", wf_id) from None
         return json_response(
             EventsPage(id=wf_id, entries=list(entries), next=entries[-1].id if entries else None)
         )
 
     async def events(self, request: Request) -> Response:
         who = self.principal(request, allow_query=True, params=RESUME_PARAMS)
-        wf_id = self.wf_id(request)
+        wf_id = self.workflow_id(request)
         last = last_event_id(request)
-        await self.visible(who, wf_id)
-        ws = self.client.store
-        if last and last != "0-0" and not await is_entry(ws, wf_id, last):
+        await self.visible_workflow(who, wf_id)
+        store = self.svc.store
+        if last and last != "0-0" and not await store.workflows.is_entry(wf_id, last):
             # resuming after an id that is not this workflow's would skip entries silently
             raise ApiError(
                 400, "invalid_last_event_id", "Last-Event-ID is not an event of this workflow"
             )
-        if last and await ended_before(ws, wf_id, last):
+        if last and await ended_before(store, wf_id, last):
             return Response(status_code=204)
-        stream = workflow_events(
-            ws, wf_id, last or "0-0", keepalive_ms=self.keepalive_ms, status_ms=self.status_ms
+        svc = self.svc
+        client_key = svc.limiter.claim(request, who)
+        done = False
+        watch = None
+
+        def release() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                svc.limiter.release(client_key)
+                if watch is not None:
+                    svc.hub.unwatch(watch)
+
+        try:
+            await svc.start()
+            watch = svc.hub.watch(wf_id)
+        except BaseException:
+            release()
+            raise
+        body = workflow_events(
+            store,
+            watch,
+            last or "0-0",
+            keepalive_ms=self.config.keepalive_ms,
+            status_ms=self.config.status_ms,
+            retry_ms=self.config.sse_retry_ms,
+            release=release,
         )
-        if self.limiter is not None:
-            # each open stream holds a blocking read: counted with the task streams
-            stream = _counted(stream, self.limiter, self.limiter.claim(request, who))
-        return StreamingResponse(
-            stream,
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return EventStreamResponse(body, release)
 
     async def act(self, request: Request) -> Response:
         who = self.principal(request)
-        wf_id = self.wf_id(request)
+        wf_id = self.workflow_id(request)
         action = request.path_params["action"]
-        kinds: dict[str, type[msgspec.Struct]] = {
-            "confirm": ConfirmBody,
-            "regenerate": RegenerateBody,
-            "retry": RetryBody,
-            "publish": PublishBody,
-            "cancel": CancelBody,
-        }
-        kind = kinds.get(action)
+        kind = ACTION_BODIES.get(action)
         if kind is None:
             raise ApiError(404, "not_found", f"no such action: {action}")
-        req: Any = await self.body(request, kind, optional=action != "regenerate")
-        await self.visible(who, wf_id)
+        # every action's body is optional but regenerate's (it names the stage)
+        empty = None if action == "regenerate" else kind()
+        req: Any = await self.body(request, kind, empty=empty)
+        await self.visible_workflow(who, wf_id)
         c = self.client
         before = (await c.get(wf_id)).status
         by = who.owner or "anonymous"
@@ -267,7 +186,7 @@ class WorkflowApi:
                 reason = f"{req.reason} (by {by})" if req.reason else f"by {by}"
                 status = await c.cancel(wf_id, reason)
         except WorkflowNotFound:
-            raise _not_found(wf_id) from None
+            raise not_found("workflow", wf_id) from None
         except ActionRefused as exc:
             raise ApiError(409, "refused", f"{action} refused: {exc.reason}") from None
         except RsjobsError as exc:  # ConfigError: e.g. a stage name the plan does not have
@@ -276,46 +195,13 @@ class WorkflowApi:
         return await self.answer(wf_id, action, status, changed)
 
 
-async def _counted(
-    stream: AsyncIterator[bytes], limiter: StreamLimiter, key: str
-) -> AsyncIterator[bytes]:
-    """``stream``, releasing its place in ``limiter`` when it ends, fails or is dropped."""
-    try:
-        async for chunk in stream:
-            yield chunk
-    finally:
-        limiter.release(key)
-
-
-def workflow_routes(
-    client_factory: Callable[[], WorkflowClient],
-    auth: Auth,
-    *,
-    max_body_bytes: int = 1 << 20,
-    keepalive_ms: int = 15_000,
-    status_ms: int = 1_000,
-    limiter: StreamLimiter | None = None,
-) -> list[BaseRoute]:
-    """The workflow routes, to add to an app's routes (or ``Mount`` under a prefix).
-
-    ``client_factory`` is called once, on the first request (so the app can build its
-    Redis client at startup); ``auth`` is the app's token table. ``status_ms``: how often
-    an SSE stream re-reads the status document while nothing is written to the history.
-    ``limiter`` caps the open event streams per client (429 past it); ``create_app``
-    passes the one its task streams use, so the cap covers both.
-    """
-    api = WorkflowApi(
-        client_factory,
-        auth,
-        max_body_bytes=max_body_bytes,
-        keepalive_ms=keepalive_ms,
-        status_ms=status_ms,
-        limiter=limiter,
-    )
+def workflow_routes(service: Service) -> list[BaseRoute]:
+    """The workflow routes of the app (``create_app`` adds them, with the asset routes)."""
+    api = WorkflowApi(service)
     return [
-        Route("/workflows", answering(api.start), methods=["POST"]),
-        Route("/workflows/{wf_id}", answering(api.get), methods=["GET"], name="workflow"),
-        Route("/workflows/{wf_id}/history", answering(api.history), methods=["GET"]),
-        Route("/workflows/{wf_id}/events", answering(api.events), methods=["GET"]),
-        Route("/workflows/{wf_id}/{action}", answering(api.act), methods=["POST"]),
+        Route("/workflows", api.start, methods=["POST"]),
+        Route("/workflows/{wf_id}", api.get, methods=["GET"], name="workflow"),
+        Route("/workflows/{wf_id}/history", api.history, methods=["GET"]),
+        Route("/workflows/{wf_id}/events", api.events, methods=["GET"]),
+        Route("/workflows/{wf_id}/{action}", api.act, methods=["POST"]),
     ]

@@ -11,8 +11,8 @@ from typing import Any
 
 import msgspec
 
-from ..cli import CliError, load_object
-from ..settings import Settings
+from ..cli import CliError, load_object, settings_from_args
+from ..client import connect
 from .client import WorkflowClient
 from .definition import WorkflowDefinition
 from .driver import WorkflowDriver
@@ -22,7 +22,8 @@ __all__ = ["register"]
 
 
 def _client(args: argparse.Namespace) -> WorkflowClient:
-    return WorkflowClient.from_url(args.url, source="user", namespace=args.namespace)
+    """The global options' client: namespace and durable mode (--wait-replicas)."""
+    return WorkflowClient(connect(args.url), settings_from_args(args), source="user")
 
 
 def _when(ts: int) -> str:
@@ -37,7 +38,7 @@ async def cmd_drive(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(message)s")
     driver = WorkflowDriver(
         url=args.url,
-        settings=Settings(namespace=args.namespace),
+        settings=settings_from_args(args),
         interval_ms=args.interval_ms,
         handle_signals=True,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -19,7 +20,7 @@ import msgspec
 from redis.asyncio import Redis
 
 from ..codec import encode
-from ..errors import ConfigError, RedisUnavailable, WaitTimeout
+from ..errors import ConfigError, PayloadError, RedisUnavailable, WaitTimeout
 from ..settings import Settings
 from ..store import Store, WfCode, WfReply, error_of
 from ..store.layout import WfGateArgs, WfRegenerateArgs, WfRetryArgs, WfRetryItem, WfStartArgs
@@ -44,6 +45,8 @@ from .spawn import task_payload as _task_payload
 from .status import load_status
 
 __all__ = ["WorkflowClient", "validate_workflow_id"]
+
+log = logging.getLogger("rsjobs.workflows")
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -175,7 +178,14 @@ class WorkflowClient:
             ),
         )
         if reply.drive:
-            await spawn(self.store, wf_id, self.source)
+            try:
+                await spawn(self.store, wf_id, self.source)
+            except (PayloadError, CorruptWorkflow) as exc:
+                # a repeated start of a workflow that has moved on (its first reply was
+                # lost) drives it too; a later stage that cannot be spawned is the
+                # workflow's failure, which the driver records (ABORT), not this start's:
+                # the start was accepted, and its caller gets the id
+                log.warning("workflow %s: its next tasks cannot be spawned (%s)", wf_id, exc)
         return wf_id
 
     async def restart(

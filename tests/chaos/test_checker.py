@@ -1239,3 +1239,62 @@ def test_a_kept_run_can_be_checked_again(tmp_path: Any) -> None:
     (tmp_path / RUNDATA).write_bytes(msgspec.json.encode(good_run()))
     assert main(["--recheck", str(tmp_path)]) == 0
     assert main(["--recheck", str(tmp_path / "nowhere")]) == 2
+
+
+def test_a_rerun_after_an_end_lost_in_a_failover_is_reported_apart() -> None:
+    """The first run began before the failover and ended during it: its end (and the
+    entry's XACK) went to the old primary and was lost; the worker found the entry still
+    its own and its START, repeated, was answered as the first: the handler ran again under
+    that START. The loss is dated by the window the span between the two runs overlaps,
+    not by the first run's START; a rerun with no window in between stays a violation."""
+
+    def rerun(faults: list[FaultEvent]) -> RunData:
+        return good_run(
+            executions=[
+                execution("x1", 1, W1, "start", ACK + 11),
+                execution("x0", 1, W1, "start", ACK + 9000),
+                execution("x0", 1, W1, "end", ACK + 9005, "ok"),
+            ],
+            durable=True,
+            faults=faults,
+        )
+
+    res = check(rerun(_failover(ACK + 2000, ACK + 8000)))
+    assert res.ok, res.violations
+    assert {v.kind for v in res.failover_window_losses} == {
+        "RERUN_UNDER_LEASE",
+        "EXCESS_EXECUTIONS",
+    }
+    assert {"RERUN_UNDER_LEASE", "EXCESS_EXECUTIONS"} <= set(kinds(rerun([])))
+    # a failover that settled before the first run began explains nothing
+    assert "RERUN_UNDER_LEASE" in kinds(rerun(_failover(ACK - 9000, ACK - 8000)))
+
+
+def test_a_task_left_paused_by_a_lost_resume_is_dated_by_the_resume() -> None:
+    """The producer paused a running task and its RESUME was acknowledged, yet the task is
+    PAUSED after the drain: the RESUME was lost. In a failover window without durable mode
+    that is reported apart; in durable mode (the RESUME waited for the replica), or with no
+    window, it stays NOT_TERMINAL; a PAUSED task never resumed is NOT_TERMINAL whatever."""
+
+    def paused(resumed: bool, faults: list[FaultEvent], durable: bool = False) -> RunData:
+        hist = [
+            entry(1, "ENQUEUE", "", "PENDING", src="api"),
+            entry(10, "START", "PENDING", "RUNNING", 1, worker=W1),
+            entry(20, "PAUSE", "RUNNING", "PAUSED", 1, src="api"),
+        ]
+        acks = [CancelAck(task_id=T1, phase="resume", ack_ms=ACK + 3000, state="PENDING")]
+        return good_run(
+            tasks=task(hist, result=None),
+            executions=[execution("x1", 1, W1, "start", ACK + 11)],
+            resumes=acks if resumed else [],
+            faults=faults,
+            durable=durable,
+        )
+
+    window = _failover(ACK + 2500, ACK + 9000)
+    res = check(paused(True, window))
+    assert "NOT_TERMINAL" not in {v.kind for v in res.violations}, res.violations
+    assert "NOT_TERMINAL" in {v.kind for v in res.failover_window_losses}
+    assert "NOT_TERMINAL" in kinds(paused(True, window, durable=True))
+    assert "NOT_TERMINAL" in kinds(paused(True, []))
+    assert "NOT_TERMINAL" in kinds(paused(False, window))

@@ -74,3 +74,17 @@ async def test_a_delivery_the_worker_never_saw_is_recovered(
     finally:
         stop_process(w)
     assert info.state == "SUCCEEDED"
+
+
+async def test_the_drain_does_not_wait_for_a_task_whose_resume_was_lost(client: Client) -> None:
+    """A task PAUSED although the producer's RESUME was acknowledged (lost in a failover)
+    never moves again: the drain does not wait for it until its bound (the checker
+    reports it); any other unfinished task it waits for."""
+    from tools.chaos.run import drain
+
+    tid = await client.enqueue("noop", {"x": 1})
+    assert await client.pause(tid) == "PAUSED"
+    lines: list[str] = []
+    assert await drain(client, [tid], 1.0, lines.append, frozenset({tid})) == (True, [])
+    assert await drain(client, [tid], 1.0, lines.append) == (False, [tid])
+    await client.cancel(tid)

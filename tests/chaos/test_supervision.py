@@ -12,6 +12,7 @@ import asyncio
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,6 +101,16 @@ async def test_waiting_for_redis_to_load_its_aof_does_not_block_the_loop(tmp_pat
     assert max(gaps) < 0.25, max(gaps)
 
 
+async def on_replica(topo: Any, primary: Any, value: str) -> None:
+    """Until the node that is not ``primary`` answers ``value`` for ``k`` (10 s at most)."""
+    (replica,) = [n for n in topo.nodes if n is not primary]
+    for _ in range(200):
+        if await ask(replica.port, "GET", "k") == value:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{replica.name} never got k={value}")
+
+
 @pytest.mark.timeout(120)
 async def test_a_failover_fault_promotes_the_replica_and_brings_the_old_primary_back(
     tmp_path: Path,
@@ -123,6 +134,10 @@ async def test_a_failover_fault_promotes_the_replica_and_brings_the_old_primary_
         assert cluster.url.startswith("redis+sentinel://127.0.0.1:")
         first = await cluster.primary()
         assert await ask(first.port, "SET", "k", "v1") == "OK"
+        # on the replica before the failover (replication is asynchronous: a write just
+        # before it may be lost lawfully); not WAIT: ask() opens a connection per command,
+        # and WAIT counts only its own connection's writes (none: it answers at once)
+        await on_replica(topo, first, "v1")
         await cluster.failover(kill=False, down_s=0, sleep=no_wait)
         second = await cluster.primary()
         assert second is not first
@@ -131,6 +146,7 @@ async def test_a_failover_fault_promotes_the_replica_and_brings_the_old_primary_
 
         assert await ask(second.port, "SET", "k", "v2") == "OK"
         assert await topo.wait_synced(20)
+        await on_replica(topo, second, "v2")
         await cluster.failover(kill=True, down_s=0.2, sleep=no_wait)
         third = await cluster.primary()
         assert third is first

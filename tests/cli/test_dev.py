@@ -5,8 +5,10 @@ queues it serves and the ones it says nobody serves, quiet logs, --workflows."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -72,14 +74,26 @@ async def test_sigterm_hands_running_work_back_stops_redis_and_exits_0(tmp_path:
 
 
 def test_without_a_data_dir_nothing_is_left_behind(tmp_path: Path) -> None:
+    # the default web port taken (here, or by a dev another suite runs): another is used
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    held = False
+    with contextlib.suppress(OSError):
+        holder.bind(("127.0.0.1", 8000))
+        holder.listen(1)
+        held = True
     dev = Dev(APP)
     try:
         url, redis_pid, data_dir = dev.started()
+        web_port = int(dev.expect(r"web    http://127\.0\.0\.1:(\d+)/").group(1))
+        assert web_port != 8000 or not held
+        assert httpx.get(f"http://127.0.0.1:{web_port}/healthz", timeout=10).status_code == 200
         assert "removed at exit" in dev.output
         assert Path(data_dir).is_dir()
         assert rsjobs(url, "queues").returncode == 0
         assert dev.stop(signal.SIGTERM) == 0, dev.output[-4000:]
     finally:
+        holder.close()
         dev.kill()
     assert gone(redis_pid)
     assert not Path(data_dir).exists()

@@ -116,24 +116,28 @@ async def test_worker_and_reaper_survive_failovers(
     worker = spawn_worker(url, NS, "--name", "fo-w1", "--lease-ms", "3000", "-c", "4")
     reaper = spawn_reaper(url, NS, str(tmp_path) + "/reaper.log", "--interval-ms", "200",
                           "--lease-ms", "3000")  # fmt: skip
+    # submits confirmed by the replica (durable mode): without WAIT, one acknowledged by the
+    # old primary just before its demotion is lost lawfully, and the test would wait for it
+    durable = Client(sclient.redis, Settings(namespace=NS, wait_replicas=1, wait_timeout_ms=2000))
+
+    async def submit(ttype: str, payload: dict[str, object]) -> str:
+        for _ in range(100):
+            try:
+                return await durable.enqueue(ttype, payload)
+            except (OSError, NotReplicated):  # while the new primary settles
+                await asyncio.sleep(0.1)
+        raise AssertionError("no submit confirmed in 100 attempts")
+
     try:
         await wait_registered(sclient, ["fo-w1"])
-        ids = [await sclient.enqueue("noop", {"i": i}) for i in range(5)]
+        ids = [await submit("noop", {"i": i}) for i in range(5)]
         for tid in ids:
             assert (await sclient.wait(tid, timeout_ms=20_000)).state == "SUCCEEDED"
         await asyncio.sleep(1.5)  # the worker is now blocked in XREADGROUP
         for _ in range(2):
-            busy = [await sclient.enqueue("sleep", {"s": 0.5, "steps": 5}) for _ in range(4)]
+            busy = [await submit("sleep", {"s": 0.5, "steps": 5}) for _ in range(4)]
             await asyncio.to_thread(replica_set.failover)
-            after = []
-            for i in range(5):
-                for attempt in range(50):
-                    try:
-                        after.append(await sclient.enqueue("noop", {"after": i}))
-                        break
-                    except OSError:  # RedisUnavailable while the new primary settles
-                        await asyncio.sleep(0.1)
-                        assert attempt < 49
+            after = [await submit("noop", {"after": i}) for i in range(5)]
             for tid in busy + after:
                 info = await sclient.wait(tid, timeout_ms=30_000)
                 assert info.state == "SUCCEEDED", (tid, info.state, info.error)

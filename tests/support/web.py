@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 import httpx
@@ -28,6 +28,7 @@ with warnings.catch_warnings():
 from rsjobs import Settings, Worker
 from rsjobs.server import free_port
 from rsjobs.web import WebConfig, create_app
+from rsjobs.workflows import WorkflowDefinition
 from tests.support.apps import tasks
 from tests.support.processes import ROOT as PROJECT
 
@@ -43,7 +44,13 @@ def auth(token: str) -> dict[str, str]:
 ALICE, BOB, ROOT = auth("tok-alice"), auth("tok-bob"), auth(ADMIN)
 
 
-def make_app(url: str, *, dev: bool = False, **config: Any) -> Starlette:
+def make_app(
+    url: str,
+    *,
+    dev: bool = False,
+    definitions: Iterable[WorkflowDefinition] = (),
+    **config: Any,
+) -> Starlette:
     """The app as the tests use it: namespace "t", alice / bob / admin tokens, no env."""
     return create_app(
         url,
@@ -53,6 +60,7 @@ def make_app(url: str, *, dev: bool = False, **config: Any) -> Starlette:
         dev=dev,
         env={},
         config=WebConfig(**config),
+        definitions=definitions,
     )
 
 

@@ -12,8 +12,8 @@ from redis.asyncio import Redis
 from rsjobs.codec import decode, encode
 from rsjobs.model import TERMINAL as TASK_TERMINAL
 from rsjobs.settings import Settings
-from rsjobs.store import Code, Store, TaskKeys
-from rsjobs.store.layout import Ending, WfStartArgs
+from rsjobs.store import Beat, Code, Store, TaskKeys
+from rsjobs.store.layout import BeatItem, Ending, WfStartArgs
 from rsjobs.workflows import Stage, WorkflowClient, WorkflowDefinition, fan_out
 from rsjobs.workflows.finish import WorkflowFinisher
 from rsjobs.workflows.model import NOTES, TERMINAL, allowed
@@ -55,6 +55,7 @@ class Claimed(NamedTuple):
     keys: TaskKeys
     wf: str
     payload: Any
+    entry: str = ""  #: its work entry (for heartbeats)
 
     @property
     def item(self) -> str:
@@ -83,12 +84,19 @@ class Hand:
         if not deliveries:
             return []
         replies = await work.start(self.name, 60_000, self.name, deliveries)
+        entries = {d.task_id: d.entry for d in deliveries}
         out = []
         for r in replies:
             if r.code is Code.APPLIED:
                 keys = self.store.keys.task_keys(r.id, queue)
-                out.append(Claimed(r.id, r.lease, keys, r.wf, decode(r.payload)))
+                out.append(Claimed(r.id, r.lease, keys, r.wf, decode(r.payload), entries[r.id]))
         return out
+
+    async def progress(self, c: Claimed, percent: float, message: str = "") -> Beat:
+        """Report progress as the worker does (heartbeat.lua: a PROGRESS entry)."""
+        item = BeatItem(c.lease, c.entry, str(percent), message)
+        (word,) = await self.store.work.heartbeat(self.name, 60_000, [(c.keys, item)])
+        return word
 
     async def end(
         self, c: Claimed, event: str, body: Any = None, *, retryable: bool = False

@@ -118,3 +118,39 @@ async def test_trimming_past_the_reader_triggers_resync(client: Client) -> None:
     await client.redis.xtrim(client.keys.events, maxlen=1, approximate=False)
     await hub._check_trimmed()
     assert sub.resync
+
+
+async def test_watchers_wake_on_their_workflow_and_its_tasks(client: Client) -> None:
+    """A workflow's note wakes its watchers to read its history; an entry of one of its
+    tasks to send the status; another workflow's entries wake neither; task subscribers
+    of its tasks still get their entries."""
+    from rsjobs.workflows import WorkflowClient
+    from tests.support.workflows import Hand, character
+
+    wf = WorkflowClient(client.redis, client.settings, definitions=[character()])
+    hub = Hub(client.store.events, block_ms=200)
+    await hub.start()
+    try:
+        wid = await wf.start("character", {"n": 1})
+        other = await wf.start("character", {"n": 2})
+        watch, bystander = hub.watch(wid), hub.watch(other)
+        assert hub.subscribers == 2
+        hand = Hand(client.redis, client.settings)
+        claimed = {c.wf: c for c in await hand.claim()}  # START of both workflows' tasks
+        await eventually(lambda: watch.moved and bystander.moved, what="the STARTs")
+        watch.take(), bystander.take()
+        sub = hub.subscribe(claimed[wid].id)
+        await hand.progress(claimed[wid], 10)  # a task entry of wid only
+        await _drain(sub, 1, after=(await client.history(claimed[wid].id))[-2].id)
+        await eventually(lambda: watch.moved, what="the watcher hears its task")
+        assert watch.take() == (False, True) and not bystander.wake.is_set()
+        await wf.cancel(wid)  # CANCEL of the workflow, and of its task
+        await eventually(lambda: watch.grew and watch.moved, what="the note")
+        assert watch.take() == (True, True)
+        assert not bystander.wake.is_set()
+        hub.unwatch(watch)
+        hub.unwatch(bystander)
+        hub.unsubscribe(sub)
+        assert hub.subscribers == 0
+    finally:
+        await hub.aclose()

@@ -242,8 +242,8 @@ async def test_stream_survives_a_redis_restart(tmp_path: Path) -> None:
 
 
 async def test_workflow_streams_count_against_the_same_cap(redis_url: str) -> None:
-    """Each workflow stream holds a blocking read: it takes a place under the per-client
-    cap that task streams use, and gives it back when it closes."""
+    """A workflow stream takes a place under the per-client cap that task streams use,
+    and gives it back when it closes."""
     from rsjobs import Settings, connect
     from rsjobs.workflows import WorkflowClient
     from tests.support.workflows import character

@@ -53,3 +53,22 @@ async def test_serves_with_tokens_and_stops_promptly_with_open_streams(
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=10)
+
+
+async def test_durable_mode_of_the_command_line_reaches_the_app(redis_url: str) -> None:
+    """``rsjobs --wait-replicas 1 web`` (here through RSJOBS_WAIT_REPLICAS): a submit the
+    session's Redis (no replica) cannot confirm answers 503 not_replicated, not 202."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {"RSJOBS_TOKENS": "tk=alice", "RSJOBS_WAIT_REPLICAS": "1",
+           "RSJOBS_WAIT_TIMEOUT_MS": "100"}  # fmt: skip
+    proc = web(redis_url, "--port", str(port), env=env)
+    try:
+        wait_healthy(base, proc)
+        auth = {"Authorization": "Bearer tk"}
+        async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+            r = await http.post("/tasks", json={"type": "x"}, headers=auth)
+        assert r.status_code == 503 and r.json()["error"] == "not_replicated", r.text
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)

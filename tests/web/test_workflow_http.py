@@ -1,22 +1,19 @@
-"""The workflow routes over ASGI: owners see only their workflows (404 otherwise), bad
-input gets a 4xx with a reason and writes nothing, refused actions answer 409 and are
-recorded, and the SSE stream replays a workflow's history to its end."""
+"""The workflow routes of the app over ASGI: owners see only their workflows (404
+otherwise), bad input gets a 4xx with a reason and writes nothing, refused actions answer
+409 and are recorded, and the SSE stream replays a workflow's history to its end (its
+live part: ``test_workflow_sse.py``)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 import httpx
 import msgspec
 import pytest
-from starlette.applications import Starlette
 
 from rsjobs import Settings, connect
-from rsjobs.web.auth import Auth
-from rsjobs.web.wf_sse import workflow_events
-from rsjobs.web.workflows import workflow_routes
 from rsjobs.workflows import WorkflowClient
+from tests.support.web import make_app
 from tests.support.wf_fixtures import NS
 from tests.support.workflows import Hand, character
 
@@ -35,14 +32,12 @@ async def wf(redis_url: str) -> AsyncIterator[WorkflowClient]:
 
 
 @pytest.fixture
-async def api(wf: WorkflowClient) -> AsyncIterator[httpx.AsyncClient]:
-    auth = Auth.from_env(
-        {}, tokens={"tok-alice": "alice", "tok-bob": "bob"}, admin_token="tok-admin"
-    )
-    app = Starlette(routes=workflow_routes(lambda: wf, auth, status_ms=50, keepalive_ms=200))
+async def api(redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    app = make_app(redis_url, definitions=[character()], status_ms=50, keepalive_ms=200)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://rsjobs.test") as c:
         yield c
+    await app.state.rsjobs.aclose()
 
 
 async def snapshot(wf: WorkflowClient) -> dict[str, bytes | None]:
@@ -157,34 +152,3 @@ async def test_events_replay_to_the_end(api: httpx.AsyncClient, wf: WorkflowClie
     r = await api.get(f"/workflows/{wid}/events?access_token=tok-alice&last_event_id={ids[1]}")
     rest = [line[4:] for line in r.text.splitlines() if line.startswith("id: ")]
     assert rest == ids[2:]
-
-
-async def test_live_events_follow_the_workflow(wf: WorkflowClient) -> None:
-    """The live part of the stream (what ASGITransport cannot show: it buffers)."""
-    wid = await wf.start("character", {"n": 1}, owner="alice")
-    stream = workflow_events(wf.store, wid, "0-0", keepalive_ms=100, status_ms=20)
-    got: list[bytes] = []
-
-    async def read() -> None:
-        async for chunk in stream:
-            got.append(chunk)
-
-    reader = asyncio.create_task(read())
-    hand = Hand(wf.redis, wf.settings)
-    await asyncio.sleep(0.1)
-    await hand.complete((await hand.claim())[0])
-    await asyncio.sleep(0.1)
-    await wf.confirm(wid)
-    await asyncio.sleep(0.1)
-    await wf.cancel(wid)
-    await asyncio.wait_for(reader, 5)
-    text = b"".join(got).decode()
-    ids = [line[4:] for line in text.splitlines() if line.startswith("id: ")]
-    assert ids == [e.id for e in await wf.history(wid)]
-    statuses = [
-        msgspec.json.decode(block.split("data: ", 1)[1])["status"]
-        for block in text.split("\n\n")
-        if block.startswith("event: status")
-    ]
-    assert statuses[0] == "RUNNING" and "WAITING_CONFIRMATION" in statuses
-    assert statuses[-1] == "CANCELLED" and text.rstrip().endswith("data: {}")

@@ -122,3 +122,28 @@ async def test_reaper_and_driver_survive_poison_workflows(redis_url: str, tmp_pa
         await wf.close()
     logs = (tmp_path / "reaper.log").read_text() + (tmp_path / "driver.log").read_text()
     assert "FAILED (ABORT)" in logs or '"workflows_aborted":1' in logs
+
+
+async def test_a_repeated_start_of_a_workflow_that_cannot_go_on_answers_its_id(
+    redis_url: str,
+) -> None:
+    """The first start's reply was lost; by the repeat, stage one has completed and stage
+    two cannot be spawned (over the limit). The repeat drives the workflow like any start,
+    but that stage's failure is the workflow's (the driver records it), not the start's:
+    the caller gets the id, as the first start would have answered."""
+    wf = WorkflowClient(connect(redis_url), Settings(namespace=NS + "r"), definitions=[CHAIN])
+    worker = spawn_worker(redis_url, NS + "r", "-q", "wf", "--lease-ms", "1000", "-c", "2",
+                          app="tests.support.wf_apps:tasks")  # fmt: skip
+    wid = "ab" * 16
+    try:
+        assert await wf.start("chain", {"blob": "b" * 600_000}, workflow_id=wid) == wid
+        for _ in range(300):
+            if len(await wf.assets(wid)) == 1:  # stage one done; stage two was refused
+                break
+            await asyncio.sleep(0.1)
+        assert len(await wf.assets(wid)) == 1
+        assert await wf.start("chain", {"blob": "b" * 600_000}, workflow_id=wid) == wid
+        assert (await wf.get(wid)).status == "RUNNING"  # no driver here: left for its ABORT
+    finally:
+        stop_process(worker)
+        await wf.close()

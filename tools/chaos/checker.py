@@ -107,6 +107,7 @@ class _Checker:
         #: when each worker process started (its name is never reused)
         self.worker_started = {f.target: f.at_ms for f in data.faults if f.kind == "worker_start"}
         self.cancelled = {a.task_id for a in data.cancels}
+        self.resumed = {a.task_id: a.ack_ms for a in data.resumes}
         self.kind: dict[str, str] = {}
         self.ack: dict[str, int] = {}
         for s in data.submissions:
@@ -272,7 +273,18 @@ class _Checker:
             reasons = self.r.reasons.setdefault(kind, {})
             reasons[why] = reasons.get(why, 0) + 1
         if state not in TERMINAL:
-            self.bad("NOT_TERMINAL", tid, f"still {state} after the drain")
+            resumed = self.resumed.get(tid) if state == "PAUSED" else None
+            if resumed is not None:
+                # paused by the producer, and its RESUME acknowledged: that write was lost
+                self.bad(
+                    "NOT_TERMINAL",
+                    tid,
+                    f"still PAUSED after the drain; its RESUME was acknowledged at {resumed}",
+                    written_ms=resumed,
+                    durable_write=True,
+                )
+            else:
+                self.bad("NOT_TERMINAL", tid, f"still {state} after the drain")
         replayed = final_state(hist)
         if replayed != state:
             self.bad("STATE_MISMATCH", tid, f"hash says {state}, history leads to {replayed}")
@@ -425,12 +437,15 @@ class _Checker:
                     if (v[0].attempt, v[0].worker) == (att, worker)
                 )
                 # two runs under one START number: the write that may have been lost is
-                # the first run's START (a failover let the attempt start again)
+                # the first run's START (a failover let the attempt start again) or its end
+                # (the end and its XACK lost, the entry is still the worker's: the START
+                # repeated for it is answered as the first) — written between the first
+                # run's begin and the second's, dated by a loss window that span overlaps
                 self.bad(
                     "RERUN_UNDER_LEASE",
                     tid,
                     f"attempt {att} on {worker} ran {n} times",
-                    written_ms=again[0],
+                    written_ms=self.risk_point(again[0], again[1]),
                 )
         if len(execs) > len(starts):
             # the execution a START is missing for: one without any, else the first of
@@ -438,12 +453,22 @@ class _Checker:
             firsts = sorted((lost_start(v), (v[0].attempt, v[0].worker)) for v in execs.values())
             unmatched = [ts for ts, key in firsts if key not in by_lease]
             keys = [key for _, key in firsts]
-            again = [ts for ts, key in firsts if keys.count(key) > 1]  # its first run
+            # two runs under one START: the first run's START or end was lost between its
+            # begin and the second run's (see RERUN_UNDER_LEASE)
+            twice = sorted(
+                _began(v) for v in execs.values() if keys.count((v[0].attempt, v[0].worker)) > 1
+            )
             self.bad(
                 "EXCESS_EXECUTIONS",
                 tid,
                 f"{len(execs)} handler executions for {len(starts)} STARTs",
-                written_ms=(unmatched or again or [firsts[0][0]])[0],
+                written_ms=(
+                    unmatched[0]
+                    if unmatched
+                    else self.risk_point(twice[0], twice[1])
+                    if len(twice) > 1
+                    else firsts[0][0]
+                ),
             )
 
     def wf_cancelled(self, tid: str) -> bool:

@@ -169,12 +169,16 @@ async def read_stats(redis: Redis, keys: Keys) -> dict[str, int]:
 
 
 async def read_events(redis: Redis, keys: Keys) -> tuple[dict[str, list[str]], int]:
-    """task id -> history ids named by the events stream (in order), and the entry count."""
+    """task id -> history ids named by the events stream (in order), and the count of
+    those entries (a workflow's notes, ``wf`` and ``hid`` without ``id``, are left out:
+    they name its history entries, not a task's)."""
     out: dict[str, list[str]] = {}
     start, n = "-", 0
     while True:
         rows = await redis.xrange(keys.events, start, "+", count=5000)
         for _, f in rows:
+            if "id" not in f and "wf" in f:
+                continue
             n += 1
             out.setdefault(str(f.get("id", "")), []).append(str(f.get("hid", "")))
         if len(rows) < 5000:

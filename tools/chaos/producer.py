@@ -71,6 +71,7 @@ class Producer:
         self.submissions: list[Submission] = []
         self.indeterminate: list[int] = []
         self.cancels: list[CancelAck] = []
+        self.resumes: list[CancelAck] = []
         #: cancel_running tasks that finished before they were seen RUNNING
         self.cancel_missed = 0
         #: pause_resume tasks paused (and resumed), and those that finished first
@@ -358,7 +359,12 @@ class Producer:
         await asyncio.sleep(hold_s)
         # until it answers: a task left PAUSED would never finish (NOT_TERMINAL)
         with contextlib.suppress(InvalidTransition, TaskNotFound):
-            await self._retrying(lambda: self.client.resume(tid, "chaos"))
+            state = await self._retrying(lambda: self.client.resume(tid, "chaos"))
+            # written down: a RESUME lost afterwards leaves the task PAUSED, and the checker
+            # dates that loss by this acknowledgement
+            self.resumes.append(
+                CancelAck(task_id=tid, phase="resume", ack_ms=now_ms(), state=str(state))
+            )
 
     async def finish(self, timeout_s: float) -> int:
         """Wait for the side tasks (repeats, cancels); returns how many had to be dropped."""

@@ -172,6 +172,8 @@ class RunData(msgspec.Struct, frozen=True, kw_only=True):
     #: seq numbers of submits whose outcome is unknown (the call failed mid-way)
     indeterminate: list[int] = msgspec.field(default_factory=list)
     cancels: list[CancelAck] = msgspec.field(default_factory=list)
+    #: the producer's acknowledged RESUMEs of the tasks it paused (``state``: the answer)
+    resumes: list[CancelAck] = msgspec.field(default_factory=list)
     faults: list[FaultEvent] = msgspec.field(default_factory=list)
     #: every task found in the namespace, plus every accepted id (found or not)
     tasks: dict[str, TaskRecord] = msgspec.field(default_factory=dict)

@@ -122,10 +122,16 @@ async def _wait_web(http: httpx.AsyncClient, timeout_s: float) -> None:
 
 
 async def drain(
-    client: Client, ids: list[str], timeout_s: float, echo: Echo
+    client: Client,
+    ids: list[str],
+    timeout_s: float,
+    echo: Echo,
+    resumed: frozenset[str] = frozenset(),
 ) -> tuple[bool, list[str]]:
     """Wait until every task (the accepted ones, then any other in the namespace) is
-    terminal; returns (done, ids still unfinished at the bound)."""
+    terminal; returns (done, ids still unfinished at the bound). A task PAUSED although
+    the producer's RESUME of it was acknowledged (``resumed``) lost that RESUME and will
+    not move again: it is not waited for (the checker reports it, dated by the RESUME)."""
     end = time.monotonic() + timeout_s
     pending, scanned, last_echo = list(ids), False, 0.0
     while True:
@@ -135,7 +141,9 @@ async def drain(
                 part = pending[i : i + 500]
                 infos = await client.get_many(part)
                 still += [
-                    t for t, info in zip(part, infos, strict=True) if info and not info.terminal
+                    t
+                    for t, info in zip(part, infos, strict=True)
+                    if info and not info.terminal and not (info.state == "PAUSED" and t in resumed)
                 ]
             pending = still
             if not pending and not scanned:
@@ -262,7 +270,10 @@ class ChaosRun:
         dropped = await producer.finish(60)
         echo(f"draining (bound {cfg.drain_timeout_s:g}s)")
         d0 = time.monotonic()
-        drained, stuck = await drain(client, producer.accepted_ids, cfg.drain_timeout_s, echo)
+        resumed = frozenset(a.task_id for a in producer.resumes)
+        drained, stuck = await drain(
+            client, producer.accepted_ids, cfg.drain_timeout_s, echo, resumed
+        )
         # the workflows' users publish, retry, cancel until each one is finished
         untended = await producer.finish_workflows(
             max(5.0, cfg.drain_timeout_s - (time.monotonic() - d0))
@@ -272,7 +283,7 @@ class ChaosRun:
             echo(f"  {untended} workflows not finished at the drain bound")
         else:  # their last tasks may have been created just now
             more, stuck2 = await drain(
-                client, [], max(5.0, cfg.drain_timeout_s - (time.monotonic() - d0)), echo
+                client, [], max(5.0, cfg.drain_timeout_s - (time.monotonic() - d0)), echo, resumed
             )
             drained, stuck = drained and more, stuck + stuck2
         drain_s = time.monotonic() - d0
@@ -349,6 +360,7 @@ class ChaosRun:
             submissions=producer.submissions,
             indeterminate=producer.indeterminate,
             cancels=producer.cancels,
+            resumes=producer.resumes,
             faults=self.cluster.events,
             tasks=tasks,
             executions=await read_executions(redis, cfg.namespace),

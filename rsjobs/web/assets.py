@@ -1,4 +1,4 @@
-"""Two read-only workflow routes the web app adds to those of ``rsjobs.web.workflows``:
+"""Two read-only workflow routes beside those of ``workflows.py``:
 
 - ``GET /workflows/{wf_id}/plan``: the stages the workflow was started with (labels,
   queues, gates, items), so a frontend can draw the stage list with its gates;
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgspec
@@ -28,20 +27,15 @@ from starlette.routing import BaseRoute, Route
 
 from ..errors import ConfigError, CorruptWorkflow
 from ..names import is_name
-from ..workflows.client import WorkflowClient, validate_workflow_id
 from ..workflows.plan import Plan, decode_plan
 from ..workflows.schemas import decode_asset
-from .auth import Auth, Principal, require_principal
-from .http import ApiError, answering, json_response
+from .auth import Principal
+from .bodies import PlanItem, PlanStage, WorkflowPlan
+from .handlers import Handlers, not_found
+from .http import ApiError, json_response
+from .service import Service
 
-__all__ = [
-    "MEDIA_TYPES",
-    "PlanItem",
-    "PlanStage",
-    "WorkflowPlan",
-    "check_asset_root",
-    "workflow_extra_routes",
-]
+__all__ = ["MEDIA_TYPES", "asset_routes", "check_asset_root"]
 
 _VERSION = re.compile(r"[1-9][0-9]{0,6}")
 
@@ -65,34 +59,6 @@ _FILE_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; sandbox",
     "Cache-Control": "private, max-age=300",
 }
-
-
-class PlanItem(msgspec.Struct, frozen=True, kw_only=True):
-    """One task of a stage: its item name and the kind of asset it makes."""
-
-    item: str
-    kind: str = ""
-
-
-class PlanStage(msgspec.Struct, frozen=True, kw_only=True):
-    """One stage: ``gate`` = the user confirms it before the next stage starts."""
-
-    name: str
-    label: str
-    queue: str
-    gate: bool
-    max_retries: int
-    items: list[PlanItem]
-
-
-class WorkflowPlan(msgspec.Struct, frozen=True, kw_only=True):
-    """``GET /workflows/{id}/plan``: the stages the workflow was started with, in order."""
-
-    id: str
-    definition: str
-    revision: int
-    max_versions: int
-    stages: list[PlanStage]
 
 
 def plan_view(wf_id: str, plan: Plan) -> WorkflowPlan:
@@ -125,35 +91,21 @@ def check_asset_root(root: str | os.PathLike[str] | None) -> Path | None:
     return path.resolve(strict=True)
 
 
-Handler = Callable[[Request], Awaitable[Response]]
+class AssetApi(Handlers):
+    """The handlers, bound to the app's :class:`Service` and asset root."""
 
-
-class WorkflowExtras:
-    """The handlers, bound to the app's workflow client, token table and asset root."""
-
-    def __init__(self, client: WorkflowClient, auth: Auth, asset_root: Path | None) -> None:
-        self.client = client
-        self.auth = auth
+    def __init__(self, service: Service, asset_root: Path | None) -> None:
+        super().__init__(service)
         self.root = asset_root
-
-    def principal(
-        self, request: Request, *, allow_query: bool = False, params: tuple[str, ...] = ()
-    ) -> Principal:
-        return require_principal(self.auth, request, allow_query=allow_query, params=params)
 
     async def visible_plan(self, request: Request, who: Principal) -> tuple[str, Plan]:
         """The workflow's id and plan; 404 unless it exists and ``who`` may see it."""
+        wf_id = self.workflow_id(request)
+        _, _, raw = await self.visible_workflow(who, wf_id)
+        if not raw:
+            raise not_found("workflow", wf_id)
         try:
-            wf_id = validate_workflow_id(request.path_params["wf_id"])
-        except ConfigError:
-            raise ApiError(
-                400, "invalid_id", "a workflow id is 32 lowercase hexadecimal characters"
-            ) from None
-        seen = await self.client.store.workflows.visible(wf_id)
-        if seen is None or not seen[2] or not who.may_see(seen[1]):
-            raise ApiError(404, "not_found", f"no such workflow: {wf_id}")
-        try:
-            return wf_id, decode_plan(seen[2])
+            return wf_id, decode_plan(raw)
         except msgspec.DecodeError as exc:
             raise CorruptWorkflow(wf_id, f"its plan does not decode ({exc})") from None
 
@@ -181,7 +133,7 @@ class WorkflowExtras:
             index = plan.stage_index(stage)
         except ValueError:
             raise ApiError(404, "not_found", f"no stage {stage!r} in this workflow") from None
-        raw = await self.client.store.workflows.asset(wf_id, f"{version}:{index}:{item}")
+        raw = await self.svc.store.workflows.asset(wf_id, f"{version}:{index}:{item}")
         if raw is None:
             raise ApiError(404, "not_found", f"no asset {stage}/{item} in version {version}")
         path = self.file_of(decode_asset(raw).ref)
@@ -206,16 +158,14 @@ class WorkflowExtras:
         return path
 
 
-def workflow_extra_routes(
-    client: WorkflowClient, auth: Auth, *, asset_root: Path | None = None
-) -> list[BaseRoute]:
+def asset_routes(service: Service, asset_root: Path | None = None) -> list[BaseRoute]:
     """The plan and asset routes (``asset_root`` from :func:`check_asset_root`)."""
-    x = WorkflowExtras(client, auth, asset_root)
+    x = AssetApi(service, asset_root)
     return [
-        Route("/workflows/{wf_id}/plan", answering(x.plan), methods=["GET"]),
+        Route("/workflows/{wf_id}/plan", x.plan, methods=["GET"]),
         Route(
             "/workflows/{wf_id}/assets/{version}/{stage}/{item}",
-            answering(x.asset),
+            x.asset,
             methods=["GET"],
             name="workflow_asset",
         ),

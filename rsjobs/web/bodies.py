@@ -1,4 +1,5 @@
-"""Request and response bodies of the workflow HTTP routes (``workflows.py``).
+"""Request and response bodies of the workflow routes (``workflows.py``, ``assets.py``);
+the task routes' are in ``schemas.py``.
 
 Request bodies forbid unknown fields and carry their limits, so a bad body is refused
 while it is decoded, before anything touches Redis.
@@ -14,14 +15,18 @@ from msgspec import Meta
 from ..names import NAME_SCHEMA, OWNER_SCHEMA
 
 __all__ = [
+    "ACTION_BODIES",
     "ActionResult",
     "CancelBody",
     "ConfirmBody",
     "EventsPage",
+    "PlanItem",
+    "PlanStage",
     "PublishBody",
     "RegenerateBody",
     "RetryBody",
     "StartBody",
+    "WorkflowPlan",
 ]
 
 # the name rules of rsjobs.names (the OpenAPI document spells their \Z as $)
@@ -69,6 +74,16 @@ class CancelBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     reason: Note = ""
 
 
+#: ``POST /workflows/{wf_id}/{action}``: the body each action decodes
+ACTION_BODIES: dict[str, type[msgspec.Struct]] = {
+    "confirm": ConfirmBody,
+    "regenerate": RegenerateBody,
+    "retry": RetryBody,
+    "publish": PublishBody,
+    "cancel": CancelBody,
+}
+
+
 class ActionResult(msgspec.Struct, frozen=True, kw_only=True):
     """The answer to an action: the status after it, and the status document."""
 
@@ -87,3 +102,31 @@ class EventsPage(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     entries: list[Any]
     next: str | None
+
+
+class PlanItem(msgspec.Struct, frozen=True, kw_only=True):
+    """One task of a stage: its item name and the kind of asset it makes."""
+
+    item: str
+    kind: str = ""
+
+
+class PlanStage(msgspec.Struct, frozen=True, kw_only=True):
+    """One stage: ``gate`` = the user confirms it before the next stage starts."""
+
+    name: str
+    label: str
+    queue: str
+    gate: bool
+    max_retries: int
+    items: list[PlanItem]
+
+
+class WorkflowPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /workflows/{id}/plan``: the stages the workflow was started with, in order."""
+
+    id: str
+    definition: str
+    revision: int
+    max_versions: int
+    stages: list[PlanStage]
