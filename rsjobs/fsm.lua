@@ -289,10 +289,9 @@ local function append_entry(f, t, to, event, msg, rejected, extra, att)
   if n > 1 then
     -- (a task's first entry is no event: no one can be watching a task that did not
     -- exist; whoever looks at it later reads that entry from the task)
-    -- (wf: the workflow of a workflow's task, read once per call, so that the web app's
-    -- hub wakes that workflow's event streams when one of its tasks moves)
-    if t.wf == nil then t.wf = redis.call('HGET', t.key, 'wf') or '' end
-    if t.wf == '' then
+    -- (wf: the workflow of a workflow's task (see load), so that the web app's hub wakes
+    -- that workflow's event streams when one of its tasks moves)
+    if (t.wf or '') == '' then
       redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*', 'id', t.id, 'hid', hid)
     else
       redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*', 'id', t.id, 'hid', hid,
@@ -436,7 +435,9 @@ end
 -- a new task's table is built by hand; it has no `refusals` yet.)
 local function load(i, names)
   local key, qkey, dkey = task_keys(i)
-  local q = {'s', 'id', 'q', 'a', 'dedup', 'refusals', 'c', 'hn', 'b'}
+  -- (wf, the workflow of a workflow's task, is read here for append_entry's events entry:
+  -- one HMGET per task and call, not a read per entry)
+  local q = {'s', 'id', 'q', 'a', 'dedup', 'refusals', 'c', 'hn', 'b', 'wf'}
   for j = 1, #names do q[#q + 1] = fld(names[j]) end
   local v = redis.call('HMGET', key, unpack(q))
   if not v[1] then return nil end
@@ -445,8 +446,9 @@ local function load(i, names)
   end
   local t = {key = key, qkey = qkey, dkey = dkey, state = v[1], id = v[2],
     queue = v[3], attempt = tonumber(v[4]) or 0, dedup = v[5], refusals = v[6],
-    created = tonumber(v[7]), hn = tonumber(v[8]) or 0, started = tonumber(v[9]), f = {}}
-  for j = 1, #names do t.f[names[j]] = v[9 + j] end
+    created = tonumber(v[7]), hn = tonumber(v[8]) or 0, started = tonumber(v[9]),
+    wf = v[10] or '', f = {}}
+  for j = 1, #names do t.f[names[j]] = v[10 + j] end
   return t
 end
 

@@ -141,7 +141,7 @@ async def test_watchers_wake_on_their_workflow_and_its_tasks(client: Client) -> 
         watch.take(), bystander.take()
         sub = hub.subscribe(claimed[wid].id)
         await hand.progress(claimed[wid], 10)  # a task entry of wid only
-        await _drain(sub, 1, after=(await client.history(claimed[wid].id))[-2].id)
+        await eventually(lambda: sub.resync, what="its subscriber told to read on")
         await eventually(lambda: watch.moved, what="the watcher hears its task")
         assert watch.take() == (False, True) and not bystander.wake.is_set()
         await wf.cancel(wid)  # CANCEL of the workflow, and of its task
