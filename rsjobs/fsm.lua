@@ -351,7 +351,8 @@ end
 -- a new task's table is built by hand; it has no `refusals` yet.)
 local function load(i, names)
   local key, hkey, qkey, dkey = task_keys(i)
-  local q = {'state', 'id', 'queue', 'attempt', 'dedup', 'refusals'}
+  -- (wf is read here for event_head: one HMGET per task and call, not an HGET per entry)
+  local q = {'state', 'id', 'queue', 'attempt', 'dedup', 'refusals', 'wf'}
   for j = 1, #names do q[#q + 1] = names[j] end
   local v = redis.call('HMGET', key, unpack(q))
   if not v[1] then return nil end
@@ -359,8 +360,9 @@ local function load(i, names)
     error('rsjobs: corrupt task hash ' .. key .. ': no id or queue field', 0)
   end
   local t = {key = key, hkey = hkey, qkey = qkey, dkey = dkey, state = v[1], id = v[2],
-    queue = v[3], attempt = tonumber(v[4]) or 0, dedup = v[5], refusals = v[6], f = {}}
-  for j = 1, #names do t.f[names[j]] = v[6 + j] end
+    queue = v[3], attempt = tonumber(v[4]) or 0, dedup = v[5], refusals = v[6],
+    wf = v[7] or '', f = {}}
+  for j = 1, #names do t.f[names[j]] = v[7 + j] end
   return t
 end
 
@@ -419,7 +421,10 @@ local function new_task(i, id, typ, queue, payload, o, msg, more, extra)
   local key, hkey, qkey, dkey = task_keys(i)
   local dedup, owner = o.dedup or '', o.owner or ''
   local t = {key = key, hkey = hkey, qkey = qkey, dkey = dkey, id = id, queue = queue,
-    state = '', attempt = 0, dedup = dedup}
+    state = '', attempt = 0, dedup = dedup, wf = ''}
+  for j = 1, #(more or {}), 2 do
+    if more[j] == 'wf' then t.wf = more[j + 1] end
+  end
   local fields = {'id', id, 'type', typ, 'queue', queue, 'payload', payload,
     'attempt', 0, 'failures', 0, 'max_attempts', o.max_attempts, 'timeout_ms', o.timeout_ms or 0,
     'backoff_base_ms', o.backoff_base_ms or 0, 'backoff_max_ms', o.backoff_max_ms or 0,
