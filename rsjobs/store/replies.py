@@ -42,6 +42,8 @@ __all__ = [
 
 def text(v: Any) -> str:
     """A reply value as text (replies are str with decode_responses; bytes otherwise)."""
+    if type(v) is str:  # the usual case first: this runs several times per task
+        return v
     if v is None:
         return ""
     return v.decode() if isinstance(v, bytes) else str(v)
@@ -140,6 +142,18 @@ class DeadlineOutcome(StrEnum):
     STALE = "STALE"
 
 
+_CODES = {int(c): c for c in Code}
+
+
+def code_of(raw: Any) -> Code:
+    """A task script's code (a dict lookup: ``Code(...)`` costs about 0.7 µs, twice per
+    task); an unknown code raises ValueError as ``Code(...)`` would."""
+    try:
+        return _CODES[int(raw)]
+    except KeyError:
+        raise ValueError(f"{raw!r} is not a valid Code") from None
+
+
 class QuarantineOutcome(StrEnum):
     """``quarantine.lua``'s outcome."""
 
@@ -156,7 +170,7 @@ class TaskReply(NamedTuple):
 
     @classmethod
     def of(cls, raw: Sequence[Any]) -> TaskReply:
-        return cls(Code(int(raw[0])), text(raw[1]) if len(raw) > 1 else "")
+        return cls(code_of(raw[0]), text(raw[1]) if len(raw) > 1 else "")
 
 
 class Started(NamedTuple):
@@ -179,7 +193,7 @@ class Started(NamedTuple):
 
     @classmethod
     def of(cls, raw: Sequence[Any]) -> Started:
-        code = Code(int(raw[0]))
+        code = code_of(raw[0])
         if code is not Code.APPLIED:
             return cls(code, text(raw[1]) if len(raw) > 1 else "")
         _, tid, ttype, payload, attempt, lease, deadline, dedup, timeout, wf = raw

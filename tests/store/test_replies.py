@@ -86,3 +86,15 @@ def test_one_map_from_codes_to_exceptions() -> None:
     assert isinstance(why, ActionRefused) and why.reason == "because"
     with pytest.raises(ValueError):
         error_of(Code.APPLIED, subject="t", action="CANCEL")
+
+
+def test_codes_read_from_replies_like_the_enum() -> None:
+    from rsjobs.store.replies import Code, code_of, text
+
+    for c in Code:
+        assert (
+            code_of(c.value) is c and code_of(str(c.value)) is c and code_of(b"1") is Code.APPLIED
+        )
+    with pytest.raises(ValueError, match="not a valid Code"):
+        code_of(7)
+    assert [text(v) for v in ("a", b"b", None, 3)] == ["a", "b", "", "3"]
