@@ -91,6 +91,18 @@ class Reaping:
             secs, micros = await self.redis.time()
         return int(secs) * 1000 + int(micros) // 1000
 
+    async def trim_events(self, before_ms: int) -> int:
+        """Drop the events stream's entries older than ``before_ms`` (Redis time, ms): they
+        name tasks past their retention, which no reader can read any more, and a namespace
+        gone quiet would otherwise keep up to ``events_maxlen`` of them for ever. ``MINID
+        ~``: whole stream nodes only, so cheap; returns how many entries went."""
+        if before_ms <= 0:
+            return 0
+        with boundary("XTRIM events"):
+            return int(
+                await self.redis.xtrim(self.keys.events, minid=f"{before_ms}-0", approximate=True)
+            )
+
     async def screen(self, task_ids: Sequence[str]) -> list[Screened]:
         """Each task's dedup key and whether ``load`` takes its hash, one round trip. A
         batch is sent without the tasks it would refuse: a script that raises half-way
