@@ -27,24 +27,23 @@ from rsjobs.store.keys import GROUP, Keys
 from rsjobs.store.layout import Common, Ending, Entry, NewTask, Packed, StartArgs, task_options
 from rsjobs.store.scripts import script_source
 
-_EVENTS_XADD = """  redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*',
-    'id', t.id, 'q', t.queue, 'hid', hid, unpack(f))"""
+_EVENTS_XADD = (
+    "redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*', 'id', t.id, 'hid', hid)"
+)
 
 # name -> how the variant changes a script's source ("" = unchanged)
 VARIANTS: dict[str, Callable[[str], str]] = {
     "all of it": lambda src: src,
     "without the events stream": lambda src: _cut(src, _EVENTS_XADD, ""),
-    "without the task history": lambda src: _cut(
-        src, "local hid = redis.call('XADD', t.hkey, '*', unpack(f))", "local hid = '0-1'"
-    ),
+    "without the task history": lambda src: _cut(src, "f[#f + 1] = 'h' .. n; f[#f + 1] = v", ""),
     "without the entry's XDEL": lambda src: _cut(
         src, "redis.call('XDEL', qkey, unpack(entries))", ""
     ),
-    "without retention (PEXPIRE, compaction)": lambda src: _cut(
-        src, "if TERMINAL[to] then retain(t) end", ""
+    "without retention (PEXPIRE)": lambda src: _cut(
+        src, "    retain(t)\n  end\n  return hid", "  end\n  return hid"
     ),
-    "without history compaction": lambda src: _cut(
-        src, "if redis.call('COPY', key, SCRATCH_KEY, 'REPLACE') == 1 then", "if false then"
+    "without the duration histogram": lambda src: _cut(
+        src, "if t.started then observe_duration(t, to) end", ""
     ),
 }
 

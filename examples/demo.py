@@ -90,7 +90,8 @@ JOBS: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
 
 async def produce_and_watch(client: Client) -> dict[str, str]:
     labels: dict[str, str] = {}
-    last = (await client.redis.xrevrange(client.keys.events, "+", "-", count=1) or [("0-0",)])[0][0]
+    events = client.store.events
+    last = await events.last_id()
     ids = []
     for prompt, params, opts, _ in JOBS:
         tid = await client.enqueue(
@@ -103,28 +104,32 @@ async def produce_and_watch(client: Client) -> dict[str, str]:
     t0 = time.monotonic()
     finished: set[str] = set()
     resume_task = None
+    seen: dict[str, int] = {}  # task id -> the last history entry printed
     while len(finished) < len(ids):
         if time.monotonic() - t0 > 60:
             raise SystemExit("demo: tasks did not finish within 60 s")
-        rows = await client.redis.xread({client.keys.events: last}, block=500, count=200)
-        for _, entries in rows or []:
-            for eid, f in entries:
-                last = eid
-                tid = f.get("id", "")
-                if tid not in labels:
-                    continue
+        # the events stream names the task and entry; the entry is read from the task
+        rows = await events.read(last, 200, 500)
+        for eid, ev in rows:
+            last = eid
+            tid = ev.get("id", "")
+            if tid not in labels:
+                continue
+            for e in await client.history(tid, after=str(seen.get(tid, 0))):
+                seen[tid] = int(e.id)
                 label = labels[tid][:42]
-                if f.get("rej") == "1":
-                    line = f"refused {f['ev']}: {f.get('msg', '')}"
-                elif f["ev"] == "PROGRESS":
-                    line = f"{float(f['p']):5.1f}%  {f.get('msg', '')}"
+                if e.rejected:
+                    line = f"refused {e.event}: {e.message}"
+                elif e.event == "PROGRESS":
+                    line = f"{float(e.extra['p']):5.1f}%  {e.message}"
                 else:
-                    line = f"{f['ev']:<8} {f['from'] or '-':>9} -> {paint(f['to'])}"
-                    if f.get("msg"):
-                        line += f"  ({f['msg'][:60]})"
+                    line = f"{e.event:<8} {e.from_state or '-':>9} -> {paint(e.to_state)}"
+                    if e.message:
+                        line += f"  ({e.message[:60]})"
                 print(f"{time.monotonic() - t0:6.2f}s  {tid[:8]}  {label:<42}  {line}", flush=True)
-                if f.get("to") in TERMINAL and f.get("rej") != "1":
+                if e.to_state in TERMINAL and not e.rejected:
                     finished.add(tid)
+                f = e.extra
                 # drive the scripted user actions off what we see
                 if (
                     tid == cancel_id

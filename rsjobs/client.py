@@ -22,7 +22,11 @@ from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo
 from .settings import Settings
 from .store import Code, Store, TaskRef, error_of
 from .store.connection import connect
+from .store.history import position as history_position
 from .store.layout import NewTask, task_options
+
+#: events read per XREAD of Client.wait
+_WAIT_BATCH = 1000
 
 __all__ = ["Client", "connect", "validate_task_id"]
 
@@ -232,28 +236,35 @@ class Client:
         return await self.store.tasks.get_many([validate_task_id(t) for t in task_ids])
 
     async def history(
-        self, task_id: str, *, after: str = "-", count: int | None = None
+        self, task_id: str, *, after: str = "0", count: int | None = None
     ) -> list[HistoryEntry]:
-        """The task's history, oldest first; ``after`` is an exclusive stream id.
+        """The task's history, oldest first; ``after`` is an exclusive entry id (entries
+        are numbered ``"1"``, ``"2"``...; ``"0"`` or ``"-"``: from the first).
 
         A refusal entry carries how many more refusals of its kind it stands for
         (``repeats``, ``last_ts``: repeats are counted on the task hash, not appended).
+        Raises :class:`ConfigError` when ``after`` is not an entry id.
         """
         validate_task_id(task_id)
-        start = "-" if after in ("-", "0", "") else f"({after}"
-        rows = await self.store.tasks.history(task_id, start=start, count=count)
+        try:
+            start = history_position(after)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        rows = await self.store.tasks.history(task_id, after=start, count=count)
         if rows is None:
             raise TaskNotFound(task_id)
         return rows.entries(task_id)
 
     async def wait(self, task_id: str, *, timeout_ms: int | None = None) -> TaskInfo:
-        """Block until the task is terminal; driven by its history stream (XREAD BLOCK).
+        """Block until the task is terminal; driven by the namespace's events stream
+        (XREAD BLOCK: the task is read again when an entry names it; no busy poll).
 
         Raises :class:`WaitTimeout` after ``timeout_ms`` (None = wait forever).
         """
         validate_task_id(task_id)
-        tasks = self.store.tasks
-        last_id = await tasks.last_history_id(task_id)
+        events = self.store.events
+        # the cursor before the read: a transition after the read is an entry after it
+        cursor = await events.last_id()
         info = await self.get(task_id)
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
         while not info.terminal:
@@ -264,15 +275,18 @@ class Client:
                     raise WaitTimeout(f"task {task_id} is still {info.state}")
                 block = max(1, min(block, int(left * 1000)))
             try:
-                entries = await tasks.read_history(task_id, last_id, block)
+                entries = await events.read(cursor, _WAIT_BATCH, block)
             except RedisUnavailable:
                 # a failover (UNBLOCKED, READONLY, a dropped connection) ends the read, not
                 # the wait: read again once Redis answers, within the caller's timeout
                 await asyncio.sleep(min(0.5, block / 1000))
                 entries = []
             if entries:
-                last_id = entries[-1][0]
-                if not any(f.get("to") != f.get("from") for _, f in entries):
+                before, cursor = cursor, entries[-1][0]
+                # when trimming overtook this reader, the task's entry may be among those
+                # it never saw: read the task then
+                mine = any(f.get("id") == task_id for _, f in entries)
+                if not mine and not await events.trimmed_past(before):
                     continue
             info = await self.get(task_id)
         return info

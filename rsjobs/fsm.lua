@@ -4,14 +4,14 @@ table below is the only place where a legal transition is defined.
 
 Common KEYS (every transition script):
   KEYS[1]  events     stream  every transition of every task, trimmed with MAXLEN ~
-  KEYS[2]  stats      hash    "<queue>:<STATE>" counts, "ev:<EVENT>" / "rej:<EVENT>" counters
+  KEYS[2]  stats      hash    "<queue>:<STATE>" counts, "ev:<EVENT>" / "rej:<EVENT>" counters,
+                              task durations "dur:<queue>:<STATE>:<le>", "dur_ms:<queue>:<STATE>"
+                              (see observe_duration)
   KEYS[3]  scheduled  zset    "<queue>:<id>" scored by due time (ms)
   KEYS[4]  deadlines  zset    "<queue>:<id>" scored by execution deadline (ms)
-  KEYS[5]  scratch    stream  transient, within one call: see retain()
-The task keys, four per task (a script's items: its tasks, entries, members... follow the
+The task keys, three per task (a script's items: its tasks, entries, members... follow the
 common KEYS, each with its keys; then the script's own keys, if any):
-  task       hash    the task
-  history    stream  its history
+  task       hash    the task, its history included (see append_entry)
   queue      stream  its queue's stream
   dedup      string  its dedup key (the unused "dedup:" key when it has none)
 
@@ -27,12 +27,15 @@ Each header names every KEYS and ARGV of its script in this form (rsjobs/store/l
 packs the calls by the same names, and a test checks that the two agree), and each script
 checks #KEYS and #ARGV against it with layout() before anything else.
 
-Every transition, and every rejected attempt at one, is appended to the task's history
-stream and to the events stream with: ev, from, to, src, att (attempt), ts (Redis TIME, ms),
-and msg / rej=1 / extra fields where they apply; the events entry begins with id, q, hid
-(the history entry id) and, for a task of a workflow, wf (see event_head). Refusals are coalesced (see reject): the
-first refusal of an event while the task stays in one state is an entry; repeats of it
-are counted on the task hash, so no sender can grow a history. Checks come before the
+Every transition, and every rejected attempt at one, is an entry of the task's history,
+kept in the task hash itself (field h<n> for entry n, see record): event, state after it,
+source, attempt, time (Redis TIME), and msg / refused / extra fields where they apply. The
+events stream gets the task id and the entry number (id, hid) of each entry (and wf,
+the workflow id, for a workflow's task): readers
+(the web app's hub, Client.wait) learn from it that something happened and read the entry
+from the task. Refusals are coalesced (see reject): the first refusal of an event while
+the task stays in one state is an entry; repeats of it are counted on the task hash, so no
+sender can grow a history. Checks come before the
 first write of each task: Redis does not roll a script back.
 Counters (KEYS[2]) are summed per field while the script runs and written once per field
 when it ends, and dropped work entries are acked and deleted then with one XACK and one
@@ -81,12 +84,11 @@ local TRANSITIONS = {
 }
 
 local EVENTS_KEY, STATS_KEY, SCHED_KEY, DEADLINES_KEY = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local SCRATCH_KEY = KEYS[5]
 local SOURCE = ARGV[1]
 local EVENTS_MAX = tonumber(ARGV[2])
 local RETENTION_MS = tonumber(ARGV[3])
 local GROUP = ARGV[4]
-local NCOMMON = 5  -- common KEYS
+local NCOMMON = 4  -- common KEYS
 local NARGV = 4  -- common ARGV
 
 -- Counter increments of this call: field -> sum, written by finish_call().
@@ -163,10 +165,10 @@ local function allowed(from, event, to)
   return TRANSITIONS[from .. '|' .. event .. '|' .. to] == true
 end
 
--- The four keys of the i-th task (1-based) of this call.
+-- The three keys of the i-th task (1-based) of this call: task, queue, dedup.
 local function task_keys(i)
-  local b = NCOMMON + (i - 1) * 4
-  return KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
+  local b = NCOMMON + (i - 1) * 3
+  return KEYS[b + 1], KEYS[b + 2], KEYS[b + 3]
 end
 
 -- The number of items of this call (tasks, entries, members...), after checking #KEYS
@@ -195,8 +197,48 @@ local function member(t)
   return t.queue .. ':' .. t.id
 end
 
+-- The short names of the task hash's common fields (the README's glossary of task hash
+-- fields; rsjobs/store/record.py declares the same): a task hash is a listpack of small
+-- values, and its field names are most of its bytes. Scripts name fields by their long
+-- names and map them with fld(); every field not listed keeps its long name.
+local FIELD = {state = 's', type = 't', queue = 'q', payload = 'p', attempt = 'a',
+  max_attempts = 'ma', failures = 'f', created_at = 'c', started_at = 'b', updated_at = 'u',
+  lease = 'l', result = 'r', entry = 'e'}
+local function fld(name)
+  return FIELD[name] or name
+end
+
+-- A flat field, value array with its field names mapped by fld() (in place).
+local function fields_of(f)
+  for j = 1, #f, 2 do f[j] = fld(f[j]) end
+  return f
+end
+
+-- Fields that mean nothing once a task is terminal, deleted when it gets there: its
+-- delivery, its lease's expiry, its execution deadline, the consumer holding the lease
+-- (the history's START entries name every consumer). The lease itself stays: a repeated
+-- COMPLETE of its holder is answered from it.
+-- Its start and last update are its history's START and last entry's times.
+local TERMINAL_DROP = {'e', 'lease_expires_at', 'deadline_at', 'consumer', 'b', 'u'}
+
+-- Who sends an event as a rule: a history entry of it from that source leaves its source
+-- token empty (rsjobs/store/history.py reads it back the same way).
+local USUAL_SOURCE = {ENQUEUE = 'api', START = 'worker', COMPLETE = 'worker', FAIL = 'worker',
+  PROGRESS = 'worker', REQUEUE = 'worker'}
+
+-- The state an event leads to when the table allows it only one (START: RUNNING...):
+-- a history entry of such an event leaves its state token empty (derived from the table
+-- in the same way by rsjobs/store/history.py).
+local IMPLIED = {}
+for row in pairs(TRANSITIONS) do
+  local _, event, to = string.match(row, '^([%u_]*)|([%u_]+)|([%u_]+)$')
+  if IMPLIED[event] == nil then IMPLIED[event] = to elseif IMPLIED[event] ~= to then
+    IMPLIED[event] = false
+  end
+end
+
 -- Complete the fields `f` of a history entry: msg, rej=1 for a refusal, then `extra` (a
--- flat field, value array, may be nil). Shared by task and workflow histories.
+-- flat field, value array, may be nil). The workflow history's entries (wf.lua).
 local function with_note(f, msg, rejected, extra)
   if msg ~= nil and msg ~= '' then
     f[#f + 1] = 'msg'; f[#f + 1] = msg
@@ -210,42 +252,62 @@ local function with_note(f, msg, rejected, extra)
   return f
 end
 
--- The fields an events stream entry of task `t` has before its history entry's: id, q,
--- hid and, for a task of a workflow, wf (the workflow id, read from the task hash once
--- per call; left out when `extra` names it already), so that the web app's hub can wake
--- the workflow's event streams when one of its tasks moves or reports progress.
-local function event_head(t, hid, extra)
-  if t.wf == nil then t.wf = redis.call('HGET', t.key, 'wf') or '' end
-  local head = {'id', t.id, 'q', t.queue, 'hid', hid}
-  if t.wf == '' then return head end
-  for j = 1, #(extra or {}), 2 do
-    if extra[j] == 'wf' then return head end
-  end
-  head[7] = 'wf'; head[8] = t.wf
-  return head
+-- A token of a history entry: '%', ' ', '|', CR and LF percent-escaped (%XX), so that
+-- the entry splits back into its tokens.
+local function esc(v)
+  return (string.gsub(tostring(v), '[%% |\r\n]', function(c)
+    return string.format('%%%02X', string.byte(c))
+  end))
 end
 
--- Append one entry to the task's history and to the events stream; returns the history id.
--- `extra` is a flat array of additional field, value pairs (may be nil); `att` the attempt
--- the entry names (nil = the task's current attempt).
-local function record(t, from, to, event, msg, rejected, extra, att)
-  local f = with_note({'ev', event, 'from', from, 'to', to, 'src', SOURCE,
-    'att', att or t.attempt or 0, 'ts', NOW}, msg, rejected, extra)
-  local hid = redis.call('XADD', t.hkey, '*', unpack(f))
-  local e = event_head(t, hid, extra)
-  for j = 1, #f do e[#e + 1] = f[j] end
-  redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*', unpack(e))
+-- Add the next entry of the task's history to `f`, the hash fields the caller writes with
+-- one HSET, and tell the events stream; returns the entry's id (its number, "1", "2"...).
+-- Entry n is the hash field h<n>, and hn counts them. Its value is one line of text:
+--   <EVENT> <state after> <source> <attempt> <ms after c>[ !][ <name>=<value>...][|<msg>]
+-- ('!': a refusal; the state after is left empty when the event leads to one state only
+-- (IMPLIED), the source when it is the event's usual one (USUAL_SOURCE); the tokens
+-- escaped by esc(); the message is the rest of the line, as written). The state before an entry is the state after the one before it ('' for the
+-- first): every change of state is an entry. The events stream gets the task id and the
+-- entry's id (and wf for a workflow's task), for every entry after the first. `extra` is a flat array of more field, value pairs (may be nil); `att`
+-- the attempt the entry names (nil = the task's current attempt).
+local function append_entry(f, t, to, event, msg, rejected, extra, att)
+  local shown, src = to, SOURCE
+  if not rejected and IMPLIED[event] == to then shown = '' end
+  if USUAL_SOURCE[event] == src then src = '' end
+  local p = {esc(event), esc(shown), esc(src), att or t.attempt or 0, NOW - (t.created or NOW)}
+  if rejected then p[#p + 1] = '!' end
+  if extra ~= nil then
+    for j = 1, #extra, 2 do p[#p + 1] = esc(extra[j]) .. '=' .. esc(extra[j + 1]) end
+  end
+  local v = table.concat(p, ' ')
+  if msg ~= nil and msg ~= '' then v = v .. '|' .. msg end
+  local n = (t.hn or 0) + 1
+  t.hn = n
+  f[#f + 1] = 'h' .. n; f[#f + 1] = v
+  f[#f + 1] = 'hn'; f[#f + 1] = n
+  local hid = tostring(n)
+  if n > 1 then
+    -- (a task's first entry is no event: no one can be watching a task that did not
+    -- exist; whoever looks at it later reads that entry from the task)
+    -- (wf: the workflow of a workflow's task (see load), so that the web app's hub wakes
+    -- that workflow's event streams when one of its tasks moves)
+    if (t.wf or '') == '' then
+      redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*', 'id', t.id, 'hid', hid)
+    else
+      redis.call('XADD', EVENTS_KEY, 'MAXLEN', '~', EVENTS_MAX, '*', 'id', t.id, 'hid', hid,
+        'wf', t.wf)
+    end
+  end
   return hid
 end
 
--- Rewrite stream `key` as an exact-size copy (same ids, entries and TTL). Redis
--- preallocates a stream's first node (up to stream-node-max-bytes, 4 kB by default) and
--- keeps that allocation; a task's history holds a few entries, about 0.3 kB. COPY
--- allocates only what the entries use, and later appends grow it by what they add.
-local function compact(key)
-  if redis.call('COPY', key, SCRATCH_KEY, 'REPLACE') == 1 then
-    redis.call('RENAME', SCRATCH_KEY, key)
-  end
+-- Append one entry to the task's history (and tell the events stream); returns its id.
+-- `from` is the task's state (kept for the callers' sake: the history derives it).
+local function record(t, from, to, event, msg, rejected, extra, att)
+  local f = {}
+  local hid = append_entry(f, t, to, event, msg, rejected, extra, att)
+  redis.call('HSET', t.key, unpack(f))
+  return hid
 end
 
 -- The attempt a lease token "<attempt>:<nonce>" names; 0 when it names none (at most 9
@@ -288,25 +350,21 @@ local function reject(t, event, reason, att)
     redis.call('HSET', t.key, 'rep_ts:' .. hid, NOW)
     return hid
   end
-  hid = record(t, t.state, t.state, event, reason, true, nil, att)
-  -- a finished task's history was compacted at its end and is not again; an append may
-  -- have opened a new, preallocated node (COPY keeps the TTL)
-  if TERMINAL[t.state] then compact(t.hkey) end
+  local f = {}
+  hid = append_entry(f, t, t.state, event, reason, true, nil, att)
   local v = k .. '=' .. hid
   if list and list ~= '' then v = list .. ',' .. v end
-  redis.call('HSET', t.key, 'refusals', v)
+  f[#f + 1] = 'refusals'; f[#f + 1] = v
+  redis.call('HSET', t.key, unpack(f))
   t.refusals = v
   return hid
 end
 
--- Keep a finished task (hash, history, dedup key) for the retention period only. Its
--- history is compacted again: since ENQUEUE it may have opened a new, preallocated node
--- (a node holds at most stream-node-max-bytes or 100 entries).
+-- Keep a finished task (its hash, which holds its history, and its dedup key) for the
+-- retention period only.
 local function retain(t)
-  compact(t.hkey)
   if RETENTION_MS > 0 then
     redis.call('PEXPIRE', t.key, RETENTION_MS)
-    redis.call('PEXPIRE', t.hkey, RETENTION_MS)
     if t.dedup and t.dedup ~= '' then
       redis.call('PEXPIRE', t.dkey, RETENTION_MS)
     end
@@ -315,17 +373,40 @@ end
 
 -- Apply a transition the table allows: state field, counters, history, events, retention.
 -- `fields` is a flat array of extra hash fields to set in the same HSET.
+-- The upper bounds (ms) of the task duration histogram's buckets (DURATION_BUCKETS in
+-- rsjobs/web/metrics.py, which reads them back): a task reaching a terminal state after a
+-- START counts one in "dur:<queue>:<STATE>:<le>" (the first bound at or above its START to
+-- end time, "inf" past the last) and adds its time to "dur_ms:<queue>:<STATE>". Counted
+-- here, in the stats hash, so that the metric is exact and the same for every reader.
+local DURATION_LE_MS = {100, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000, 300000,
+  600000, 1800000, 3600000}
+
+local function observe_duration(t, to)
+  local ms = math.max(0, NOW - t.started)
+  local le = 'inf'
+  for j = 1, #DURATION_LE_MS do
+    if ms <= DURATION_LE_MS[j] then le = DURATION_LE_MS[j]; break end
+  end
+  count('dur:' .. t.queue .. ':' .. to .. ':' .. le, 1)
+  count('dur_ms:' .. t.queue .. ':' .. to, ms)
+end
+
 local function transition(t, event, to, msg, fields, extra)
   if not allowed(t.state, event, to) then
     error('rsjobs: illegal transition ' .. t.state .. ' -' .. event .. '-> ' .. to)
   end
   local from = t.state
-  local f = {'state', to, 'updated_at', NOW}
+  -- (a terminal task's time of finishing is its last update, u)
+  local f = {'s', to}
+  if not TERMINAL[to] then f[3] = 'u'; f[4] = NOW end
   if fields ~= nil then
-    for j = 1, #fields do f[#f + 1] = fields[j] end
+    for j = 1, #fields, 2 do
+      f[#f + 1] = fld(fields[j]); f[#f + 1] = fields[j + 1]
+    end
   end
+  local hid = append_entry(f, t, to, event, msg, false, extra)
   if TERMINAL[to] then
-    f[#f + 1] = 'finished_at'; f[#f + 1] = NOW
+    redis.call('HDEL', t.key, unpack(TERMINAL_DROP))
   end
   redis.call('HSET', t.key, unpack(f))
   if t.refusals then
@@ -339,8 +420,11 @@ local function transition(t, event, to, msg, fields, extra)
   end
   count('ev:' .. event, 1)
   t.state = to
-  local hid = record(t, from, to, event, msg, false, extra)
-  if TERMINAL[to] then retain(t) end
+  if TERMINAL[to] then
+    -- (t.started: the START time of its last attempt, when it had one)
+    if t.started then observe_duration(t, to) end
+    retain(t)
+  end
   return hid
 end
 
@@ -350,19 +434,21 @@ end
 -- task: every helper below needs both, and would fail half-way through its writes. (Only
 -- a new task's table is built by hand; it has no `refusals` yet.)
 local function load(i, names)
-  local key, hkey, qkey, dkey = task_keys(i)
-  -- (wf is read here for event_head: one HMGET per task and call, not an HGET per entry)
-  local q = {'state', 'id', 'queue', 'attempt', 'dedup', 'refusals', 'wf'}
-  for j = 1, #names do q[#q + 1] = names[j] end
+  local key, qkey, dkey = task_keys(i)
+  -- (wf, the workflow of a workflow's task, is read here for append_entry's events entry:
+  -- one HMGET per task and call, not a read per entry)
+  local q = {'s', 'id', 'q', 'a', 'dedup', 'refusals', 'c', 'hn', 'b', 'wf'}
+  for j = 1, #names do q[#q + 1] = fld(names[j]) end
   local v = redis.call('HMGET', key, unpack(q))
   if not v[1] then return nil end
   if not v[2] or not v[3] then
     error('rsjobs: corrupt task hash ' .. key .. ': no id or queue field', 0)
   end
-  local t = {key = key, hkey = hkey, qkey = qkey, dkey = dkey, state = v[1], id = v[2],
+  local t = {key = key, qkey = qkey, dkey = dkey, state = v[1], id = v[2],
     queue = v[3], attempt = tonumber(v[4]) or 0, dedup = v[5], refusals = v[6],
-    wf = v[7] or '', f = {}}
-  for j = 1, #names do t.f[names[j]] = v[7 + j] end
+    created = tonumber(v[7]), hn = tonumber(v[8]) or 0, started = tonumber(v[9]),
+    wf = v[10] or '', f = {}}
+  for j = 1, #names do t.f[names[j]] = v[10 + j] end
   return t
 end
 
@@ -384,6 +470,11 @@ end
 local function push_entry(t)
   return redis.call('XADD', t.qkey, '*', 'id', t.id)
 end
+
+-- The backoff of a task whose hash has no backoff fields (what a client submits by default).
+local BACKOFF_BASE_MS, BACKOFF_MAX_MS = 1000, 300000
+-- The attempts of a task whose hash has no max_attempts field (the client's default).
+local MAX_ATTEMPTS = 3
 
 -- The options of a new task: one JSON object per task, packed by the store
 -- (rsjobs/store/layout.py, task_options). A name left out is 0 (counts) or '' (texts).
@@ -415,20 +506,31 @@ end
 -- created here and nowhere else (enqueue.lua, and wf.lua's create_task). `i` is the
 -- task's index in KEYS; `o` its options (task_options); `msg` the history message;
 -- `more` extra hash fields and `extra` extra history fields (flat arrays, may be nil).
--- The new history is compacted: a waiting task holds what its entries use, not its
--- stream's 4 kB preallocation (see compact). Returns the task.
+-- Fields equal to their defaults are left out (failures 0, progress 0, no timeout, the
+-- backoff's defaults, which end_attempt applies when they are missing). Returns the task.
 local function new_task(i, id, typ, queue, payload, o, msg, more, extra)
-  local key, hkey, qkey, dkey = task_keys(i)
+  local key, qkey, dkey = task_keys(i)
   local dedup, owner = o.dedup or '', o.owner or ''
-  local t = {key = key, hkey = hkey, qkey = qkey, dkey = dkey, id = id, queue = queue,
-    state = '', attempt = 0, dedup = dedup, wf = ''}
+  local t = {key = key, qkey = qkey, dkey = dkey, id = id, queue = queue,
+    state = '', attempt = 0, dedup = dedup, created = NOW, hn = 0, wf = ''}
   for j = 1, #(more or {}), 2 do
     if more[j] == 'wf' then t.wf = more[j + 1] end
   end
-  local fields = {'id', id, 'type', typ, 'queue', queue, 'payload', payload,
-    'attempt', 0, 'failures', 0, 'max_attempts', o.max_attempts, 'timeout_ms', o.timeout_ms or 0,
-    'backoff_base_ms', o.backoff_base_ms or 0, 'backoff_max_ms', o.backoff_max_ms or 0,
-    'progress', 0, 'created_at', NOW}
+  local fields = {'id', id, 't', typ, 'q', queue, 'p', payload, 'c', NOW}
+  if o.max_attempts ~= MAX_ATTEMPTS then
+    fields[#fields + 1] = 'ma'; fields[#fields + 1] = o.max_attempts
+  end
+  if (o.timeout_ms or 0) > 0 then
+    fields[#fields + 1] = 'timeout_ms'; fields[#fields + 1] = o.timeout_ms
+  end
+  -- (an option left out is 0, as task_options reads it: a backoff of 0 is stored, since
+  -- a missing field means the default)
+  if (o.backoff_base_ms or 0) ~= BACKOFF_BASE_MS then
+    fields[#fields + 1] = 'backoff_base_ms'; fields[#fields + 1] = o.backoff_base_ms or 0
+  end
+  if (o.backoff_max_ms or 0) ~= BACKOFF_MAX_MS then
+    fields[#fields + 1] = 'backoff_max_ms'; fields[#fields + 1] = o.backoff_max_ms or 0
+  end
   if owner ~= '' then fields[#fields + 1] = 'owner'; fields[#fields + 1] = owner end
   if dedup ~= '' then
     fields[#fields + 1] = 'dedup'; fields[#fields + 1] = dedup
@@ -453,7 +555,6 @@ local function new_task(i, id, typ, queue, payload, o, msg, more, extra)
     fields[#fields + 1] = 'entry'; fields[#fields + 1] = push_entry(t)
   end
   transition(t, 'ENQUEUE', to, msg, fields, extra)
-  compact(t.hkey)
   return t
 end
 
@@ -478,7 +579,7 @@ end
 -- promote) or sweeps for it (deadline) calls this, so the deadline holds without a reaper.
 local function expire(t, how, extra)
   local expires = tonumber(t.f.expires_at)
-  local created = tonumber(t.f.created_at or redis.call('HGET', t.key, 'created_at')) or NOW
+  local created = t.created or NOW
   local why = 'expired: no worker started it within its queue-wait deadline (waited '
     .. (NOW - created) .. ' ms; deadline passed ' .. (NOW - expires) .. ' ms ago' .. how .. ')'
   if t.state == 'PENDING' then
@@ -532,7 +633,12 @@ local function end_attempt(t, event, body, etype, retryable, delay, jitter, extr
   if event == 'COMPLETE' then
     -- a success after failed attempts: the task has no error now (history keeps them)
     if (tonumber(t.f.failures) or 0) > 0 then redis.call('HDEL', t.key, 'error', 'error_type') end
-    transition(t, 'COMPLETE', 'SUCCEEDED', '', {'result', body, 'progress', 100}, extra)
+    -- (a SUCCEEDED task's progress is 100: the field is dropped, as readers know)
+    redis.call('HDEL', t.key, 'progress')
+    -- (a null result, what a handler returning None gives, is no field)
+    local fields = nil
+    if body ~= 'null' then fields = {'result', body} end
+    transition(t, 'COMPLETE', 'SUCCEEDED', '', fields, extra)
     return
   end
   if event == 'REQUEUE' then
@@ -540,7 +646,7 @@ local function end_attempt(t, event, body, etype, retryable, delay, jitter, extr
     return
   end
   local failures = (tonumber(t.f.failures) or 0) + 1
-  local max_attempts = tonumber(t.f.max_attempts) or 1
+  local max_attempts = tonumber(t.f.max_attempts) or MAX_ATTEMPTS
   local fields = {'error_type', etype, 'failures', failures}
   if more ~= nil then
     for j = 1, #more do fields[#fields + 1] = more[j] end
@@ -559,8 +665,8 @@ local function end_attempt(t, event, body, etype, retryable, delay, jitter, extr
     if delay < 0 then
       -- enqueue's defaults when a field is missing or garbled: a bad backoff setting must
       -- not fail the call after its first writes
-      delay = backoff(failures, tonumber(t.f.backoff_base_ms) or 1000,
-        tonumber(t.f.backoff_max_ms) or 300000, jitter)
+      delay = backoff(failures, tonumber(t.f.backoff_base_ms) or BACKOFF_BASE_MS,
+        tonumber(t.f.backoff_max_ms) or BACKOFF_MAX_MS, jitter)
     end
     fields[#fields + 1] = 'due_at'; fields[#fields + 1] = NOW + delay
     hist[#hist + 1] = 'retry_in_ms'; hist[#hist + 1] = delay

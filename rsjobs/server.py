@@ -25,8 +25,8 @@ __all__ = ["EmbeddedRedis", "find_redis_server", "free_port"]
 MIN_VERSION = (6, 2)
 
 #: Server settings of the embedded server. Redis preallocates min(4096,
-#: stream-node-max-bytes) bytes for a stream's first node; rsjobs compacts each task's
-#: history itself (README, "Redis settings"), so 512 only keeps other streams small.
+#: stream-node-max-bytes) bytes for a stream's first node; a task's history is in its hash
+#: (README, "Redis settings"), so 512 only keeps the other streams small.
 RECOMMENDED_CONFIG = ["--stream-node-max-bytes", "512"]
 
 

@@ -18,7 +18,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     #: every key of this namespace shares the hash tag ``{namespace}``
     namespace: str = "default"
-    #: approximate bound on the events stream (MAXLEN ~)
+    #: approximate bound on the events stream (MAXLEN ~); the reaper also drops its
+    #: entries once they are older than ``retention_ms``
     events_maxlen: int = 100_000
     #: how long a finished task (hash, history, dedup key) is kept; 0 = forever
     retention_ms: int = 7 * DAY_MS

@@ -191,7 +191,7 @@ class SyncClient:
         return r.run(r.client.get_many(list(task_ids)))
 
     def history(
-        self, task_id: str, *, after: str = "-", count: int | None = None
+        self, task_id: str, *, after: str = "0", count: int | None = None
     ) -> list[HistoryEntry]:
         """The task's history, oldest first (see :meth:`rsjobs.Client.history`)."""
         r = self._runner()

@@ -354,7 +354,7 @@ local function create_task(w, i, a, o, msg, extra_fields)
   if extra_fields ~= nil then
     for j = 1, #extra_fields do more[#more + 1] = extra_fields[j] end
   end
-  new_task(i, id, typ, queue, ARGV[a + 4], o, msg, more, {'type', typ, 'wf', w.id})
+  new_task(i, id, typ, queue, ARGV[a + 4], o, msg, more, {'wf', w.id})
   redis.call('HSET', WF_TASKS, slot(w.version, w.stage, item), id)
   redis.call('SADD', WF_OPEN, id)
   return id

@@ -29,7 +29,9 @@ class QueueMemory(msgspec.Struct, frozen=True, kw_only=True):
     live_tasks: int  #: tasks not in a terminal state (from the stats counters)
     sampled: int  #: task hashes measured
     task_bytes_avg: int  #: mean MEMORY USAGE of a sampled task hash
-    history_bytes_avg: int  #: mean MEMORY USAGE of a sampled history stream
+    #: mean MEMORY USAGE of a sampled task's history stream, which earlier releases wrote
+    #: (0 once none is left: a task's history is in its hash, in task_bytes_avg)
+    history_bytes_avg: int
     live_bytes_est: int  #: live_tasks * (task + history mean) + stream_bytes
 
 

@@ -78,6 +78,8 @@ class SweepReport(msgspec.Struct, kw_only=True):
     expired: int = 0
     #: delayed or backed-off tasks moved to their queues
     promoted: int = 0
+    #: events stream entries older than the retention, dropped
+    events_trimmed: int = 0
     workers_dead: list[str] = msgspec.field(default_factory=list)
     workers_forgotten: list[str] = msgspec.field(default_factory=list)
     consumers_deleted: int = 0
@@ -201,6 +203,13 @@ class Reaper:
         if pr is not None:
             report.promoted = pr["PROMOTED"]
             self._isolated(report, pr)
+
+        retention = self.settings.retention_ms
+        if retention > 0:  # the events of tasks past their retention (0: kept for ever)
+            trimmed = await self._step(
+                report, "events", lambda: self.store.reaper.trim_events(now_ms - retention)
+            )
+            report.events_trimmed = trimmed or 0
 
         ws = await self._step(report, "workers", lambda: sweep_workers(self.store, queues, cfg))
         if ws is not None:

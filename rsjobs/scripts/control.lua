@@ -17,7 +17,7 @@ Events: CANCEL (-> CANCELLED), PAUSE (-> PAUSED), RESUME (PAUSED -> PENDING); re
   acked and its worker notified. RESUME of a task never started re-indexes its queue-wait
   deadline (a pause does not stop that clock).
 ]]
-local _, bad = layout(3, 0, 4, 0, 1)
+local _, bad = layout(3, 0, 3, 0, 1)
 if bad then return bad end
 local event, msg, channel = ARGV[5], ARGV[6], ARGV[7]
 local TARGET = {CANCEL = 'CANCELLED', PAUSE = 'PAUSED', RESUME = 'PENDING'}

@@ -33,7 +33,7 @@ An error (nothing written) when grace_ms or a jitter is malformed.
 Events: TIMEOUT (RUNNING -> SCHEDULED | TIMED_OUT), EXPIRE (PENDING | SCHEDULED -> TIMED_OUT).
 ]]
 local NARG, PER = 5, 2
-local n, bad = layout(1, PER, 4, 0)
+local n, bad = layout(1, PER, 3, 0)
 if bad then return bad end
 local grace = tonumber(ARGV[5])
 if not is_count(ARGV[5]) then return bad_arg('grace_ms', ARGV[5]) end

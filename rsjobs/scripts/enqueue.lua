@@ -19,7 +19,7 @@ Returns: per task {id, state, duplicate}: duplicate = 1 when the dedup key (or t
 Events: ENQUEUE ('' -> PENDING | SCHEDULED).
 ]]
 local PER = 5
-local n, bad = layout(0, PER, 4, 0)
+local n, bad = layout(0, PER, 3, 0)
 if bad then return bad end
 -- checks of the whole batch first: a bad value in its last task must not leave the others
 -- written and the call failed
@@ -35,7 +35,7 @@ for i = 1, n do
 end
 local out = {}
 for i = 1, n do
-  local key, _, _, dkey = task_keys(i)
+  local key, _, dkey = task_keys(i)
   local a = NARGV + (i - 1) * PER
   local id, typ, queue, payload = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local o = opts[i]
@@ -48,9 +48,9 @@ for i = 1, n do
   if existing then
     out[i] = {existing, '', 1}
   elseif redis.call('EXISTS', key) == 1 then
-    out[i] = {id, redis.call('HGET', key, 'state'), 1}
+    out[i] = {id, redis.call('HGET', key, fld('state')), 1}
   else
-    local t = new_task(i, id, typ, queue, payload, o, '', nil, {'type', typ})
+    local t = new_task(i, id, typ, queue, payload, o, '', nil, nil)
     out[i] = {id, t.state, 0}
   end
 end

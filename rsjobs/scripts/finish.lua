@@ -25,7 +25,7 @@ Events: COMPLETE, FAIL, TIMEOUT, REQUEUE; rejected ones are recorded with rej=1 
 ]]
 local PER = 7
 local EVENTS = {COMPLETE = true, FAIL = true, TIMEOUT = true, REQUEUE = true}
-local n, bad = layout(0, PER, 4, 0)
+local n, bad = layout(0, PER, 3, 0)
 if bad then return bad end
 for i = 1, n do  -- the whole batch before the first write
   local a = NARGV + (i - 1) * PER

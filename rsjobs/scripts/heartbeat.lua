@@ -24,7 +24,7 @@ Events: PROGRESS (RUNNING -> RUNNING) when a progress value is given; a refused 
   or PROGRESS is recorded with rej=1 (and the attempt its lease names).
 ]]
 local PER = 4
-local n, bad = layout(2, PER, 4, 0)
+local n, bad = layout(2, PER, 3, 0)
 if bad then return bad end
 local consumer, lease_ms = ARGV[5], tonumber(ARGV[6])
 if not consumer or consumer == '' then return bad_arg('consumer', consumer) end
@@ -59,7 +59,7 @@ for i = 1, n do
     redis.call('HSET', t.key, 'lease_expires_at', NOW + lease_ms)
     redis.call('XCLAIM', t.qkey, GROUP, consumer, 0, entry, 'JUSTID')
     if progress ~= '' then
-      redis.call('HSET', t.key, 'progress', progress, 'progress_msg', msg, 'updated_at', NOW)
+      redis.call('HSET', t.key, 'progress', progress, 'progress_msg', msg, fld('updated_at'), NOW)
       record(t, 'RUNNING', 'RUNNING', 'PROGRESS', msg, false, {'p', progress})
     end
     out[i] = 'OK'

@@ -14,7 +14,7 @@ Returns: {code, clone id}
   -1  the original no longer exists
   -2  the clone no longer exists
 ]]
-local _, bad = layout(0, 0, 4, 0, 2)
+local _, bad = layout(0, 0, 3, 0, 2)
 if bad then return bad end
 local orig = load(1, {'requeued_as'})
 local clone = load(2, {})

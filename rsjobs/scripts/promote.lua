@@ -13,7 +13,7 @@ Returns: {promoted, next_due_ms}: how many were promoted, and the score of the e
   member still scheduled (-1 when none).
 Events: PROMOTE (SCHEDULED -> PENDING), EXPIRE (SCHEDULED -> TIMED_OUT).
 ]]
-local n, bad = layout(0, 1, 4, 0)
+local n, bad = layout(0, 1, 3, 0)
 if bad then return bad end
 local promoted = 0
 for i = 1, n do

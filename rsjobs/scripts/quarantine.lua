@@ -4,7 +4,7 @@ The reaper calls this for one task after a script failed on that task alone and 
 stored data was found defective (a hash without its id or queue, a field that does not
 parse, a key of the wrong type...). The task is read field by field here, not with
 fsm.lua's `load`, which refuses such a hash.
-  * PENDING, SCHEDULED or RUNNING, with a hash and a history it can write: DEADLETTER ->
+  * PENDING, SCHEDULED or RUNNING, with a hash: DEADLETTER ->
     FAILED, with the reason; its work entry, deadline and schedule are dropped and an
     entry is added to the dead-letter stream. A missing id or queue field is restored
     from the caller's (the index named both), so the task reads and re-queues like any
@@ -32,13 +32,13 @@ Returns: {outcome, state}: outcome DEADLETTERED (DEADLETTER -> FAILED), REMOVED 
   state: the task's state after the call ('' when it has none).
 Events: DEADLETTER (PENDING | SCHEDULED | RUNNING -> FAILED), extra fields step, dl.
 ]]
-local _, bad = layout(7, 0, 4, 1, 1)
+local _, bad = layout(7, 0, 3, 1, 1)
 if bad then return bad end
 local tid, queue, index, ref = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local step, why, dl_max = ARGV[9], ARGV[10], tonumber(ARGV[11])
 if not is_count(ARGV[11]) then return bad_arg('deadletter_max', ARGV[11]) end
-local key, hkey, qkey, dkey = task_keys(1)
-local DEADLETTER_KEY = KEYS[NCOMMON + 5]
+local key, qkey, dkey = task_keys(1)
+local DEADLETTER_KEY = KEYS[NCOMMON + 4]
 
 local function key_type(k)
   return redis.call('TYPE', k).ok
@@ -73,16 +73,24 @@ end
 
 -- read what can be read; nothing below raises on a missing or garbled field
 local f = {state = '', id = '', queue = '', attempt = 0, type = '', entry = '', consumer = '',
-  deliveries = 0, dedup = ''}
+  deliveries = 0, dedup = '', wf = ''}
 if ktype == 'hash' then
-  local v = redis.call('HMGET', key, 'state', 'id', 'queue', 'attempt', 'type', 'entry',
-    'consumer', 'deliveries', 'dedup')
+  local v = redis.call('HMGET', key, fld('state'), 'id', fld('queue'), fld('attempt'),
+    fld('type'), fld('entry'), 'consumer', 'deliveries', 'dedup', fld('created_at'), 'hn', 'wf')
   f = {state = v[1] or '', id = v[2] or '', queue = v[3] or '', attempt = tonumber(v[4]) or 0,
     type = v[5] or '', entry = v[6] or '', consumer = v[7] or '',
-    deliveries = tonumber(v[8]) or 0, dedup = v[9] or ''}
+    deliveries = tonumber(v[8]) or 0, dedup = v[9] or '', created = tonumber(v[10]),
+    hn = tonumber(v[11]), wf = v[12] or ''}
+  if f.hn == nil or f.hn ~= math.floor(f.hn) or f.hn < 0 then
+    -- a garbled count: the next entry goes after the last one there, overwriting none
+    f.hn = 0
+    for _, name in ipairs(redis.call('HKEYS', key)) do
+      local n = tonumber(string.match(name, '^h(%d+)$'))
+      if n and n > f.hn then f.hn = n end
+    end
+  end
 end
-local htype = key_type(hkey)
-local movable = ktype == 'hash' and (htype == 'stream' or htype == 'none')
+local movable = ktype == 'hash'
   and allowed(f.state, 'DEADLETTER', 'FAILED') and (f.queue == '' or f.queue == queue)
 local reason = string.sub('quarantined: ' .. step .. ' failed on this task: ' .. why, 1, 1000)
 
@@ -92,8 +100,6 @@ if not movable then
   local what = 'reference removed from ' .. index .. ' (task is '
   if ktype ~= 'hash' then
     what = what .. 'a ' .. ktype .. ', not a hash)'
-  elseif htype ~= 'stream' and htype ~= 'none' then
-    what = what .. f.state .. ', its history a ' .. htype .. ')'
   else
     what = what .. (f.state ~= '' and f.state or 'without a state') .. ')'
   end
@@ -104,8 +110,9 @@ if not movable then
   return {'REMOVED', f.state}
 end
 
-local t = {key = key, hkey = hkey, qkey = qkey, dkey = dkey, id = tid, queue = queue,
-  state = f.state, attempt = f.attempt, dedup = f.dedup, f = {}}
+local t = {key = key, qkey = qkey, dkey = dkey, id = tid, queue = queue,
+  state = f.state, attempt = f.attempt, dedup = f.dedup, created = f.created, hn = f.hn or 0,
+  wf = f.wf, f = {}}
 if index == 'queue' then drop_entry(qkey, ref) end
 if f.entry ~= '' and f.entry ~= ref then drop_entry(qkey, f.entry) end
 redis.call('ZREM', DEADLINES_KEY, member(t))
@@ -116,6 +123,6 @@ local dl = redis.call('XADD', DEADLETTER_KEY, 'MAXLEN', '~', dl_max, '*', 'id', 
   'att', f.attempt, 'ts', NOW, 'reason', reason, 'step', step, 'action', 'DEADLETTER')
 local fields = {'error', reason, 'error_type', 'DeadLetter', 'deadletter', dl}
 if f.id ~= tid then fields[#fields + 1] = 'id'; fields[#fields + 1] = tid end
-if f.queue ~= queue then fields[#fields + 1] = 'queue'; fields[#fields + 1] = queue end
+if f.queue ~= queue then fields[#fields + 1] = 'q'; fields[#fields + 1] = queue end
 transition(t, 'DEADLETTER', 'FAILED', reason, fields, {'step', step, 'dl', dl})
 return {'DEADLETTERED', t.state}

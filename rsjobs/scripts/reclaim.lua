@@ -53,7 +53,7 @@ Events: RECLAIM (RUNNING -> PENDING | FAILED), DEADLETTER (RUNNING | PENDING -> 
   with extra fields worker (the lost consumer), idle_ms and deliveries.
 ]]
 local NARG = 9
-local n, bad = layout(5, 1, 4, 2)
+local n, bad = layout(5, 1, 3, 2)
 if bad then return bad end
 for j = 5, NARG do
   if not is_count(ARGV[j]) then return bad_arg('number ARGV[' .. j .. ']', ARGV[j]) end
@@ -61,8 +61,8 @@ end
 local min_idle, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6])
 local dead_leases, default_lease = tonumber(ARGV[7]), tonumber(ARGV[8])
 local dl_max = tonumber(ARGV[9])
-local DEADLETTER_KEY = KEYS[NCOMMON + 4 * n + 1]
-local WORKERS_KEY = KEYS[NCOMMON + 4 * n + 2]
+local DEADLETTER_KEY = KEYS[NCOMMON + 3 * n + 1]
+local WORKERS_KEY = KEYS[NCOMMON + 3 * n + 2]
 for i = 1, n do
   if not is_entry_id(ARGV[NARG + i]) then return bad_arg('entry id', ARGV[NARG + i]) end
 end
@@ -106,7 +106,7 @@ end
 local out = {}
 for i = 1, n do
   local entry = ARGV[NARG + i]
-  local _, _, qkey = task_keys(i)
+  local _, qkey = task_keys(i)
   local pel = redis.call('XPENDING', qkey, GROUP, 'IDLE', min_idle, entry, entry, 1)
   if #pel == 0 then
     out[i] = 'BUSY'
@@ -141,7 +141,7 @@ for i = 1, n do
         -- a live worker that has not started it for dead_leases leases never will (its
         -- read reply was lost): deliver it again; not a lost delivery, so not counted
         drop_entry(qkey, entry)
-        redis.call('HSET', t.key, 'entry', push_entry(t))
+        redis.call('HSET', t.key, fld('entry'), push_entry(t))
         out[i] = 'REDELIVERED'
       else
         local deliveries = (tonumber(t.f.deliveries) or 0) + count
@@ -150,7 +150,7 @@ for i = 1, n do
           out[i] = 'DEADLETTERED'
         else
           drop_entry(qkey, entry)
-          redis.call('HSET', t.key, 'entry', push_entry(t), 'deliveries', deliveries)
+          redis.call('HSET', t.key, fld('entry'), push_entry(t), 'deliveries', deliveries)
           out[i] = 'REDELIVERED'
         end
       end

@@ -15,7 +15,7 @@ Returns: per task 1 when re-queued, 0 when the entry was stale (task gone, no lo
   PENDING, or its entry already replaced: the entry is then only acked and deleted).
   An error (nothing written) when an entry id is malformed.
 ]]
-local n, bad = layout(0, 1, 4, 0)
+local n, bad = layout(0, 1, 3, 0)
 if bad then return bad end
 for i = 1, n do  -- a malformed id would fail the XACK at the end of the call
   if not is_entry_id(ARGV[NARGV + i]) then return bad_arg('entry id', ARGV[NARGV + i]) end
@@ -26,11 +26,11 @@ for i = 1, n do
   local t = load(i, {'entry'})
   if t ~= nil and t.state == 'PENDING' and t.f.entry == entry then
     drop_entry(t.qkey, entry)
-    redis.call('HSET', t.key, 'entry', push_entry(t))
+    redis.call('HSET', t.key, fld('entry'), push_entry(t))
     out[i] = 1
   else
     if t == nil or t.state ~= 'RUNNING' or t.f.entry ~= entry then
-      local _, _, qkey = task_keys(i)
+      local _, qkey = task_keys(i)
       drop_entry(qkey, entry)
     end
     out[i] = 0

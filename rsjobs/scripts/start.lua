@@ -25,7 +25,7 @@ An error (nothing written) when the consumer, nonce or lease_ms is malformed or 
 number of entries does not match the tasks.
 Events: START (PENDING -> RUNNING); EXPIRE (PENDING -> TIMED_OUT); rejected START.
 ]]
-local n, bad = layout(3, 1, 4, 0)
+local n, bad = layout(3, 1, 3, 0)
 if bad then return bad end
 local consumer, lease_ms, nonce = ARGV[5], tonumber(ARGV[6]), ARGV[7]
 if not consumer or consumer == '' or not nonce or nonce == '' then
@@ -51,7 +51,7 @@ for i = 1, n do
   local t = load(i, {'entry', 'timeout_ms', 'type', 'payload', 'wf', 'expires_at', 'lease',
     'consumer', 'deadline_at'})
   if t == nil then
-    local _, _, qkey = task_keys(i)
+    local _, qkey = task_keys(i)
     drop_entry(qkey, entry)
     out[i] = {-1}
   elseif t.state == 'RUNNING' and t.f.entry == entry and t.f.consumer == consumer
@@ -83,7 +83,7 @@ for i = 1, n do
     end
     transition(t, 'START', 'RUNNING', '', {'attempt', attempt, 'lease', lease,
       'consumer', consumer, 'started_at', NOW, 'lease_expires_at', NOW + lease_ms,
-      'deadline_at', deadline}, {'worker', consumer})
+      'deadline_at', deadline}, {'w', consumer})
     out[i] = started(t, lease, deadline, timeout)
   end
 end

@@ -30,7 +30,7 @@ Returns: {code, status, drive, message}: 1 aborted (now FAILED), 0 already finis
 Events: ABORT (RUNNING | PARTIALLY_FAILED | WAITING_CONFIRMATION | READY_TO_PUBLISH ->
   FAILED); CANCEL of each open task; a refused ABORT for a quarantined workflow.
 ]]
-local n, bad = layout(4, 1, 4, WF_NKEYS)
+local n, bad = layout(4, 1, 3, WF_NKEYS)
 if bad then return bad end
 local wf_id, reason = ARGV[NWARG + 1], ARGV[NWARG + 2]
 local FIRST = NWARG + 3

@@ -15,7 +15,7 @@ Returns: {code, status, drive, message}: 1 applied, 0 already CANCELLED, -1 no s
   workflow, -2 refused (finished otherwise), -5 stale (nothing written).
 Events: CANCEL (any non-terminal status -> CANCELLED); CANCEL of each open task.
 ]]
-local n, bad = layout(3, 1, 4, WF_NKEYS)
+local n, bad = layout(3, 1, 3, WF_NKEYS)
 if bad then return bad end
 local reason = ARGV[7]
 local FIRST = NWARG + 2

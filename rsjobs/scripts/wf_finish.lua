@@ -40,7 +40,7 @@ An error (nothing written) when the event, delay or jitter is malformed (as in f
 Events: the task's COMPLETE / FAIL / TIMEOUT / REQUEUE (or CANCEL); the workflow's ASSET
   note, GATE, READY, ADVANCE, TASK_FAILED; refused RESULT entries.
 ]]
-local _, bad = layout(2, 7, 4, WF_NKEYS, 1)
+local _, bad = layout(2, 7, 3, WF_NKEYS, 1)
 if bad then return bad end
 local EVENTS = {COMPLETE = true, FAIL = true, TIMEOUT = true, REQUEUE = true}
 if not EVENTS[ARGV[7]] then return bad_arg('event', ARGV[7]) end

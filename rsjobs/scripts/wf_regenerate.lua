@@ -23,7 +23,7 @@ Returns: {code, status, drive, message}: 1 applied, -1 no such workflow, -2 refu
 Events: REGENERATE (RUNNING | WAITING_CONFIRMATION | PARTIALLY_FAILED | READY_TO_PUBLISH
   -> RUNNING); CANCEL of each open task.
 ]]
-local n, bad = layout(6, 1, 4, WF_NKEYS)
+local n, bad = layout(6, 1, 3, WF_NKEYS)
 if bad then return bad end
 local target, reason = tonumber(ARGV[7]), ARGV[8]
 local max_versions, ev = tonumber(ARGV[9]), ARGV[10]

@@ -9,12 +9,10 @@ workflow returns to RUNNING. The caller names every failed slot: a call naming a
 
 KEYS: common (see fsm.lua), then
   per failed slot:
-    failed_task     hash    the failed task
-    failed_history  stream  its history
+    failed_task     hash    the failed task (its history included)
     failed_queue    stream  its queue's stream
     failed_dedup    string  the unused "dedup:" key (workflow tasks have none)
     task            hash    the new task (its id not in use)
-    history         stream  its history
     queue           stream  its queue's stream
     dedup           string  the unused "dedup:" key
   the workflow keys (see wf.lua)
@@ -36,7 +34,7 @@ Returns: {code, status, drive, message}: 1 applied, -1 no such workflow, -2 refu
 Events: RETRY (PARTIALLY_FAILED -> RUNNING); ENQUEUE per new task.
 ]]
 local PER = 1 + SPEC
-local pairs_n, bad = layout(5, PER, 8, WF_NKEYS)
+local pairs_n, bad = layout(5, PER, 6, WF_NKEYS)
 if bad then return bad end
 local version, stage, note = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
 local w = wf_load()

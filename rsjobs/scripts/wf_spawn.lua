@@ -29,7 +29,7 @@ Returns: {code, status, drive, message}
       passed the wrong number of tasks, or an id is in use; nothing written
 Events: ENQUEUE ('' -> PENDING) per task; a SPAWN note in the workflow's history.
 ]]
-local n, bad = layout(4, SPEC, 4, WF_NKEYS)
+local n, bad = layout(4, SPEC, 3, WF_NKEYS)
 if bad then return bad end
 local version, stage = tonumber(ARGV[7]), tonumber(ARGV[8])
 local w = wf_load()

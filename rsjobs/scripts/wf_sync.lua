@@ -24,7 +24,7 @@ Returns: {code, status, drive, message}: 1 done (drive = 1: a stage is to be spa
 Events: as wf_finish.lua's accounting (ASSET, GATE, READY, ADVANCE, TASK_FAILED); CANCEL of
   tasks that are no longer current.
 ]]
-local n, bad = layout(3, 1, 4, WF_NKEYS)
+local n, bad = layout(3, 1, 3, WF_NKEYS)
 if bad then return bad end
 local wf_id = ARGV[NWARG + 1]
 local FIRST = NWARG + 2

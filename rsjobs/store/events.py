@@ -1,7 +1,8 @@
-"""The namespace's events stream, as the web app's hub reads it: every transition of every
-task, appended by the scripts (with the task's history entry id as ``hid``, and ``wf`` for
-a task of a workflow), and a note of every workflow history entry (``wf``, ``hid``,
-``ev``)."""
+"""The namespace's events stream, as the web app's hub and ``Client.wait`` read it: the
+task id and entry number (``id``, ``hid``, and ``wf`` for a workflow's task) of every
+history entry of every task but its first, and a note of every workflow history entry
+(``wf``, ``hid``, ``ev``), appended by the scripts; readers read the entry from the task
+or the workflow's history."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ from .transient import boundary
 __all__ = ["Events"]
 
 Row = tuple[str, dict[str, str]]
+
+
+def _order(stream_id: str) -> tuple[int, int]:
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 class Events:
@@ -36,6 +42,12 @@ class Events:
         with boundary("XRANGE events"):
             first = await self.redis.xrange(self.key, "-", "+", count=1)
         return text(first[0][0]) if first else None
+
+    async def trimmed_past(self, cursor: str) -> bool:
+        """Whether trimming (MAXLEN) has removed entries after ``cursor``: the stream's first
+        entry is past it. A reader behind that point may have missed entries."""
+        first = await self.first_id()
+        return first is not None and _order(first) > _order(cursor)
 
     async def read(self, after: str, count: int, block_ms: int) -> list[Row]:
         """Up to ``count`` entries after ``after``, waiting up to ``block_ms`` for one."""

@@ -6,15 +6,17 @@ key name: they receive every key through ``KEYS``.
 
 Layout (namespace ``default``), readable with plain ``redis-cli``::
 
-    rsjobs:{default}:task:<id>            hash    the task: state, attempt, lease, payload, result
-    rsjobs:{default}:task:<id>:history    stream  every transition, and the first refusal of
-                                                  each kind in a state (repeats are counted
-                                                  on the task hash: rep:<entry id>)
+    rsjobs:{default}:task:<id>            hash    the task: state, attempt, lease, payload,
+                                                  result, and its history (h<n>: every
+                                                  transition, and the first refusal of each
+                                                  kind in a state; repeats are counted in
+                                                  rep:<entry id>; see store/history.py)
     rsjobs:{default}:queue:<name>         stream  work entries (field ``id``), group ``workers``
     rsjobs:{default}:queues               set     names of the queues ever used
     rsjobs:{default}:scheduled            zset    ``<queue>:<id>`` by due time (ms): delay, backoff
     rsjobs:{default}:deadlines            zset    ``<queue>:<id>`` by execution deadline (ms)
-    rsjobs:{default}:events               stream  every transition of every task (MAXLEN ~)
+    rsjobs:{default}:events               stream  task id and entry number of every history
+                                                  entry but a task's first (MAXLEN ~)
     rsjobs:{default}:stats                hash    ``<queue>:<STATE>`` counts, transition counters
     rsjobs:{default}:dedup:<key>          string  id of the task submitted with that dedup key
     rsjobs:{default}:workers              hash    worker name -> JSON of its registration
@@ -22,8 +24,6 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
     rsjobs:{default}:deadletter           stream  dead-lettered tasks (MAXLEN ~), by the reaper
     rsjobs:{default}:workers:dead         hash    worker name -> JSON {beat_at, since}: reaper marks
     rsjobs:{default}:reaper:guard         string  name of the reaper sweeping now (SET NX PX)
-    rsjobs:{default}:scratch              stream  transient: exists only inside a script call,
-                                                  while a finished task's history is compacted
 
 Workflows (``rsjobs.workflows``; the scripts ``scripts/wf_*.lua`` get these seven keys, in
 this order, after their task keys; see ``wf.lua``)::
@@ -59,10 +59,9 @@ GROUP = "workers"
 
 
 class TaskKeys(NamedTuple):
-    """The four KEYS of one task in a script call, in their order (``fsm.lua``)."""
+    """The three KEYS of one task in a script call, in their order (``fsm.lua``)."""
 
     task: str
-    history: str
     queue: str
     dedup: str
 
@@ -104,7 +103,6 @@ class Keys:
         "queues",
         "reaper_guard",
         "scheduled",
-        "scratch",
         "stats",
         "workers",
         "workers_dead",
@@ -127,7 +125,6 @@ class Keys:
         self.deadletter = p + "deadletter"
         self.workers_dead = p + "workers:dead"
         self.reaper_guard = p + "reaper:guard"
-        self.scratch = p + "scratch"
         self.workflows = p + "workflows"
         self.workflows_active = p + "workflows:active"
         # Passed in KEYS where a script expects a dedup key but the task has none; never
@@ -138,6 +135,8 @@ class Keys:
         return f"{self.prefix}task:{task_id}"
 
     def history(self, task_id: str) -> str:
+        """The history stream earlier releases kept per task: nothing writes it now (a
+        task's history is in its hash); the memory report still measures what is left."""
         return f"{self.prefix}task:{task_id}:history"
 
     def queue(self, name: str) -> str:
@@ -173,17 +172,16 @@ class Keys:
             self.workflows,
         )
 
-    def common(self) -> tuple[str, str, str, str, str]:
-        """The five KEYS every transition script starts with (see ``fsm.lua``)."""
-        return (self.events, self.stats, self.scheduled, self.deadlines, self.scratch)
+    def common(self) -> tuple[str, str, str, str]:
+        """The four KEYS every transition script starts with (see ``fsm.lua``)."""
+        return (self.events, self.stats, self.scheduled, self.deadlines)
 
     def task_keys(self, task_id: str, queue: str, dedup: str | None = None) -> TaskKeys:
-        """The four KEYS of one task in a script call (``fsm.lua``): the unused ``dedup:``
+        """The three KEYS of one task in a script call (``fsm.lua``): the unused ``dedup:``
         key when the task has no dedup key."""
         p = self.prefix
         return TaskKeys(
             f"{p}task:{task_id}",
-            f"{p}task:{task_id}:history",
             f"{p}queue:{queue}",
             f"{p}dedup:{dedup}" if dedup else self.nodedup,
         )

@@ -1,7 +1,7 @@
 """How each script's KEYS and ARGV are laid out, and one packer per script.
 
 Every call of a script is: the common KEYS (``fsm.lua``: events, stats, scheduled,
-deadlines, scratch), then each item's keys (a task's four: :class:`TaskKeys`), then the
+deadlines), then each item's keys (a task's three: :class:`TaskKeys`), then the
 script's own keys (workflow scripts: :class:`WorkflowKeys`); the common ARGV (source,
 events_max, retention, group; workflow scripts then channel, history_max), then the
 script's own values, then each item's values. A script's header names all of them; the

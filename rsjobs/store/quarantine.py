@@ -7,10 +7,10 @@ usual. For an entry that fails alone, the task's stored data is checked here
 (:func:`defects_of`):
 
 * a defect found (a hash without its id or queue, a field that does not parse, a key of
-  the wrong type...): ``quarantine.lua`` moves the task to FAILED through the state
-  machine (DEADLETTER, the reason in its history and on the dead-letter stream) when its
-  state allows, else takes the reference out of the index that keeps bringing it back and
-  records that on the dead-letter stream.
+  the wrong type...; fields named as the README's glossary names them): ``quarantine.lua``
+  moves the task to FAILED through the state machine (DEADLETTER, the reason in its
+  history and on the dead-letter stream) when its state allows, else takes the reference
+  out of the index that keeps bringing it back and records that on the dead-letter stream.
 * no defect found: the failure is not the task's fault (a bug, or something this check
   does not know). Nothing is changed; the caller logs it and the next pass tries again.
   Work is never failed on a guess.
@@ -28,6 +28,7 @@ from ..model import State
 from . import layout
 from .isolation import about_item
 from .layout import QuarantineArgs
+from .record import field
 from .replies import QuarantineOutcome, text
 from .scripts import Scripts
 from .transient import boundary
@@ -39,7 +40,7 @@ DEADLETTER_MAXLEN = 10_000
 
 _STATES = frozenset(s.value for s in State)
 
-#: task hash fields that hold integers when present
+#: task hash fields that hold integers when present (by their long names: see field())
 _NUMERIC = (
     "attempt",
     "failures",
@@ -54,6 +55,7 @@ _NUMERIC = (
     "deliveries",
     "created_at",
     "started_at",
+    "hn",
 )
 
 
@@ -65,25 +67,32 @@ def _is_number(value: str) -> bool:
     return True
 
 
-def defects_of(task_id: str, key_type: str, history_type: str, h: Mapping[str, str]) -> list[str]:
-    """What is wrong with a stored task (its hash ``h`` and the types of its two keys)."""
+def _named(name: str) -> str:
+    """A field as a defect names it: its long name, and its name in Redis when shorter."""
+    short = field(name)
+    return name if short == name else f"{name} ({short})"
+
+
+def defects_of(task_id: str, key_type: str, h: Mapping[str, str]) -> list[str]:
+    """What is wrong with a stored task (its hash ``h``, fields by their names in Redis,
+    and the type of its key)."""
     if key_type == "none":
         return []
     if key_type != "hash":
         return [f"its key is a {key_type}, not a hash"]
     found = []
-    if history_type not in ("stream", "none"):
-        found.append(f"its history is a {history_type}, not a stream")
     for name in ("state", "id", "queue", "type"):
-        if not h.get(name):
-            found.append(f"no {name} field")
+        if not h.get(field(name)):
+            found.append(f"no {_named(name)} field")
+    state = h.get(field("state"))
     if h.get("id") and h["id"] != task_id:
         found.append(f"its id field says {h['id'][:64]!r}")
-    if h.get("state") and h["state"] not in _STATES:
-        found.append(f"unknown state {h['state'][:64]!r}")
+    if state and state not in _STATES:
+        found.append(f"unknown state {state[:64]!r}")
     for name in _NUMERIC:
-        if name in h and not _is_number(h[name]):
-            found.append(f"{name}={h[name][:32]!r} is not a number")
+        value = h.get(field(name))
+        if value is not None and not _is_number(value):
+            found.append(f"{_named(name)}={value[:32]!r} is not a number")
     return found
 
 
@@ -124,15 +133,12 @@ class Quarantine:
         """What is wrong with the stored task ``task_id`` ([] when nothing is found)."""
         k = self.keys
         with boundary("inspect task"):
-            async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.type(k.task(task_id))
-                pipe.type(k.history(task_id))
-                key_type, history_type = await pipe.execute()
+            key_type = await self.redis.type(k.task(task_id))
             h: dict[str, str] = {}
             if text(key_type) == "hash":
                 raw: dict[Any, Any] = await self.redis.hgetall(k.task(task_id))
                 h = {text(f): text(v) for f, v in raw.items()}
-        return defects_of(task_id, text(key_type), text(history_type), h)
+        return defects_of(task_id, text(key_type), h)
 
     async def quarantine(
         self, source: str, suspect: Suspect, step: str, why: str, deadletter_max: int

@@ -16,7 +16,7 @@ from ..schemas import TaskInfo
 from . import layout
 from .keys import GROUP, TaskKeys, split_member
 from .layout import DeadlineArgs, DeadlineItem, Entry, ReclaimArgs, WorkersArgs
-from .record import TaskRecord, decode_task
+from .record import TaskRecord, decode_task, field
 from .replies import DeadlineOutcome, LinkCode, Recovery, WorkersSweep, text
 from .scripts import Scripts
 from .transient import boundary
@@ -91,6 +91,18 @@ class Reaping:
             secs, micros = await self.redis.time()
         return int(secs) * 1000 + int(micros) // 1000
 
+    async def trim_events(self, before_ms: int) -> int:
+        """Drop the events stream's entries older than ``before_ms`` (Redis time, ms): they
+        name tasks past their retention, which no reader can read any more, and a namespace
+        gone quiet would otherwise keep up to ``events_maxlen`` of them for ever. ``MINID
+        ~``: whole stream nodes only, so cheap; returns how many entries went."""
+        if before_ms <= 0:
+            return 0
+        with boundary("XTRIM events"):
+            return int(
+                await self.redis.xtrim(self.keys.events, minid=f"{before_ms}-0", approximate=True)
+            )
+
     async def screen(self, task_ids: Sequence[str]) -> list[Screened]:
         """Each task's dedup key and whether ``load`` takes its hash, one round trip. A
         batch is sent without the tasks it would refuse: a script that raises half-way
@@ -102,7 +114,7 @@ class Reaping:
         with boundary("HMGET screen"):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for tid in task_ids:
-                    pipe.hmget(self.keys.task(tid), ["dedup", "state", "id", "queue"])
+                    pipe.hmget(self.keys.task(tid), ["dedup", field("state"), "id", field("queue")])
                 rows: list[Any] = await pipe.execute(raise_on_error=False)
         out: list[Screened] = []
         for r in rows:
@@ -235,7 +247,7 @@ class Reaping:
             rows = await self.redis.xrevrange(k.deadletter, "+", "-", count=count)
             async with self.redis.pipeline(transaction=False) as pipe:
                 for _, f in rows:
-                    pipe.hmget(k.task(f.get("id", "")), ["state", "requeued_as"])
+                    pipe.hmget(k.task(f.get("id", "")), [field("state"), "requeued_as"])
                 tasks = await pipe.execute()
         return [
             DeadLetterRow(text(eid), dict(f), None if st is None else text(st), text(req))

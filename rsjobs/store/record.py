@@ -17,27 +17,72 @@ from typing import Any
 import msgspec
 
 from ..errors import CorruptData, CorruptWorkflow
+from ..model import TERMINAL
 
-__all__ = ["TaskRecord", "WorkflowRecord", "decode_task", "decode_workflow"]
+__all__ = [
+    "TASK_FIELDS",
+    "TaskRecord",
+    "WorkflowRecord",
+    "decode_task",
+    "decode_workflow",
+    "field",
+    "text_fields",
+]
+
+
+#: The short names of the task hash's common fields (``FIELD`` in ``fsm.lua``, the
+#: README's glossary): long name -> the field's name in Redis. Other fields keep their name.
+TASK_FIELDS = {
+    "state": "s",
+    "type": "t",
+    "queue": "q",
+    "payload": "p",
+    "attempt": "a",
+    "max_attempts": "ma",
+    "failures": "f",
+    "created_at": "c",
+    "started_at": "b",
+    "updated_at": "u",
+    "lease": "l",
+    "result": "r",
+    "entry": "e",
+}
+
+
+def field(name: str) -> str:
+    """The name in Redis of the task hash field ``name``."""
+    return TASK_FIELDS.get(name, name)
+
+
+def _short(name: str) -> Any:
+    return msgspec.field(default="", name=TASK_FIELDS[name])
+
+
+def _short_int(name: str) -> Any:
+    return msgspec.field(default=0, name=TASK_FIELDS[name])
 
 
 class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     """A task hash (``rsjobs:{ns}:task:<id>``; the README's layout table says what each
-    field means). Times are Redis TIME in milliseconds (0 = not yet)."""
+    field means, and its glossary the short names). Times are Redis TIME in milliseconds
+    (0 = not yet). Fields at their defaults are not stored: those below are the defaults
+    the scripts apply. A terminal task's ``finished_at`` is its last update, a SUCCEEDED
+    one's progress 100, and its ``consumer`` the worker its history's last START names
+    (the hash drops what means nothing once terminal)."""
 
     id: str = ""
-    type: str = ""
-    queue: str = ""
-    state: str = ""
+    type: str = _short("type")
+    queue: str = _short("queue")
+    state: str = _short("state")
     #: JSON text
-    payload: str = ""
-    attempt: int = 0
-    failures: int = 0
-    max_attempts: int = 0
+    payload: str = _short("payload")
+    attempt: int = _short_int("attempt")
+    failures: int = _short_int("failures")
+    max_attempts: int = msgspec.field(default=3, name="ma")
     timeout_ms: int = 0
-    backoff_base_ms: int = 0
-    backoff_max_ms: int = 0
-    lease: str = ""
+    backoff_base_ms: int = 1000
+    backoff_max_ms: int = 300_000
+    lease: str = _short("lease")
     #: the worker (consumer) holding or last holding the lease
     consumer: str = ""
     lease_expires_at: int = 0
@@ -46,17 +91,17 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     expires_at: int = 0
     progress: float = 0.0
     progress_msg: str = ""
-    #: JSON text
-    result: str = ""
+    #: JSON text (a null result is no field)
+    result: str = _short("result")
     error: str = ""
     error_type: str = ""
     owner: str = ""
     dedup: str = ""
     #: its current stream entry
-    entry: str = ""
-    created_at: int = 0
-    updated_at: int = 0
-    started_at: int = 0
+    entry: str = _short("entry")
+    created_at: int = _short_int("created_at")
+    updated_at: int = _short_int("updated_at")
+    started_at: int = _short_int("started_at")
     finished_at: int = 0
     due_at: int = 0
     #: deliveries lost with their consumer (reclaim.lua)
@@ -78,6 +123,8 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     wf_kind: str = ""
     wf_retry_of: str = ""
     wf_retried_as: str = ""
+    #: the number of history entries (fields ``h1``... ``h<hn>``, :mod:`.history`)
+    hn: int = 0
 
 
 class WorkflowRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -118,12 +165,55 @@ def _fields(h: Mapping[Any, Any]) -> dict[str, Any]:
     }
 
 
+def text_fields(h: Mapping[Any, Any]) -> dict[str, str]:
+    """The fields of a hash (an ``HGETALL`` reply) as text, empty values left out."""
+    return _fields(h)
+
+
 def decode_task(h: Mapping[Any, Any]) -> TaskRecord:
     """The task of hash ``h`` (an ``HGETALL`` reply). Raises :class:`CorruptData`."""
+    f = _fields(h)
     try:
-        return msgspec.convert(_fields(h), TaskRecord, strict=False)
+        r = msgspec.convert(f, TaskRecord, strict=False)
     except msgspec.ValidationError as exc:
-        raise CorruptData("task", _id(h), str(exc)) from None
+        raise CorruptData("task", _id(h), _long_path(str(exc))) from None
+    if r.state not in TERMINAL:
+        return r
+    progress = 100.0 if r.state == "SUCCEEDED" and "progress" not in f else r.progress
+    started, finished, worker = _from_history(f, r.id)
+    return msgspec.structs.replace(
+        r,
+        result=r.result or "null",
+        progress=progress,
+        consumer=r.consumer or worker,
+        started_at=r.started_at or started,
+        updated_at=r.updated_at or finished,
+        finished_at=r.finished_at or r.updated_at or finished,
+    )
+
+
+def _long_path(why: str) -> str:
+    """msgspec's message with a short field name (``$.a``) given its long name too."""
+    for long, short in TASK_FIELDS.items():
+        why = why.replace(f"`$.{short}`", f"`$.{short}` ({long})")
+    return why
+
+
+def _from_history(f: Mapping[str, str], task_id: str) -> tuple[int, int, str]:
+    """A terminal task's last START time and worker, and the time it ended, from its
+    history (its hash drops them)."""
+    from .history import entries
+
+    started = finished = 0
+    worker = ""
+    for _, e in entries(f, task_id):
+        if e.get("rej"):
+            continue
+        if e.get("ev") == "START":
+            started, worker = int(e["ts"]), e.get("worker", "")
+        if e.get("to") in TERMINAL and e.get("from") not in TERMINAL:
+            finished = int(e["ts"])
+    return started, finished, worker
 
 
 def decode_workflow(h: Mapping[Any, Any]) -> WorkflowRecord:

@@ -7,10 +7,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from ..schemas import EnqueueResult, HistoryEntry, TaskInfo, repeat_fields
-from . import layout
+from . import history, layout
 from .keys import TaskKeys
 from .layout import ControlArgs, NewTask
-from .record import decode_task
+from .record import decode_task, field, text_fields
 from .replies import TaskReply, text
 from .scripts import Scripts
 from .transient import boundary
@@ -43,15 +43,19 @@ class HistoryRows(NamedTuple):
 
 class Snapshot(NamedTuple):
     """A task's state (None: no such task) and the first page of its history after an
-    id, read atomically; ``known``: that id is an entry of this history (or the start)."""
+    entry, read atomically; ``known``: that entry is of this history (or the start)."""
 
     state: str | None
     page: HistoryRows
     known: bool
 
 
-def _refusal_fields(rows: Iterable[Row]) -> list[str]:
-    return [n for i, f in rows if f.get("rej") == "1" for n in repeat_fields(i)]
+def _rows(task_id: str, f: dict[str, str], after: int, count: int | None) -> HistoryRows:
+    rows = history.entries(f, task_id, after)
+    if count is not None:
+        rows = rows[:count]
+    names = [n for i, e in rows if e.get("rej") == "1" for n in repeat_fields(i)]
+    return HistoryRows(rows, {n: f[n] for n in names if n in f})
 
 
 class Tasks:
@@ -123,7 +127,7 @@ class Tasks:
         task)."""
         with boundary("HMGET task"):
             state, owner, queue, dedup = await self.redis.hmget(
-                self.keys.task(task_id), ["state", "owner", "queue", "dedup"]
+                self.keys.task(task_id), [field("state"), "owner", field("queue"), "dedup"]
             )
         if state is None:
             return None
@@ -136,74 +140,44 @@ class Tasks:
         return await self.get(text(tid)) if tid is not None else None
 
     async def history(
-        self, task_id: str, *, start: str = "-", count: int | None = None
+        self, task_id: str, *, after: int = 0, count: int | None = None
     ) -> HistoryRows | None:
-        """History entries from ``start`` (an XRANGE start: ``-`` or ``(<id>``), with the
-        repeat counters of its refusals; None when there are none and no such task."""
-        hkey = self.keys.history(task_id)
-        with boundary("XRANGE history"):
-            rows = await self.redis.xrange(hkey, start, "+", count=count)
-            if not rows and not await self.redis.exists(self.keys.task(task_id)):
-                return None
-        return await self._with_repeats(task_id, rows)
-
-    async def page(self, task_id: str, start: str, count: int) -> HistoryRows:
-        """As :meth:`history`, without asking whether the task exists (an empty page)."""
-        with boundary("XRANGE history"):
-            rows = await self.redis.xrange(self.keys.history(task_id), start, "+", count=count)
-        return await self._with_repeats(task_id, rows)
-
-    async def _with_repeats(self, task_id: str, rows: list[Row]) -> HistoryRows:
-        names = _refusal_fields(rows)
-        repeats: dict[str, str] = {}
-        if names:
-            with boundary("HMGET task repeats"):
-                values = await self.redis.hmget(self.keys.task(task_id), names)
-            repeats = {n: text(v) for n, v in zip(names, values, strict=True) if v is not None}
-        return HistoryRows(rows, repeats)
-
-    async def snapshot(self, task_id: str, start: str, after: str, count: int) -> Snapshot:
-        """The task's state and its history from ``start`` (the XRANGE start of the
-        entries after the stream id ``after``), atomically (MULTI): when the state is
-        terminal, the terminal entry is in this page, a later one, or at or before
-        ``after``."""
-        hkey = self.keys.history(task_id)
-        with boundary("MULTI task snapshot"):
-            async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.hget(self.keys.task(task_id), "state")
-                pipe.xrange(hkey, start, "+", count=count)
-                pipe.xrange(hkey, after, after, count=1)
-                state, rows, own = await pipe.execute()
-        page = await self._with_repeats(task_id, [(i, f) for i, f in rows if i != after])
-        return Snapshot(None if state is None else text(state), page, after == "0-0" or bool(own))
-
-    async def view(self, task_id: str, recent: int) -> tuple[TaskInfo, list[HistoryEntry]] | None:
-        """The task and its last ``recent`` history entries (oldest first), one round trip
-        (None: no such task)."""
-        with boundary("MULTI task view"):
-            async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.hgetall(self.keys.task(task_id))
-                pipe.xrevrange(self.keys.history(task_id), "+", "-", count=max(recent, 1))
-                h, rows = await pipe.execute()
+        """History entries after entry number ``after`` (at most ``count``), with the
+        repeat counters of its refusals; None when there is no such task."""
+        with boundary("HGETALL task history"):
+            h = await self.redis.hgetall(self.keys.task(task_id))
         if not h:
             return None
+        return _rows(task_id, text_fields(h), after, count)
+
+    async def page(self, task_id: str, after: int, count: int) -> HistoryRows:
+        """As :meth:`history`, empty when there is no such task."""
+        return await self.history(task_id, after=after, count=count) or HistoryRows([], {})
+
+    async def snapshot(self, task_id: str, after: int, count: int) -> Snapshot:
+        """The task's state and the first page of its history after entry ``after``, in
+        one read (the hash holds both): when the state is terminal, the terminal entry is
+        in this page, a later one, or at or before ``after``. ``known``: ``after`` is an
+        entry of this history (or its start)."""
+        with boundary("HGETALL task snapshot"):
+            h = await self.redis.hgetall(self.keys.task(task_id))
+        if not h:
+            return Snapshot(None, HistoryRows([], {}), after == 0)
+        f = text_fields(h)
+        known = after <= int(f.get(history.COUNT) or 0)
+        return Snapshot(f.get(field("state"), ""), _rows(task_id, f, after, count), known)
+
+    async def view(self, task_id: str, recent: int) -> tuple[TaskInfo, list[HistoryEntry]] | None:
+        """The task and its last ``recent`` history entries (oldest first), one read
+        (None: no such task)."""
+        with boundary("HGETALL task view"):
+            h = await self.redis.hgetall(self.keys.task(task_id))
+        if not h:
+            return None
+        f = text_fields(h)
         info = TaskInfo.from_record(decode_task(h))
-        entries = [HistoryEntry.from_entry(i, f, task_id, h) for i, f in reversed(rows)]
-        return info, entries if recent else []
-
-    async def last_history_id(self, task_id: str) -> str:
-        """The id of the task's last history entry (``0-0`` when it has none)."""
-        with boundary("XREVRANGE history"):
-            last = await self.redis.xrevrange(self.keys.history(task_id), "+", "-", count=1)
-        return text(last[0][0]) if last else "0-0"
-
-    async def read_history(self, task_id: str, after: str, block_ms: int) -> list[Row]:
-        """Entries of the task's history after ``after``, waiting up to ``block_ms`` for
-        one (XREAD BLOCK)."""
-        hkey = self.keys.history(task_id)
-        with boundary("XREAD history"):
-            rows: Any = await self.redis.xread({hkey: after}, block=block_ms)
-        return list(rows[0][1]) if rows else []
+        rows = history.entries(f, task_id)[-recent:] if recent else []
+        return info, [HistoryEntry.from_entry(i, e, task_id, f) for i, e in rows]
 
     async def stats(self) -> dict[str, dict[str, int]]:
         """Per queue: task counts per state, stream length."""
@@ -216,8 +190,8 @@ class Tasks:
                     pipe.xlen(k.queue(q))
                 lengths = await pipe.execute()
         out: dict[str, dict[str, int]] = {q: {} for q in queues}
-        for field, value in raw.items():
-            q, _, state = text(field).rpartition(":")
+        for name, value in raw.items():
+            q, _, state = text(name).rpartition(":")
             if q in out and state.isupper():
                 out[q][state] = int(value)
         for q, n in zip(queues, lengths, strict=True):

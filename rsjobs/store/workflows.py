@@ -28,7 +28,7 @@ from .layout import (
     WfSyncArgs,
     WfTask,
 )
-from .record import WorkflowRecord, decode_workflow
+from .record import WorkflowRecord, decode_workflow, field
 from .replies import WfFinishReply, WfReply, text
 from .scripts import Scripts
 from .transient import boundary
@@ -166,7 +166,7 @@ class Workflows:
                 return OpenSet([], [])
             async with self.redis.pipeline(transaction=False) as pipe:
                 for tid in ids:
-                    pipe.hget(self.keys.task(tid), "queue")
+                    pipe.hget(self.keys.task(tid), field("queue"))
                 queues: list[Any] = await pipe.execute(raise_on_error=False)
         return OpenSet(
             ids,
@@ -218,13 +218,14 @@ class Workflows:
     async def task_fields(
         self, task_ids: Sequence[str], fields: Sequence[str]
     ) -> list[dict[str, str | None]]:
-        """The named fields of several tasks, one round trip."""
+        """The named fields (by their long names, mapped by :func:`.record.field`) of
+        several tasks, one round trip."""
         if not task_ids:
             return []
         with boundary("HMGET tasks"):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for tid in task_ids:
-                    pipe.hmget(self.keys.task(tid), list(fields))
+                    pipe.hmget(self.keys.task(tid), [field(f) for f in fields])
                 rows = await pipe.execute()
         return [
             {f: None if v is None else text(v) for f, v in zip(fields, row, strict=True)}
@@ -238,7 +239,7 @@ class Workflows:
         with boundary("HGET states"):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for tid in task_ids:
-                    pipe.hget(self.keys.task(tid), "state")
+                    pipe.hget(self.keys.task(tid), field("state"))
                 rows = await pipe.execute(raise_on_error=False)
         return ["" if isinstance(r, Exception) else None if r is None else text(r) for r in rows]
 

@@ -159,7 +159,8 @@ RESUME_PARAMS = ("last_event_id",)
 
 
 def page_params(request: Request) -> tuple[str, int]:
-    """``after`` (an exclusive history entry id, default ``0-0``) and ``limit`` (1-1000,
+    """``after`` (an exclusive history entry id, default ``0-0``: a task's entries are
+    numbered ``1``, ``2``..., a workflow's are stream ids) and ``limit`` (1-1000,
     default 100) of a history page request; raises a 400 :class:`ApiError` otherwise."""
     from .hub import parse_id
 
@@ -168,7 +169,7 @@ def page_params(request: Request) -> tuple[str, int]:
         parse_id(after)
     except ValueError:
         raise ApiError(
-            400, "invalid_after", "after: a history entry id like 1700000000000-0"
+            400, "invalid_after", "after: a history entry id like 3 or 1700000000000-0"
         ) from None
     raw_limit = request.query_params.get("limit", "100")
     if not is_ascii_number(raw_limit, 4) or not 1 <= int(raw_limit) <= 1000:

@@ -1,15 +1,22 @@
 """One reader of the namespace ``events`` stream per process, fanned out to subscribers.
 
-The transition scripts append every transition of every task to the ``events`` stream
-(and the same entry to the task's own history stream; the events entry carries the
-history entry id as ``hid``). The hub runs a single ``XREAD BLOCK`` loop on the events
-stream and hands each entry to the subscribers of its task, so a thousand open SSE
-connections cost one blocking read, not a thousand polls.
+The transition scripts keep every entry of a task's history in its hash and append to the
+``events`` stream the task id and the entry's number (``id``, ``hid``). The hub runs a
+single ``XREAD BLOCK`` loop on the events stream and tells the subscribers of each entry's
+task, so a thousand open SSE connections cost one blocking read, not a thousand polls.
 
-A subscriber never relies on the hub alone: it first replays the task's history stream
-(the source of truth, see ``sse.py``), and it replays again whenever the hub says it may
-have missed something (``resync``): after a Redis error, or when the subscriber fell so
-far behind that its buffer overflowed. Entries are deduplicated by history id, which
+An events entry is one of two kinds (``_dispatch``):
+
+- without the entry's fields (a task's: ``id``, ``hid`` only): every subscriber of that
+  id is asked to *read on* (:meth:`Subscription.request_resync`): its stream reads the
+  history after the last id it sent, from the hash. This is the same path as a resync
+  after an overflow or a Redis loss, so there is one way to catch up, not two.
+- with the entry's fields (``ev``, ``to``...): pushed as it is, as an :class:`Item`, to
+  the subscribers of that id, who skip what they already have by entry id.
+
+A subscriber never relies on the hub alone: it first replays the task's history after its
+Last-Event-ID, then follows the hub, and reads on from its last id whenever the hub says
+it may have missed something (``resync``). Entries are deduplicated by history id, which
 orders a task's entries, so replay and live delivery join without a gap or a duplicate.
 
 Workflow streams ride the same reader. The workflow scripts note each workflow history
@@ -40,13 +47,17 @@ log = logging.getLogger("rsjobs.web")
 
 
 _ID = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")  # [0-9], not \d: ASCII digits only
+_NUMBER = re.compile(r"[0-9]{1,18}")  # a task's history entry: its number
 _ID_LIMIT = 1 << 64  # each part of a stream id is an unsigned 64-bit integer
 _LAST = (_ID_LIMIT - 1, _ID_LIMIT - 1)
 
 
 def parse_id(stream_id: str) -> tuple[int, int]:
     """A stream id ``<ms>-<seq>`` (two ASCII-digit parts, each below 2^64, as Redis
-    requires) as a sortable pair; raises ValueError if malformed."""
+    requires), or a task's history entry id ``<n>`` (as ``0-<n>``), as a sortable pair;
+    raises ValueError if malformed."""
+    if _NUMBER.fullmatch(stream_id):
+        return 0, int(stream_id)
     m = _ID.fullmatch(stream_id)
     if m is None or int(m[1]) >= _ID_LIMIT or int(m[2]) >= _ID_LIMIT:
         raise ValueError(f"invalid stream id {stream_id!r}")
@@ -370,7 +381,12 @@ class Hub:
                 except Exception:  # an observer bug must not stop the fan-out
                     log.exception("events observer failed")
             subs = self._subs.get(task_id)
-            if subs:
+            if subs and "ev" not in fields:
+                # the entry is in the task's hash: each subscriber reads what follows its
+                # last entry (one read per entry, deduplicated by entry id)
+                for s in subs:
+                    s.request_resync()
+            elif subs:
                 try:
                     item = Item(task_id, hid, fields)
                 except ValueError:  # not written by a transition script

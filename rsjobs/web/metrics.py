@@ -1,4 +1,4 @@
-"""Prometheus metrics: read from Redis at scrape time, plus task durations seen by the hub.
+"""Prometheus metrics, read from Redis at scrape time.
 
 Scrape-time metrics come from what the transition scripts keep (the ``stats`` hash, the
 queue streams, the workers hash), so every web process reports the same numbers:
@@ -15,24 +15,22 @@ queue streams, the workers hash), so every web process reports the same numbers:
   from a worker that had lost its lease (zombie or late worker)
 - ``rsjobs_workers``: registered workers
 - ``rsjobs_events_stream_length``: entries in the namespace events stream
+- ``rsjobs_task_duration_seconds{queue,state}``: a histogram of START -> terminal time of
+  the last attempt (Redis TIME), for every task that was started: the transition scripts
+  count it in the stats hash (``dur:<queue>:<STATE>:<le ms>`` per bucket,
+  ``dur_ms:<queue>:<STATE>`` the sum; ``observe_duration`` in ``fsm.lua``)
 
 Per process:
 
-- ``rsjobs_task_duration_seconds{queue,state}``: a histogram of START -> terminal time of
-  the last attempt, from the ``ts`` fields (Redis TIME) of the events the hub reads.
-  Only tasks whose START this process saw are observed, so a process started mid-task
-  does not count it; every web process observes every task, so aggregate with ``max``
-  (or scrape one instance), not ``sum``.
 - ``rsjobs_web_event_streams``: open SSE connections; ``rsjobs_web_hub_entries_read_total``.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
@@ -45,7 +43,10 @@ __all__ = ["CONTENT_TYPE", "DURATION_BUCKETS", "Metrics"]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 #: Generation work runs from a second to an hour.
+#: the duration histogram's bucket bounds in seconds (``DURATION_LE_MS`` in ``fsm.lua``)
 DURATION_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, float("inf"))
+#: the same bounds as the stats hash names them (ms; "inf" past the last)
+_LE_MS = [str(round(b * 1000)) for b in DURATION_BUCKETS[:-1]] + ["inf"]
 
 _LIVE_STATES = [s.value for s in State if s.value not in TERMINAL]
 
@@ -60,6 +61,26 @@ class _Snapshot:
         self.lengths: dict[str, int] = {}
         self.workers = 0
         self.events = 0
+
+
+def _durations(s: _Snapshot) -> HistogramMetricFamily:
+    """The duration histogram from the stats hash's per-bucket counts and sums."""
+    hist = HistogramMetricFamily(
+        "rsjobs_task_duration_seconds",
+        "START to terminal state of a task's last attempt (Redis TIME)",
+        labels=["queue", "state"],
+    )
+    for q in s.queues:
+        for st in sorted(TERMINAL):
+            counts = [s.stats.get(f"dur:{q}:{st}:{le}", 0) for le in _LE_MS]
+            if not any(counts):
+                continue
+            cumulative, buckets = 0, []
+            for bound, n in zip(DURATION_BUCKETS, counts, strict=True):
+                cumulative += n
+                buckets.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
+            hist.add_metric([q, st], buckets, s.stats.get(f"dur_ms:{q}:{st}", 0) / 1000)
+    return hist
 
 
 class _RedisCollector(Collector):
@@ -110,7 +131,7 @@ class _RedisCollector(Collector):
                 rej.add_metric([event], value)
         for event in ("COMPLETE", "FAIL"):
             late.add_metric([event], s.stats.get(f"rej:{event}", 0))
-        yield from (depth, length, live, done, trans, rej, late)
+        yield from (depth, length, live, done, trans, rej, late, _durations(s))
         yield CounterMetricFamily(
             "rsjobs_reclaims", "tasks taken back from a lost worker", s.stats.get("ev:RECLAIM", 0)
         )
@@ -131,39 +152,14 @@ class _RedisCollector(Collector):
 class Metrics:
     """The metrics of one app: a private registry (several apps may live in one process)."""
 
-    def __init__(self, tasks: Tasks, *, max_tracked: int = 100_000) -> None:
+    def __init__(self, tasks: Tasks) -> None:
         self.tasks = tasks
         self.registry = CollectorRegistry(auto_describe=False)
-        self.duration = Histogram(
-            "rsjobs_task_duration_seconds",
-            "START to terminal state of a task's last attempt (Redis TIME)",
-            labelnames=["queue", "state"],
-            buckets=DURATION_BUCKETS,
-            registry=self.registry,
-        )
         self._collector = _RedisCollector(self)
         self.registry.register(self._collector)
-        self._started: OrderedDict[str, int] = OrderedDict()
-        self._max_tracked = max_tracked
         #: set by the app: open SSE connections, entries read by the hub
         self.open_streams: Callable[[], int] = lambda: 0
         self.entries_read: Callable[[], int] = lambda: 0
-
-    def observe(self, task_id: str, hid: str, fields: dict[str, str]) -> None:
-        """Hub observer: remember START times, observe the duration at a terminal state."""
-        if fields.get("rej") == "1":
-            return
-        ev, to = fields.get("ev", ""), fields.get("to", "")
-        if ev == "START":
-            self._started[task_id] = int(fields.get("ts") or 0)
-            self._started.move_to_end(task_id)
-            if len(self._started) > self._max_tracked:
-                self._started.popitem(last=False)
-        elif to in TERMINAL:
-            start = self._started.pop(task_id, None)
-            if start:
-                seconds = max(0, int(fields.get("ts") or 0) - start) / 1000
-                self.duration.labels(fields.get("q", ""), to).observe(seconds)
 
     async def _read(self) -> _Snapshot:
         o = await self.tasks.overview()

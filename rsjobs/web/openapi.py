@@ -107,10 +107,12 @@ _TASK_ERRORS = {
     "400": _error("malformed task id or parameter"),
     "404": _error("no such task, or a task of another owner"),
 }
-_STREAM_ID = {"type": "string", "pattern": "^[0-9]{1,20}-[0-9]{1,20}$",
-              "description": "a stream id: <ms>-<seq>, each below 2^64"}  # fmt: skip
+# a history entry id: a task's entry number (1, 2...), a workflow's stream id
+_STREAM_ID = {"type": "string", "pattern": "^([0-9]{1,18}|[0-9]{1,20}-[0-9]{1,20})$",
+              "description": "a history entry id: a task's entry number (1, 2...), or a "
+                             "workflow's stream id <ms>-<seq>, each part below 2^64"}  # fmt: skip
 # (empty: from the start, as EventSource sends no id before its first event)
-_RESUME_ID = {"type": "string", "pattern": "^([0-9]{1,20}-[0-9]{1,20})?$",
+_RESUME_ID = {"type": "string", "pattern": "^([0-9]{1,18}|[0-9]{1,20}-[0-9]{1,20})?$",
               "description": "the last event's id; empty: from the start"}  # fmt: skip
 # ?after= & ?limit= of the history pages (task and workflow)
 _PAGE_PARAMS = [

@@ -146,6 +146,10 @@ class Api(Handlers):
                 entries = await self.client.history(tid, after=after, count=limit)
             except TaskNotFound:
                 raise not_found("task", tid) from None
+            except ConfigError:
+                raise ApiError(
+                    400, "invalid_after", "after: a history entry id of this task, like 3"
+                ) from None
         return json_response(
             HistoryPage(id=tid, entries=entries, next=entries[-1].id if entries else None)
         )

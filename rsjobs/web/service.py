@@ -59,7 +59,6 @@ class Service:
         self.metrics = Metrics(client.store.tasks)
         self.metrics.open_streams = lambda: self.limiter.total
         self.metrics.entries_read = lambda: self.hub.entries_read
-        self.hub.observers.append(self.metrics.observe)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:

@@ -2,11 +2,12 @@
 
 Semantics (the contract documented in ``docs/web.md``):
 
-- Each transition is one SSE event whose ``id`` is the entry id in the task's history
-  stream and whose ``data`` is the entry as JSON (the shape of ``GET /tasks/{id}/history``).
+- Each transition is one SSE event whose ``id`` is the entry's id in the task's history
+  (its number: ``1``, ``2``...) and whose ``data`` is the entry as JSON (the shape of
+  ``GET /tasks/{id}/history``).
 - A client that reconnects with ``Last-Event-ID`` gets exactly the entries after that id:
-  the history stream is replayed with ``XRANGE (last +``, then live entries follow from the
-  hub; anything at or before the last id sent is skipped, so nothing is missed or repeated.
+  the history is replayed from the task hash, then live entries follow as the hub tells of
+  them; anything at or before the last id sent is skipped, so nothing is missed or repeated.
 - After the entry that puts the task in a terminal state, an ``end`` event (no id) is sent
   and the response ends. Reconnecting to a finished task with nothing left to send answers
   ``204 No Content``, which tells ``EventSource`` to stop reconnecting.
@@ -27,7 +28,7 @@ from ..model import is_terminal
 from ..store.tasks import HistoryRows, Tasks
 from .auth import Principal
 from .http import ApiError
-from .hub import Item, Subscription, exclusive, parse_id
+from .hub import Item, Subscription, parse_id
 from .schemas import StreamEnd, encode
 
 __all__ = ["EventStreamResponse", "Snapshot", "StreamLimiter", "events", "snapshot"]
@@ -101,9 +102,15 @@ def _items(task_id: str, page: HistoryRows) -> list[Item]:
     return [Item(task_id, hid, fields, repeats) for hid, fields in page.rows]
 
 
+def _position(after: str) -> int:
+    """The history entry number of a client's last id (``0-0``: before the first)."""
+    major, n = parse_id(after)
+    return n if major == 0 else -1  # an id of no task history: no entry follows it
+
+
 async def _page(tasks: Tasks, task_id: str, after: str) -> list[Item]:
-    start = exclusive(after)
-    if start is None:
+    start = _position(after)
+    if start < 0:
         return []
     return _items(task_id, await tasks.page(task_id, start, PAGE))
 
@@ -111,13 +118,14 @@ async def _page(tasks: Tasks, task_id: str, after: str) -> list[Item]:
 async def snapshot(tasks: Tasks, task_id: str, after: str) -> Snapshot:
     """The task's state and the first page of its history after ``after``, atomically.
 
-    Atomic (MULTI) so that when the state is terminal, the terminal entry is either in this
-    page, in a later page, or at or before ``after``: the stream can end safely.
+    Atomic (one read of the hash) so that when the state is terminal, the terminal entry is
+    either in this page, in a later page, or at or before ``after``: the stream can end
+    safely. An ``after`` that is no entry number of a task's history is not ``known``.
     """
-    # (after the largest id the range is "+".."+", which can only hold that id itself)
-    snap = await tasks.snapshot(task_id, exclusive(after) or "+", after, PAGE)
+    start = _position(after)
+    snap = await tasks.snapshot(task_id, max(start, 0), PAGE)
     items = _items(task_id, snap.page)
-    return Snapshot(snap.state, items, len(items) == PAGE, known=snap.known)
+    return Snapshot(snap.state, items, len(items) == PAGE, known=snap.known and start >= 0)
 
 
 def _end(state: str) -> bytes:

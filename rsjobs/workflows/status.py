@@ -66,7 +66,8 @@ def build_status(
     views, running, pending, moving = [], 0, 0, 0.0
     for item, tid, h in tasks:
         state = _text(h.get("state")) or "GONE"
-        progress = float(h.get("progress") or 0)
+        # (a SUCCEEDED task's hash leaves its progress, 100, out)
+        progress = float(h.get("progress") or (100 if state == "SUCCEEDED" else 0))
         if state == "RUNNING":
             running += 1
             moving += progress

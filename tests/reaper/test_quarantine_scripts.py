@@ -10,6 +10,7 @@ from redis.exceptions import ResponseError
 
 from rsjobs.store import layout
 from rsjobs.store.layout import QuarantineArgs
+from rsjobs.store.record import field
 from tests.support.lua import LuaHarness
 
 TID = "a" * 32
@@ -46,7 +47,7 @@ def test_load_refuses_a_task_without_its_queue_before_any_write() -> None:
     h.enqueue(TID)
     h.group()
     (entry,) = h.deliver()
-    h.r.hdel(h.k.task(TID), "queue")
+    h.r.hdel(h.k.task(TID), field("queue"))
     before = dump(h)
     with pytest.raises(ResponseError, match=r"corrupt task hash .* no id or queue field"):
         h.start(TID, entry)
@@ -67,7 +68,7 @@ def test_a_garbled_backoff_falls_back_to_the_defaults() -> None:
 def test_a_running_task_without_queue_is_dead_lettered_and_its_fields_restored() -> None:
     h = LuaHarness()
     entry = running(h)
-    h.r.hdel(h.k.task(TID), "queue")
+    h.r.hdel(h.k.task(TID), field("queue"))
     assert quarantine(h, "queue", entry, step="recovery") == ["DEADLETTERED", "FAILED"]
     t = h.task(TID)
     assert t["state"] == "FAILED" and t["queue"] == "q" and t["error_type"] == "DeadLetter"
@@ -110,14 +111,16 @@ def test_a_task_the_table_cannot_move_is_taken_out_of_its_index_and_recorded() -
     assert dump(h) == before
 
 
-def test_a_task_whose_history_is_not_a_stream_is_not_moved() -> None:
+def test_a_garbled_history_count_overwrites_no_entry() -> None:
+    """A task whose history count (hn) does not parse is dead-lettered with its DEADLETTER
+    entry after the last entry there: no entry of its history is overwritten."""
     h = LuaHarness()
     entry = running(h)
-    h.r.delete(h.k.history(TID))
-    h.r.set(h.k.history(TID), "not a stream")
-    assert quarantine(h, "queue", entry) == ["REMOVED", "RUNNING"]
-    assert h.r.xrange(h.k.queue("q"), entry, entry) == []
-    assert "its history a string" in deadletters(h)[0]["reason"]
+    before = [e.event for e in h.history(TID)]
+    h.r.hset(h.k.task(TID), "hn", "lots")
+    assert quarantine(h, "queue", entry) == ["DEADLETTERED", "FAILED"]
+    assert h.task(TID)["hn"] == str(len(before) + 1)
+    assert [e.event for e in h.history(TID)] == [*before, "DEADLETTER"]
 
 
 def test_a_key_that_is_not_a_hash() -> None:

@@ -150,3 +150,33 @@ async def test_keyspace_returns_to_baseline_after_retention(redis_url: str) -> N
             assert size <= base_usage[key] + 256, (key, base_usage[key], size)
     # and the server as a whole (allocator slack and hash-table sizes move a little)
     assert mem <= base_mem + max(base_mem // 10, 256 * 1024), (base_mem, mem)
+
+
+async def test_the_reaper_drops_the_events_of_tasks_past_their_retention(redis_url: str) -> None:
+    """A namespace gone quiet keeps no events stream: its entries name tasks that expired.
+    With retention 0 (kept for ever) nothing is dropped."""
+    for retention, kept in ((RETENTION_MS, False), (0, True)):
+        settings = Settings(namespace=f"evtrim{retention}", retention_ms=retention)
+        client = Client(connect(redis_url), settings)
+        reaper = Reaper(url=redis_url, settings=settings, config=ReaperConfig(guard=False))
+        try:
+            ids = await client.enqueue_many(
+                [EnqueueRequest(type="noop", payload=None) for _ in range(300)]
+            )
+            for tid in ids:
+                await client.cancel(tid, "enough")  # an events entry per task, then terminal
+            told = int(await client.redis.xlen(client.keys.events))
+            assert told == 300
+            fresh = await reaper.sweep_once()
+            assert fresh.events_trimmed == 0  # younger than the retention: kept
+            await asyncio.sleep(RETENTION_MS / 1000 + 0.2)
+            report = await reaper.sweep_once()
+            left = int(await client.redis.xlen(client.keys.events))
+            if kept:
+                assert (report.events_trimmed, left) == (0, told)
+            else:
+                assert (report.events_trimmed, left) == (told, 0)
+                assert report.changed == 0  # a quiet sweep still (its line is not logged)
+        finally:
+            await reaper.close()
+            await client.close()

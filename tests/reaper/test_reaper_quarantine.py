@@ -15,6 +15,7 @@ from rsjobs import Client, StoreError
 from rsjobs.reaper import CannotRequeue, Reaper, ReaperConfig, list_deadletters, requeue
 from rsjobs.reaper.reaper import SweepReport
 from rsjobs.store.layout import Packed
+from rsjobs.store.record import field
 
 pytestmark = pytest.mark.integration
 
@@ -48,13 +49,14 @@ async def started(c: Client, n: int, *, lease_ms: int, **kw: Any) -> list[str]:
 
 async def corrupt(c: Client, tid: str) -> None:
     """What a hand edit or a foreign writer can leave: the hash lost its queue field."""
-    await c.redis.hdel(c.keys.task(tid), "queue")
+    await c.redis.hdel(c.keys.task(tid), field("queue"))
 
 
 async def check_quarantined(c: Client, tid: str, step: str, was: str) -> None:
     t = await c.redis.hgetall(c.keys.task(tid))
-    assert t["state"] == "FAILED" and t["error_type"] == "DeadLetter" and t["queue"] == "default"
-    assert t["error"].startswith(f"quarantined: {step} failed on this task: no queue field")
+    assert t[field("state")] == "FAILED" and t["error_type"] == "DeadLetter"
+    assert t[field("queue")] == "default"
+    assert t["error"].startswith(f"quarantined: {step} failed on this task: no queue (q) field")
     last = (await c.history(tid))[-1]
     assert (last.from_state, last.event, last.to_state) == (was, "DEADLETTER", "FAILED")
     (letter,) = await list_deadletters(c.store)
@@ -162,8 +164,8 @@ async def test_requeue_of_a_dead_letter_too_damaged_to_clone_writes_nothing(qc: 
     assert (await reaper(qc, lease_ms=100).sweep_once()).quarantined == 1
     user = Client(qc.redis, qc.settings, source="user")
     for damage, says in (
-        ({"payload": "{not json"}, "its payload does not decode"),
-        ({"payload": "{}", "max_attempts": "lots"}, "a number field does not parse"),
+        ({field("payload"): "{not json"}, "its payload does not decode"),
+        ({field("payload"): "{}", field("max_attempts"): "lots"}, "a number field does not parse"),
     ):
         await qc.redis.hset(qc.keys.task(tid), mapping=damage)
         before = {k: await qc.redis.dump(k) for k in sorted(await qc.redis.keys("*"))}

@@ -16,6 +16,7 @@ import pytest
 
 from rsjobs import Client, Settings
 from rsjobs.reaper import Reaper, ReaperConfig, list_workers
+from rsjobs.store.record import field
 from tests.support.processes import stop_process, wait_for_state
 from tests.support.reaper import (
     reaper_loop,
@@ -114,7 +115,7 @@ async def test_frozen_worker_late_completion_is_refused_and_recorded(
         running = await wait_for_state(rclient, tid, "RUNNING")
         victim, old_lease = (
             running.worker,
-            (await rclient.redis.hget(rclient.keys.task(tid), "lease")),
+            (await rclient.redis.hget(rclient.keys.task(tid), field("lease"))),
         )
         workers[victim].send_signal(signal.SIGSTOP)
         try:

@@ -130,7 +130,7 @@ def test_exhausted_attempts_fail_and_expire(h: Reaper) -> None:
     t = h.task(tid)
     assert t["state"] == "FAILED" and t["error_type"] == "WorkerLost"
     assert "attempts exhausted (1/1)" in t["error"]
-    for key in (h.k.task(tid), h.k.history(tid), h.k.dedup("k1")):
+    for key in (h.k.task(tid), h.k.dedup("k1")):  # the hash holds the history
         assert 0 < h.r.pttl(key) <= 60_000
     assert entry not in h.pel()
     assert_table_only(h, tid)

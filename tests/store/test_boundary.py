@@ -15,6 +15,7 @@ from redis import exceptions as rx
 from rsjobs import Client, CorruptData, RedisUnavailable, Settings, StoreError, connect
 from rsjobs.store import Store
 from rsjobs.store.isolation import about_item, about_server
+from rsjobs.store.record import field
 from rsjobs.workflows import WorkflowClient
 
 TID = "a" * 32
@@ -102,7 +103,7 @@ async def test_a_task_hash_that_does_not_read_is_corrupt_data(
     """Client.get of a hash not written by rsjobs raises one clear error (it was msgspec's
     DecodeError, or a ValueError), for get and get_many alike."""
     tid = await fake.enqueue("t", {"ok": True})
-    await fake.redis.hset(fake.keys.task(tid), mapping=fields)
+    await fake.redis.hset(fake.keys.task(tid), mapping={field(k): v for k, v in fields.items()})
     with pytest.raises(CorruptData, match=why) as caught:
         await fake.get(tid)
     assert caught.value.kind == "task" and caught.value.id == tid

@@ -18,6 +18,7 @@ import redis as sync_redis
 
 from rsjobs import Client, NotReplicated, Settings, connect
 from rsjobs.server import EmbeddedRedis, free_port
+from rsjobs.store.record import field
 from tests.support.processes import ROOT, spawn_worker, stop_process
 from tests.support.reaper import spawn_reaper, wait_registered
 from tools.topology import ReplicaSet
@@ -171,7 +172,7 @@ async def test_durable_mode_waits_for_replicas(replica_set: ReplicaSet, sclient:
         port = replica_set.primary_port()
         replica = next(n for n in replica_set.nodes if n.port != port)
         r = sync_redis.Redis(port=replica.port, decode_responses=True)
-        assert r.hget(one.keys.task(tid), "state") == "PENDING"
+        assert r.hget(one.keys.task(tid), field("state")) == "PENDING"
         r.close()
         assert await one.cancel(tid) == "CANCELLED"
         t0 = time.monotonic()

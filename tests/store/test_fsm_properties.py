@@ -122,10 +122,10 @@ class TaskMachine(RuleBasedStateMachine):
 
     @invariant()
     def same_state(self) -> None:
-        t = self.h.task(TID)
-        assert t["state"] == self.model.state
-        assert int(t["attempt"]) == self.model.attempt
-        assert int(t["failures"]) == self.model.failures
+        t = self.h.record(TID)
+        assert t.state == self.model.state
+        assert t.attempt == self.model.attempt
+        assert t.failures == self.model.failures
 
     @invariant()
     def indexes_match_state(self) -> None:

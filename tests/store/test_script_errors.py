@@ -1,7 +1,7 @@
 """Transition scripts on a real Redis: one that fails part-way (the error reaches the caller,
 and the counters of the transitions it made before failing are written with them: counters
-are summed during the call and written when it ends, returned or raised), and the
-compaction of task histories."""
+are summed during the call and written when it ends, returned or raised), and task
+histories kept in their hashes."""
 
 from __future__ import annotations
 
@@ -13,28 +13,28 @@ from redis.exceptions import ResponseError
 from rsjobs import Client, EnqueueRequest, StoreError
 from rsjobs.client import new_task, new_task_id
 from rsjobs.codec import encode_payload
+from rsjobs.store.record import field
 
 pytestmark = pytest.mark.integration
 
 
 async def test_counters_follow_the_writes_of_a_failing_batch(client: Client) -> None:
     ids = [new_task_id() for _ in range(3)]
-    # the second task's history key already holds a string: its XADD fails mid-batch,
-    # after the first task was fully written and the second's hash was
-    await client.redis.set(client.keys.history(ids[1]), "not a stream")
-    req = EnqueueRequest(type="noop")
-    tasks = [
-        (client.keys.task_keys(tid, "default"), new_task(tid, req, encode_payload(None, 1 << 20)))
-        for tid in ids
-    ]
+    # the second task's queue key already holds a string: its XADD fails mid-batch, after
+    # the first task was fully written
+    await client.redis.set(client.keys.queue("broken"), "not a stream")
+    tasks = []
+    for n, tid in enumerate(ids):
+        req = EnqueueRequest(type="noop", queue="broken" if n == 1 else "default")
+        payload = encode_payload(None, 1 << 20)
+        tasks.append((client.keys.task_keys(tid, req.queue), new_task(tid, req, payload)))
     with pytest.raises(StoreError, match="WRONGTYPE"):
         await client.store.tasks.enqueue("api", tasks)
-    states = [await client.redis.hget(client.keys.task(tid), "state") for tid in ids]
-    assert states[0] == "PENDING" and states[2] is None
-    written = sum(1 for st in states if st == "PENDING")
+    states = [await client.redis.hget(client.keys.task(tid), field("state")) for tid in ids]
+    assert states == ["PENDING", None, None]
     # the counters say exactly what the hashes say
-    assert await client.redis.hget(client.keys.stats, "default:PENDING") == str(written)
-    assert (await client.counters())["ev:ENQUEUE"] == written
+    assert await client.redis.hget(client.keys.stats, "default:PENDING") == "1"
+    assert (await client.counters())["ev:ENQUEUE"] == 1
 
 
 async def test_an_illegal_transition_is_an_error_reply_naming_it(client: Client) -> None:
@@ -53,52 +53,41 @@ def _with_fsm(tail: str) -> str:
     return fsm + "\n" + tail
 
 
-async def test_task_histories_are_compacted(client: Client) -> None:
-    """Redis preallocates a stream's first node (4 kB with the default config); a task's
-    history is rewritten to what its entries use when it is created, keeping its ids and
-    entries, and appends grow it only by what they add."""
+async def test_a_task_history_lives_in_its_hash(client: Client) -> None:
+    """A task's history is entries of its hash (no stream, no scratch key): a waiting and a
+    finished task with a short history each stay one small listpack hash, the finished
+    one with the retention's expiry."""
     r = client.redis
-    cfg = await r.config_get("stream-node-max-bytes")
-    await r.config_set("stream-node-max-bytes", 4096)  # Redis' default
-    try:
-        await r.xadd("plain", {"ev": "X"})
-        assert await r.memory_usage("plain") > 4000  # what an uncompacted stream holds
-        done, pending = await client.enqueue("noop"), await client.enqueue("noop")
-        assert await r.memory_usage(client.keys.history(pending)) < 1500
-        await client.cancel(done, "finish it")
-        used = await r.memory_usage(client.keys.history(done))
-        assert used < 1500, used
-        hist = await client.history(done)
-        assert [(e.event, e.to_state) for e in hist] == [
-            ("ENQUEUE", "PENDING"),
-            ("CANCEL", "CANCELLED"),
-        ]
-        assert 0 < await r.pttl(client.keys.history(done)) <= client.settings.retention_ms
-        assert not await r.exists(client.keys.scratch)
-    finally:
-        await r.config_set("stream-node-max-bytes", cfg["stream-node-max-bytes"])
+    done, pending = await client.enqueue("noop"), await client.enqueue("noop")
+    await client.cancel(done, "finish it")
+    for tid in (done, pending):
+        assert await r.object("encoding", client.keys.task(tid)) == "listpack"
+        assert not await r.exists(client.keys.history(tid))
+    hist = await client.history(done)
+    assert [(e.event, e.to_state, e.message) for e in hist] == [
+        ("ENQUEUE", "PENDING", ""),
+        ("CANCEL", "CANCELLED", "finish it"),
+    ]
+    assert 0 < await r.pttl(client.keys.task(done)) <= client.settings.retention_ms
+    assert await r.pttl(client.keys.task(pending)) == -1
 
 
-async def test_a_long_history_is_compacted_again_when_the_task_ends(client: Client) -> None:
-    """Entries added after ENQUEUE can open new, preallocated nodes; the end compacts them,
-    and a caller blocked on the history (Client.wait) still sees the end."""
-    r = client.redis
-    cfg = await r.config_get("stream-node-max-bytes")
-    await r.config_set("stream-node-max-bytes", 4096)  # Redis' default
-    try:
-        tid = await client.enqueue("noop")
-        reason = "r" * 900  # each refusal or transition entry carries it as msg
-        for _ in range(5):
-            await client.pause(tid, reason)
-            await client.resume(tid, reason)
-        hkey = client.keys.history(tid)
-        waiter = asyncio.create_task(client.wait(tid, timeout_ms=10_000))
-        await asyncio.sleep(0.1)  # blocked in XREAD on the history
-        await client.cancel(tid, "end")
-        assert (await waiter).state == "CANCELLED"
-        assert len(await client.history(tid)) == 12
-        # compact: an exact copy of it takes as much memory as it does
-        await r.copy(hkey, "probe")
-        assert await r.memory_usage(hkey) <= await r.memory_usage("probe") + 64
-    finally:
-        await r.config_set("stream-node-max-bytes", cfg["stream-node-max-bytes"])
+async def test_a_long_history_is_read_whole_and_its_end_seen_by_a_waiter(
+    client: Client,
+) -> None:
+    """Entries with long messages (past the listpack value limit the hash becomes a
+    hashtable, still one key): every entry reads back, and a caller blocked in
+    Client.wait sees the end."""
+    tid = await client.enqueue("noop")
+    reason = "r" * 900  # each refusal or transition entry carries it as msg
+    for _ in range(5):
+        await client.pause(tid, reason)
+        await client.resume(tid, reason)
+    waiter = asyncio.create_task(client.wait(tid, timeout_ms=10_000))
+    await asyncio.sleep(0.1)  # blocked in XREAD on the events stream
+    await client.cancel(tid, "end")
+    assert (await waiter).state == "CANCELLED"
+    hist = await client.history(tid)
+    assert [e.event for e in hist] == ["ENQUEUE"] + ["PAUSE", "RESUME"] * 5 + ["CANCEL"]
+    assert all(e.message == reason for e in hist[1:-1]) and hist[-1].message == "end"
+    assert not await client.redis.exists(client.keys.history(tid))

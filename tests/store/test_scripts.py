@@ -71,6 +71,20 @@ def test_fail_backs_off_exponentially_then_fails() -> None:
     assert t["failures"] == "3" and "attempts exhausted (3/3)" in h.history(A)[-1].message
 
 
+def test_a_backoff_of_zero_is_kept_not_taken_for_the_default() -> None:
+    """A task asking for no backoff retries at once: the options leave a 0 out, and a
+    missing backoff field means the default (1 s), so the 0 must be stored."""
+    h = LuaHarness()
+    h.group()
+    h.enqueue(A, backoff=0)
+    assert (h.record(A).backoff_base_ms, h.record(A).backoff_max_ms) == (0, 0)
+    r = h.start(A, h.deliver()[0])
+    assert h.finish(A, "FAIL", r[5], body="boom")[1] == "SCHEDULED"
+    assert h.history(A)[-1].extra["retry_in_ms"] == "0"
+    h.enqueue(B, backoff=1000, backoff_max=300_000)  # the defaults: not stored
+    assert "backoff_base_ms" not in h.task(B) and "backoff_max_ms" not in h.task(B)
+
+
 def test_success_after_a_failure_clears_the_error_but_history_keeps_it() -> None:
     h = LuaHarness()
     h.group()
@@ -132,14 +146,15 @@ def test_finished_tasks_expire_after_retention() -> None:
     r = h.start(A, h.deliver()[0])
     assert r[7] == "d"  # START hands the worker the dedup key to pass back
     h.finish(A, "COMPLETE", r[5], body="1", dedup=r[7])
-    for key in (h.k.task(A), h.k.history(A), h.k.dedup("d")):
+    for key in (h.k.task(A), h.k.dedup("d")):  # the hash holds the history
         ttl = h.r.pttl(key)
         assert 0 < ttl <= 60_000, key
-    # a refusal after the end (its history is compacted again) keeps the expiry
+    # a refusal after the end (an entry of the hash) keeps the expiry
     assert list(h.control(A, "CANCEL")) == [-2, "SUCCEEDED"]
     assert list(h.control(A, "CANCEL")) == [-2, "SUCCEEDED"]
-    for key in (h.k.task(A), h.k.history(A)):
-        assert 0 < h.r.pttl(key) <= 60_000, key
+    assert 0 < h.r.pttl(h.k.task(A)) <= 60_000
+    assert [e.event for e in h.history(A)][-1] == "CANCEL"
+    assert not h.r.exists(h.k.history(A))
 
 
 def test_events_stream_mirrors_history() -> None:
@@ -151,9 +166,11 @@ def test_events_stream_mirrors_history() -> None:
     h.finish(A, "COMPLETE", r[5])
     events = h.r.xrange(h.k.events)
     hist = h.history(A)
-    assert [f["hid"] for _, f in events] == [e.id for e in hist]
-    assert [f["ev"] for _, f in events] == ["ENQUEUE", "START", "COMPLETE", "COMPLETE"]
-    assert events[2][1]["rej"] == "1"
+    # every entry but the first (ENQUEUE: no one watches a task that did not exist) is told
+    # by task id and entry id; readers read the entry from the task
+    assert [e.event for e in hist] == ["ENQUEUE", "START", "COMPLETE", "COMPLETE"]
+    assert [f for _, f in events] == [{"id": A, "hid": e.id} for e in hist[1:]]
+    assert hist[2].rejected and not hist[3].rejected
 
 
 def test_heartbeat_renews_lease_and_progress_is_recorded() -> None:

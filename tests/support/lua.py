@@ -13,6 +13,7 @@ import fakeredis
 
 from rsjobs.schemas import HistoryEntry
 from rsjobs.store import layout
+from rsjobs.store.history import entries
 from rsjobs.store.keys import GROUP, Keys, TaskKeys
 from rsjobs.store.layout import (
     BeatArgs,
@@ -27,7 +28,14 @@ from rsjobs.store.layout import (
     StartArgs,
     task_options,
 )
+from rsjobs.store.record import TASK_FIELDS, TaskRecord, decode_task
 from rsjobs.store.scripts import SCRIPT_NAMES, script_source
+
+
+def long_names(h: dict[str, str]) -> dict[str, str]:
+    """A task hash's fields by their long names."""
+    back = {v: k for k, v in TASK_FIELDS.items()}
+    return {back.get(k, k): v for k, v in h.items()}
 
 
 class LuaHarness:
@@ -157,10 +165,15 @@ class LuaHarness:
         return out
 
     def task(self, tid: str) -> dict[str, str]:
-        return self.r.hgetall(self.k.task(tid))
+        """The task hash with its fields by their long names (the glossary of
+        ``rsjobs.store.record.TASK_FIELDS``)."""
+        return long_names(self.r.hgetall(self.k.task(tid)))
+
+    def record(self, tid: str) -> TaskRecord:
+        """The task as the store reads it (defaults filled in, see ``decode_task``)."""
+        return decode_task(self.r.hgetall(self.k.task(tid)))
 
     def history(self, tid: str) -> list[HistoryEntry]:
         """The history as ``Client.history`` reads it (refusals with their repeats)."""
-        task = self.task(tid)
-        rows = self.r.xrange(self.k.history(tid))
-        return [HistoryEntry.from_entry(i, f, tid, task) for i, f in rows]
+        raw = self.r.hgetall(self.k.task(tid))
+        return [HistoryEntry.from_entry(i, f, tid, raw) for i, f in entries(raw, tid)]

@@ -51,20 +51,24 @@ async def wait_registered(client: Client, names: list[str], timeout: float = 20.
 async def wait_history(
     client: Client, tid: str, pred: Callable[[HistoryEntry], bool], timeout: float
 ) -> HistoryEntry:
-    """The first history entry of ``tid`` matching ``pred``, blocking on the stream."""
-    hkey = client.keys.history(tid)
-    last = "0-0"
+    """The first history entry of ``tid`` matching ``pred``: the history is read through
+    the client, again each time the events stream names the task (XREAD BLOCK)."""
+    events = client.store.events
+    cursor = await events.last_id()
     deadline = time.monotonic() + timeout
     while True:
+        for e in await client.history(tid):
+            if pred(e):
+                return e
         left = deadline - time.monotonic()
         assert left > 0, f"no matching history entry for {tid}: {await client.history(tid)}"
-        rows = await client.redis.xread({hkey: last}, block=max(1, int(left * 1000)), count=100)
-        for _, entries in rows or []:
-            for eid, fields in entries:
-                last = eid
-                e = HistoryEntry.from_entry(eid, fields, tid)
-                if pred(e):
-                    return e
+        while left > 0:
+            rows = await events.read(cursor, 1000, max(1, int(left * 1000)))
+            if rows:
+                cursor = rows[-1][0]
+                if any(f.get("id") == tid for _, f in rows) or len(rows) == 1000:
+                    break
+            left = deadline - time.monotonic()
 
 
 async def wait_terminal(client: Client, tid: str, timeout: float) -> TaskInfo:

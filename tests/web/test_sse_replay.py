@@ -103,11 +103,11 @@ async def test_refused_entries_after_the_end_are_not_streamed_again(
 async def test_last_event_id_of_another_task_is_refused(
     api: httpx.AsyncClient, client: Client
 ) -> None:
-    """Resuming after an id that is not in this task's history would skip entries."""
+    """Resuming after an id that is not in this task's history would skip entries: an
+    entry number past its last entry, or an id of the stream form earlier releases sent."""
     tid = await finished_task(api, client)
-    other = await finished_task(api, client)
-    foreign = (await client.history(other))[2].id
-    for last in (foreign, "99999999999999-0"):
+    past = str(len(await client.history(tid)) + 1)
+    for last in (past, "99999999999999-0", "1796136697425-0"):
         r = await api.get(f"/tasks/{tid}/events", headers={**ALICE, "Last-Event-ID": last})
         assert r.status_code == 400 and r.json()["error"] == "invalid_last_event_id"
     svc = api._transport.app.state.rsjobs  # type: ignore[attr-defined]

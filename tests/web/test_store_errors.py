@@ -62,12 +62,13 @@ async def test_corrupt_task_is_a_clear_500(redis_url: str) -> None:
     import redis as sync_redis
 
     from rsjobs import Client
+    from rsjobs.store.record import field
 
     app = make_app(redis_url)
     async with Client.from_url(redis_url, namespace=NAMESPACE) as c:
         tid = await c.enqueue("x", owner="alice")
     r = sync_redis.Redis.from_url(redis_url)
-    r.hset(f"rsjobs:{{{NAMESPACE}}}:task:{tid}", "payload", "{not json")
+    r.hset(f"rsjobs:{{{NAMESPACE}}}:task:{tid}", field("payload"), "{not json")
     r.close()
     async with _client(app) as api:
         resp = await api.get(f"/tasks/{tid}", headers=ALICE)

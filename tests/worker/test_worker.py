@@ -18,6 +18,7 @@ from rsjobs import Client, Settings, Worker
 from rsjobs.model import TERMINAL
 from rsjobs.server import EmbeddedRedis
 from rsjobs.store.layout import Ending
+from rsjobs.store.record import field
 from tests.support.apps import tasks
 from tests.support.processes import spawn_worker, start_as, stop_process, wait_for_state
 from tests.support.reference import replay
@@ -190,7 +191,7 @@ async def test_graceful_shutdown_hands_back_in_flight_work(client: Client, redis
     assert handed.state == "PENDING" and handed.failures == 0
     assert [e.event for e in await client.history(long)][-1] == "REQUEUE"
     # nothing lost: a new worker picks the handed-back task up (short run this time)
-    await client.redis.hset(client.keys.task(long), "payload", '{"s": 0.1}')
+    await client.redis.hset(client.keys.task(long), field("payload"), '{"s": 0.1}')
     async with running_worker(redis_url):
         info = await client.wait(long, timeout_ms=5000)
     assert info.state == "SUCCEEDED" and info.attempt == 2

@@ -15,6 +15,8 @@ import pytest
 from rsjobs import Client, Context, Registry, Settings, Worker
 from rsjobs.reaper import Reaper, ReaperConfig, list_deadletters
 from rsjobs.store.layout import Ending
+from rsjobs.store.record import field
+from tests.support.lua import long_names
 from tests.support.processes import wait_for_state
 
 pytestmark = pytest.mark.integration
@@ -43,10 +45,11 @@ async def wc(redis_url: str) -> AsyncIterator[Client]:
 
 
 async def ended(c: Client, tid: str, timeout: float = 10.0) -> dict[str, str]:
-    """The task's hash once it is terminal (read raw: its payload may not decode)."""
+    """The task's hash once it is terminal, by its long field names (read raw: its payload
+    may not decode)."""
     deadline = time.monotonic() + timeout
     while True:
-        h: dict[str, str] = await c.redis.hgetall(c.keys.task(tid))
+        h = long_names(await c.redis.hgetall(c.keys.task(tid)))
         if h.get("state") in ("SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"):
             return h
         assert time.monotonic() < deadline, f"task {tid} is {h.get('state')}"
@@ -74,9 +77,9 @@ async def test_a_payload_that_does_not_decode_fails_that_task_at_once(
 ) -> None:
     ids = [await wc.enqueue("noop", {"i": i}) for i in range(5)]
     garbled, missing, untyped = ids[1], ids[2], ids[3]
-    await wc.redis.hset(wc.keys.task(garbled), "payload", "{not json")
-    await wc.redis.hdel(wc.keys.task(missing), "payload")
-    await wc.redis.hdel(wc.keys.task(untyped), "type")
+    await wc.redis.hset(wc.keys.task(garbled), field("payload"), "{not json")
+    await wc.redis.hdel(wc.keys.task(missing), field("payload"))
+    await wc.redis.hdel(wc.keys.task(untyped), field("type"))
     async with worker(redis_url):
         hashes = {tid: await ended(wc, tid) for tid in ids}
     for tid in (ids[0], ids[4]):
@@ -93,7 +96,7 @@ async def test_a_task_hash_without_its_queue_does_not_stop_the_batch(
 ) -> None:
     ids = [await wc.enqueue("noop", {"i": i}) for i in range(6)]
     bad = ids[3]  # tasks before it in the batch are started by the call that fails
-    await wc.redis.hdel(wc.keys.task(bad), "queue")
+    await wc.redis.hdel(wc.keys.task(bad), field("queue"))
     async with worker(redis_url):
         for tid in ids:
             if tid != bad:
@@ -102,7 +105,7 @@ async def test_a_task_hash_without_its_queue_does_not_stop_the_batch(
         info = await wc.wait(bad, timeout_ms=10_000)
     # set aside through the reaper's quarantine: a dead letter with the reason
     assert info.state == "FAILED" and info.error_type == "DeadLetter"
-    assert info.error.startswith("quarantined: start failed on this task: no queue field")
+    assert info.error.startswith("quarantined: start failed on this task: no queue (q) field")
     (letter,) = await list_deadletters(wc.store)
     assert (letter.task_id, letter.step) == (bad, "start")
 
@@ -115,7 +118,7 @@ async def test_a_task_corrupted_while_it_runs_costs_no_other_its_lease(
     async with worker(redis_url, lease_ms=600):
         for tid in ids:
             await wait_for_state(wc, tid, "RUNNING")
-        await wc.redis.hdel(wc.keys.task(bad), "queue")  # its heartbeats now fail
+        await wc.redis.hdel(wc.keys.task(bad), field("queue"))  # its heartbeats now fail
         for tid in ids[1:]:
             info = await wc.wait(tid, timeout_ms=10_000)
             assert (info.state, info.attempt) == ("SUCCEEDED", 1)
@@ -123,7 +126,7 @@ async def test_a_task_corrupted_while_it_runs_costs_no_other_its_lease(
         # the worker looks at what it holds (or by the reaper, once its lease ran out)
         h = await ended(wc, bad)
     assert (h["state"], h["error_type"]) == ("FAILED", "DeadLetter")
-    assert "no queue field" in h["error"]
+    assert "no queue (q) field" in h["error"]
 
 
 async def test_a_finish_batch_with_one_bad_task_keeps_the_others_results(
@@ -139,7 +142,7 @@ async def test_a_finish_batch_with_one_bad_task_keeps_the_others_results(
         assert [d.task_id for d in deliveries] == ids
         replies = await work.start(w.name, 60_000, w.nonce, deliveries)
         bad = ids[1]
-        await w.redis.hdel(w.keys.task(bad), "queue")
+        await w.redis.hdel(w.keys.task(bad), field("queue"))
         for d, r in zip(deliveries, replies, strict=True):
             ending = Ending("COMPLETE", r.lease, '"done"', "", 1, -1, 0.5)
             keys = w.keys.task_keys(d.task_id, "default")
@@ -148,7 +151,7 @@ async def test_a_finish_batch_with_one_bad_task_keeps_the_others_results(
     finally:
         await w.redis.aclose()
     for tid in ids:
-        state = await wc.redis.hget(wc.keys.task(tid), "state")
+        state = await wc.redis.hget(wc.keys.task(tid), field("state"))
         assert state == ("RUNNING" if tid == bad else "SUCCEEDED")
 
 
@@ -156,7 +159,7 @@ async def test_a_bad_scheduled_task_does_not_stop_the_workers_promotion(
     wc: Client, redis_url: str
 ) -> None:
     bad = await wc.enqueue("noop", {}, delay_ms=10)
-    await wc.redis.hdel(wc.keys.task(bad), "queue")
+    await wc.redis.hdel(wc.keys.task(bad), field("queue"))
     good = await wc.enqueue("noop", {"later": True}, delay_ms=1500)
     r = Reaper(redis=wc.redis, settings=wc.settings, config=ReaperConfig(guard=False))
     async with worker(redis_url):

@@ -13,6 +13,7 @@ import pytest
 
 from rsjobs import PayloadError, StoreError
 from rsjobs.settings import Settings
+from rsjobs.store.record import field
 from rsjobs.workflows import (
     CorruptWorkflow,
     Stage,
@@ -169,7 +170,7 @@ async def test_the_open_tasks_of_an_aborted_workflow_are_cancelled(env: Env) -> 
     await c.redis.hset(c.keys.workflow(wid), "stage", "first")
     report = await driver.sweep_once()
     assert report.aborted == 1
-    assert await c.redis.hget(c.keys.task(task.id), "state") == "CANCELLED"
+    assert await c.redis.hget(c.keys.task(task.id), field("state")) == "CANCELLED"
     assert await c.redis.scard(c.keys.workflow_open(wid)) == 0
     assert await hand.complete(task) == -2  # its late result is refused
 
@@ -224,7 +225,7 @@ async def test_a_corrupt_task_counts_as_failed_for_its_workflow(env: Env, damage
     wid = await c.start("two", {"n": 1})
     (task,) = await hand.claim()
     if damage == "no queue":
-        await c.redis.hdel(c.keys.task(task.id), "queue")
+        await c.redis.hdel(c.keys.task(task.id), field("queue"))
     else:
         await c.redis.delete(c.keys.task(task.id))
         await c.redis.set(c.keys.task(task.id), "junk")
@@ -251,7 +252,7 @@ async def test_a_corrupt_workflow_hash_is_refused_before_any_write(env: Env) -> 
     with pytest.raises(StoreError, match=r"corrupt workflow hash .* field stage is missing"):
         await c.store.workflows.sync("driver", wid, open_set)
     assert await redis_dump(c.redis) == before
-    assert await c.redis.hget(c.keys.task(task.id), "state") == "RUNNING"
+    assert await c.redis.hget(c.keys.task(task.id), field("state")) == "RUNNING"
 
 
 async def test_a_worker_that_completes_a_stage_whose_next_cannot_be_created_goes_on(

@@ -12,6 +12,7 @@ import pytest
 from rsjobs.settings import Settings
 from rsjobs.store import OpenSet, Store
 from rsjobs.store.layout import Ending, WfRegenerateArgs, WfSpawnArgs
+from rsjobs.store.record import field
 from rsjobs.workflows import (
     ActionRefused,
     Stage,
@@ -20,6 +21,7 @@ from rsjobs.workflows import (
     WorkflowDefinition,
     fan_out,
 )
+from tests.support.lua import long_names
 from tests.support.workflows import Hand, character, invariants, wf_keys_dump
 
 SMALL = WorkflowDefinition(
@@ -74,7 +76,7 @@ async def test_a_result_naming_no_asset_fails_the_task(env: tuple[WorkflowClient
     wid = await c.start("small")
     (task,) = await hand.claim()
     assert await hand.complete(task, {"no": "ref"}) == 1
-    t = await c.redis.hgetall(c.keys.task(task.id))
+    t = long_names(await c.redis.hgetall(c.keys.task(task.id)))
     assert t["state"] == "FAILED" and t["error_type"] == "AssetError"
     doc = await c.status(wid)
     assert doc.status == "PARTIALLY_FAILED" and doc.failed_tasks == 1
@@ -95,7 +97,7 @@ async def test_no_retries_left_fails_the_workflow_and_cancels_the_rest(
     info = await c.get(wid)
     assert info.status == "FAILED" and "no retries left" in info.reason
     # the finisher re-drove at once: the unfinished task is cancelled, nothing is open
-    assert await c.redis.hget(c.keys.task(z.id), "state") == "CANCELLED"
+    assert await c.redis.hget(c.keys.task(z.id), field("state")) == "CANCELLED"
     assert await hand.complete(z) == -2
     assert await invariants(c, wid, quiet=True) == []
 
@@ -110,14 +112,16 @@ async def test_a_running_task_the_workflow_lost_track_of_is_refused(
     (old,) = await hand.claim()
     await c.redis.srem(c.keys.workflow_open(wid), old.id)
     await c.regenerate(wid, "one", reason="new look")
-    assert await c.redis.hget(c.keys.task(old.id), "state") == "RUNNING"
+    assert await c.redis.hget(c.keys.task(old.id), field("state")) == "RUNNING"
     assert await hand.complete(old) == -4
-    assert await c.redis.hget(c.keys.task(old.id), "state") == "CANCELLED"
+    assert await c.redis.hget(c.keys.task(old.id), field("state")) == "CANCELLED"
     refused = [e for e in await c.history(wid) if e.rejected]
     assert refused[-1].event == "RESULT" and "not current" in refused[-1].message
     assert await c.assets(wid) == []
-    task_history = await c.redis.xrange(c.keys.history(old.id))
-    assert [f["ev"] for _, f in task_history][-2:] == ["COMPLETE", "CANCEL"]
+    rows = await c.store.tasks.history(old.id)
+    assert rows is not None
+    task_history = rows.entries(old.id)
+    assert [e.event for e in task_history][-2:] == ["COMPLETE", "CANCEL"]
 
 
 async def test_stale_calls_write_nothing(env: tuple[WorkflowClient, Hand]) -> None:
@@ -135,7 +139,7 @@ async def test_stale_calls_write_nothing(env: tuple[WorkflowClient, Hand]) -> No
     assert (await s.spawn("api", wid, WfSpawnArgs(7, 0), [])).code == -5
     assert await wf_keys_dump(c, wid) == before
     assert await c.redis.xlen(c.keys.workflow_history(wid)) == history
-    assert await c.redis.hget(c.keys.task(task.id), "state") == "RUNNING"
+    assert await c.redis.hget(c.keys.task(task.id), field("state")) == "RUNNING"
 
 
 async def test_the_driver_accounts_for_task_ends_it_did_not_see(

@@ -19,6 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from rsjobs import Client, Settings, connect
 from rsjobs.model import TERMINAL as TASK_TERMINAL
+from rsjobs.store.record import field
 from rsjobs.workflows import ActionRefused, Stage, WorkflowClient, WorkflowDefinition, fan_out
 from rsjobs.workflows import client as client_module
 from rsjobs.workflows import spawn as spawn_module
@@ -172,7 +173,7 @@ class WorkflowMachine(RuleBasedStateMachine):
             self.running = []
             await self.wf.redrive(self.wid)
             open_ids = await self.redis.smembers(self.wf.keys.workflow_open(self.wid))
-            states = [await self.redis.hget(self.wf.keys.task(t), "state") for t in open_ids]
+            states = [await self.redis.hget(self.wf.keys.task(t), field("state")) for t in open_ids]
             info = await self.wf.get(self.wid)
             if (
                 not info.needs_spawn

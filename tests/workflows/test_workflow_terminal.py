@@ -9,6 +9,7 @@ import pytest
 
 from rsjobs import Settings, connect
 from rsjobs.model import TERMINAL as TASK_TERMINAL
+from rsjobs.store.record import field
 from rsjobs.workflows import ActionRefused, WorkflowClient
 from rsjobs.workflows.spawn import spawn
 from tests.support.wf_fixtures import NS
@@ -104,5 +105,5 @@ async def test_a_terminal_workflow_refuses_everything(wf: WorkflowClient, kind: 
     assert {e.event for e in after} >= {"CONFIRM", "REGENERATE", "RETRY", "PUBLISH", "RESULT"}
     slots = await wf.redis.hgetall(wf.keys.workflow_tasks(wid))
     for tid in slots.values():
-        assert await wf.redis.hget(wf.keys.task(tid), "state") in TASK_TERMINAL
+        assert await wf.redis.hget(wf.keys.task(tid), field("state")) in TASK_TERMINAL
     assert await invariants(wf, wid, quiet=True) == []

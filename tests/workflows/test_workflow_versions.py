@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rsjobs import Client
+from rsjobs.store.record import field
 from rsjobs.workflows import WorkflowClient
 from tests.support.reference import replay
 from tests.support.wf_fixtures import running_worker, wait_status
@@ -35,7 +36,7 @@ async def test_regenerate_cancels_the_running_old_version(
 
         assert await wf.regenerate(wid, "images", reason="a new look") == "RUNNING"
         for tid in v1_tasks:
-            assert await wf.redis.hget(wf.keys.task(tid), "state") == "CANCELLED"
+            assert await wf.redis.hget(wf.keys.task(tid), field("state")) == "CANCELLED"
         t0 = time.monotonic()
         while any(j.id in v1_tasks for j in w.jobs.values()):  # handlers stopped at once
             assert time.monotonic() - t0 < 2, "old handlers still running"
@@ -73,8 +74,8 @@ async def test_late_result_of_an_old_version_is_refused_and_recorded(wf: Workflo
     refused = [e for e in await wf.history(wid) if e.rejected]
     assert refused[-1].event == "RESULT" and "late COMPLETE" in refused[-1].message
     assert refused[-1].extra["task"] == old["front"].id
-    task_refusals = [e for e in await wf.redis.xrange(wf.keys.history(old["front"].id))]
-    assert task_refusals[-1][1]["rej"] == "1"
+    rows = await wf.store.tasks.history(old["front"].id)
+    assert rows is not None and rows.entries(old["front"].id)[-1].rejected
     # the new version runs; only its images are listed (v1's side image is kept as v1's)
     new = await hand.claim()
     assert {t.version for t in new} == {2}

@@ -13,8 +13,11 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
+from rsjobs.errors import CorruptData
 from rsjobs.keys import Keys
 from rsjobs.schemas import HistoryEntry
+from rsjobs.store.history import entries
+from rsjobs.store.record import TASK_FIELDS, decode_task, text_fields
 from rsjobs.workflows import WorkflowEvent
 
 from .handlers import exec_key
@@ -88,17 +91,40 @@ async def read_tasks(redis: Redis, keys: Keys, ids: Iterable[str]) -> dict[str, 
         async with redis.pipeline(transaction=False) as pipe:
             for tid in part:
                 pipe.hgetall(keys.task(tid))
-                pipe.xrange(keys.history(tid), "-", "+")
             rows = await pipe.execute()
-        for j, tid in enumerate(part):
-            fields, hist = rows[2 * j], rows[2 * j + 1]
+        for tid, fields in zip(part, rows, strict=True):
+            raw = {str(k): str(v) for k, v in fields.items()}
+            try:
+                hist = entries(text_fields(raw), tid)
+            except CorruptData:  # a poisoned hash: its history does not read
+                hist = []
             out[tid] = TaskRecord(
                 task_id=tid,
-                fields={str(k): str(v) for k, v in fields.items()},
+                fields=_long_fields(raw, tid),
                 # the hash carries the repeat counts of coalesced refusals
-                history=[HistoryEntry.from_entry(eid, f, tid, fields) for eid, f in hist],
+                history=[HistoryEntry.from_entry(eid, f, tid, raw) for eid, f in hist],
             )
     return out
+
+
+_LONG = {short: long for long, short in TASK_FIELDS.items()}
+
+
+def _long_fields(raw: dict[str, str], tid: str) -> dict[str, str]:
+    """A task hash's fields by their long names, with what the store reads into a task
+    where the hash leaves it out (defaults; a terminal task's consumer, from its history)."""
+    named = {_LONG.get(k, k): v for k, v in raw.items()}
+    if not raw:
+        return named
+    try:
+        r = decode_task(raw)
+    except CorruptData:  # a poisoned hash: as stored
+        return named
+    for name in ("attempt", "failures", "max_attempts"):
+        named.setdefault(name, str(getattr(r, name)))
+    if r.consumer:
+        named.setdefault("consumer", r.consumer)
+    return named
 
 
 async def read_executions(redis: Redis, namespace: str) -> list[Execution]:

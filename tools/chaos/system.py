@@ -76,12 +76,13 @@ def process_findings(
 def event_findings(
     events: dict[str, list[str]], present: dict[str, TaskRecord], *, trimmed: bool
 ) -> list[Violation]:
-    """The events stream must name exactly each task's history entries, in order (once
-    MAXLEN ~ trimmed it: no entry the history does not have)."""
+    """The events stream must name exactly each task's history entries but its first
+    (ENQUEUE: no one watches a task before it exists), in order (once MAXLEN ~ trimmed it:
+    no entry the history does not have)."""
     found: list[Violation] = []
     for tid, rec in sorted(present.items()):
         named = events.get(tid, [])
-        hist = [e.id for e in rec.history]
+        hist = [e.id for e in rec.history[1:]]
         if trimmed:
             extra = sorted(set(named) - set(hist))
             if extra:
@@ -133,7 +134,8 @@ def stats_findings(
                 want[f"rej:{e.event}"] += e.count  # the entry and its coalesced repeats
             elif e.event != "PROGRESS":
                 want[f"ev:{e.event}"] += 1
-    have = {k: v for k, v in stats.items() if v and k != "ev:PROGRESS"}
+    # (the duration histogram's dur: fields are no counts of tasks or entries)
+    have = {k: v for k, v in stats.items() if v and k != "ev:PROGRESS" and not k.startswith("dur")}
     return [
         Violation(kind="STATS_DRIFT", detail=f"stats {k} = {have.get(k, 0)}, tasks say {want[k]}")
         for k in sorted(set(have) | {k for k, v in want.items() if v})

