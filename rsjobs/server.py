@@ -215,22 +215,31 @@ class EmbeddedRedis:
             return False
 
     def ping(self) -> bool:
-        """Whether *this* server answers on the port: the answering process must be our
-        child (INFO's process_id), or a start on a port another Redis took meanwhile
-        would pass for ours while our redis-server exits with "Address already in use"."""
+        """Whether *this* server answers on the port with its data loaded: the answering
+        process must be our child (INFO's process_id), or a start on a port another Redis
+        took meanwhile would pass for ours while our redis-server exits with "Address
+        already in use"; and it must be done loading its AOF (``loading:0``; INFO answers
+        while loading, every data command fails with LOADING)."""
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                s.sendall(b"INFO server\r\n")
+                s.sendall(b"INFO\r\n")
                 reply = b""
-                while b"process_id:" not in reply or not reply.endswith(b"\r\n\r\n"):
-                    chunk = s.recv(4096)
+                while True:
+                    chunk = s.recv(65536)
                     if not chunk:
                         break
                     reply += chunk
-        except OSError:
+                    head, sep, body = reply.partition(b"\r\n")
+                    if sep and head[:1] != b"$":
+                        break  # an error reply
+                    if sep and len(body) >= int(head[1:]) + 2:
+                        break  # the whole bulk reply
+        except (OSError, ValueError):
             return False
         m = re.search(rb"process_id:(\d+)", reply)
-        return m is not None and self.proc is not None and int(m.group(1)) == self.proc.pid
+        if m is None or self.proc is None or int(m.group(1)) != self.proc.pid:
+            return False
+        return b"\r\nloading:0\r\n" in reply
 
     def stop(self, *, kill: bool = False) -> None:
         """Stop the server: SIGTERM (a clean shutdown) or, with ``kill``, SIGKILL."""
