@@ -8,6 +8,7 @@ handlers answer; nothing here writes.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TypeVar
 
 import msgspec
@@ -32,6 +33,31 @@ _IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")  # printable ASCII, no spac
 def not_found(what: str, ident: str) -> ApiError:
     """The answer for a missing task or workflow, and for one the caller may not see."""
     return ApiError(404, "not_found", f"no such {what}: {ident}")
+
+
+class StreamHold:
+    """What one open event stream holds of the service: its client's slot in the stream
+    limiter (claimed here: a client over its limit gets the limiter's 429) and, once
+    :meth:`hold` is called, its place in the hub. :meth:`release` gives both back, once,
+    whether the stream ended or opening it failed."""
+
+    def __init__(self, svc: Service, request: Request, who: Principal) -> None:
+        self.svc = svc
+        self.key = svc.limiter.claim(request, who)
+        self._undo: Callable[[], None] | None = None
+        self._released = False
+
+    def hold(self, undo: Callable[[], None]) -> None:
+        """The hub registration to undo on release."""
+        self._undo = undo
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        self.svc.limiter.release(self.key)
+        if self._undo is not None:
+            self._undo()
 
 
 class Handlers:

@@ -14,7 +14,7 @@ from starlette.routing import BaseRoute, Route
 from ..errors import ConfigError, PayloadError, RsjobsError, TaskNotFound
 from ..model import is_terminal
 from ..schemas import EnqueueRequest, HistoryEntry, TaskInfo
-from .handlers import Handlers, not_found
+from .handlers import Handlers, StreamHold, not_found
 from .http import PAGE_PARAMS, RESUME_PARAMS, ApiError, check_query, json_response, last_event_id
 from .hub import exclusive
 from .metrics import CONTENT_TYPE
@@ -175,21 +175,12 @@ class Api(Handlers):
         last = last_event_id(request)
         await self.visible_task(who, tid)
         svc = self.svc
-        client_key = svc.limiter.claim(request, who)
-        done = False
-        sub = None
-
-        def release() -> None:
-            nonlocal done
-            if not done:
-                done = True
-                svc.limiter.release(client_key)
-                if sub is not None:
-                    svc.hub.unsubscribe(sub)
-
+        hold = StreamHold(svc, request, who)
+        release = hold.release
         try:
             await svc.start()
             sub = svc.hub.subscribe(tid)
+            hold.hold(lambda: svc.hub.unsubscribe(sub))
             first = await snapshot(self.tasks, tid, last or "0-0")
         except BaseException:
             release()

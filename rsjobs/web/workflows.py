@@ -22,7 +22,7 @@ from ..errors import ConfigError, PayloadError, RsjobsError
 from ..workflows.errors import ActionRefused, UnknownDefinition, WorkflowNotFound
 from ..workflows.schemas import WorkflowEvent
 from .bodies import ACTION_BODIES, ActionResult, EventsPage, StartBody
-from .handlers import Handlers, not_found
+from .handlers import Handlers, StreamHold, not_found
 from .http import PAGE_PARAMS, RESUME_PARAMS, ApiError, json_response, last_event_id
 from .hub import exclusive
 from .service import Service
@@ -129,21 +129,12 @@ class WorkflowApi(Handlers):
         if last and await ended_before(store, wf_id, last):
             return Response(status_code=204)
         svc = self.svc
-        client_key = svc.limiter.claim(request, who)
-        done = False
-        watch = None
-
-        def release() -> None:
-            nonlocal done
-            if not done:
-                done = True
-                svc.limiter.release(client_key)
-                if watch is not None:
-                    svc.hub.unwatch(watch)
-
+        hold = StreamHold(svc, request, who)
+        release = hold.release
         try:
             await svc.start()
             watch = svc.hub.watch(wf_id)
+            hold.hold(lambda: svc.hub.unwatch(watch))
         except BaseException:
             release()
             raise
