@@ -103,7 +103,7 @@ class LuaHarness:
     ) -> Any:
         args = StartArgs(consumer, lease_ms, nonce)
         return self.run(
-            layout.start(self.c, "worker", args, [(self.tk(tid, queue), Entry(entry))])
+            layout.start(self.c, self.k, "worker", args, [(self.tk(tid, queue), Entry(entry))])
         )[0]
 
     def ending(self, event: str, lease: str, body: str = "", retryable: bool = True) -> Ending:
