@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 
 from .codec import encode_payload
 from .errors import ConfigError, InvalidTransition, RedisUnavailable, TaskNotFound, WaitTimeout
-from .model import RESTART, State, is_terminal
+from .model import RESTART, State, allowed, is_terminal
 from .names import is_owner, validate_name
 from .schemas import (
     BulkItem,
@@ -433,8 +433,9 @@ class Client:
         if ref is None:
             ref = await self.ref(task_id)
         replaces = ""
-        if ref.retried_as:
-            # started over already: that task answers while it exists (nothing to write)
+        if ref.retried_as and allowed(ref.state, event, ref.state):
+            # started over already: that task answers while it exists (nothing to write;
+            # an event the state refuses goes to the script, which records the refusal)
             linked = await self.store.tasks.ref(ref.retried_as)
             if linked is not None:
                 return RetryResult(

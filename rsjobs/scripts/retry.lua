@@ -66,7 +66,11 @@ local why = nil
 if not TERMINAL[t.state] then
   why = 'task is ' .. t.state .. ': only a finished task can be started over'
 elseif not allowed(t.state, event, t.state) then
-  why = 'task is ' .. t.state .. ': ' .. event .. ' starts ' .. STARTS[event] .. ' over'
+  -- a terminal state takes the other one (the table)
+  local other = 'RETRY'
+  if event == 'RETRY' then other = 'REPLAY' end
+  why = 'task is ' .. t.state .. ': ' .. other .. ' starts it over (' .. event .. ' starts '
+    .. STARTS[event] .. ' over)'
 elseif t.wf ~= '' then
   why = 'task of workflow ' .. t.wf .. ': retry it through its workflow'
 elseif not t.f.type or not t.f.payload then
