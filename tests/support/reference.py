@@ -29,6 +29,8 @@ class TaskModel:
         self.refused: dict[tuple[str, str], int] = {}
         #: every refused call (what the rej: counters add up to)
         self.refusals = 0
+        #: tasks RETRY / REPLAY made of this one (a repeat makes none)
+        self.restarts = 0
 
     # -- history -------------------------------------------------------------------------
 
@@ -110,6 +112,19 @@ class TaskModel:
         if self.state == target and event != "RESUME":
             return 0, self.state
         return -2, self.state
+
+    def restart(self, event: str) -> int:
+        """RETRY / REPLAY (retry.lua): in a terminal state that takes ``event``, a note
+        that leaves the state as it is (refusals stay coalesced, as after a PROGRESS), the
+        first time; a repeat answers the first one's task (0, nothing written)."""
+        if not allowed(self.state, event, self.state):
+            self._refuse(event)
+            return -2
+        if self.restarts:
+            return 0
+        self.restarts += 1
+        self.history.append([event, self.state, self.state, False, self.attempt, 0])
+        return 1
 
     def promote(self) -> bool:
         if self.state == "SCHEDULED":
