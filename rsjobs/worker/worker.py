@@ -829,7 +829,10 @@ class Worker:
             try:
                 async for event, subject in self.store.work.control_notices():
                     if event == "SUBSCRIBED":
-                        await self._read_paused()  # what was published before we listened
+                        # what was published before we listened (a read that fails now is
+                        # made again by the next heartbeat)
+                        with contextlib.suppress(RsjobsError):
+                            await self._read_paused()
                     elif event in ("PAUSE_QUEUE", "RESUME_QUEUE"):
                         self._set_paused(subject, event == "PAUSE_QUEUE", "notice")
                     elif (job := self.jobs.get(subject)) is not None:
