@@ -207,6 +207,8 @@ class Worker:
         #: queues this worker serves whose pause flag is set (queue.lua): their streams are
         #: not read until a RESUME_QUEUE notice (or a heartbeat's read of the flags) says so
         self.paused: set[str] = set()
+        #: how often each queue was seen going (see _resumed)
+        self._resumes: dict[str, int] = {}
         self.traceback_chars = traceback_chars
         self.processed = 0
         self.started_at = 0.0
@@ -407,11 +409,22 @@ class Worker:
             log.info("worker %s: queue %s is resumed (%s)", self.name, queue, how)
             self._slot_free.set()
 
+    def _resumed(self, queue: str, how: str) -> None:
+        """The queue was seen going (a RESUME_QUEUE notice, a read of the flags): counted,
+        so that a START sent before, which found it still paused, does not mark it paused
+        again when its reply comes in after."""
+        if queue in self.streams.values():
+            self._resumes[queue] = self._resumes.get(queue, 0) + 1
+            self._set_paused(queue, False, how)
+
     async def _read_paused(self) -> None:
         """Read the pause flags of our queues (notices may have been missed)."""
         now = await self.store.work.paused(self.queues)
         for q in self.queues:
-            self._set_paused(q, q in now, "flag read")
+            if q in now:
+                self._set_paused(q, True, "flag read")
+            else:
+                self._resumed(q, "flag read")
 
     async def _start_batch(self, batch: list[Delivery]) -> None:
         """Start one batch in the background of the fetch loop; an error goes to the loop,
@@ -455,6 +468,7 @@ class Worker:
 
     async def _start(self, batch: list[Delivery]) -> None:
         work = self.store.work
+        resumes = self._resumes.copy()  # a resume heard after this call was sent wins
 
         async def call(part: Sequence[Delivery]) -> list[Started]:
             return await work.start(self.name, self.lease_ms, self.nonce, part)
@@ -471,7 +485,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         for d, r in zip(batch, replies, strict=True):
-            if r.code is Code.QUEUE_PAUSED:
+            if r.code is Code.QUEUE_PAUSED and resumes.get(d.queue) == self._resumes.get(d.queue):
                 # paused before we heard: start.lua handed the delivery back
                 self._set_paused(d.queue, True, "found at START")
             if r.code is not Code.APPLIED:
@@ -833,8 +847,10 @@ class Worker:
                         # made again by the next heartbeat)
                         with contextlib.suppress(RsjobsError):
                             await self._read_paused()
-                    elif event in ("PAUSE_QUEUE", "RESUME_QUEUE"):
-                        self._set_paused(subject, event == "PAUSE_QUEUE", "notice")
+                    elif event == "PAUSE_QUEUE":
+                        self._set_paused(subject, True, "notice")
+                    elif event == "RESUME_QUEUE":
+                        self._resumed(subject, "notice")
                     elif (job := self.jobs.get(subject)) is not None:
                         job.stop({"CANCEL": "CANCELLED", "PAUSE": "PAUSED"}.get(event, event))
             except RedisUnavailable:
