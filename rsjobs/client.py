@@ -10,16 +10,17 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
 from redis.asyncio import Redis
 
+from .bulk import RETRYABLE, check_filter, check_limit, run_bulk
 from .codec import encode_payload
 from .errors import ConfigError, InvalidTransition, RedisUnavailable, TaskNotFound, WaitTimeout
-from .model import RESTART, State, allowed, is_terminal
-from .names import is_owner, validate_name
+from .model import RESTART, allowed, is_terminal
+from .names import validate_name
 from .schemas import (
     BulkItem,
     BulkResult,
@@ -36,13 +37,13 @@ from .store import Code, Store, TaskRef, error_of
 from .store.connection import connect
 from .store.history import position as history_position
 from .store.layout import NewTask, task_options
-from .store.selection import Selected, Selection
+from .store.selection import Selected
 from .store.tasks import pause_record
 
 #: events read per XREAD of Client.wait
 _WAIT_BATCH = 1000
 
-__all__ = ["Client", "check_filter", "connect", "validate_task_id"]
+__all__ = ["Client", "connect", "validate_task_id"]
 
 _ID_CHARS = frozenset("0123456789abcdef")
 
@@ -498,7 +499,7 @@ class Client:
         """How many tasks ``where`` selects, and the ids of the oldest ``limit`` (the first
         step of a bulk action; a plain scan of the namespace's tasks)."""
         check_filter(where)
-        _check_limit(limit)
+        check_limit(limit)
         found = await self.store.tasks.select(where, limit=limit)
         return found.matched, [t.id for t in found.tasks]
 
@@ -515,7 +516,7 @@ class Client:
         each as :meth:`cancel` does; ``dry_run``: only count and list them. A ``state``
         in ``where`` must be an unfinished one."""
         check_filter(where)
-        _check_limit(limit)
+        check_limit(limit)
         _check_reason(reason)
         if where.state is not None and is_terminal(where.state):
             raise ConfigError(f"a {where.state} task cannot be cancelled: filter on another state")
@@ -533,7 +534,7 @@ class Client:
             detail = "" if changed else f"task is {state}"
             return BulkItem(id=t.id, state=state, changed=changed, detail=detail)
 
-        return await _bulk("cancel", found, dry_run, one)
+        return await run_bulk("cancel", found, dry_run, one)
 
     async def bulk_retry(
         self,
@@ -550,9 +551,9 @@ class Client:
         A ``state`` in ``where`` must be one of those three (a SUCCEEDED task is replayed
         one by one, :meth:`replay`)."""
         check_filter(where)
-        _check_limit(limit)
+        check_limit(limit)
         _check_reason(reason)
-        if where.state is not None and where.state not in _RETRYABLE:
+        if where.state is not None and where.state not in RETRYABLE:
             raise ConfigError(
                 f"bulk retry takes FAILED, TIMED_OUT or CANCELLED tasks, not {where.state}"
                 + (" (replay a SUCCEEDED task by its id)" if where.state == "SUCCEEDED" else "")
@@ -561,7 +562,7 @@ class Client:
         found = await self.store.tasks.select(
             where,
             limit=limit,
-            where=lambda t: t.state in _RETRYABLE and not t.retried_as and not t.wf,
+            where=lambda t: t.state in RETRYABLE and not t.retried_as and not t.wf,
         )
 
         async def one(t: Selected) -> BulkItem:
@@ -576,7 +577,7 @@ class Client:
                 id=t.id, state=t.state, changed=r.created, new_id=r.new_id, detail=detail
             )
 
-        return await _bulk("retry", found, dry_run, one)
+        return await run_bulk("retry", found, dry_run, one)
 
     def _source(self, source: str | None) -> str:
         """Who acts, as history records it: ``source``, or the client's own."""
@@ -587,71 +588,6 @@ class Client:
         return source
 
 
-#: the states a bulk retry takes
-_RETRYABLE = frozenset({"FAILED", "TIMED_OUT", "CANCELLED"})
-#: the most tasks one bulk action acts on, and how many it runs at once
-MAX_BULK = 1000
-_BULK_AT_ONCE = 32
-
-
 def _check_reason(reason: object) -> None:
     if not isinstance(reason, str) or len(reason) > MAX_REASON:
         raise ConfigError(f"reason must be a string of at most {MAX_REASON} characters")
-
-
-def _check_limit(limit: object) -> None:
-    if not _is_int(limit) or not 1 <= limit <= MAX_BULK:  # type: ignore[operator]
-        raise ConfigError(f"limit must be an integer from 1 to {MAX_BULK}")
-
-
-def check_filter(f: TaskFilter) -> None:
-    """Raise :class:`ConfigError` unless ``f`` names at least one field and each is
-    well formed (a bulk action over every task of the namespace must say so)."""
-    if not isinstance(f, TaskFilter):
-        raise ConfigError("the filter must be a TaskFilter")
-    if all(getattr(f, n) is None for n in f.__struct_fields__):
-        raise ConfigError(
-            "an empty filter would select every task: name a queue, state, type, owner, "
-            "since or until"
-        )
-    if f.queue is not None:
-        validate_name("queue", f.queue)
-    if f.state is not None and f.state not in {s.value for s in State}:
-        raise ConfigError(f"unknown state {f.state!r}: one of {', '.join(s.value for s in State)}")
-    if f.type is not None and not (isinstance(f.type, str) and 0 < len(f.type) <= 200):
-        raise ConfigError("type must be a string of 1-200 characters")
-    if f.owner is not None and not is_owner(f.owner):
-        raise ConfigError(f"invalid owner {f.owner!r}")
-    for name in ("since", "until"):
-        v = getattr(f, name)
-        if v is not None and (not _is_int(v) or not 0 <= v < 10**15):
-            raise ConfigError(f"{name} must be a Redis TIME in milliseconds (an integer >= 0)")
-    if f.since is not None and f.until is not None and f.since >= f.until:
-        raise ConfigError("since must be before until")
-
-
-async def _bulk(
-    action: str,
-    found: Selection,
-    dry_run: bool,
-    one: Callable[[Selected], Awaitable[BulkItem]],
-) -> BulkResult:
-    """Run ``one`` on each selected task (a few at once), unless ``dry_run``."""
-    ids = [t.id for t in found.tasks]
-    if dry_run:
-        return BulkResult(action=action, dry_run=True, matched=found.matched, ids=ids)
-    gate = asyncio.Semaphore(_BULK_AT_ONCE)
-
-    async def gated(t: Selected) -> BulkItem:
-        async with gate:
-            return await one(t)
-
-    items = await asyncio.gather(*(gated(t) for t in found.tasks))
-    return BulkResult(
-        action=action,
-        dry_run=False,
-        matched=found.matched,
-        ids=ids,
-        changed=sum(1 for i in items if i.changed),
-        items=list(items),
-    )

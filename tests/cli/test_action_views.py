@@ -8,8 +8,8 @@ import datetime as dt
 import pytest
 
 from rsjobs import ConfigError, HistoryEntry, TaskFilter, TaskInfo
+from rsjobs.bulk import check_filter
 from rsjobs.cli import CliError
-from rsjobs.client import check_filter
 from rsjobs.console.actions import parse_time
 from rsjobs.console.tables import render_table
 from rsjobs.console.views import queues_table, status_table, tracebacks
