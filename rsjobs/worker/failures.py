@@ -2,8 +2,9 @@
 a log line naming the task.
 
 The history entry keeps the exception's type and the traceback's last
-:data:`TRACEBACK_FRAMES` frames, cut to its last ``chars`` characters with a line that says
-so: the innermost frames and the exception's own message are what an operator reads first,
+:data:`TRACEBACK_FRAMES` frames (from the handler down: the worker's own frames above it
+are left out, and so are the ``^^^^`` marker lines), cut to its last ``chars`` characters
+with a line that says so: the innermost frames and the exception's own message are what an operator reads first,
 and a task hash stays small. The log gets the whole traceback, on its own logger
 (``rsjobs.worker.traceback``, at INFO) so that it can be turned off apart from the line
 that says which task failed (``rsjobs.worker``, WARNING).
@@ -12,7 +13,10 @@ that says which task failed (``rsjobs.worker``, WARNING).
 from __future__ import annotations
 
 import logging
+import os
+import re
 import traceback
+from types import TracebackType
 
 __all__ = [
     "TRACEBACK_CHARS",
@@ -40,9 +44,12 @@ def format_traceback(exc: BaseException, chars: int = TRACEBACK_CHARS) -> str:
     (the end kept, a first line saying what was cut); '' when ``chars`` is 0."""
     if chars <= 0:
         return ""
-    frames = _depth(exc)
-    te = traceback.TracebackException.from_exception(exc, limit=-TRACEBACK_FRAMES)
-    text = "".join(te.format())
+    tb = _past_the_worker(exc.__traceback__)
+    frames = _depth(tb)
+    te = traceback.TracebackException(type(exc), exc, tb, limit=-TRACEBACK_FRAMES)
+    # (the marker lines under a frame's code, ^^^^, say nothing the line above does not)
+    lines = "".join(te.format()).splitlines(keepends=True)
+    text = "".join(line for line in lines if not _MARKERS.fullmatch(line))
     if frames > TRACEBACK_FRAMES:
         text = f"[{frames - TRACEBACK_FRAMES} outer frames left out]\n" + text
     if len(text) > chars:
@@ -51,11 +58,26 @@ def format_traceback(exc: BaseException, chars: int = TRACEBACK_CHARS) -> str:
     return text
 
 
-def _depth(exc: BaseException) -> int:
-    n, tb = 0, exc.__traceback__
+def _depth(tb: TracebackType | None) -> int:
+    n = 0
     while tb is not None:
         n, tb = n + 1, tb.tb_next
     return n
+
+
+def _past_the_worker(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback from the first frame that is not the worker's own (the frames that
+    called the handler are the same for every task)."""
+    start = tb
+    while start is not None and start.tb_frame.f_code.co_filename.startswith(_WORKER_DIR):
+        start = start.tb_next
+    return start if start is not None else tb
+
+
+#: the directory of the worker's own modules
+_WORKER_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+#: a line of ^ and ~ only (Python 3.11's markers of where in a line the error is)
+_MARKERS = re.compile(r"[ \t]*[\^~]+[ \t]*\n?")
 
 
 def log_failure(

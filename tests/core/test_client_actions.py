@@ -35,6 +35,7 @@ async def test_a_failed_task_is_retried_after_its_cause_is_fixed(
             assert e.extra["error_type"] == "FileNotFoundError"
             tb = e.extra["traceback"]
             assert "in _open_input" in tb and tb.rstrip().endswith(f"'{path}'")
+            assert "rsjobs/worker" not in tb  # from the handler down
         assert failed.traceback == fails[-1].extra["traceback"]
         # the operator fixes the cause and retries: a new task, linked both ways
         path.write_text("ready")

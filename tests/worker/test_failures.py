@@ -68,6 +68,21 @@ def test_a_chain_keeps_each_exception() -> None:
     assert "direct cause" in tb
 
 
+def _boom() -> int:
+    raise LookupError("nothing there")
+
+
+def test_the_marker_lines_are_left_out() -> None:
+    try:
+        value = {"a": _boom()}  # a call inside a line: Python 3.11 marks it with ^^^^
+    except LookupError as exc:
+        tb = format_traceback(exc)
+    else:
+        raise AssertionError(value)
+    assert 'value = {"a": _boom()}' in tb
+    assert not any(set(line.strip()) <= {"^", "~"} for line in tb.splitlines() if line.strip())
+
+
 def test_no_traceback_when_turned_off() -> None:
     assert format_traceback(_caught(1), 0) == ""
 
