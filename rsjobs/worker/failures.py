@@ -3,11 +3,12 @@ a log line naming the task.
 
 The history entry keeps the exception's type and the traceback's last
 :data:`TRACEBACK_FRAMES` frames (from the handler down: the worker's own frames above it
-are left out, and so are the ``^^^^`` marker lines), cut to its last ``chars`` characters
-with a line that says so: the innermost frames and the exception's own message are what an operator reads first,
-and a task hash stays small. The log gets the whole traceback, on its own logger
-(``rsjobs.worker.traceback``, at INFO) so that it can be turned off apart from the line
-that says which task failed (``rsjobs.worker``, WARNING).
+are left out, and so are the ``^^^^`` marker lines), cut to its last ``chars``
+characters with a line that says so: the innermost frames and the exception's own
+message are what an operator reads first, and a task hash stays small. The log gets the
+whole traceback, on its own logger (``rsjobs.worker.traceback``, at INFO) so that it can
+be turned off apart from the line that says which task failed (``rsjobs.worker``,
+WARNING).
 """
 
 from __future__ import annotations
