@@ -22,7 +22,17 @@ from .errors import (
     WaitTimeout,
 )
 from .model import Event, State
-from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo
+from .schemas import (
+    BulkItem,
+    BulkResult,
+    EnqueueRequest,
+    EnqueueResult,
+    HistoryEntry,
+    QueuePause,
+    RetryResult,
+    TaskFilter,
+    TaskInfo,
+)
 from .settings import Settings
 from .store.connection import connect
 from .sync import SyncClient
@@ -31,6 +41,8 @@ if TYPE_CHECKING:
     from .worker import Context, Registry, Worker
 
 __all__ = [
+    "BulkItem",
+    "BulkResult",
     "Client",
     "ConfigError",
     "Context",
@@ -44,13 +56,16 @@ __all__ = [
     "NonRetryable",
     "NotReplicated",
     "PayloadError",
+    "QueuePause",
     "RedisUnavailable",
     "Registry",
+    "RetryResult",
     "RsjobsError",
     "Settings",
     "State",
     "StoreError",
     "SyncClient",
+    "TaskFilter",
     "TaskInfo",
     "TaskNotFound",
     "WaitTimeout",

@@ -77,9 +77,14 @@ def settings_from_args(args: argparse.Namespace, **more: Any) -> Settings:
 _settings = settings_from_args
 
 
+#: the source the history records for what the command line does
+SOURCE = "cli"
+
+
 def client_from_args(args: argparse.Namespace) -> Client:
-    """The client the global options name (URL, namespace, durable mode)."""
-    return Client(connect(args.url), settings_from_args(args), source="user")
+    """The client the global options name (URL, namespace, durable mode); what it does is
+    recorded with the source ``cli``."""
+    return Client(connect(args.url), settings_from_args(args), source=SOURCE)
 
 
 #: exit status of ``enqueue --wait --timeout`` when the time ran out (as timeout(1))
@@ -381,6 +386,11 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("id")
         c.add_argument("--reason", default="")
         c.set_defaults(func=cmd_control)
+
+    # retry, replay, queue pause|resume, bulk cancel|retry
+    from .console import actions
+
+    actions.register(sub)
 
     hc = sub.add_parser(
         "healthcheck",

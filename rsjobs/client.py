@@ -13,17 +13,32 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import msgspec
 from redis.asyncio import Redis
 
+from .bulk import RETRYABLE, check_filter, check_limit, run_bulk
 from .codec import encode_payload
-from .errors import ConfigError, RedisUnavailable, TaskNotFound, WaitTimeout
+from .errors import ConfigError, InvalidTransition, RedisUnavailable, TaskNotFound, WaitTimeout
+from .model import RESTART, allowed, is_terminal
 from .names import validate_name
-from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo
+from .schemas import (
+    BulkItem,
+    BulkResult,
+    EnqueueRequest,
+    EnqueueResult,
+    HistoryEntry,
+    QueuePause,
+    RetryResult,
+    TaskFilter,
+    TaskInfo,
+)
 from .settings import Settings
 from .store import Code, Store, TaskRef, error_of
 from .store.connection import connect
 from .store.history import position as history_position
 from .store.layout import NewTask, task_options
+from .store.selection import Selected
+from .store.tasks import pause_record
 
 #: events read per XREAD of Client.wait
 _WAIT_BATCH = 1000
@@ -315,42 +330,264 @@ class Client:
         return ref
 
     async def control(
-        self, task_id: str, event: str, reason: str = "", *, ref: TaskRef | None = None
+        self,
+        task_id: str,
+        event: str,
+        reason: str = "",
+        *,
+        ref: TaskRef | None = None,
+        source: str | None = None,
     ) -> tuple[Code, str]:
         """CANCEL, PAUSE or RESUME; the reply code and the state after the call. ``ref``:
-        the task as :meth:`ref` read it (saves that read). Raises :class:`TaskNotFound`
-        and :class:`InvalidTransition` (a PAUSE or RESUME the table refuses)."""
+        the task as :meth:`ref` read it (saves that read); ``source``: who acts, as
+        history records it (default: the client's ``source``). Raises
+        :class:`TaskNotFound` and :class:`InvalidTransition` (a PAUSE or RESUME the table
+        refuses)."""
         validate_task_id(task_id)
-        if not isinstance(reason, str) or len(reason) > MAX_REASON:
-            raise ConfigError(f"reason must be a string of at most {MAX_REASON} characters")
+        _check_reason(reason)
+        src = self._source(source)
         if ref is None:
             ref = await self.ref(task_id)
-        code, state = await self.store.tasks.control(
-            self.source, task_id, ref, event, reason, durable=True
-        )
+        code, state = await self.store.tasks.control(src, task_id, ref, event, reason, durable=True)
         if code is Code.NOT_FOUND or (code is Code.REFUSED and event != "CANCEL"):
             raise error_of(code, subject=task_id, action=event, state=state)
         return code, state
 
-    async def cancel(self, task_id: str, reason: str = "") -> str:
+    async def cancel(self, task_id: str, reason: str = "", *, source: str | None = None) -> str:
         """Cancel the task from any non-terminal state; returns the state after the call.
 
         Idempotent: cancelling a finished (or already cancelled) task changes nothing and
         returns its current state. A running handler is told at once (pub/sub) and at its
         next heartbeat at the latest.
         """
-        _, state = await self.control(task_id, "CANCEL", reason)
+        _, state = await self.control(task_id, "CANCEL", reason, source=source)
         return state
 
-    async def pause(self, task_id: str, reason: str = "") -> str:
+    async def pause(self, task_id: str, reason: str = "", *, source: str | None = None) -> str:
         """Hold the task back (PENDING, SCHEDULED or RUNNING -> PAUSED).
 
         Raises :class:`InvalidTransition` when the task is terminal.
         """
-        _, state = await self.control(task_id, "PAUSE", reason)
+        _, state = await self.control(task_id, "PAUSE", reason, source=source)
         return state
 
-    async def resume(self, task_id: str, reason: str = "") -> str:
+    async def resume(self, task_id: str, reason: str = "", *, source: str | None = None) -> str:
         """Put a PAUSED task back on its queue. Raises :class:`InvalidTransition` otherwise."""
-        _, state = await self.control(task_id, "RESUME", reason)
+        _, state = await self.control(task_id, "RESUME", reason, source=source)
         return state
+
+    # -- starting over -------------------------------------------------------------------
+
+    async def retry(
+        self,
+        task_id: str,
+        reason: str = "",
+        *,
+        ref: TaskRef | None = None,
+        source: str | None = None,
+    ) -> RetryResult:
+        """Start a FAILED, TIMED_OUT or CANCELLED task over as a new task (RETRY): same
+        type, queue, payload, options and owner; linked both ways (the new task's
+        ``retry_of``, the old one's ``retried_as`` and a RETRY entry in its history). The
+        old task stays as it is; its dedup key names the new task from now on.
+
+        A task already started over answers the task it was started over as, while that
+        one exists (``created`` False, nothing written): retry *that* task to go on.
+        Raises :class:`TaskNotFound`, and :class:`InvalidTransition` (recorded in the
+        task's history) for a task that is not finished, a SUCCEEDED one (see
+        :meth:`replay`) or a workflow's task (its workflow retries it)."""
+        return await self._restart(task_id, "RETRY", reason, ref, source)
+
+    async def replay(
+        self,
+        task_id: str,
+        reason: str = "",
+        *,
+        ref: TaskRef | None = None,
+        source: str | None = None,
+    ) -> RetryResult:
+        """Start a SUCCEEDED task over as a new task (REPLAY), as :meth:`retry` does for a
+        failed one."""
+        return await self._restart(task_id, "REPLAY", reason, ref, source)
+
+    async def restart(
+        self,
+        task_id: str,
+        reason: str = "",
+        *,
+        ref: TaskRef | None = None,
+        source: str | None = None,
+    ) -> RetryResult:
+        """:meth:`replay` for a SUCCEEDED task, :meth:`retry` for any other (what a bulk
+        retry of finished tasks does)."""
+        if ref is None:
+            ref = await self.ref(task_id)
+        event = RESTART.get(ref.state, "RETRY")
+        return await self._restart(task_id, event, reason, ref, source)
+
+    async def _restart(
+        self, task_id: str, event: str, reason: str, ref: TaskRef | None, source: str | None
+    ) -> RetryResult:
+        validate_task_id(task_id)
+        _check_reason(reason)
+        src = self._source(source)
+        if ref is None:
+            ref = await self.ref(task_id)
+        replaces = ""
+        if ref.retried_as and allowed(ref.state, event, ref.state):
+            # started over already: that task answers while it exists (nothing to write;
+            # an event the state refuses goes to the script, which records the refusal)
+            linked = await self.store.tasks.ref(ref.retried_as)
+            if linked is not None:
+                return RetryResult(
+                    id=task_id, event=event, new_id=ref.retried_as, state=linked.state,
+                    created=False,
+                )  # fmt: skip
+            replaces = ref.retried_as  # gone (retention): a new task may start it over
+        reply = await self.store.tasks.retry(
+            src, task_id, ref, event, new_task_id(), reason, replaces=replaces, durable=True
+        )
+        if reply.code is Code.APPLIED:
+            return RetryResult(
+                id=task_id, event=event, new_id=reply.id, state=reply.state, created=True
+            )
+        if reply.code is Code.NOTHING:  # a concurrent call started it over first
+            linked = await self.store.tasks.ref(reply.id)
+            return RetryResult(
+                id=task_id, event=event, new_id=reply.id,
+                state=linked.state if linked is not None else "", created=False,
+            )  # fmt: skip
+        raise error_of(
+            reply.code, subject=task_id, action=event, state=reply.state, message=reply.message
+        )
+
+    # -- queues --------------------------------------------------------------------------
+
+    async def pause_queue(
+        self, queue: str, reason: str = "", *, source: str | None = None
+    ) -> QueuePause:
+        """Pause a whole queue: workers start nothing of it (they stop reading it, and a
+        delivery they read before they heard is handed back); its running tasks go on, and
+        tasks submitted to it stay PENDING. Idempotent: a paused queue answers its pause
+        record with ``changed`` False."""
+        return await self._queue_flag("PAUSE_QUEUE", queue, reason, source)
+
+    async def resume_queue(
+        self, queue: str, reason: str = "", *, source: str | None = None
+    ) -> QueuePause:
+        """Let a paused queue go on: its workers read it again at once."""
+        return await self._queue_flag("RESUME_QUEUE", queue, reason, source)
+
+    async def paused_queues(self) -> dict[str, QueuePause]:
+        """Every paused queue of the namespace, with who paused it, when and why."""
+        return await self.store.tasks.paused_queues()
+
+    async def _queue_flag(
+        self, event: str, queue: str, reason: str, source: str | None
+    ) -> QueuePause:
+        validate_name("queue", queue)
+        _check_reason(reason)
+        reply = await self.store.tasks.queue_flag(
+            self._source(source), event, queue, reason, durable=True
+        )
+        self._known_queues.add(queue)
+        return msgspec.structs.replace(pause_record(queue, reply.record), changed=reply.changed)
+
+    # -- bulk actions ----------------------------------------------------------------------
+
+    async def select(self, where: TaskFilter, *, limit: int = 100) -> tuple[int, list[str]]:
+        """How many tasks ``where`` selects, and the ids of the oldest ``limit`` (the first
+        step of a bulk action; a plain scan of the namespace's tasks)."""
+        check_filter(where)
+        check_limit(limit)
+        found = await self.store.tasks.select(where, limit=limit)
+        return found.matched, [t.id for t in found.tasks]
+
+    async def bulk_cancel(
+        self,
+        where: TaskFilter,
+        *,
+        dry_run: bool = False,
+        limit: int = 100,
+        reason: str = "",
+        source: str | None = None,
+    ) -> BulkResult:
+        """Cancel the unfinished tasks ``where`` selects (at most ``limit``, oldest first),
+        each as :meth:`cancel` does; ``dry_run``: only count and list them. A ``state``
+        in ``where`` must be an unfinished one."""
+        check_filter(where)
+        check_limit(limit)
+        _check_reason(reason)
+        if where.state is not None and is_terminal(where.state):
+            raise ConfigError(f"a {where.state} task cannot be cancelled: filter on another state")
+        src = self._source(source)
+        found = await self.store.tasks.select(
+            where, limit=limit, where=lambda t: not is_terminal(t.state)
+        )
+
+        async def one(t: Selected) -> BulkItem:
+            try:
+                code, state = await self.control(t.id, "CANCEL", reason, ref=t.ref, source=src)
+            except TaskNotFound:
+                return BulkItem(id=t.id, state="", changed=False, detail="no such task")
+            changed = code is Code.APPLIED
+            detail = "" if changed else f"task is {state}"
+            return BulkItem(id=t.id, state=state, changed=changed, detail=detail)
+
+        return await run_bulk("cancel", found, dry_run, one)
+
+    async def bulk_retry(
+        self,
+        where: TaskFilter,
+        *,
+        dry_run: bool = False,
+        limit: int = 100,
+        reason: str = "",
+        source: str | None = None,
+    ) -> BulkResult:
+        """Start over (RETRY) the FAILED, TIMED_OUT and CANCELLED tasks ``where`` selects
+        that were not started over yet and belong to no workflow (at most ``limit``,
+        oldest first), each as :meth:`retry` does; ``dry_run``: only count and list them.
+        A ``state`` in ``where`` must be one of those three (a SUCCEEDED task is replayed
+        one by one, :meth:`replay`)."""
+        check_filter(where)
+        check_limit(limit)
+        _check_reason(reason)
+        if where.state is not None and where.state not in RETRYABLE:
+            raise ConfigError(
+                f"bulk retry takes FAILED, TIMED_OUT or CANCELLED tasks, not {where.state}"
+                + (" (replay a SUCCEEDED task by its id)" if where.state == "SUCCEEDED" else "")
+            )
+        src = self._source(source)
+        found = await self.store.tasks.select(
+            where,
+            limit=limit,
+            where=lambda t: t.state in RETRYABLE and not t.retried_as and not t.wf,
+        )
+
+        async def one(t: Selected) -> BulkItem:
+            try:
+                r = await self._restart(t.id, "RETRY", reason, t.ref, src)
+            except TaskNotFound:
+                return BulkItem(id=t.id, state="", changed=False, detail="no such task")
+            except InvalidTransition as exc:
+                return BulkItem(id=t.id, state=exc.state, changed=False, detail=str(exc))
+            detail = "" if r.created else f"already retried as {r.new_id}"
+            return BulkItem(
+                id=t.id, state=t.state, changed=r.created, new_id=r.new_id, detail=detail
+            )
+
+        return await run_bulk("retry", found, dry_run, one)
+
+    def _source(self, source: str | None) -> str:
+        """Who acts, as history records it: ``source``, or the client's own."""
+        if source is None:
+            return self.source
+        if not isinstance(source, str) or not 0 < len(source) <= 200 or " " in source:
+            raise ConfigError("source must be 1-200 characters without spaces")
+        return source
+
+
+def _check_reason(reason: object) -> None:
+    if not isinstance(reason, str) or len(reason) > MAX_REASON:
+        raise ConfigError(f"reason must be a string of at most {MAX_REASON} characters")

@@ -46,12 +46,16 @@ class TaskNotFound(RsjobsError, LookupError):
 class InvalidTransition(RsjobsError):
     """Raised when the state machine refuses an event (e.g. RESUME of a task not PAUSED).
 
-    The refusal is also recorded in the task's history.
+    The refusal is also recorded in the task's history; ``reason`` says why, where the
+    state alone does not (e.g. a RETRY of a workflow's task).
     """
 
-    def __init__(self, task_id: str, event: str, state: str) -> None:
-        super().__init__(f"{event} refused: task {task_id} is {state}")
-        self.task_id, self.event, self.state = task_id, event, state
+    def __init__(self, task_id: str, event: str, state: str, reason: str = "") -> None:
+        message = f"{event} refused: task {task_id} is {state}"
+        if reason:
+            message = f"{event} refused: task {task_id}: {reason}"
+        super().__init__(message)
+        self.task_id, self.event, self.state, self.reason = task_id, event, state, reason
 
 
 class LeaseLost(RsjobsError):

@@ -47,7 +47,8 @@ costs a few HINCRBYs and one XACK and XDEL, not 3N and N of each.
 local TERMINAL = {SUCCEEDED = true, FAILED = true, CANCELLED = true, TIMED_OUT = true}
 
 -- The transition table: "FROM|EVENT|TO" for every allowed transition, one per line.
--- '' is the state of a task that does not exist yet. Terminal states accept nothing.
+-- '' is the state of a task that does not exist yet. Terminal states are never left: the
+-- only events they accept, RETRY and REPLAY, lead back to them.
 -- (A flat set of constant strings: cheap to build on every script call.)
 local TRANSITIONS = {
   ['|ENQUEUE|PENDING'] = true,
@@ -81,6 +82,14 @@ local TRANSITIONS = {
 
   ['PAUSED|RESUME|PENDING'] = true,
   ['PAUSED|CANCEL|CANCELLED'] = true,
+
+  -- A finished task is never left: RETRY (of a FAILED, TIMED_OUT or CANCELLED one) and
+  -- REPLAY (of a SUCCEEDED one) start it over as a new task (retry.lua) and leave the old
+  -- one where it is, noting the new task in its history (see note_restart).
+  ['FAILED|RETRY|FAILED'] = true,
+  ['TIMED_OUT|RETRY|TIMED_OUT'] = true,
+  ['CANCELLED|RETRY|CANCELLED'] = true,
+  ['SUCCEEDED|REPLAY|SUCCEEDED'] = true,
 }
 
 local EVENTS_KEY, STATS_KEY, SCHED_KEY, DEADLINES_KEY = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -611,6 +620,22 @@ local function check_lease(t, event, lease)
   end
   reject(t, event, 'task is ' .. t.state .. ' (lease ' .. lease .. ')', att)
   return {-2, t.state}
+end
+
+-- The longest traceback a worker may send with a FAIL (it bounds them far shorter, see
+-- rsjobs/worker/failures.py): kept, escaped, in that attempt's history entry.
+local TRACEBACK_MAX = 8192
+
+-- The history fields of a failed attempt's entry: the exception type (et) and the bounded
+-- traceback (tb) of a FAIL, when the worker sent them (nil for any other end). Every
+-- attempt's FAIL entry keeps its own; the task hash keeps the last error only.
+local function failure_fields(event, etype, tb)
+  if event ~= 'FAIL' then return nil end
+  local extra = {}
+  if etype ~= nil and etype ~= '' then extra[#extra + 1] = 'et'; extra[#extra + 1] = etype end
+  if tb ~= nil and tb ~= '' then extra[#extra + 1] = 'tb'; extra[#extra + 1] = tb end
+  if #extra == 0 then return nil end
+  return extra
 end
 
 -- End the running attempt of `t` (loaded with ATTEMPT_FIELDS): COMPLETE -> SUCCEEDED,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["TERMINAL", "TRANSITIONS", "Event", "State", "allowed", "is_terminal"]
+__all__ = ["RESTART", "TERMINAL", "TRANSITIONS", "Event", "State", "allowed", "is_terminal"]
 
 
 class State(StrEnum):
@@ -47,6 +47,10 @@ class Event(StrEnum):
     RESUME = "RESUME"
     EXPIRE = "EXPIRE"
     DEADLETTER = "DEADLETTER"
+    #: an operator starts a FAILED, TIMED_OUT or CANCELLED task over as a new task
+    RETRY = "RETRY"
+    #: an operator starts a SUCCEEDED task over as a new task
+    REPLAY = "REPLAY"
 
 
 TERMINAL: frozenset[str] = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"})
@@ -84,15 +88,26 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
         "RESUME": frozenset({"PENDING"}),
         "CANCEL": frozenset({"CANCELLED"}),
     },
-    "SUCCEEDED": {},
-    "FAILED": {},
-    "CANCELLED": {},
-    "TIMED_OUT": {},
+    # terminal states are never left: RETRY and REPLAY start the task over as a new task
+    # and lead back to the state they found
+    "SUCCEEDED": {"REPLAY": frozenset({"SUCCEEDED"})},
+    "FAILED": {"RETRY": frozenset({"FAILED"})},
+    "CANCELLED": {"RETRY": frozenset({"CANCELLED"})},
+    "TIMED_OUT": {"RETRY": frozenset({"TIMED_OUT"})},
+}
+
+#: the event that starts a task of each terminal state over (``retry.lua``)
+RESTART: dict[str, str] = {
+    "SUCCEEDED": "REPLAY",
+    "FAILED": "RETRY",
+    "CANCELLED": "RETRY",
+    "TIMED_OUT": "RETRY",
 }
 
 
 def is_terminal(state: str) -> bool:
-    """Whether ``state`` is final: it accepts no event, ever."""
+    """Whether ``state`` is final: no event ever leaves it (RETRY and REPLAY start the
+    task over as a new task and leave it where it is)."""
     return state in TERMINAL
 
 

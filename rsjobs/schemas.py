@@ -13,7 +13,18 @@ from .errors import CorruptData, PayloadError
 if TYPE_CHECKING:
     from .store.record import TaskRecord
 
-__all__ = ["EnqueueRequest", "EnqueueResult", "HistoryEntry", "TaskInfo", "repeat_fields"]
+__all__ = [
+    "BulkItem",
+    "BulkResult",
+    "EnqueueRequest",
+    "EnqueueResult",
+    "HistoryEntry",
+    "QueuePause",
+    "RetryResult",
+    "TaskFilter",
+    "TaskInfo",
+    "repeat_fields",
+]
 
 
 def _text(v: bytes | str | None) -> str:
@@ -55,6 +66,14 @@ class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
     deadline_at: int = 0
     expires_at: int = 0
     lease_expires_at: int = 0
+    #: the task this one starts over (RETRY / REPLAY), and the task that started it over
+    retry_of: str = ""
+    retried_as: str = ""
+    #: the bounded traceback of the last failed attempt, while its error stands (every
+    #: attempt's is in its FAIL history entry, ``extra["traceback"]``)
+    traceback: str = ""
+    #: the task waits on a paused queue (read with the task; False once it is finished)
+    queue_paused: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -96,6 +115,9 @@ class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
             deadline_at=r.deadline_at,
             expires_at=r.expires_at,
             lease_expires_at=r.lease_expires_at,
+            retry_of=r.retry_of,
+            retried_as=r.retried_as,
+            traceback=r.traceback,
         )
 
     @classmethod
@@ -201,3 +223,65 @@ class EnqueueResult(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     state: str
     duplicate: bool
+
+
+class RetryResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a RETRY or REPLAY did: the old task, the task that starts it over and that
+    task's state now, and whether this call made it (False: the old task had already been
+    started over as ``new_id``; nothing was written)."""
+
+    id: str
+    event: str
+    new_id: str
+    state: str
+    created: bool
+
+
+class QueuePause(msgspec.Struct, frozen=True, kw_only=True):
+    """A queue's pause flag: paused or not and, while paused, since when (Redis TIME, ms),
+    by whom (the source of the pause) and why. ``changed``: the call that answered it
+    changed the flag (False for a repeat, or a read)."""
+
+    queue: str
+    paused: bool
+    since: int = 0
+    by: str = ""
+    reason: str = ""
+    changed: bool = False
+
+
+class TaskFilter(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Which tasks a bulk action selects: every field given must match (``since`` /
+    ``until``: created at or after / before, Redis TIME in ms). See
+    :func:`rsjobs.store.selection.select`."""
+
+    queue: str | None = None
+    state: str | None = None
+    type: str | None = None
+    owner: str | None = None
+    since: int | None = None
+    until: int | None = None
+
+
+class BulkItem(msgspec.Struct, frozen=True, kw_only=True):
+    """One selected task of a bulk action: its state after the action, whether the action
+    changed it, the task that starts it over (retry), or why it was refused."""
+
+    id: str
+    state: str
+    changed: bool
+    new_id: str = ""
+    detail: str = ""
+
+
+class BulkResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a bulk action did, or would do (``dry_run``): ``matched`` tasks match the
+    filter; the first ``limit`` of them (``ids``) are acted on, one by one, each as its
+    own action would be (a task that moved on meanwhile is refused and listed so)."""
+
+    action: str
+    dry_run: bool
+    matched: int
+    ids: list[str]
+    changed: int = 0
+    items: list[BulkItem] = msgspec.field(default_factory=list)

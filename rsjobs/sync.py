@@ -29,7 +29,16 @@ from typing import Any, TypeVar
 
 from .client import Client, connect
 from .errors import ConfigError
-from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo
+from .schemas import (
+    BulkResult,
+    EnqueueRequest,
+    EnqueueResult,
+    HistoryEntry,
+    QueuePause,
+    RetryResult,
+    TaskFilter,
+    TaskInfo,
+)
 from .settings import Settings
 from .store import Code, TaskRef
 
@@ -220,23 +229,120 @@ class SyncClient:
         return r.run(r.client.ref(task_id))
 
     def control(
-        self, task_id: str, event: str, reason: str = "", *, ref: TaskRef | None = None
+        self,
+        task_id: str,
+        event: str,
+        reason: str = "",
+        *,
+        ref: TaskRef | None = None,
+        source: str | None = None,
     ) -> tuple[Code, str]:
         """CANCEL, PAUSE or RESUME: the reply code and the state after the call."""
         r = self._runner()
-        return r.run(r.client.control(task_id, event, reason, ref=ref))
+        return r.run(r.client.control(task_id, event, reason, ref=ref, source=source))
 
-    def cancel(self, task_id: str, reason: str = "") -> str:
+    def cancel(self, task_id: str, reason: str = "", *, source: str | None = None) -> str:
         """Cancel the task; returns the state after the call (idempotent)."""
         r = self._runner()
-        return r.run(r.client.cancel(task_id, reason))
+        return r.run(r.client.cancel(task_id, reason, source=source))
 
-    def pause(self, task_id: str, reason: str = "") -> str:
+    def pause(self, task_id: str, reason: str = "", *, source: str | None = None) -> str:
         """Hold the task back; raises :class:`rsjobs.InvalidTransition` when terminal."""
         r = self._runner()
-        return r.run(r.client.pause(task_id, reason))
+        return r.run(r.client.pause(task_id, reason, source=source))
 
-    def resume(self, task_id: str, reason: str = "") -> str:
+    def resume(self, task_id: str, reason: str = "", *, source: str | None = None) -> str:
         """Put a PAUSED task back on its queue."""
         r = self._runner()
-        return r.run(r.client.resume(task_id, reason))
+        return r.run(r.client.resume(task_id, reason, source=source))
+
+    def retry(
+        self,
+        task_id: str,
+        reason: str = "",
+        *,
+        ref: TaskRef | None = None,
+        source: str | None = None,
+    ) -> RetryResult:
+        """Start a FAILED, TIMED_OUT or CANCELLED task over as a new task (see
+        :meth:`rsjobs.Client.retry`)."""
+        r = self._runner()
+        return r.run(r.client.retry(task_id, reason, ref=ref, source=source))
+
+    def replay(
+        self,
+        task_id: str,
+        reason: str = "",
+        *,
+        ref: TaskRef | None = None,
+        source: str | None = None,
+    ) -> RetryResult:
+        """Start a SUCCEEDED task over as a new task (see :meth:`rsjobs.Client.replay`)."""
+        r = self._runner()
+        return r.run(r.client.replay(task_id, reason, ref=ref, source=source))
+
+    def restart(
+        self,
+        task_id: str,
+        reason: str = "",
+        *,
+        ref: TaskRef | None = None,
+        source: str | None = None,
+    ) -> RetryResult:
+        """Replay a SUCCEEDED task, retry any other (see :meth:`rsjobs.Client.restart`)."""
+        r = self._runner()
+        return r.run(r.client.restart(task_id, reason, ref=ref, source=source))
+
+    def select(self, where: TaskFilter, *, limit: int = 100) -> tuple[int, list[str]]:
+        """How many tasks a filter selects, and the oldest ``limit`` ids."""
+        r = self._runner()
+        return r.run(r.client.select(where, limit=limit))
+
+    def pause_queue(self, queue: str, reason: str = "", *, source: str | None = None) -> QueuePause:
+        """Pause a whole queue (see :meth:`rsjobs.Client.pause_queue`)."""
+        r = self._runner()
+        return r.run(r.client.pause_queue(queue, reason, source=source))
+
+    def resume_queue(
+        self, queue: str, reason: str = "", *, source: str | None = None
+    ) -> QueuePause:
+        """Let a paused queue go on."""
+        r = self._runner()
+        return r.run(r.client.resume_queue(queue, reason, source=source))
+
+    def paused_queues(self) -> dict[str, QueuePause]:
+        """Every paused queue of the namespace."""
+        r = self._runner()
+        return r.run(r.client.paused_queues())
+
+    def bulk_cancel(
+        self,
+        where: TaskFilter,
+        *,
+        dry_run: bool = False,
+        limit: int = 100,
+        reason: str = "",
+        source: str | None = None,
+    ) -> BulkResult:
+        """Cancel the unfinished tasks a filter selects (see
+        :meth:`rsjobs.Client.bulk_cancel`)."""
+        r = self._runner()
+        return r.run(
+            r.client.bulk_cancel(where, dry_run=dry_run, limit=limit, reason=reason, source=source)
+        )
+
+    def bulk_retry(
+        self,
+        where: TaskFilter,
+        *,
+        dry_run: bool = False,
+        limit: int = 100,
+        reason: str = "",
+        source: str | None = None,
+    ) -> BulkResult:
+        """Start over the failed tasks a filter selects (see
+        :meth:`rsjobs.Client.bulk_retry`)."""
+        r = self._runner()
+        return r.run(
+            r.client.bulk_retry(where, dry_run=dry_run, limit=limit, reason=reason, source=source)
+        )

@@ -45,6 +45,9 @@ async def cmd_status(args: argparse.Namespace) -> int:
 
     columns, rows = status_table(info)
     print_table(columns, rows, header=False)
+    if info.traceback:
+        print("\ntraceback of the last failed attempt:")
+        print(info.traceback.rstrip("\n"))
     return 0
 
 
@@ -52,9 +55,11 @@ async def cmd_history(args: argparse.Namespace) -> int:
     async with client_from_args(args) as client:
         entries = await client.history(args.id)
     from .tables import print_table
-    from .views import history_table
+    from .views import history_table, tracebacks
 
     print_table(*history_table(entries))
+    for line in tracebacks(entries):
+        print(line)
     return 0
 
 
@@ -64,10 +69,16 @@ async def cmd_queues(args: argparse.Namespace) -> int:
     async with client_from_args(args) as client:
         stats = await client.stats()
         live = await live_workers(client)
+        paused = await client.paused_queues()
     unserved = unserved_queues(stats, live)
     if args.json:
         doc = {
-            q: {**counts, "workers": live.get(q, 0), "unserved": q in unserved}
+            q: {
+                **counts,
+                "workers": live.get(q, 0),
+                "unserved": q in unserved,
+                "paused": q in paused,
+            }
             for q, counts in stats.items()
         }
         print(json.dumps(doc))
@@ -78,7 +89,7 @@ async def cmd_queues(args: argparse.Namespace) -> int:
     from .tables import print_table
     from .views import queues_table
 
-    print_table(*queues_table(stats, live))
+    print_table(*queues_table(stats, live, paused))
     for q, n in sorted(unserved.items()):
         warn(
             f"queue {q!r} has {n} task(s) waiting and no live worker serves it "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..model import State
@@ -25,6 +25,7 @@ __all__ = [
     "memory_table",
     "queues_table",
     "status_table",
+    "tracebacks",
     "unserved_queues",
     "waiting",
     "when",
@@ -74,7 +75,28 @@ def status_table(info: TaskInfo) -> Table:
         ["result", json.dumps(info.result) if info.result is not None else ""],
         ["error", _one_line(info.error)],
     ]  # fmt: skip
+    if info.queue_paused:
+        rows[2][1] = f"{info.queue} (PAUSED: workers start nothing of it)"
+    if info.retry_of:
+        rows.append(["retry of", info.retry_of])
+    if info.retried_as:
+        rows.append(["retried as", info.retried_as])
     return [Column("field"), Column("value")], rows
+
+
+def tracebacks(entries: Iterable[HistoryEntry]) -> list[str]:
+    """The tracebacks of the failed attempts in ``entries``, for under ``rsjobs history``
+    (a table cell cannot hold one): a heading line per attempt, then its traceback."""
+    lines: list[str] = []
+    for e in entries:
+        tb = e.extra.get("traceback")
+        if not tb or e.rejected:
+            continue
+        kind = e.extra.get("error_type", "")
+        lines.append("")
+        lines.append(f"entry {e.id}, attempt {e.attempt} ({when(e.ts)}): {kind or e.event}")
+        lines += tb.rstrip("\n").splitlines()
+    return lines
 
 
 def history_table(entries: Iterable[HistoryEntry]) -> Table:
@@ -88,7 +110,8 @@ def history_table(entries: Iterable[HistoryEntry]) -> Table:
         refused = ""
         if e.rejected:
             refused = "REFUSED" if e.count == 1 else f"REFUSED x{e.count}"
-        extra = " ".join(f"{k}={v}" for k, v in e.extra.items())
+        # (a traceback is printed under the table: see tracebacks())
+        extra = " ".join(f"{k}={v}" for k, v in e.extra.items() if k != "traceback")
         message = f"{_one_line(e.message)} {extra}".strip()
         rows.append(
             [when(e.ts), e.event, refused, e.from_state, e.to_state, e.attempt, e.source, message]
@@ -118,9 +141,13 @@ def unserved_queues(
     return {q: waiting(c) for q, c in stats.items() if waiting(c) and not live.get(q)}
 
 
-def queues_table(stats: Mapping[str, Mapping[str, int]], live: Mapping[str, int]) -> Table:
+def queues_table(
+    stats: Mapping[str, Mapping[str, int]],
+    live: Mapping[str, int],
+    paused: Collection[str] = (),
+) -> Table:
     """``rsjobs queues``: live workers, stream depth and tasks per state, per queue; a
-    queue with work and no live worker says so in its last column."""
+    paused queue, and a queue with work and no live worker, say so in the last column."""
     columns = [
         Column("queue"),
         Column("workers", numeric=True),
@@ -130,7 +157,10 @@ def queues_table(stats: Mapping[str, Mapping[str, int]], live: Mapping[str, int]
     ]
     rows: list[list[object]] = []
     for q, counts in stats.items():
-        note = "NO LIVE WORKER" if waiting(counts) and not live.get(q) else ""
+        notes = ["PAUSED"] if q in paused else []
+        if waiting(counts) and not live.get(q):
+            notes.append("NO LIVE WORKER")
+        note = ", ".join(notes)
         rows.append(
             [
                 q,

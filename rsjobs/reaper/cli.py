@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from ..cli import CliError, settings_from_args
+from ..cli import SOURCE, CliError, settings_from_args
 from ..client import Client, connect
 from ..console import commands as show
 from ..errors import ConfigError
@@ -33,8 +33,9 @@ def _env_int(name: str, default: int) -> int:
 
 
 def _client(args: argparse.Namespace) -> Client:
-    """The global options' client: namespace and durable mode (--wait-replicas)."""
-    return Client(connect(args.url), settings_from_args(args), source="user")
+    """The global options' client: namespace and durable mode (--wait-replicas); its
+    writes are recorded with the command line's source."""
+    return Client(connect(args.url), settings_from_args(args), source=SOURCE)
 
 
 def _print_json(value: Any) -> None:

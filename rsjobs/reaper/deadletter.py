@@ -86,16 +86,20 @@ async def list_deadletters(store: Store, *, count: int = 50) -> list[DeadLetter]
     return out
 
 
-async def requeue(client: Client, task_id: str) -> tuple[str, bool]:
+async def requeue(client: Client, task_id: str, *, source: str | None = None) -> tuple[str, bool]:
     """Re-queue a dead-lettered task as a new task; returns ``(clone id, created)``.
 
     ``created`` is False when the task had already been re-queued (the existing clone is
-    returned). Raises :class:`TaskNotFound` (never existed, or expired after retention),
+    returned). ``source``: who acts, as the clone's history records it (default: the
+    client's). Raises :class:`TaskNotFound` (never existed, or expired after retention),
     :class:`NotDeadLettered`, :class:`CannotRequeue` (its data is too damaged to clone), or
     the enqueue's :class:`rsjobs.ConfigError` / :class:`rsjobs.PayloadError`; all before
     anything is written.
     """
     validate_task_id(task_id)
+    if source is not None and source != client.source:
+        # the same connections, another actor
+        client = Client(client.redis, client.settings, source=source)
     reaper = client.store.reaper
     try:
         t = await reaper.task_record(task_id)

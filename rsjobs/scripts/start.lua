@@ -2,6 +2,7 @@
 
 KEYS: common (see fsm.lua), then
   per task: the task keys (see fsm.lua)
+  paused  hash  queue name -> its pause record (queue.lua): nothing of such a queue starts
 ARGV: common (see fsm.lua), then
   ARGV[5]  consumer   the worker's consumer name (recorded as the lease holder)
   ARGV[6]  lease_ms   lease duration; the worker renews it with heartbeat.lua
@@ -21,12 +22,17 @@ Returns: per task either
   {-4, 'TIMED_OUT'}     the task was never started and its queue-wait deadline
                         (expires_at) has passed: EXPIRE instead, with the reason in
                         history; the delivered entry is acked and deleted
+  {-5, 'PENDING'}       the task's queue is paused: the delivery is handed back (acked
+                        and deleted, a fresh entry added, as release.lua does); the task
+                        stays PENDING and nothing is recorded (it did not move)
 An error (nothing written) when the consumer, nonce or lease_ms is malformed or the
 number of entries does not match the tasks.
-Events: START (PENDING -> RUNNING); EXPIRE (PENDING -> TIMED_OUT); rejected START.
+Events: START (PENDING -> RUNNING); EXPIRE (PENDING -> TIMED_OUT); rejected START. A
+  paused queue's delivery is no event.
 ]]
-local n, bad = layout(3, 1, 3, 0)
+local n, bad = layout(3, 1, 3, 1)
 if bad then return bad end
+local PAUSED_KEY = KEYS[#KEYS]
 local consumer, lease_ms, nonce = ARGV[5], tonumber(ARGV[6]), ARGV[7]
 if not consumer or consumer == '' or not nonce or nonce == '' then
   return bad_arg('consumer or nonce', consumer)
@@ -43,6 +49,13 @@ local function started(t, lease, deadline, timeout)
   -- fails such a task (no handler for '', no payload) instead of losing the batch
   return {1, t.id, t.f.type or '', t.f.payload or '', t.attempt, lease, deadline,
     t.dedup or '', timeout, t.f.wf or ''}
+end
+
+-- whether a queue is paused, read once per queue and call
+local paused = {}
+local function is_paused(queue)
+  if paused[queue] == nil then paused[queue] = redis.call('HEXISTS', PAUSED_KEY, queue) == 1 end
+  return paused[queue]
 end
 
 local out = {}
@@ -69,6 +82,12 @@ for i = 1, n do
     -- the deadline holds here, not only at the reaper's next sweep
     expire(t, ', at START by ' .. consumer, {'worker', consumer})
     out[i] = {-4, t.state}
+  elseif is_paused(t.queue) then
+    -- a worker that has not heard of the pause yet: the task waits on its queue (at its
+    -- tail: a fresh entry) for the resume; the worker stops reading the queue
+    drop_entry(t.qkey, entry)
+    redis.call('HSET', t.key, fld('entry'), push_entry(t))
+    out[i] = {-5, t.state}
   else
     local attempt = t.attempt + 1
     t.attempt = attempt

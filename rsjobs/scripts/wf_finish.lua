@@ -28,6 +28,7 @@ ARGV: common (see fsm.lua), the workflow's (see wf.lua), then
     retryable   '1' or '0'
     delay_ms    retry delay override, '-1' = the task's exponential backoff
     jitter      random number in [0, 1) for the backoff jitter
+    traceback   FAIL: the bounded traceback of the handler's exception ('' = none)
 Returns: {code, task state, workflow status, drive, message}
    1  applied
    2  a repeated COMPLETE from the lease holder of a SUCCEEDED task: nothing written
@@ -36,17 +37,19 @@ Returns: {code, task state, workflow status, drive, message}
   -4  refused by the workflow (message says why): the task is now CANCELLED
   drive = 1 when the workflow needs the driver now (spawn the next stage, or cancel the
   open tasks of a workflow that just FAILED): the worker then calls it at once.
-An error (nothing written) when the event, delay or jitter is malformed (as in finish.lua).
+An error (nothing written) when the event, delay, jitter or traceback is malformed (as in
+finish.lua).
 Events: the task's COMPLETE / FAIL / TIMEOUT / REQUEUE (or CANCEL); the workflow's ASSET
   note, GATE, READY, ADVANCE, TASK_FAILED; refused RESULT entries.
 ]]
-local _, bad = layout(2, 7, 3, WF_NKEYS, 1)
+local _, bad = layout(2, 8, 3, WF_NKEYS, 1)
 if bad then return bad end
 local EVENTS = {COMPLETE = true, FAIL = true, TIMEOUT = true, REQUEUE = true}
 if not EVENTS[ARGV[7]] then return bad_arg('event', ARGV[7]) end
 if ARGV[12] ~= '-1' and not is_count(ARGV[12]) then return bad_arg('delay_ms', ARGV[12]) end
 if not is_number(ARGV[13], 0, 1) then return bad_arg('jitter', ARGV[13]) end
 if #ARGV[8] > TEXT_MAX then return bad_arg('lease length', #ARGV[8]) end
+if #ARGV[14] > TRACEBACK_MAX then return bad_arg('traceback length', #ARGV[14]) end
 local event, lease, body = ARGV[7], ARGV[8], ARGV[9]
 local etype, retryable = ARGV[10], ARGV[11] == '1'
 local delay, jitter = tonumber(ARGV[12]), tonumber(ARGV[13])
@@ -101,7 +104,8 @@ if event == 'COMPLETE' then
     body = 'the result names no asset: return a reference string or {"ref": ...}'
   end
 end
-end_attempt(t, event, body, etype, retryable, delay, jitter)
+end_attempt(t, event, body, etype, retryable, delay, jitter,
+  failure_fields(event, etype, ARGV[14]))
 if TERMINAL[t.state] then
   local reason = ''
   if t.state ~= 'SUCCEEDED' then reason = string.sub(body, 1, 300) end

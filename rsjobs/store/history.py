@@ -21,7 +21,7 @@ from urllib.parse import unquote
 from ..errors import CorruptData
 from ..model import TRANSITIONS
 
-__all__ = ["COUNT", "Row", "entries", "position"]
+__all__ = ["COUNT", "Row", "entries", "last_traceback", "position"]
 
 #: the hash field counting the entries
 COUNT = "hn"
@@ -65,8 +65,9 @@ USUAL_SOURCE = {
     "REQUEUE": "worker",
 }
 
-#: extra fields stored under a shorter name: the START entry's worker
-_EXTRA_NAMES = {"w": "worker"}
+#: extra fields stored under a shorter name: the START entry's worker, a FAIL entry's
+#: exception type and traceback
+_EXTRA_NAMES = {"w": "worker", "et": "error_type", "tb": "traceback"}
 
 
 def _parse(task_id: str, n: int, value: str, created: int, before: str) -> dict[str, str]:
@@ -113,3 +114,26 @@ def entries(h: Mapping[str, str], task_id: str = "", after: int = 0) -> list[Row
         if n > after:
             rows.append((str(n), f))
     return rows
+
+
+def last_traceback(h: Mapping[str, str]) -> str:
+    """The traceback of the task's last failed attempt ('' when that attempt left none:
+    it timed out, its worker was lost, or it failed without an exception), read from the
+    end of the task hash ``h``'s history without parsing the rest."""
+    raw = h.get(COUNT) or "0"
+    if not raw.isdigit():
+        return ""
+    for n in range(int(raw), 0, -1):
+        tokens = (h.get(f"h{n}") or "").partition("|")[0].split(" ")
+        if tokens[0] not in _FAILED_ENDS or "!" in tokens[5:]:
+            continue  # not the end of a failed attempt, or a refused late one
+        if tokens[0] == "FAIL":
+            for tok in tokens[5:]:
+                if tok.startswith("tb="):
+                    return unquote(tok[3:])
+        return ""
+    return ""
+
+
+#: the events that end an attempt that failed
+_FAILED_ENDS = frozenset({"FAIL", "TIMEOUT", "RECLAIM", "DEADLETTER"})

@@ -13,6 +13,8 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
                                                   rep:<entry id>; see store/history.py)
     rsjobs:{default}:queue:<name>         stream  work entries (field ``id``), group ``workers``
     rsjobs:{default}:queues               set     names of the queues ever used
+    rsjobs:{default}:paused               hash    queue name -> its pause record (JSON: at,
+                                                  by, reason): workers start nothing of it
     rsjobs:{default}:scheduled            zset    ``<queue>:<id>`` by due time (ms): delay, backoff
     rsjobs:{default}:deadlines            zset    ``<queue>:<id>`` by execution deadline (ms)
     rsjobs:{default}:events               stream  task id and entry number of every history
@@ -99,6 +101,7 @@ class Keys:
         "events",
         "namespace",
         "nodedup",
+        "paused",
         "prefix",
         "queues",
         "reaper_guard",
@@ -120,6 +123,7 @@ class Keys:
         self.scheduled = p + "scheduled"
         self.deadlines = p + "deadlines"
         self.queues = p + "queues"
+        self.paused = p + "paused"
         self.workers = p + "workers"
         self.control = p + "control"
         self.deadletter = p + "deadletter"

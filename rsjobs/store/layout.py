@@ -42,7 +42,9 @@ __all__ = [
     "OpenTask",
     "Packed",
     "QuarantineArgs",
+    "QueueArgs",
     "ReclaimArgs",
+    "RetryArgs",
     "StartArgs",
     "WfAbortArgs",
     "WfCancelArgs",
@@ -196,13 +198,13 @@ class Entry(NamedTuple):
     entry: str
 
 
-START = Layout("start", StartArgs._fields, "task", Entry._fields, TaskKeys._fields)
+START = Layout("start", StartArgs._fields, "task", Entry._fields, TaskKeys._fields, ("paused",))
 
 
 def start(
-    c: Common, source: str, args: StartArgs, items: Iterable[tuple[TaskKeys, Entry]]
+    c: Common, k: Keys, source: str, args: StartArgs, items: Iterable[tuple[TaskKeys, Entry]]
 ) -> Packed:
-    return _pack(START, c, source, args, items)
+    return _pack(START, c, source, args, items, (k.paused,))
 
 
 class Ending(NamedTuple):
@@ -217,6 +219,8 @@ class Ending(NamedTuple):
     #: -1 = the task's exponential backoff
     delay_ms: int | str
     jitter: float | str
+    #: FAIL: the bounded traceback of the handler's exception (rsjobs.worker.failures)
+    traceback: str = ""
 
 
 FINISH = Layout("finish", (), "task", Ending._fields, TaskKeys._fields)
@@ -282,6 +286,39 @@ CONTROL = Layout("control", ControlArgs._fields, "task", (), TaskKeys._fields, e
 
 def control(c: Common, source: str, keys: TaskKeys, args: ControlArgs) -> Packed:
     return _pack(CONTROL, c, source, args, [(keys, ())])
+
+
+class RetryArgs(NamedTuple):
+    """``retry.lua``: RETRY or REPLAY of a finished task as the new task ``new_id``."""
+
+    event: str
+    new_id: str
+    message: str
+    #: the task the old one's ``retried_as`` named when the caller found it gone ('' = none)
+    replaces: str
+
+
+RETRY = Layout("retry", RetryArgs._fields, "task", (), TaskKeys._fields, exact=2)
+
+
+def retry(c: Common, source: str, old: TaskKeys, new: TaskKeys, args: RetryArgs) -> Packed:
+    return _pack(RETRY, c, source, args, [(old, ()), (new, ())])
+
+
+class QueueArgs(NamedTuple):
+    """``queue.lua``: PAUSE_QUEUE or RESUME_QUEUE of one queue."""
+
+    event: str
+    queue: str
+    reason: str
+    channel: str
+
+
+QUEUE = Layout("queue", QueueArgs._fields, tail_keys=("queues", "paused"))
+
+
+def queue(c: Common, k: Keys, source: str, args: QueueArgs) -> Packed:
+    return _pack(QUEUE, c, source, args, (), (k.queues, k.paused))
 
 
 LINK = Layout("link", (), "task", (), TaskKeys._fields, exact=2)
@@ -623,6 +660,8 @@ LAYOUTS: dict[str, Layout] = {
         FINISH,
         HEARTBEAT,
         CONTROL,
+        RETRY,
+        QUEUE,
         PROMOTE,
         RELEASE,
         RECLAIM,

@@ -110,6 +110,13 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     deadletter: str = ""
     requeued_as: str = ""
     requeued_from: str = ""
+    #: the links of a task started over (retry.lua): the task it starts over, and the task
+    #: that started it over
+    retry_of: str = ""
+    retried_as: str = ""
+    #: not a hash field: the traceback of the last failed attempt while its error stands
+    #: (read from that attempt's FAIL history entry, see :func:`decode_task`)
+    traceback: str = ""
     #: the refusal entries of the current state (see ``reject`` in fsm.lua); the repeats
     #: of each are the fields ``rep:<entry id>`` and ``rep_ts:<entry id>``
     #: (:func:`rsjobs.schemas.repeat_fields`), not declared here
@@ -173,10 +180,15 @@ def text_fields(h: Mapping[Any, Any]) -> dict[str, str]:
 def decode_task(h: Mapping[Any, Any]) -> TaskRecord:
     """The task of hash ``h`` (an ``HGETALL`` reply). Raises :class:`CorruptData`."""
     f = _fields(h)
+    f.pop("traceback", None)  # derived, never stored
     try:
         r = msgspec.convert(f, TaskRecord, strict=False)
     except msgspec.ValidationError as exc:
         raise CorruptData("task", _id(h), _long_path(str(exc))) from None
+    if r.failures and r.error:
+        from .history import last_traceback
+
+        r = msgspec.structs.replace(r, traceback=last_traceback(f))
     if r.state not in TERMINAL:
         return r
     progress = 100.0 if r.state == "SUCCEEDED" and "progress" not in f else r.progress

@@ -28,7 +28,9 @@ __all__ = [
     "LinkCode",
     "Promoted",
     "QuarantineOutcome",
+    "QueueReply",
     "Recovery",
+    "RetryReply",
     "Started",
     "TaskReply",
     "WfCode",
@@ -50,13 +52,15 @@ def text(v: Any) -> str:
 
 
 class Code(IntEnum):
-    """The codes of the task scripts (``control``, ``start``, ``finish``, ``release``)."""
+    """The codes of the task scripts (``control``, ``start``, ``finish``, ``release``,
+    ``retry``, ``queue``)."""
 
     #: finish: a repeated COMPLETE of the lease holder, nothing written
     REPEATED = 2
     #: applied (start: started, with its lease)
     APPLIED = 1
-    #: control: already in the state asked for (idempotent repeat); release: stale entry
+    #: control: already in the state asked for (idempotent repeat); release: stale entry;
+    #: retry: already started over (the task its retried_as names); queue: already so
     NOTHING = 0
     #: the task does not exist
     NOT_FOUND = -1
@@ -66,6 +70,8 @@ class Code(IntEnum):
     LEASE_LOST = -3
     #: start: never started and past its queue-wait deadline: EXPIRE instead
     EXPIRED = -4
+    #: start: the task's queue is paused: the delivery was handed back (the task waits)
+    QUEUE_PAUSED = -5
 
 
 class WfCode(IntEnum):
@@ -171,6 +177,36 @@ class TaskReply(NamedTuple):
     @classmethod
     def of(cls, raw: Sequence[Any]) -> TaskReply:
         return cls(code_of(raw[0]), text(raw[1]) if len(raw) > 1 else "")
+
+
+class RetryReply(NamedTuple):
+    """``retry.lua``: ``{code, id, state, message}`` (APPLIED: the new task; NOTHING: the
+    task the old one was already started over as, state ''; REFUSED: the old task's state
+    and the reason)."""
+
+    code: Code
+    id: str
+    state: str
+    message: str
+
+    @classmethod
+    def of(cls, raw: Sequence[Any]) -> RetryReply:
+        code = Code(int(raw[0]))
+        if code is Code.REFUSED:
+            return cls(code, "", text(raw[1]), text(raw[2]))
+        return cls(code, text(raw[1]), text(raw[2]), text(raw[3]))
+
+
+class QueueReply(NamedTuple):
+    """``queue.lua``: whether the call changed the flag, and the pause record in force
+    after it (JSON, '' when the queue is not paused)."""
+
+    changed: bool
+    record: str
+
+    @classmethod
+    def of(cls, raw: Sequence[Any]) -> QueueReply:
+        return cls(int(raw[0]) == 1, text(raw[1]))
 
 
 class Started(NamedTuple):
@@ -286,5 +322,5 @@ def error_of(
             case Code.NOT_FOUND:
                 return TaskNotFound(subject)
             case Code.REFUSED | Code.LEASE_LOST | Code.EXPIRED:
-                return InvalidTransition(subject, action, state)
+                return InvalidTransition(subject, action, state, message)
     raise ValueError(f"{code!r} is not a refusal")

@@ -35,6 +35,8 @@ SCRIPT_NAMES = (
     "finish",
     "heartbeat",
     "control",
+    "retry",
+    "queue",
     "promote",
     "release",
     # the reaper's

@@ -3,31 +3,46 @@ count. Every Redis error leaves as rsjobs's (:mod:`rsjobs.store.transient`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..schemas import EnqueueResult, HistoryEntry, TaskInfo, repeat_fields
+import msgspec
+
+from ..model import is_terminal
+from ..schemas import (
+    EnqueueResult,
+    HistoryEntry,
+    QueuePause,
+    TaskFilter,
+    TaskInfo,
+    repeat_fields,
+)
 from . import history, layout
 from .keys import TaskKeys
-from .layout import ControlArgs, NewTask
+from .layout import ControlArgs, NewTask, QueueArgs, RetryArgs
 from .record import decode_task, field, text_fields
-from .replies import TaskReply, text
+from .replies import QueueReply, RetryReply, TaskReply, text
 from .scripts import Scripts
 from .transient import boundary
 
-__all__ = ["HistoryRows", "Overview", "Snapshot", "TaskRef", "Tasks"]
+if TYPE_CHECKING:
+    from .selection import Selected, Selection
+
+__all__ = ["HistoryRows", "Overview", "Snapshot", "TaskRef", "Tasks", "pause_record"]
 
 Row = tuple[str, dict[str, str]]
 
 
 class TaskRef(NamedTuple):
     """What a route needs of a task before acting on it, in one read: its state and owner
-    (who may see it) and its queue and dedup key (its script keys)."""
+    (who may see it), its queue and dedup key (its script keys), and the task it was
+    started over as (a RETRY / REPLAY answers that one)."""
 
     state: str
     owner: str
     queue: str
     dedup: str
+    retried_as: str = ""
 
 
 class HistoryRows(NamedTuple):
@@ -105,13 +120,63 @@ class Tasks:
         )
         return TaskReply.of(await self.scripts.run(call, durable=durable))
 
+    async def retry(
+        self,
+        source: str,
+        task_id: str,
+        ref: TaskRef,
+        event: str,
+        new_id: str,
+        reason: str,
+        *,
+        replaces: str = "",
+        durable: bool = False,
+    ) -> RetryReply:
+        """``retry.lua``: RETRY or REPLAY of the finished task ``task_id`` (``ref`` from
+        :meth:`ref`) as the new task ``new_id``, on its queue and with its dedup key."""
+        k = self.keys
+        old = k.task_keys(task_id, ref.queue, ref.dedup or None)
+        new = k.task_keys(new_id, ref.queue, ref.dedup or None)
+        call = layout.retry(
+            self.scripts.common, source, old, new, RetryArgs(event, new_id, reason, replaces)
+        )
+        return RetryReply.of(await self.scripts.run(call, durable=durable))
+
+    async def queue_flag(
+        self, source: str, event: str, queue: str, reason: str, *, durable: bool = False
+    ) -> QueueReply:
+        """``queue.lua``: PAUSE_QUEUE or RESUME_QUEUE of ``queue``."""
+        k = self.keys
+        call = layout.queue(
+            self.scripts.common, k, source, QueueArgs(event, queue, reason, k.control)
+        )
+        return QueueReply.of(await self.scripts.run(call, durable=durable))
+
+    async def paused_queues(self) -> dict[str, QueuePause]:
+        """Every paused queue of the namespace, with its pause record."""
+        with boundary("HGETALL paused"):
+            raw: dict[Any, Any] = await self.redis.hgetall(self.keys.paused)
+        return {text(q): pause_record(text(q), text(v)) for q, v in raw.items()}
+
     # -- reads -----------------------------------------------------------------------------
 
+    async def select(
+        self,
+        f: TaskFilter,
+        *,
+        limit: int,
+        where: Callable[[Selected], bool] | None = None,
+    ) -> Selection:
+        """The tasks ``f`` (and ``where``) select: how many, and the oldest ``limit``
+        (:func:`rsjobs.store.selection.select`)."""
+        from .selection import select
+
+        return await select(self.redis, self.keys, f, limit=limit, where=where)
+
     async def get(self, task_id: str) -> TaskInfo | None:
-        """The task as stored (None: no such task). Raises :class:`rsjobs.CorruptData`."""
-        with boundary("HGETALL task"):
-            h = await self.redis.hgetall(self.keys.task(task_id))
-        return TaskInfo.from_record(decode_task(h)) if h else None
+        """The task as stored (None: no such task), and whether it waits on a paused queue.
+        Raises :class:`rsjobs.CorruptData`."""
+        return (await self.get_many([task_id]))[0]
 
     async def get_many(self, task_ids: Sequence[str]) -> list[TaskInfo | None]:
         """Several tasks in one round trip; None for ids that name no task."""
@@ -119,19 +184,22 @@ class Tasks:
             async with self.redis.pipeline(transaction=False) as pipe:
                 for tid in task_ids:
                     pipe.hgetall(self.keys.task(tid))
-                rows = await pipe.execute()
-        return [TaskInfo.from_record(decode_task(h)) if h else None for h in rows]
+                pipe.hkeys(self.keys.paused)
+                *rows, paused = _raised(await pipe.execute(raise_on_error=False))
+        held = {text(q) for q in paused}
+        return [_info(h, held) if h else None for h in rows]
 
     async def ref(self, task_id: str) -> TaskRef | None:
-        """State, owner, queue and dedup key of the task in one HMGET (None: no such
-        task)."""
+        """State, owner, queue, dedup key and ``retried_as`` of the task in one HMGET
+        (None: no such task)."""
         with boundary("HMGET task"):
-            state, owner, queue, dedup = await self.redis.hmget(
-                self.keys.task(task_id), [field("state"), "owner", field("queue"), "dedup"]
+            state, owner, queue, dedup, retried_as = await self.redis.hmget(
+                self.keys.task(task_id),
+                [field("state"), "owner", field("queue"), "dedup", "retried_as"],
             )
         if state is None:
             return None
-        return TaskRef(text(state), text(owner), text(queue), text(dedup))
+        return TaskRef(text(state), text(owner), text(queue), text(dedup), text(retried_as))
 
     async def by_dedup(self, dedup: str) -> TaskInfo | None:
         """The live task a dedup key names (None when it names none)."""
@@ -171,11 +239,14 @@ class Tasks:
         """The task and its last ``recent`` history entries (oldest first), one read
         (None: no such task)."""
         with boundary("HGETALL task view"):
-            h = await self.redis.hgetall(self.keys.task(task_id))
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.hgetall(self.keys.task(task_id))
+                pipe.hkeys(self.keys.paused)
+                h, paused = _raised(await pipe.execute(raise_on_error=False))
         if not h:
             return None
         f = text_fields(h)
-        info = TaskInfo.from_record(decode_task(h))
+        info = _info(h, {text(q) for q in paused})
         rows = history.entries(f, task_id)[-recent:] if recent else []
         return info, [HistoryEntry.from_entry(i, e, task_id, f) for i, e in rows]
 
@@ -207,7 +278,8 @@ class Tasks:
 
     async def overview(self) -> Overview:
         """What a metrics scrape reads, in two round trips: the counters, the queues and
-        their stream lengths, the registered workers, the events stream's length."""
+        their stream lengths, the registered workers, the events stream's length, the
+        paused queues."""
         k = self.keys
         with boundary("overview"):
             async with self.redis.pipeline(transaction=False) as pipe:
@@ -215,7 +287,8 @@ class Tasks:
                 pipe.smembers(k.queues)
                 pipe.hlen(k.workers)
                 pipe.xlen(k.events)
-                raw, queues, workers, events = await pipe.execute()
+                pipe.hkeys(k.paused)
+                raw, queues, workers, events, paused = await pipe.execute()
             names = sorted(text(q) for q in queues)
             lengths: list[Any] = []
             if names:
@@ -229,6 +302,7 @@ class Tasks:
             dict(zip(names, (int(n) for n in lengths), strict=True)),
             int(workers),
             int(events),
+            {text(q) for q in paused},
         )
 
 
@@ -240,3 +314,43 @@ class Overview(NamedTuple):
     lengths: dict[str, int]
     workers: int
     events: int
+    #: the paused queues
+    paused: set[str] = set()
+
+
+def _raised(replies: list[Any]) -> list[Any]:
+    """A pipeline's replies, raising the first error as Redis answered it (the pipeline's
+    own raise rewords it, which hides its code from :mod:`.transient`)."""
+    for r in replies:
+        if isinstance(r, Exception):
+            raise r
+    return replies
+
+
+def _info(h: Any, paused: set[str]) -> TaskInfo:
+    """The task of hash ``h``, marked when it waits on one of the ``paused`` queues."""
+    info = TaskInfo.from_record(decode_task(h))
+    if info.queue in paused and not is_terminal(info.state):
+        return msgspec.structs.replace(info, queue_paused=True)
+    return info
+
+
+def pause_record(queue: str, raw: str) -> QueuePause:
+    """A queue's pause flag from its record in the ``paused`` hash (queue.lua's JSON;
+    ''  = not paused). A record that does not read still means paused."""
+    if not raw:
+        return QueuePause(queue=queue, paused=False)
+    try:
+        rec = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        rec = {}
+    if not isinstance(rec, dict):
+        rec = {}
+    at, by, reason = rec.get("at"), rec.get("by"), rec.get("reason")
+    return QueuePause(
+        queue=queue,
+        paused=True,
+        since=int(at) if isinstance(at, int | float) else 0,
+        by=by if isinstance(by, str) else "",
+        reason=reason if isinstance(reason, str) else "",
+    )

@@ -141,6 +141,7 @@ class Work:
         k = self.keys
         call = layout.start(
             self.scripts.common,
+            k,
             "worker",
             StartArgs(consumer, lease_ms, nonce),
             [(k.task_keys(d.task_id, d.queue), Entry(d.entry)) for d in deliveries],
@@ -199,15 +200,32 @@ class Work:
             return 0
         return (await self.promote(source, members)).promoted
 
+    # -- paused queues ---------------------------------------------------------------------
+
+    async def paused(self, queues: Sequence[str]) -> set[str]:
+        """Which of ``queues`` are paused (queue.lua's flags)."""
+        if not queues:
+            return set()
+        with boundary("HMGET paused"):
+            flags = await self.redis.hmget(self.keys.paused, list(queues))
+        return {q for q, v in zip(queues, flags, strict=True) if v is not None}
+
     # -- the control channel ---------------------------------------------------------------
 
+    #: the notice :meth:`control_notices` yields first, once subscribed (anything published
+    #: before may have been missed: a caller reads again what notices would have told it)
+    SUBSCRIBED = ("SUBSCRIBED", "")
+
     async def control_notices(self) -> AsyncIterator[tuple[str, str]]:
-        """``(event, task id)`` of every CANCEL / PAUSE notice published from now on, until
-        the connection fails (:class:`rsjobs.RedisUnavailable`) or the caller stops."""
+        """``(event, subject)`` of every notice published from now on: CANCEL / PAUSE of a
+        task (its id), PAUSE_QUEUE / RESUME_QUEUE of a queue (its name); first
+        :attr:`SUBSCRIBED`. Until the connection fails (:class:`rsjobs.RedisUnavailable`)
+        or the caller stops."""
         pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
         try:
             with boundary("SUBSCRIBE control"):
                 await pubsub.subscribe(self.keys.control)
+                yield self.SUBSCRIBED
                 async for msg in pubsub.listen():
                     if msg.get("type") == "message":
                         event, _, tid = text(msg["data"]).partition(" ")

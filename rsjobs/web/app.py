@@ -33,6 +33,7 @@ from ..errors import CorruptData, NotReplicated, RedisUnavailable, RsjobsError, 
 from ..settings import Settings
 from ..store.connection import connect, describe
 from ..workflows import WorkflowClient, WorkflowDefinition
+from .actions import action_routes
 from .assets import asset_routes, check_asset_root
 from .auth import Auth
 from .config import WebConfig
@@ -121,7 +122,13 @@ def create_app(
         finally:
             await service.aclose()
 
-    routes = task_routes(service) + workflow_routes(service) + asset_routes(service, root)
+    # the action routes first: /tasks/bulk/... is not a task id
+    routes = (
+        action_routes(service)
+        + task_routes(service)
+        + workflow_routes(service)
+        + asset_routes(service, root)
+    )
     if config.serve_ui:
         static = StaticFiles(directory=str(resources.files("rsjobs") / "web" / "static"), html=True)
         routes += [

@@ -46,6 +46,14 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
     def may_see(self, task_owner: str) -> bool:
         return self.admin or (bool(self.owner) and task_owner == self.owner)
 
+    @property
+    def source(self) -> str:
+        """Who acts, as a task's history records it: ``owner:<name>``, ``admin:<name>``,
+        or ``anonymous`` (a dev-mode request without a token)."""
+        if self.anonymous:
+            return "anonymous"
+        return f"{'admin' if self.admin else 'owner'}:{self.owner}"
+
 
 #: The caller of a dev-mode app that sent no token.
 ANONYMOUS = Principal(owner="", admin=True, anonymous=True)

@@ -5,6 +5,7 @@ queue streams, the workers hash), so every web process reports the same numbers:
 
 - ``rsjobs_redis_up``: 1 when this scrape could read Redis
 - ``rsjobs_queue_depth{queue}``: tasks waiting for a worker (PENDING)
+- ``rsjobs_queue_paused{queue}``: 1 while the queue is paused
 - ``rsjobs_queue_stream_length{queue}``: entries in the queue stream (waiting + running)
 - ``rsjobs_tasks{queue,state}``: tasks now in each non-terminal state
 - ``rsjobs_tasks_finished_total{queue,state}``: tasks that reached each terminal state
@@ -61,6 +62,7 @@ class _Snapshot:
         self.lengths: dict[str, int] = {}
         self.workers = 0
         self.events = 0
+        self.paused: set[str] = set()
 
 
 def _durations(s: _Snapshot) -> HistogramMetricFamily:
@@ -107,7 +109,12 @@ class _RedisCollector(Collector):
             "tasks that reached a terminal state",
             labels=["queue", "state"],
         )
+        paused = GaugeMetricFamily(
+            "rsjobs_queue_paused", "1 while the queue is paused (workers start nothing of it)",
+            labels=["queue"],
+        )  # fmt: skip
         for q in s.queues:
+            paused.add_metric([q], 1 if q in s.paused else 0)
             depth.add_metric([q], max(0, s.stats.get(f"{q}:PENDING", 0)))
             length.add_metric([q], s.lengths.get(q, 0))
             for st in _LIVE_STATES:
@@ -131,7 +138,7 @@ class _RedisCollector(Collector):
                 rej.add_metric([event], value)
         for event in ("COMPLETE", "FAIL"):
             late.add_metric([event], s.stats.get(f"rej:{event}", 0))
-        yield from (depth, length, live, done, trans, rej, late, _durations(s))
+        yield from (depth, length, paused, live, done, trans, rej, late, _durations(s))
         yield CounterMetricFamily(
             "rsjobs_reclaims", "tasks taken back from a lost worker", s.stats.get("ev:RECLAIM", 0)
         )
@@ -165,7 +172,7 @@ class Metrics:
         o = await self.tasks.overview()
         snap = _Snapshot()
         snap.stats, snap.queues, snap.lengths = o.counters, o.queues, o.lengths
-        snap.workers, snap.events = o.workers, o.events
+        snap.workers, snap.events, snap.paused = o.workers, o.events, o.paused
         snap.up = True
         return snap
 

@@ -18,7 +18,7 @@ import msgspec
 
 from .. import __version__
 from ..names import NAME_SCHEMA
-from ..schemas import HistoryEntry
+from ..schemas import BulkResult, HistoryEntry, QueuePause, RetryResult
 from ..workflows.schemas import WorkflowEvent, WorkflowStatus
 from .assets import MEDIA_TYPES
 from .bodies import (
@@ -34,11 +34,15 @@ from .bodies import (
     WorkflowPlan,
 )
 from .schemas import (
+    ActionRequest,
+    BulkRequest,
     CancelRequest,
     CancelResult,
+    ControlResult,
     ErrorBody,
     Health,
     HistoryPage,
+    RequeueResult,
     StreamEnd,
     SubmitRequest,
     SubmitResult,
@@ -59,6 +63,13 @@ _STRUCTS = (
     StreamEnd,
     Health,
     ErrorBody,
+    ActionRequest,
+    ControlResult,
+    RetryResult,
+    QueuePause,
+    BulkRequest,
+    BulkResult,
+    RequeueResult,
     StartBody,
     ConfirmBody,
     RegenerateBody,
@@ -287,6 +298,134 @@ def _paths() -> dict[str, Any]:
     }  # fmt: skip
 
 
+_BODY_REFUSALS = {
+    "413": _error("body over the size limit"),
+    "415": _error("body is not application/json"),
+    "422": _error("unknown field, wrong type or value out of range"),
+}
+_ADMIN_ERRORS = {**_AUTH_ERRORS, **_UNAVAILABLE, "403": _error("not an admin token")}
+_LOCATION = {"Location": {"description": "the new task's URL", "schema": {"type": "string"}}}
+
+
+def _reason_body() -> dict[str, Any]:
+    return {"required": False, "content": _json("ActionRequest")}
+
+
+def _task_action(summary: str, description: str, op: str) -> dict[str, Any]:
+    """A task's pause or resume."""
+    return {"post": {
+        "summary": summary, "description": description, "operationId": op,
+        "parameters": [_TASK_ID], "requestBody": _reason_body(),
+        "responses": {
+            "200": {"description": "the state after the call; changed=false when the task "
+                    "already was there", "content": _json("ControlResult")},
+            **_TASK_ERRORS, **_BODY_REFUSALS,
+            "409": _error("the task's state refuses it (recorded in its history)"),
+        },
+    }}  # fmt: skip
+
+
+def _restart(summary: str, description: str, op: str) -> dict[str, Any]:
+    """A task's retry or replay."""
+    return {"post": {
+        "summary": summary, "description": description, "operationId": op,
+        "parameters": [_TASK_ID], "requestBody": _reason_body(),
+        "responses": {
+            "202": {"description": "started over: the new task", "headers": _LOCATION,
+                    "content": _json("RetryResult")},
+            "200": {"description": "already started over: the task it was started over as "
+                    "(created=false; nothing written)", "headers": _LOCATION,
+                    "content": _json("RetryResult")},
+            **_TASK_ERRORS, **_BODY_REFUSALS,
+            "409": _error("refused (recorded in the task's history): the task is not "
+                          "finished, not of this action's states, or a workflow's task"),
+        },
+    }}  # fmt: skip
+
+
+def _queue_action(summary: str, op: str) -> dict[str, Any]:
+    return {"post": {
+        "summary": summary, "operationId": op,
+        "parameters": [{"name": "queue", "in": "path", "required": True,
+                        "schema": {"type": "string", "pattern": _NAME_PATTERN}}],
+        "requestBody": _reason_body(),
+        "responses": {
+            "200": {"description": "the queue's pause flag after the call; changed=false "
+                    "for a repeat", "content": _json("QueuePause")},
+            **_ADMIN_ERRORS, **_BODY_REFUSALS,
+            "400": _error("malformed queue name"),
+        },
+    }}  # fmt: skip
+
+
+def _bulk(summary: str, description: str, op: str) -> dict[str, Any]:
+    return {"post": {
+        "summary": summary, "description": description, "operationId": op,
+        "requestBody": {"required": True, "content": _json("BulkRequest")},
+        "responses": {
+            "200": {"description": "what was done (or, dry_run, would be done)",
+                    "content": _json("BulkResult")},
+            **_ADMIN_ERRORS, **_BODY_REFUSALS,
+            "400": _error("malformed or empty JSON"),
+            "422": _error("unknown field, wrong type, value out of range, an empty filter, "
+                          "or a state the action does not take"),
+        },
+    }}  # fmt: skip
+
+
+def _action_paths() -> dict[str, Any]:
+    return {
+        "/tasks/{task_id}/pause": _task_action(
+            "Pause a task (PENDING, SCHEDULED or RUNNING -> PAUSED)",
+            "A running handler is told at once. Pausing a PAUSED task changes nothing "
+            "(changed=false); a finished task refuses it (409).", "pauseTask"),
+        "/tasks/{task_id}/resume": _task_action(
+            "Resume a PAUSED task (back on its queue, PENDING)",
+            "A task that is not PAUSED refuses it (409).", "resumeTask"),
+        "/tasks/{task_id}/retry": _restart(
+            "Start a FAILED, TIMED_OUT or CANCELLED task over as a new task",
+            "The new task has the old one's type, queue, payload, options and owner; the "
+            "two are linked (retry_of, retried_as) and the old one's dedup key names the "
+            "new one. The old task stays as it is. A second retry answers the same new "
+            "task while it exists.", "retryTask"),
+        "/tasks/{task_id}/replay": _restart(
+            "Start a SUCCEEDED task over as a new task",
+            "As retry, for a task that succeeded.", "replayTask"),
+        "/queues/{queue}/pause": _queue_action(
+            "Pause a whole queue (admin): workers start nothing of it; running tasks go "
+            "on, new ones wait PENDING", "pauseQueue"),
+        "/queues/{queue}/resume": _queue_action(
+            "Resume a paused queue (admin): its workers read it again at once",
+            "resumeQueue"),
+        "/tasks/bulk/cancel": _bulk(
+            "Cancel the unfinished tasks a filter selects (admin)",
+            "At most `limit` tasks, the oldest first, each cancelled as by its own cancel; "
+            "`dry_run` counts and lists them and changes nothing. Selection scans the "
+            "namespace's tasks.", "bulkCancel"),
+        "/tasks/bulk/retry": _bulk(
+            "Retry the FAILED, TIMED_OUT and CANCELLED tasks a filter selects (admin)",
+            "Tasks already retried and workflows' tasks are left out; at most `limit`, the "
+            "oldest first, each retried as by its own retry; `dry_run` counts and lists "
+            "them.", "bulkRetry"),
+        "/deadletters/{task_id}/requeue": {"post": {
+            "summary": "Requeue a dead-lettered task as a new task (its clone)",
+            "description": "As `rsjobs deadletter requeue`: a second requeue answers the "
+            "same clone while it exists.",
+            "operationId": "requeueDeadLetter",
+            "parameters": [_TASK_ID], "requestBody": _reason_body(),
+            "responses": {
+                "202": {"description": "requeued: the clone", "headers": _LOCATION,
+                        "content": _json("RequeueResult")},
+                "200": {"description": "already requeued: that clone (created=false)",
+                        "headers": _LOCATION, "content": _json("RequeueResult")},
+                **_TASK_ERRORS, **_BODY_REFUSALS,
+                "409": _error("the task was not dead-lettered, or its data is too damaged "
+                              "to clone"),
+            },
+        }},
+    }  # fmt: skip
+
+
 _WF_ID = {
     "name": "wf_id",
     "in": "path",
@@ -506,7 +645,7 @@ def openapi_document() -> dict[str, Any]:
             "description": "Submit, follow and cancel rsjobs tasks; start, follow and act "
             "on workflows. See docs/web.md and docs/workflows.md.",
         },
-        "paths": {**_paths(), **_workflow_paths()},
+        "paths": {**_paths(), **_action_paths(), **_workflow_paths()},
         "components": {
             "schemas": _narrow(components),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

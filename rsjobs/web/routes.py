@@ -159,11 +159,11 @@ class Api(Handlers):
         tid = self.task_id(request)
         req = await self.body(request, CancelRequest, empty=CancelRequest())
         ref = await self.visible_task(who, tid)
-        by = who.owner or "anonymous"
-        reason = f"{req.reason} (by {by})" if req.reason else f"by {by}"
         try:
             # the visibility read gave the script's keys: one more round trip, the script
-            _, state = await self.client.control(tid, "CANCEL", reason, ref=ref)
+            _, state = await self.client.control(
+                tid, "CANCEL", req.reason, ref=ref, source=who.source
+            )
         except TaskNotFound:
             raise not_found("task", tid) from None
         changed = not is_terminal(ref.state) and state == "CANCELLED"

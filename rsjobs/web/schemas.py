@@ -7,7 +7,7 @@ produce the JSON Schemas of the OpenAPI document (``openapi.py``), so the two ca
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 from msgspec import Meta
@@ -16,11 +16,16 @@ from ..names import NAME_SCHEMA, OWNER_SCHEMA
 from ..schemas import HistoryEntry, TaskInfo
 
 __all__ = [
+    "ActionRequest",
+    "BulkFilter",
+    "BulkRequest",
     "CancelRequest",
     "CancelResult",
+    "ControlResult",
     "ErrorBody",
     "Health",
     "HistoryPage",
+    "RequeueResult",
     "StreamEnd",
     "SubmitRequest",
     "SubmitResult",
@@ -59,6 +64,60 @@ class CancelRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Optional body of ``POST /tasks/{id}/cancel``."""
 
     reason: Annotated[str, Meta(max_length=500)] = ""
+
+
+class ActionRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Optional body of the task and queue actions (pause, resume, retry, replay, a
+    queue's pause and resume, a dead letter's requeue)."""
+
+    reason: Annotated[str, Meta(max_length=500)] = ""
+
+
+StateName = Literal[
+    "PENDING", "SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"
+]
+Time = Annotated[int, Meta(ge=0, le=10**15 - 1, description="Redis TIME, milliseconds")]
+
+
+class BulkFilter(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Which tasks a bulk action selects: every field given must match; at least one is
+    needed. ``since`` / ``until``: created at or after / before."""
+
+    queue: QueueName | None = None
+    state: StateName | None = None
+    type: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
+    owner: OwnerName | None = None
+    since: Time | None = None
+    until: Time | None = None
+
+
+class BulkRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Body of ``POST /tasks/bulk/cancel`` and ``/tasks/bulk/retry``."""
+
+    filter: BulkFilter
+    #: count and list the tasks it would act on; change nothing
+    dry_run: bool = False
+    #: act on at most this many (the oldest first)
+    limit: Annotated[int, Meta(ge=1, le=1000)] = 100
+    reason: Annotated[str, Meta(max_length=500)] = ""
+
+
+class ControlResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer to a task's pause or resume."""
+
+    id: str
+    state: str  #: the state after the call
+    #: false when the task already was there (a repeated pause): nothing changed
+    changed: bool
+
+
+class RequeueResult(msgspec.Struct, frozen=True, kw_only=True):
+    """``POST /deadletters/{id}/requeue``: the dead-lettered task and its clone."""
+
+    id: str
+    requeued_as: str
+    #: false when the task had already been requeued (that clone is answered)
+    created: bool
 
 
 class SubmitResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,8 +159,16 @@ class TaskView(msgspec.Struct, frozen=True, kw_only=True):
     finished_at: int
     due_at: int
     expires_at: int
+    #: the task this one starts over (retry, replay), and the task that started it over
+    retry_of: str = ""
+    retried_as: str = ""
+    #: the bounded traceback of the last failed attempt while its error stands (each
+    #: attempt's is in its FAIL history entry's extra.traceback)
+    traceback: str = ""
+    #: the task waits on a paused queue: no worker starts it until the queue is resumed
+    queue_paused: bool = False
     #: the last entries of the task's history, oldest first
-    recent: list[HistoryEntry]
+    recent: list[HistoryEntry] = msgspec.field(default_factory=list)
 
     @classmethod
     def build(cls, info: TaskInfo, recent: list[HistoryEntry]) -> TaskView:
@@ -127,6 +194,10 @@ class TaskView(msgspec.Struct, frozen=True, kw_only=True):
             finished_at=info.finished_at,
             due_at=info.due_at,
             expires_at=info.expires_at,
+            retry_of=info.retry_of,
+            retried_as=info.retried_as,
+            traceback=info.traceback,
+            queue_paused=info.queue_paused,
             recent=recent,
         )
 

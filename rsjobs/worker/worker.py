@@ -41,6 +41,7 @@ from ..store.layout import BeatItem, Ending
 from ..store.quarantine import DEADLETTER_MAXLEN
 from ..store.transient import is_failover
 from .context import Context
+from .failures import TRACEBACK_CHARS, TRACEBACK_MAX, format_traceback, log_failure
 from .registry import Registry
 from .threads import HandlerThread
 
@@ -109,7 +110,8 @@ class Worker:
     All timing settings are milliseconds. ``lease_ms`` is how long a task stays ours
     without a heartbeat (heartbeats go every ``heartbeat_ms``, default a third of the
     lease); ``grace_ms`` is how long a graceful stop lets running handlers finish before
-    handing their tasks back (REQUEUE).
+    handing their tasks back (REQUEUE). ``traceback_chars`` bounds the traceback each
+    failed attempt keeps in its history entry (0: none kept; the log has it whole).
     """
 
     def __init__(
@@ -129,6 +131,7 @@ class Worker:
         progress_ms: int = 200,
         name: str | None = None,
         handle_signals: bool = True,
+        traceback_chars: int = TRACEBACK_CHARS,
     ) -> None:
         if not queues:
             raise ConfigError("a worker needs at least one queue")
@@ -141,6 +144,8 @@ class Worker:
         heartbeat_ms = heartbeat_ms or max(50, lease_ms // 3)
         if heartbeat_ms >= lease_ms:
             raise ConfigError("heartbeat_ms must be shorter than lease_ms")
+        if not 0 <= traceback_chars <= TRACEBACK_MAX:
+            raise ConfigError(f"traceback_chars must be between 0 and {TRACEBACK_MAX}")
         from ..client import connect
 
         self.registry = registry
@@ -199,6 +204,12 @@ class Worker:
         #: threads of sync handlers that outlived their job (they ignored ctx.cancelled):
         #: each holds a slot until it returns (see _hold); key -> what it ran
         self._stuck: dict[int, _Stuck] = {}
+        #: queues this worker serves whose pause flag is set (queue.lua): their streams are
+        #: not read until a RESUME_QUEUE notice (or a heartbeat's read of the flags) says so
+        self.paused: set[str] = set()
+        #: how often each queue was seen going (see _resumed)
+        self._resumes: dict[str, int] = {}
+        self.traceback_chars = traceback_chars
         self.processed = 0
         self.started_at = 0.0
 
@@ -270,6 +281,7 @@ class Worker:
         await self.store.ping()
         await self.store.work.ensure_groups(self.streams)
         await self.store.tasks.remember_queues(self.queues)
+        await self._read_paused()
         await self._register()
 
     async def _wait_for_redis(self) -> bool:
@@ -331,9 +343,12 @@ class Worker:
         backoff = 0.1
         while not self._stopping.is_set():
             free = self.concurrency - len(self.jobs) - self._starting - len(self._stuck)
+            streams = self._streams_to_read()
             if self._start_error is None and (
-                free <= 0 or (self._starting and free < self._min_batch)
+                free <= 0 or (self._starting and free < self._min_batch) or not streams
             ):
+                # no slot, or every queue paused: wait for a slot, a RESUME_QUEUE or a stop
+                # (set at once by each; no polling)
                 self._slot_free.clear()
                 await self._slot_free.wait()
                 continue
@@ -347,7 +362,7 @@ class Worker:
                 if self._buffer:
                     batch = [self._buffer.popleft() for _ in range(min(free, len(self._buffer)))]
                 else:
-                    batch = await self.store.work.read(self.name, self.streams, free, self.block_ms)
+                    batch = await self.store.work.read(self.name, streams, free, self.block_ms)
                     if len(batch) > free:  # several queues: keep the surplus for later
                         self._buffer.extend(batch[free:])
                         batch = batch[:free]
@@ -374,6 +389,42 @@ class Worker:
                 log.exception("worker %s: fetching failed; retrying in %.1fs", self.name, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
+
+    def _streams_to_read(self) -> dict[str, str]:
+        """The streams of the queues that are not paused (stream key -> queue)."""
+        if not self.paused:
+            return self.streams
+        return {k: q for k, q in self.streams.items() if q not in self.paused}
+
+    def _set_paused(self, queue: str, paused: bool, how: str) -> None:
+        """Mark one of our queues paused or not; a resume wakes the fetch loop at once."""
+        if queue not in self.queues or (queue in self.paused) == paused:
+            return
+        if paused:
+            self.paused.add(queue)
+            log.info("worker %s: queue %s is paused (%s): taking no new work from it",
+                     self.name, queue, how)  # fmt: skip
+        else:
+            self.paused.discard(queue)
+            log.info("worker %s: queue %s is resumed (%s)", self.name, queue, how)
+            self._slot_free.set()
+
+    def _resumed(self, queue: str, how: str) -> None:
+        """The queue was seen going (a RESUME_QUEUE notice, a read of the flags): counted,
+        so that a START sent before, which found it still paused, does not mark it paused
+        again when its reply comes in after."""
+        if queue in self.streams.values():
+            self._resumes[queue] = self._resumes.get(queue, 0) + 1
+            self._set_paused(queue, False, how)
+
+    async def _read_paused(self) -> None:
+        """Read the pause flags of our queues (notices may have been missed)."""
+        now = await self.store.work.paused(self.queues)
+        for q in self.queues:
+            if q in now:
+                self._set_paused(q, True, "flag read")
+            else:
+                self._resumed(q, "flag read")
 
     async def _start_batch(self, batch: list[Delivery]) -> None:
         """Start one batch in the background of the fetch loop; an error goes to the loop,
@@ -417,6 +468,7 @@ class Worker:
 
     async def _start(self, batch: list[Delivery]) -> None:
         work = self.store.work
+        resumes = self._resumes.copy()  # a resume heard after this call was sent wins
 
         async def call(part: Sequence[Delivery]) -> list[Started]:
             return await work.start(self.name, self.lease_ms, self.nonce, part)
@@ -433,6 +485,9 @@ class Worker:
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         for d, r in zip(batch, replies, strict=True):
+            if r.code is Code.QUEUE_PAUSED and resumes.get(d.queue) == self._resumes.get(d.queue):
+                # paused before we heard: start.lua handed the delivery back
+                self._set_paused(d.queue, True, "found at START")
             if r.code is not Code.APPLIED:
                 continue
             keys = self.keys.task_keys(r.id, d.queue, r.dedup or None)
@@ -495,17 +550,14 @@ class Worker:
         handler = self.registry.get(ttype)
         try:
             if handler is None:
-                self._finish(
-                    job,
-                    "FAIL",
-                    f"no handler registered for task type {ttype!r}",
-                    "NoHandler",
-                    retryable=False,
-                )
+                error = f"no handler registered for task type {ttype!r}"
+                log_failure(log, self.name, job.id, ttype, job.queue, ctx.attempt, error)
+                self._finish(job, "FAIL", error, "NoHandler", retryable=False)
                 return
             try:
                 ctx.payload = _payload(raw_payload)
             except PayloadError as exc:  # no attempt can do better: fail it at once
+                log_failure(log, self.name, job.id, ttype, job.queue, ctx.attempt, str(exc))
                 self._finish(job, "FAIL", str(exc), "PayloadError", retryable=False)
                 return
             try:
@@ -530,12 +582,15 @@ class Worker:
                     self._stopped(job, ctx)
                     return
                 retryable = not isinstance(exc, (NonRetryable, *handler.non_retryable))
+                error = f"{type(exc).__name__}: {exc}"[:2000]
+                log_failure(log, self.name, job.id, ttype, job.queue, ctx.attempt, error, exc)
                 self._finish(
                     job,
                     "FAIL",
-                    f"{type(exc).__name__}: {exc}"[:2000],
+                    error,
                     type(exc).__name__,
                     retryable=retryable,
+                    traceback=format_traceback(exc, self.traceback_chars),
                 )
                 return
             try:
@@ -611,8 +666,11 @@ class Worker:
         etype: str,
         *,
         retryable: bool = True,
+        traceback: str = "",
     ) -> None:
-        ending = Ending(event, job.lease, body, etype, int(retryable), -1, random.random())
+        ending = Ending(
+            event, job.lease, body, etype, int(retryable), -1, random.random(), traceback
+        )
         self.processed += 1
         self._ending_entries.add(job.entry)
         if job.wf:
@@ -726,6 +784,7 @@ class Worker:
                 if jobs:
                     await self._beat(jobs)
                 if full:
+                    await self._read_paused()
                     await self._register()
             except Exception as exc:  # heartbeats must go on, whatever one beat met
                 log.warning("worker %s: heartbeat failed (%s)", self.name, exc)
@@ -777,12 +836,22 @@ class Worker:
                 j.stop(word.value)
 
     async def _control_loop(self) -> None:
-        """Hear CANCEL / PAUSE notices at once (heartbeats are the fallback)."""
+        """Hear CANCEL / PAUSE notices of tasks and PAUSE_QUEUE / RESUME_QUEUE notices of
+        queues at once (heartbeats are the fallback: they renew leases and read the pause
+        flags again)."""
         while not self._closing:
             try:
-                async for event, tid in self.store.work.control_notices():
-                    job = self.jobs.get(tid)
-                    if job is not None:
+                async for event, subject in self.store.work.control_notices():
+                    if event == "SUBSCRIBED":
+                        # what was published before we listened (a read that fails now is
+                        # made again by the next heartbeat)
+                        with contextlib.suppress(RsjobsError):
+                            await self._read_paused()
+                    elif event == "PAUSE_QUEUE":
+                        self._set_paused(subject, True, "notice")
+                    elif event == "RESUME_QUEUE":
+                        self._resumed(subject, "notice")
+                    elif (job := self.jobs.get(subject)) is not None:
                         job.stop({"CANCEL": "CANCELLED", "PAUSE": "PAUSED"}.get(event, event))
             except RedisUnavailable:
                 await asyncio.sleep(0.5)
@@ -813,6 +882,8 @@ class Worker:
             "lease_ms": self.lease_ms,
             "running": list(self.jobs)[:100],
             "processed": self.processed,
+            # its queues whose pause flag it has seen (it reads nothing of them)
+            "paused": sorted(self.paused),
             # sync handlers that outlived their task, each holding a slot (see _hold)
             "stuck": [
                 {

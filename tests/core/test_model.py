@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rsjobs.model import TERMINAL, TRANSITIONS, Event, State, allowed, is_terminal
+from rsjobs.model import RESTART, TERMINAL, TRANSITIONS, Event, State, allowed, is_terminal
 from rsjobs.schemas import HistoryEntry
 from tests.support.reference import replay
 
@@ -15,13 +15,23 @@ def test_states_and_events_cover_the_table() -> None:
             assert targets <= {s.value for s in State}
 
 
-def test_terminal_states_accept_nothing() -> None:
+def test_terminal_states_are_never_left() -> None:
+    # the only event a terminal state accepts is the one that starts the task over as a
+    # new task (RETRY, or REPLAY of a SUCCEEDED task), and it leads back to that state
+    assert set(RESTART) == set(TERMINAL)
     for state in TERMINAL:
-        assert TRANSITIONS[state] == {}
+        assert TRANSITIONS[state] == {RESTART[state]: frozenset({state})}
         assert is_terminal(state)
         for event in Event:
             for target in State:
-                assert not allowed(state, event.value, target.value)
+                ok = event.value == RESTART[state] and target.value == state
+                assert allowed(state, event.value, target.value) == ok
+
+
+def test_only_terminal_states_are_started_over() -> None:
+    for state, row in TRANSITIONS.items():
+        if state not in TERMINAL:
+            assert not {"RETRY", "REPLAY"} & set(row), state
 
 
 def test_every_state_is_reachable_from_creation() -> None:

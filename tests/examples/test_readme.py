@@ -49,5 +49,6 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
     assert (tmp_path / ".rsjobs").is_dir()  # --data-dir keeps the data
     quick = "\n".join(session.outputs)
     assert "ENQUEUE - -> PENDING" in quick and "COMPLETE RUNNING -> SUCCEEDED" in quick
-    assert [b.kind for b in session.ran] == ["file", "background", "run", "run"]
+    # the quick start, the SyncClient example, the operator actions
+    assert [b.kind for b in session.ran] == ["file", "background", "run", "run", "run"]
     assert parse(section(README, "Quick start"))  # the quick start has the blocks above

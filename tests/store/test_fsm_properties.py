@@ -27,6 +27,7 @@ class TaskMachine(RuleBasedStateMachine):
         self.h = LuaHarness()
         self.h.group()
         self.leases: dict[int, str] = {}  # attempt -> lease token issued by START
+        self.spawned = 0  # new task ids handed to RETRY / REPLAY
         self.model: TaskModel
 
     @initialize(max_attempts=st.integers(1, 3), delayed=st.booleans())
@@ -107,6 +108,22 @@ class TaskMachine(RuleBasedStateMachine):
         assert list(reply) == list(self.model.control(event))
         self.same_history()
 
+    @rule(event=st.sampled_from(("RETRY", "REPLAY")))
+    def restart(self, event: str) -> None:
+        """RETRY / REPLAY of the task; the new task it makes is cancelled at once, so that
+        the indexes and counters hold only this task's (it stays: a repeat answers it)."""
+        self.note(event)
+        self.spawned += 1
+        new = f"e{self.spawned:031x}"
+        reply = self.h.retry(TID, new, event)
+        expected = self.model.restart(event)
+        assert reply[0] == expected, (reply, self.model.state)
+        if expected == 1:
+            assert self.h.control(new, "CANCEL")[0] == 1
+        else:
+            assert not self.h.r.exists(self.h.k.task(new))
+        self.same_history()
+
     @precondition(lambda self: self.model.state == "SCHEDULED")
     @rule()
     def promote(self) -> None:
@@ -142,6 +159,8 @@ class TaskMachine(RuleBasedStateMachine):
         }
         live = {s: n for s, n in counts.items() if s not in TERMINAL and n}
         assert live == ({} if state in TERMINAL else {state: 1})
+        # the tasks RETRY / REPLAY made were cancelled at once (see restart)
+        assert counts.get("CANCELLED", 0) - (state == "CANCELLED") == self.model.restarts
 
     @invariant()
     def every_refusal_is_accounted_for(self) -> None:
@@ -207,6 +226,8 @@ PROBES: list[tuple[str, dict[str, Any]]] = [
     ("control", {"event": "CANCEL"}),
     ("control", {"event": "PAUSE"}),
     ("control", {"event": "RESUME"}),
+    ("restart", {"event": "RETRY"}),
+    ("restart", {"event": "REPLAY"}),
 ]
 
 
@@ -245,6 +266,8 @@ def test_every_state_event_pair_agrees_with_the_model() -> None:
         "CANCEL",
         "PAUSE",
         "RESUME",
+        "RETRY",
+        "REPLAY",
     }
     wanted = {(s, e) for s in TRANSITIONS if s for e in state_events}
     wanted |= {("SCHEDULED", "PROMOTE"), ("", "ENQUEUE")}

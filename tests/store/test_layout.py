@@ -138,10 +138,12 @@ def _calls() -> dict[str, layout.Packed]:
     L = layout
     return {
         "enqueue": L.enqueue(c, "src", [(tk, _named(L.NewTask))] * 2),
-        "start": L.start(c, "src", _named(L.StartArgs), [(tk, _named(L.Entry))] * 2),
+        "start": L.start(c, k, "src", _named(L.StartArgs), [(tk, _named(L.Entry))] * 2),
         "finish": L.finish(c, "src", [(tk, _named(L.Ending))] * 2),
         "heartbeat": L.heartbeat(c, "src", _named(L.BeatArgs), [(tk, _named(L.BeatItem))] * 2),
         "control": L.control(c, "src", tk, _named(L.ControlArgs)),
+        "retry": L.retry(c, "src", tk, tk, _named(L.RetryArgs)),
+        "queue": L.queue(c, k, "src", _named(L.QueueArgs)),
         "promote": L.promote(c, "src", [(tk, _named(L.Member))] * 2),
         "release": L.release(c, "src", [(tk, _named(L.Entry))] * 2),
         "reclaim": L.reclaim(c, k, "src", _named(L.ReclaimArgs), [(tk, _named(L.Entry))] * 2),

@@ -242,7 +242,7 @@ def _beat(h: LuaHarness, lease_ms: Any, *beats: tuple[str, BeatItem]) -> Packed:
 
 def _start(h: LuaHarness, tid: str, lease_ms: Any, nonce: str, entry: str) -> Packed:
     return layout.start(
-        h.c, "worker", StartArgs("w1", lease_ms, nonce), [(h.tk(tid), Entry(entry))]
+        h.c, h.k, "worker", StartArgs("w1", lease_ms, nonce), [(h.tk(tid), Entry(entry))]
     )
 
 

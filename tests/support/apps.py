@@ -60,3 +60,15 @@ def sync_stubborn(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
     """A sync handler that ignores cancellation: sleeps payload["s"] seconds, whatever."""
     time.sleep(float(payload.get("s", 1.0)))
     return {"worker": ctx.worker, "attempt": ctx.attempt, "slept": payload.get("s")}
+
+
+def _open_input(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+@tasks.handler("needs_file")
+async def needs_file(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
+    """Fails (FileNotFoundError, from a nested call) until payload["path"] exists: an
+    operator fixes the cause, then retries the task."""
+    return {"read": _open_input(str(payload["path"])), "attempt": ctx.attempt}

@@ -25,6 +25,8 @@ from rsjobs.store.layout import (
     Member,
     NewTask,
     Packed,
+    QueueArgs,
+    RetryArgs,
     StartArgs,
     task_options,
 )
@@ -103,7 +105,7 @@ class LuaHarness:
     ) -> Any:
         args = StartArgs(consumer, lease_ms, nonce)
         return self.run(
-            layout.start(self.c, "worker", args, [(self.tk(tid, queue), Entry(entry))])
+            layout.start(self.c, self.k, "worker", args, [(self.tk(tid, queue), Entry(entry))])
         )[0]
 
     def ending(self, event: str, lease: str, body: str = "", retryable: bool = True) -> Ending:
@@ -138,6 +140,30 @@ class LuaHarness:
     def control(self, tid: str, event: str, queue: str = "q", message: str = "") -> Any:
         args = ControlArgs(event, message, self.k.control)
         return self.run(layout.control(self.c, "user", self.tk(tid, queue), args))
+
+    def retry(
+        self,
+        old: str,
+        new: str,
+        event: str = "RETRY",
+        *,
+        message: str = "",
+        replaces: str = "",
+        queue: str = "q",
+        dedup: str | None = None,
+        source: str = "admin:ops",
+    ) -> Any:
+        """``retry.lua``: RETRY (or REPLAY) of task ``old`` as the new task ``new``."""
+        args = RetryArgs(event, new, message, replaces)
+        call = layout.retry(
+            self.c, source, self.tk(old, queue, dedup), self.tk(new, queue, dedup), args
+        )
+        return self.run(call)
+
+    def queue_flag(self, event: str, queue: str = "q", reason: str = "") -> Any:
+        """``queue.lua``: PAUSE_QUEUE or RESUME_QUEUE."""
+        args = QueueArgs(event, queue, reason, self.k.control)
+        return self.run(layout.queue(self.c, self.k, "admin:ops", args))
 
     def promote(self) -> Any:
         members = self.r.zrange(self.k.scheduled, 0, -1)

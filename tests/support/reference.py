@@ -29,6 +29,8 @@ class TaskModel:
         self.refused: dict[tuple[str, str], int] = {}
         #: every refused call (what the rej: counters add up to)
         self.refusals = 0
+        #: tasks RETRY / REPLAY made of this one (a repeat makes none)
+        self.restarts = 0
 
     # -- history -------------------------------------------------------------------------
 
@@ -111,6 +113,19 @@ class TaskModel:
             return 0, self.state
         return -2, self.state
 
+    def restart(self, event: str) -> int:
+        """RETRY / REPLAY (retry.lua): in a terminal state that takes ``event``, a note
+        that leaves the state as it is (refusals stay coalesced, as after a PROGRESS), the
+        first time; a repeat answers the first one's task (0, nothing written)."""
+        if not allowed(self.state, event, self.state):
+            self._refuse(event)
+            return -2
+        if self.restarts:
+            return 0
+        self.restarts += 1
+        self.history.append([event, self.state, self.state, False, self.attempt, 0])
+        return 1
+
     def promote(self) -> bool:
         if self.state == "SCHEDULED":
             self.state = "PENDING"
@@ -124,7 +139,7 @@ def replay(entries: Iterable[HistoryEntry]) -> list[str]:
 
     Accepted entries must chain (each ``from`` is the previous ``to``) and be allowed by
     the table; refused entries must leave the state as it was; nothing is accepted after
-    a terminal state.
+    a terminal state but what the table allows there (RETRY / REPLAY, back to it).
     """
     problems: list[str] = []
     state = ""
@@ -136,7 +151,8 @@ def replay(entries: Iterable[HistoryEntry]) -> list[str]:
                     f"{e.to_state} while the task was {state!r}"
                 )
             continue
-        if state in TERMINAL:
+        if state in TERMINAL and not allowed(state, e.event, e.to_state):
+            # (the table's RETRY / REPLAY of a terminal state lead back to it)
             problems.append(f"{e.id}: {e.event} accepted after terminal state {state}")
         if e.from_state != state:
             problems.append(f"{e.id}: {e.event} from {e.from_state!r}, but task was {state!r}")

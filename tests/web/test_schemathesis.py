@@ -3,7 +3,7 @@ generated valid and invalid input, as an admin and as an owner, on a real Redis.
 
 For every request: no answer is a 5xx; a refused request (4xx) writes nothing to Redis
 except what the docs list (a refused workflow action is recorded in that workflow's
-history); and the answer is what the document says (status code, media type, headers,
+history, a refused task action in that task's); and the answer is what the document says (status code, media type, headers,
 body schema). Path parameters are drawn from generated ids and from ids seeded into the
 database (tasks and workflows, running and finished), so the checks reach past "no such
 id". Event streams are only drawn with finished tasks and workflows, whose streams end.
@@ -250,4 +250,13 @@ def assert_writes_documented(
         # the events stream) and counted
         wf_id = case.path_parameters["wf_id"] if case.path_parameters else ""
         allowed = {k.encode() for k in (KEYS.workflow_history(wf_id), KEYS.events, KEYS.stats)}
+    if status == 409 and case.path in TASK_ACTIONS:
+        # documented: an action the task's state refuses is recorded in its history (the
+        # task hash), noted on the events stream and counted
+        task_id = case.path_parameters["task_id"] if case.path_parameters else ""
+        allowed = {k.encode() for k in (KEYS.task(task_id), KEYS.events, KEYS.stats)}
     assert changed <= allowed, (case.method, case.path, status, sorted(changed))
+
+
+#: the task routes whose refusal (409) the state machine records
+TASK_ACTIONS = {f"/tasks/{{task_id}}/{a}" for a in ("pause", "resume", "retry", "replay")}

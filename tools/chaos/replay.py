@@ -27,7 +27,7 @@ def replay(entries: Iterable[HistoryEntry]) -> list[Problem]:
 
     Accepted entries must chain (each ``from`` is the previous ``to``) and be allowed by
     the table; refused entries must leave the state as it was; nothing is accepted after
-    a terminal state.
+    a terminal state but what the table allows there (RETRY / REPLAY, back to it).
     """
     problems: list[Problem] = []
     state = ""
@@ -43,7 +43,8 @@ def replay(entries: Iterable[HistoryEntry]) -> list[Problem]:
                     )
                 )
             continue
-        if state in TERMINAL:
+        if state in TERMINAL and not allowed(state, e.event, e.to_state):
+            # (the table's RETRY / REPLAY of a terminal state lead back to it)
             problems.append(
                 Problem("AFTER_TERMINAL", e.id, f"{e.event} accepted after terminal {state}")
             )

@@ -1,0 +1,141 @@
+"""From a filter to the tasks it selects: the one step every bulk action takes first.
+
+Until the namespace keeps indexes of its tasks, this is a plain scan of the task hashes:
+``SCAN ... MATCH rsjobs:{ns}:task:* TYPE hash`` in batches, one pipelined HMGET of the
+fields a filter reads per batch, the filter applied here. It reads every task of the
+namespace (O(tasks), a few round trips per thousand) and writes nothing; what it answers
+is a snapshot, so each action checks its task again in its own script. A later index
+replaces the body of :func:`select`, not its callers.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
+
+from redis.asyncio import Redis
+
+from ..schemas import TaskFilter
+from .keys import Keys
+from .record import field
+from .replies import text
+from .tasks import TaskRef
+from .transient import boundary
+
+__all__ = ["Selected", "Selection", "select"]
+
+#: the task hash fields a selection reads, in the order of :class:`Selected`
+_FIELDS = [
+    "id",
+    field("state"),
+    field("queue"),
+    field("type"),
+    "owner",
+    field("created_at"),
+    "dedup",
+    "retried_as",
+    "wf",
+]
+_ID_CHARS = frozenset("0123456789abcdef")
+
+
+class Selected(NamedTuple):
+    """One selected task, with what an action needs to call its script."""
+
+    id: str
+    state: str
+    queue: str
+    type: str
+    owner: str
+    created_at: int
+    dedup: str
+    retried_as: str
+    wf: str
+
+    @property
+    def ref(self) -> TaskRef:
+        return TaskRef(self.state, self.owner, self.queue, self.dedup, self.retried_as)
+
+
+class Selection(NamedTuple):
+    """``matched`` tasks match; ``tasks`` are the oldest ``limit`` of them (by creation),
+    oldest first."""
+
+    matched: int
+    tasks: list[Selected]
+
+
+def matches(f: TaskFilter, t: Selected) -> bool:
+    """Whether the task ``t`` matches every field ``f`` names."""
+    return (
+        (f.queue is None or t.queue == f.queue)
+        and (f.state is None or t.state == f.state)
+        and (f.type is None or t.type == f.type)
+        and (f.owner is None or t.owner == f.owner)
+        and (f.since is None or t.created_at >= f.since)
+        and (f.until is None or t.created_at < f.until)
+    )
+
+
+async def select(
+    redis: Redis,
+    keys: Keys,
+    f: TaskFilter,
+    *,
+    limit: int,
+    where: Callable[[Selected], bool] | None = None,
+    batch: int = 1000,
+) -> Selection:
+    """The tasks of the namespace that match ``f`` (and ``where``, the action's own
+    condition: e.g. a retry takes finished tasks only): how many, and the oldest
+    ``limit``."""
+    pattern = keys.task("*")
+    # the oldest `limit` matches: a heap whose top is the youngest kept (creation time and
+    # id negated: ids are 32 hex digits)
+    oldest: list[tuple[int, int, Selected]] = []
+    matched = 0
+    cursor: int | str = 0
+    while True:
+        with boundary("SCAN tasks"):
+            cursor, found = await redis.scan(cursor, match=pattern, count=batch, _type="hash")
+            names = [text(k) for k in found]
+            rows: list[list[object]] = []
+            if names:
+                async with redis.pipeline(transaction=False) as pipe:
+                    for name in names:
+                        pipe.hmget(name, _FIELDS)
+                    rows = await pipe.execute()
+        for name, row in zip(names, rows, strict=True):
+            t = _selected(keys, name, row)
+            if t is None or not matches(f, t) or (where is not None and not where(t)):
+                continue
+            matched += 1
+            item = (-t.created_at, -int(t.id, 16), t)
+            if len(oldest) < limit:
+                heapq.heappush(oldest, item)
+            elif limit and item > oldest[0]:
+                heapq.heapreplace(oldest, item)
+        if int(cursor) == 0:
+            break
+    tasks = sorted((t for _, _, t in oldest), key=lambda t: (t.created_at, t.id))
+    return Selection(matched, tasks)
+
+
+def _selected(keys: Keys, name: str, row: Iterable[object]) -> Selected | None:
+    """The selected task of hash ``name``; None for a hash that is no task of this
+    namespace's scripts (no state, an id that is not the key's)."""
+    tid, state, queue, typ, owner, created, dedup, retried_as, wf = (text(v) for v in row)
+    if not state or len(tid) != 32 or not set(tid) <= _ID_CHARS or name != keys.task(tid):
+        return None
+    return Selected(
+        tid,
+        state,
+        queue,
+        typ,
+        owner,
+        int(created) if created.isdigit() else 0,
+        dedup,
+        retried_as,
+        wf,
+    )

@@ -1,0 +1,81 @@
+"""Queue pause with real workers: a paused queue costs no Redis work per waiting task, a
+task submitted while paused stays PENDING and runs at once after the resume; a worker
+that missed the pause notice is stopped by start.lua and then reads nothing more."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+import redis as sync_redis
+
+from rsjobs import Client
+from tests.support.processes import spawn_worker, stop_process
+from tests.support.web import eventually, running_worker
+
+pytestmark = pytest.mark.integration
+
+
+def _calls(r: sync_redis.Redis) -> dict[str, int]:
+    """Calls per command since the last CONFIG RESETSTAT (INFO commandstats)."""
+    stats = r.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+
+async def test_a_paused_queue_costs_nothing_per_task_and_resumes_at_once(
+    client: Client, redis_url: str
+) -> None:
+    r = sync_redis.Redis.from_url(redis_url)
+    proc = spawn_worker(redis_url, "t", "-q", "gpu", "-c", "4")
+    try:
+        await client.pause_queue("gpu", "maintenance")
+        tids = [await client.enqueue("noop", {"i": i}, queue="gpu") for i in range(50)]
+        # the worker is up (registered) and has seen the pause
+        await eventually(lambda: bool(r.hkeys("rsjobs:{t}:workers")), 20, "the worker")
+        await asyncio.sleep(1.0)
+        r.config_resetstat()
+        await asyncio.sleep(2.0)
+        calls = _calls(r)
+        # no read of the queue, no START: the 50 waiting tasks cost nothing, and what the
+        # worker does meanwhile (promotion sweeps, a heartbeat) does not depend on them
+        assert calls.get("xreadgroup", 0) == 0, calls
+        assert calls.get("evalsha", 0) + calls.get("eval", 0) == 0, calls
+        assert sum(calls.values()) < 25, calls
+        waiting = await client.get_many(tids)
+        assert {(i.state, i.queue_paused) for i in waiting if i is not None} == {("PENDING", True)}
+        t0 = time.monotonic()
+        await client.resume_queue("gpu")
+        first = await client.wait(tids[0], timeout_ms=5000)
+        assert first.state == "SUCCEEDED" and time.monotonic() - t0 < 1.0
+        for t in tids:
+            assert (await client.wait(t, timeout_ms=10_000)).state == "SUCCEEDED"
+    finally:
+        stop_process(proc)
+        r.close()
+
+
+async def test_a_worker_that_missed_the_pause_is_stopped_by_start(
+    client: Client, redis_url: str
+) -> None:
+    r = sync_redis.Redis.from_url(redis_url, decode_responses=True)
+    async with running_worker(redis_url, queues=["gpu"], block_ms=200, lease_ms=30_000) as w:
+        await eventually(lambda: bool(r.hkeys("rsjobs:{t}:workers")), 10, "the worker")
+        # the flag without its notice (as if the notice was lost)
+        r.hset("rsjobs:{t}:paused", "gpu", json.dumps({"at": 1, "by": "test", "reason": ""}))
+        tid = await client.enqueue("noop", {}, queue="gpu")
+        await eventually(lambda: "gpu" in w.paused, 5, "the worker to find the queue paused")
+        info = await client.get(tid)
+        assert info.state == "PENDING" and [e.event for e in await client.history(tid)] == [
+            "ENQUEUE"
+        ]
+        # its delivery was handed back: a fresh entry waits, nothing in anyone's hands
+        assert r.xlen("rsjobs:{t}:queue:gpu") == 1
+        assert r.xpending("rsjobs:{t}:queue:gpu", "workers")["pending"] == 0
+        r.config_resetstat()
+        await asyncio.sleep(1.0)
+        assert _calls(r).get("xreadgroup", 0) == 0  # no busy loop on the paused queue
+        await client.resume_queue("gpu")
+        assert (await client.wait(tid, timeout_ms=5000)).state == "SUCCEEDED"
+    r.close()
