@@ -113,6 +113,7 @@ async def cmd_web(args: argparse.Namespace) -> int:
         keepalive_ms=args.keepalive_ms,
     )
     from ..cli import settings_from_args
+    from ..errors import RedisUnavailable
 
     app = create_app(
         args.url,
@@ -128,6 +129,11 @@ async def cmd_web(args: argparse.Namespace) -> int:
             "dev mode: requests without a token are served as an anonymous admin"
         )
     service = app.state.rsjobs
+    try:
+        # refused in one line here, not by a failed startup (the app's lifespan checks too)
+        await service.store.require_layout()
+    except RedisUnavailable:
+        pass  # the app starts and waits for Redis
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
