@@ -218,6 +218,9 @@ class Client:
     async def _remember_queues(self, queues: set[str]) -> None:
         new = queues - self._known_queues
         if new:
+            # before the first write: a namespace of an earlier layout takes none
+            # (checked once; rsjobs.store.marker)
+            await self.store.require_layout()
             await self.store.tasks.remember_queues(new)
             self._known_queues |= new
 
@@ -308,8 +311,11 @@ class Client:
 
     async def ref(self, task_id: str) -> TaskRef:
         """The task's state, owner, queue and dedup key in one read (what a caller checks
-        before acting on it). Raises :class:`TaskNotFound`."""
-        ref = await self.store.tasks.ref(validate_task_id(task_id))
+        before acting on it). Raises :class:`TaskNotFound`, and :class:`rsjobs.NotMigrated`
+        in a namespace of an earlier layout (whose tasks it would not find)."""
+        validate_task_id(task_id)
+        await self.store.require_layout()  # once per client: rsjobs.store.marker
+        ref = await self.store.tasks.ref(task_id)
         if ref is None:
             raise TaskNotFound(task_id)
         return ref

@@ -261,6 +261,12 @@ class Reaper:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
         cfg = self.config
+        try:
+            # refused before it says it starts (the first sweep checks it again, once Redis
+            # answers)
+            await self.store.require_layout()
+        except RedisUnavailable:
+            pass
         self._log(
             "start",
             reaper=self.name,

@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 
 from rsjobs.schemas import HistoryEntry, TaskInfo
 from rsjobs.store.layout import LAYOUTS, Packed
+from rsjobs.store.marker import LayoutState
 from rsjobs.store.record import TASK_FIELDS, TaskRecord
 from rsjobs.store.scripts import Scripts
 from rsjobs.store.transient import translate
@@ -79,11 +80,18 @@ async def _run_layout1(self: Scripts, call: Packed, *, durable: bool = False) ->
         raise translate(exc, f"{call.script}.lua (layout 1)") from exc
 
 
+async def _no_check(self: Scripts) -> LayoutState:
+    return LayoutState("", False)
+
+
 @contextlib.contextmanager
 def writing_layout1() -> Iterator[None]:
     """Within: every store of this process writes as layout 1 did (no layout check: that
     release had none)."""
-    with mock.patch.object(Scripts, "run", _run_layout1):
+    with (
+        mock.patch.object(Scripts, "run", _run_layout1),
+        mock.patch.object(Scripts, "require_layout", _no_check),
+    ):
         yield
 
 
