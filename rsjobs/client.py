@@ -312,10 +312,8 @@ class Client:
     async def ref(self, task_id: str) -> TaskRef:
         """The task's state, owner, queue and dedup key in one read (what a caller checks
         before acting on it). Raises :class:`TaskNotFound`, and :class:`rsjobs.NotMigrated`
-        in a namespace of an earlier layout (whose tasks it would not find)."""
-        validate_task_id(task_id)
-        await self.store.require_layout()  # once per client: rsjobs.store.marker
-        ref = await self.store.tasks.ref(task_id)
+        for a task an earlier rsjobs wrote (``rsjobs migrate`` converts it)."""
+        ref = await self.store.tasks.ref(validate_task_id(task_id))
         if ref is None:
             raise TaskNotFound(task_id)
         return ref

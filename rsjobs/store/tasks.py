@@ -10,6 +10,7 @@ from ..schemas import EnqueueResult, HistoryEntry, TaskInfo, repeat_fields
 from . import history, layout
 from .keys import TaskKeys
 from .layout import ControlArgs, NewTask
+from .marker import check_task
 from .record import decode_task, field, text_fields
 from .replies import TaskReply, text
 from .scripts import Scripts
@@ -124,12 +125,16 @@ class Tasks:
 
     async def ref(self, task_id: str) -> TaskRef | None:
         """State, owner, queue and dedup key of the task in one HMGET (None: no such
-        task)."""
+        task). Raises :class:`rsjobs.NotMigrated` for a task hash of layout 1 (its
+        ``state`` is the long name's: see :mod:`.marker`)."""
+        names = [field("state"), "owner", field("queue"), "dedup", "state"]
         with boundary("HMGET task"):
-            state, owner, queue, dedup = await self.redis.hmget(
-                self.keys.task(task_id), [field("state"), "owner", field("queue"), "dedup"]
+            state, owner, queue, dedup, layout1 = await self.redis.hmget(
+                self.keys.task(task_id), names
             )
         if state is None:
+            if layout1 is not None:
+                check_task({"state": layout1}, task_id)
             return None
         return TaskRef(text(state), text(owner), text(queue), text(dedup))
 
