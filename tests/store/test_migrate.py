@@ -25,6 +25,7 @@ from rsjobs import Client, EnqueueRequest, NotMigrated, Settings, TaskNotFound, 
 from rsjobs.console.tables import render_table
 from rsjobs.console.views import history_table
 from rsjobs.model import TERMINAL
+from rsjobs.reaper import Reaper, ReaperConfig
 from rsjobs.schemas import HistoryEntry, TaskInfo
 from rsjobs.store import Store, TaskRef
 from rsjobs.store.layout import Ending
@@ -103,6 +104,10 @@ async def tasks_of_layout1(url: str) -> dict[str, Any]:
             ids["running"] = await c.enqueue("echo", {"n": 4}, queue="held", timeout_ms=120_000)
             (run,) = await start_as(c, "old-worker", queue="held")
             ids["running_lease"] = run.lease
+            # RUNNING on a worker that died (a short lease): the reaper's to take back
+            ids["orphaned"] = await c.enqueue("echo", {"n": 7}, queue="jobs2")
+            (lost,) = await start_as(c, "dead-worker", queue="jobs2", lease_ms=300)
+            assert lost.id == ids["orphaned"]
             ids["paused"] = await c.enqueue("echo", {"n": 5}, queue="side")
             ref = TaskRef("PENDING", "", "side", "")
             await st.tasks.control("user", ids["paused"], ref, "PAUSE", "wait | for % me")
@@ -232,13 +237,22 @@ async def test_a_namespace_of_layout_1_is_migrated_and_used_by_this_release(
     # the dedup key still names its task
     assert await client.enqueue("echo", None, queue="jobs", dedup_key="d1") == ids["dedup"]
     await client.resume(ids["paused"])
+    # the reaper of this release takes back the one its dead worker held
+    await asyncio.sleep(0.5)
+    config = ReaperConfig(lease_ms=300, min_idle_ms=300, guard=False)
+    reaper = Reaper(url=redis_url, settings=Settings(namespace=NS), config=config)
+    try:
+        swept = await reaper.sweep_once()
+    finally:
+        await reaper.close()
+    assert (swept.retried, swept.errors, swept.quarantined) == (1, 0, 0)
+    assert (await client.get(ids["orphaned"])).state == "PENDING"
 
     wf = WorkflowClient(connect(redis_url), Settings(namespace=NS), definitions=[PIPELINE])
     hand = Hand(client.redis, Settings(namespace=NS), name="new-hand")
     claimed = ids["wf_running"]
-    worker = spawn_worker(
-        redis_url, NS, "-q", "jobs", "-q", "side", "-q", "wf", app="tests.support.wf_apps:tasks"
-    )
+    queues = ("-q", "jobs", "-q", "jobs2", "-q", "side", "-q", "wf")
+    worker = spawn_worker(redis_url, NS, *queues, app="tests.support.wf_apps:tasks")
     try:
         assert await hand.complete(claimed) == 1  # the workflow task started in layout 1
         for name, value in (
@@ -246,6 +260,7 @@ async def test_a_namespace_of_layout_1_is_migrated_and_used_by_this_release(
             ("dedup", {"n": 2}),
             ("scheduled", {"n": 3}),
             ("paused", {"n": 5}),
+            ("orphaned", {"n": 7}),
         ):
             info = await client.wait(ids[name], timeout_ms=20_000)
             assert (info.state, info.result) == ("SUCCEEDED", value), name
