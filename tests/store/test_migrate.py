@@ -353,3 +353,43 @@ async def test_store_migration_dry_run_counts_and_writes_nothing(redis_url: str)
     assert store.layout_ok  # its own scripts run now
     assert (await Client(store.redis, Settings(namespace=NS)).get(tid)).state == "PENDING"
     await store.close()
+
+
+async def test_a_task_an_earlier_producer_submits_after_the_migration_is_not_lost(
+    redis_url: str,
+) -> None:
+    """A producer left on the previous release submits into a namespace already migrated:
+    the worker cannot start it and says so, but keeps its delivery (nothing drops it as a
+    gone task's); a second ``rsjobs migrate`` converts it, and the reaper hands it to the
+    worker again."""
+    client = Client.from_url(redis_url, namespace=NS)
+    r, k = client.redis, client.keys
+    worker = spawn_worker(redis_url, NS, "--lease-ms", "500", stderr=subprocess.DEVNULL)
+    config = ReaperConfig(lease_ms=500, min_idle_ms=500, dead_after_leases=2, guard=False)
+    reaper = Reaper(url=redis_url, settings=Settings(namespace=NS), config=config)
+    try:
+        deadline = time.monotonic() + 20
+        while await r.get(k.layout) != "2":  # the worker's start marked the empty namespace
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        assert (
+            await client.wait(await client.enqueue("noop", {"x": 0}), timeout_ms=20_000)
+        ).state == "SUCCEEDED"
+        with writing_layout1():
+            async with Client.from_url(redis_url, namespace=NS) as old:
+                tid = await old.enqueue("noop", {"x": 1})
+        await asyncio.sleep(1.5)  # the worker was delivered it and refused to start it
+        assert await r.hget(k.task(tid), "state") == "PENDING"
+        assert (await r.xpending(k.queue("default"), "workers"))["pending"] == 1
+        assert (await reaper.sweep_once()).quarantined == 0  # no bad data: left alone
+        done = migrate(redis_url, "--force")  # the worker runs on: --force
+        assert done.returncode == 0 and counts(done.stdout)["converted"] == 1, done.stdout
+        while (await client.get(tid)).state != "SUCCEEDED":
+            assert time.monotonic() < deadline + 20, await client.history(tid)
+            await reaper.sweep_once()  # redelivers it: its worker lives, and never started it
+            await asyncio.sleep(0.3)
+        assert (await client.get(tid)).result == {"x": 1}
+    finally:
+        stop_process(worker, signal.SIGTERM)
+        await reaper.close()
+        await client.close()

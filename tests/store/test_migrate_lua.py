@@ -396,3 +396,60 @@ def test_any_history_of_layout_1_reads_back_as_it_was(
     for op in ops:
         _apply(h, op, leases)
     check_converted(h, TID)
+
+
+def test_the_scripts_refuse_a_task_of_layout_1_and_keep_its_entry(h: Layout1Harness) -> None:
+    """A task an earlier release's producer submits after the migration: this release's
+    scripts refuse it (load raises) instead of taking it for a gone task and dropping its
+    work entry, and write nothing; ``rsjobs migrate`` converts it later."""
+    h.enqueue(TID)
+    (entry,) = h.deliver()
+    before = h.snapshot(), h.r.xpending(h.k.queue("q"), "workers")["pending"]
+    calls = [
+        layout.start(
+            h.c, "worker", layout.StartArgs("w1", 30_000, "n"), [(h.tk(TID), layout.Entry(entry))]
+        ),
+        layout.control(h.c, "user", h.tk(TID), layout.ControlArgs("CANCEL", "", h.k.control)),
+        layout.finish(h.c, "worker", [(h.tk(TID), h.ending("COMPLETE", "1:n", '"x"'))]),
+        layout.release(h.c, "worker", [(h.tk(TID), layout.Entry(entry))]),
+    ]
+    for call in calls:
+        with pytest.raises(Exception, match="is of layout 1"):
+            h.new(call)
+    assert (h.snapshot(), h.r.xpending(h.k.queue("q"), "workers")["pending"]) == before
+    check_converted(h, TID)
+    assert h.new(calls[0])[0][0] == 1  # started now, from the entry it kept
+
+
+def test_a_task_of_layout_1_is_no_bad_data() -> None:
+    """Quarantine finds no defect in it (it would take it out of its queue), and isolation
+    blames no item for NotMigrated."""
+    from rsjobs import NotMigrated
+    from rsjobs.store.isolation import about_item
+    from rsjobs.store.quarantine import defects_of
+
+    old = {"state": "PENDING", "id": TID, "queue": "q", "type": "t", "attempt": "0"}
+    assert defects_of(TID, "hash", old) == []
+    assert defects_of(TID, "hash", {"id": TID}) != []  # a hash of neither layout is
+    assert not about_item(NotMigrated("task x", "is of layout 1"))
+
+
+async def test_the_reaper_sets_a_task_of_layout_1_aside_before_a_batch() -> None:
+    """Its screen tells the task apart (load would raise on it half-way through a batch,
+    whose reply would be lost), as it does a hash without its id or queue."""
+    import fakeredis
+
+    from rsjobs.settings import Settings
+    from rsjobs.store import Store
+
+    r = fakeredis.aioredis.FakeRedis(decode_responses=True)
+    store = Store(r, Settings(namespace="t"))
+    await r.hset(store.keys.task(TID), mapping={"state": "PENDING", "id": TID, "queue": "q"})
+    other = "b" * 32
+    await r.hset(store.keys.task(other), mapping={"s": "PENDING", "id": other, "q": "q"})
+    assert [s.intact for s in await store.reaper.screen([TID, other, "c" * 32])] == [
+        False,
+        True,
+        True,
+    ]
+    await r.aclose()
