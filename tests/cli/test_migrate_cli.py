@@ -94,6 +94,14 @@ async def test_migrate_then_the_processes_start_and_run_the_work(redis_url: str)
             await client.cancel(waiting)
         assert snapshot(redis_url) == before
 
+        for command in ("status", "history"):
+            shown = rsjobs(redis_url, "--namespace", NS, command, waiting)
+            assert shown.returncode == 2, shown.stdout
+            assert one_line(shown.stderr) == (
+                f"rsjobs: task {waiting} is stored as an earlier rsjobs wrote it (layout 1): "
+                "run `rsjobs migrate` on its namespace"
+            )
+
         dry = rsjobs(redis_url, "--namespace", NS, "migrate", "--dry-run")
         assert dry.returncode == 0, dry.stderr
         assert "to convert        2" in dry.stdout and "dry run: nothing written" in dry.stdout
