@@ -13,7 +13,10 @@ sets the marker.
 script call and remembers that it passed (one round trip per store, not per call). The
 worker, reaper, web app and workflow driver call it at start and refuse to run on a
 namespace that is not migrated. A reader that meets a task hash still in layout 1 raises
-:class:`rsjobs.NotMigrated` too (:func:`check_task`) instead of misreading it.
+:class:`rsjobs.NotMigrated` too (:func:`check_task`) instead of misreading it, the scripts
+refuse one (``load`` in ``fsm.lua``) instead of taking it for a gone task, and quarantine
+finds no defect in it: such a task (a producer of the earlier release wrote it after the
+migration) waits, its work entry kept, for ``rsjobs migrate`` to run again.
 """
 
 from __future__ import annotations
