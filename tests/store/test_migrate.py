@@ -94,7 +94,6 @@ async def tasks_of_layout1(url: str) -> dict[str, Any]:
     ids: dict[str, Any] = {}
     with writing_layout1():
         c = Client.from_url(url, namespace=NS)
-        short = Client.from_url(url, namespace=NS, retention_ms=8_000)
         wf = WorkflowClient(connect(url), Settings(namespace=NS), definitions=[PIPELINE])
         st = c.store
         try:
@@ -125,7 +124,8 @@ async def tasks_of_layout1(url: str) -> dict[str, Any]:
             keys = c.keys.task_keys(ids["failed"], "bad")
             for attempt in (1, 2):
                 if attempt == 2:
-                    assert await st.work.promote_due("worker") == 1
+                    promoted = await st.work.promote("worker", [f"bad:{ids['failed']}"])
+                    assert promoted.promoted == 1
                 (s,) = await start_as(c, f"old-{attempt}", queue="bad", nonce=f"n{attempt}")
                 why = f"CUDA out of memory on attempt {attempt}"
                 await st.work.finish(
@@ -135,15 +135,12 @@ async def tasks_of_layout1(url: str) -> dict[str, Any]:
             ref = TaskRef("PENDING", "", "side", "")
             for event in ("CANCEL", "CANCEL", "CANCEL", "RESUME"):
                 await st.tasks.control("user", ids["cancelled"], ref, event, "user asked")
-            ids["expiring"] = await short.enqueue("echo", None, queue="side")
-            await short.store.tasks.control("user", ids["expiring"], ref, "CANCEL", "")
             ids["workflow"] = await wf.start(PIPELINE, {"x": 1})
             hand = Hand(c.redis, Settings(namespace=NS), name="old-hand")
             (claimed,) = await hand.claim("wf", count=1)
             ids["wf_running"] = claimed
         finally:
             await c.close()
-            await short.close()
             await wf.close()
     return ids
 
@@ -179,13 +176,16 @@ async def test_a_namespace_of_layout_1_is_migrated_and_used_by_this_release(
     redis_url: str,
 ) -> None:
     ids = await tasks_of_layout1(redis_url)
-    client = Client.from_url(redis_url, namespace=NS)
+    async with Client.from_url(redis_url, namespace=NS) as client:
+        await _migrate_and_use(redis_url, client, ids)
+
+
+async def _migrate_and_use(redis_url: str, client: Client, ids: dict[str, Any]) -> None:
     r, k = client.redis, client.keys
     wf_tasks = list((await r.hgetall(k.workflow_tasks(ids["workflow"]))).values())
     assert len(wf_tasks) == 2
     every = task_ids(ids, wf_tasks)
     before = {tid: await read_layout1(r, k, tid) for tid in every}
-    ttl = await r.pttl(k.task(ids["expiring"]))
     untouched = await others(r)
     # this release refuses the namespace until it is migrated
     with pytest.raises(NotMigrated, match="rsjobs --namespace t migrate"):
@@ -224,8 +224,6 @@ async def test_a_namespace_of_layout_1_is_migrated_and_used_by_this_release(
     assert again.returncode == 0 and counts(again.stdout)["already new"] == len(every)
     assert {tid: await r.hgetall(k.task(tid)) for tid in every} == hashes
 
-    # the finished one keeps its TTL and expires with it
-    assert 0 < await r.pttl(k.task(ids["expiring"])) <= ttl
     # the running one completes with the lease its attempt got in layout 1
     keys = k.task_keys(ids["running"], "held")
     lease = ids["running_lease"]
@@ -270,13 +268,28 @@ async def test_a_namespace_of_layout_1_is_migrated_and_used_by_this_release(
     finally:
         stop_process(worker, signal.SIGTERM)
         await wf.close()
-    deadline = time.monotonic() + 15
-    while await r.exists(k.task(ids["expiring"])):
-        assert time.monotonic() < deadline, "the finished task did not expire"
-        await asyncio.sleep(0.1)
-    with pytest.raises(TaskNotFound):
-        await client.get(ids["expiring"])
-    await client.close()
+
+
+async def test_a_finished_task_expires_with_its_ttl_after_the_migration(redis_url: str) -> None:
+    with writing_layout1():
+        async with Client.from_url(redis_url, namespace=NS, retention_ms=3_000) as old:
+            tid = await old.enqueue("echo", None, dedup_key="once")
+            ref = TaskRef("PENDING", "", "default", "once")
+            await old.store.tasks.control("user", tid, ref, "CANCEL", "")
+    async with Client.from_url(redis_url, namespace=NS) as client:
+        r, k = client.redis, client.keys
+        ttl = await r.pttl(k.task(tid))
+        assert 0 < ttl <= 3_000 and await r.pttl(k.history(tid)) > 0
+        report = await client.store.migration.run()
+        assert (report.converted, report.marked) == (1, True)
+        assert 0 < await r.pttl(k.task(tid)) <= ttl
+        assert (await client.get(tid)).state == "CANCELLED"
+        deadline = time.monotonic() + 15
+        while await r.exists(k.task(tid)) or await r.exists(k.dedup("once")):
+            assert time.monotonic() < deadline, "the finished task did not expire"
+            await asyncio.sleep(0.1)
+        with pytest.raises(TaskNotFound):
+            await client.get(tid)
 
 
 # -- a run killed half-way ------------------------------------------------------------------
@@ -292,7 +305,12 @@ async def test_a_migration_killed_half_way_loses_nothing(redis_url: str) -> None
         for tid in every[::3]:
             await c.store.tasks.control("user", tid, ref, "CANCEL", f"cancelled {tid[:4]}")
         await c.close()
-    client = Client.from_url(redis_url, namespace=NS)
+    async with Client.from_url(redis_url, namespace=NS) as client:
+        await _kill_and_rerun(redis_url, client, every)
+
+
+async def _kill_and_rerun(redis_url: str, client: Client, every: list[str]) -> None:
+    n = len(every)
     r, k = client.redis, client.keys
     before = {}
     for tid in every:
@@ -334,7 +352,6 @@ async def test_a_migration_killed_half_way_loses_nothing(redis_url: str) -> None
         info, history = before[tid]
         assert await client.get(tid) == as_migrated(info)
         assert await client.history(tid) == as_numbered(history)
-    await client.close()
 
 
 async def test_store_migration_dry_run_counts_and_writes_nothing(redis_url: str) -> None:
