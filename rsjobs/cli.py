@@ -245,6 +245,7 @@ async def cmd_dev(args: argparse.Namespace) -> int:
         web_port=args.web_port if args.web_port is not None else 8000,
         web_port_given=args.web_port is not None,
         data_dir=args.data_dir,
+        migrate=args.migrate,
     )
     try:
         return await run_dev(registry, definitions, options, sys.stdout)
@@ -334,6 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
         "removed at exit)",
     )
     d.add_argument(
+        "--migrate",
+        action="store_true",
+        help="first convert data an earlier rsjobs left in --data-dir (as `rsjobs migrate`)",
+    )
+    d.add_argument(
         "--workflows",
         action="append",
         default=[],
@@ -417,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: modules with a ``register(subparsers)`` adding their commands (``rsjobs reaper`` ...)
-_PLUGINS = ("rsjobs.reaper.cli", "rsjobs.web.cli", "rsjobs.workflows.cli")
+_PLUGINS = ("rsjobs.reaper.cli", "rsjobs.web.cli", "rsjobs.workflows.cli", "rsjobs.console.migrate")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -233,6 +233,9 @@ class Client:
     async def _remember_queues(self, queues: set[str]) -> None:
         new = queues - self._known_queues
         if new:
+            # before the first write: a namespace of an earlier layout takes none
+            # (checked once; rsjobs.store.marker)
+            await self.store.require_layout()
             await self.store.tasks.remember_queues(new)
             self._known_queues |= new
 
@@ -323,7 +326,8 @@ class Client:
 
     async def ref(self, task_id: str) -> TaskRef:
         """The task's state, owner, queue and dedup key in one read (what a caller checks
-        before acting on it). Raises :class:`TaskNotFound`."""
+        before acting on it). Raises :class:`TaskNotFound`, and :class:`rsjobs.NotMigrated`
+        for a task an earlier rsjobs wrote (``rsjobs migrate`` converts it)."""
         ref = await self.store.tasks.ref(validate_task_id(task_id))
         if ref is None:
             raise TaskNotFound(task_id)

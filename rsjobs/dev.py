@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .client import Client
-from .errors import ConfigError, RedisUnavailable, RsjobsError
+from .errors import ConfigError, NotMigrated, RedisUnavailable, RsjobsError
 from .settings import Settings
 from .worker import Registry, Worker
 
@@ -68,6 +68,8 @@ class DevOptions:
     web_port_given: bool = False
     #: AOF kept here between runs (None: a temporary directory, removed at exit)
     data_dir: str | None = None
+    #: convert data an earlier rsjobs left in ``data_dir`` first (``rsjobs migrate``)
+    migrate: bool = False
 
 
 def dev_queues(registry: Registry, definitions: Iterable[WorkflowDefinition]) -> list[str]:
@@ -225,6 +227,28 @@ class DevStack:
             if force:
                 self.web.force_exit = True
 
+    async def check_layout(self, client: Client) -> None:
+        """Refuse a data directory an earlier rsjobs wrote, unless ``migrate`` converts it
+        first (as ``rsjobs migrate`` does; nothing else runs on this Redis yet)."""
+        store = client.store
+        if self.options.migrate:
+            report = await store.migration.run()
+            self.say(
+                f"migrated: {report.converted} task(s) converted, {report.already_new} "
+                f"already in this layout, {len(report.skipped)} left"
+            )
+            for tid, why in report.skipped:
+                log.error("task %s left unconverted: %s", tid, why)
+        try:
+            await store.require_layout()
+        except NotMigrated as exc:
+            if self.options.migrate:
+                raise DevError(f"{exc.what} could not be migrated whole (see above)") from None
+            raise DevError(
+                f"the data in {self.options.data_dir} was written by an earlier rsjobs "
+                "(layout 1): start once with --migrate to convert it"
+            ) from None
+
     async def queues(self, client: Client) -> list[str]:
         """The queues to serve; warns about declared ones and ones with work left out."""
         declared = dev_queues(self.registry, self.definitions)
@@ -278,6 +302,7 @@ class DevStack:
         opts = self.options
         client = Client.from_url(url, source="user", namespace=opts.settings.namespace)
         try:
+            await self.check_layout(client)
             served = await self.queues(client)
             self.worker = Worker(
                 self.registry,

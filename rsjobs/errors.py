@@ -10,6 +10,7 @@ __all__ = [
     "InvalidTransition",
     "LeaseLost",
     "NonRetryable",
+    "NotMigrated",
     "NotReplicated",
     "PayloadError",
     "RedisUnavailable",
@@ -115,6 +116,18 @@ class NotReplicated(RsjobsError):
             f"within {timeout_ms} ms"
         )
         self.acked, self.wanted = acked, wanted
+
+
+class NotMigrated(RsjobsError):
+    """Raised when rsjobs meets data of an earlier layout of the namespace: a namespace
+    that holds such data and is not migrated yet (the worker, reaper, web app and driver
+    refuse to start, and script calls raise it), a task hash still in the previous
+    encoding, or a namespace marked with a layout newer than this rsjobs knows. Nothing
+    was written. The fix is ``rsjobs migrate`` (see the README's "Upgrading")."""
+
+    def __init__(self, what: str, why: str) -> None:
+        super().__init__(f"{what} {why}")
+        self.what, self.why = what, why
 
 
 class NonRetryable(RsjobsError):

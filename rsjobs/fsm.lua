@@ -439,9 +439,9 @@ end
 
 -- Load the i-th task of this call: keys plus the named hash fields (t.f[name]).
 -- Returns nil when the task hash does not exist. A hash without its id or queue (written
--- by something else than these scripts) raises here, before anything is written for the
--- task: every helper below needs both, and would fail half-way through its writes. (Only
--- a new task's table is built by hand; it has no `refusals` yet.)
+-- by something else than these scripts), or of layout 1, raises here, before anything is
+-- written for the task: every helper below needs both, and would fail half-way through
+-- its writes. (Only a new task's table is built by hand; it has no `refusals` yet.)
 local function load(i, names)
   local key, qkey, dkey = task_keys(i)
   -- (wf, the workflow of a workflow's task, is read here for append_entry's events entry:
@@ -449,7 +449,16 @@ local function load(i, names)
   local q = {'s', 'id', 'q', 'a', 'dedup', 'refusals', 'c', 'hn', 'b', 'wf'}
   for j = 1, #names do q[#q + 1] = fld(names[j]) end
   local v = redis.call('HMGET', key, unpack(q))
-  if not v[1] then return nil end
+  if not v[1] then
+    -- a hash an earlier rsjobs wrote (layout 1: `state`, not `s`) is no missing task:
+    -- refused, so that no script drops its work entry as a gone task's; `rsjobs migrate`
+    -- converts it (one more command, for a missing task only)
+    if redis.call('HEXISTS', key, 'state') == 1 then
+      error('rsjobs: task hash ' .. key .. ' is of layout 1 (an earlier rsjobs): run rsjobs '
+        .. 'migrate', 0)
+    end
+    return nil
+  end
   if not v[2] or not v[3] then
     error('rsjobs: corrupt task hash ' .. key .. ': no id or queue field', 0)
   end

@@ -31,7 +31,7 @@ from typing import TypeVar
 import msgspec
 from redis.asyncio import Redis
 
-from ..errors import RedisUnavailable
+from ..errors import NotMigrated, RedisUnavailable
 from ..settings import Settings
 from ..store import Store
 from ..store.connection import connect
@@ -172,6 +172,8 @@ class Reaper:
         cfg = self.config
         t0 = time.monotonic()
         report = SweepReport(reaper=self.name, sweep=self.sweeps + 1)
+        # a namespace of an earlier layout is not swept (it would be misread): once per run
+        await self.store.require_layout()
         if cfg.guard:
             holder = await self._take_guard()
             if holder:
@@ -268,6 +270,12 @@ class Reaper:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
         cfg = self.config
+        try:
+            # refused before it says it starts (the first sweep checks it again, once Redis
+            # answers)
+            await self.store.require_layout()
+        except RedisUnavailable:
+            pass
         self._log(
             "start",
             reaper=self.name,
@@ -297,6 +305,8 @@ class Reaper:
                         await self.store.reset_connections()
                     delay, backoff = backoff, min(backoff * 2, MAX_BACKOFF)
                 except Exception as exc:
+                    if isinstance(exc, NotMigrated) and not self.store.layout_ok:
+                        raise  # the namespace is not migrated: the reaper does not run
                     # not one input may end the reaper: log it whole, back off, go on
                     # (only stop() / SIGTERM / SIGINT end this loop)
                     self.totals["sweep_errors"] += 1

@@ -8,7 +8,9 @@ Redis errors become rsjobs's (:mod:`.transient`). Everything else calls a :class
     info = await store.tasks.get(task_id)
 
 The parts are attributes, each one idea: ``tasks`` (clients and the web app), ``work``
-(workers), ``reaper``, ``quarantine``, ``workflows``, ``events`` (the web app's hub).
+(workers), ``reaper``, ``quarantine``, ``workflows``, ``events`` (the web app's hub),
+``migration`` (``rsjobs migrate``). The namespace's layout is checked before the first
+script call (:mod:`.marker`); processes check it at start with :meth:`Store.require_layout`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from ..settings import Settings
 from .connection import connect, describe, reset_connections
 from .events import Events
 from .keys import GROUP, Keys, TaskKeys, WorkflowKeys
+from .marker import LayoutState
+from .migrate import Migration, MigrationReport
 from .quarantine import Quarantine, Suspect, Verdict
 from .reaper import Reaping
 from .record import TaskRecord, WorkflowRecord
@@ -51,7 +55,9 @@ __all__ = [
     "DeadlineOutcome",
     "Delivery",
     "Keys",
+    "LayoutState",
     "LinkCode",
+    "MigrationReport",
     "OpenSet",
     "QuarantineOutcome",
     "QueueReply",
@@ -104,10 +110,23 @@ class Store:
             self.scripts, history_maxlen=wf_history_maxlen, durable=durable_workflows
         )
         self.events = Events(self.scripts)
+        self.migration = Migration(self.scripts)
 
     async def ping(self) -> None:
         with boundary("PING"):
             await self.redis.ping()
+
+    @property
+    def layout_ok(self) -> bool:
+        """Whether the namespace's layout was checked and found to be this one."""
+        return self.scripts.layout_ok
+
+    async def require_layout(self) -> LayoutState:
+        """Check that the namespace is in this rsjobs's layout, marking it when it holds
+        no data yet (once per store; every script call checks it first too). Raises
+        :class:`rsjobs.NotMigrated` when it holds data of an earlier layout: run
+        ``rsjobs migrate``."""
+        return await self.scripts.require_layout()
 
     async def reset_connections(self) -> None:
         """Drop every connection (pool and lane): after a failover the next ones are

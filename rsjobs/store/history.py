@@ -20,6 +20,7 @@ from urllib.parse import unquote
 
 from ..errors import CorruptData
 from ..model import TRANSITIONS
+from .marker import check_task
 
 __all__ = ["COUNT", "Row", "entries", "last_traceback", "position"]
 
@@ -97,7 +98,9 @@ def _parse(task_id: str, n: int, value: str, created: int, before: str) -> dict[
 def entries(h: Mapping[str, str], task_id: str = "", after: int = 0) -> list[Row]:
     """The history entries after entry number ``after`` of the task hash ``h`` (text
     fields, as :func:`rsjobs.store.record.text_fields` gives them), oldest first. Raises
-    :class:`rsjobs.CorruptData` when an entry does not read."""
+    :class:`rsjobs.CorruptData` when an entry does not read, :class:`rsjobs.NotMigrated`
+    when the hash is still in layout 1 (its history in a stream of its own)."""
+    check_task(h, task_id)
     raw = h.get(COUNT) or "0"
     created_raw = h.get("c") or "0"
     if not raw.isdigit() or not created_raw.isdigit():

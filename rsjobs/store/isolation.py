@@ -24,7 +24,7 @@ from redis.exceptions import (
     OutOfMemoryError,
 )
 
-from ..errors import StoreError
+from ..errors import NotMigrated, StoreError
 from .transient import TRANSIENT, is_transient
 
 __all__ = ["TRANSIENT", "Isolated", "about_item", "about_server", "each_alone"]
@@ -72,8 +72,10 @@ def about_server(exc: BaseException) -> bool:
 def about_item(exc: BaseException) -> bool:
     """Whether ``exc``, raised while handling some items, is to be blamed on their data (or
     on the code that read it): any ordinary exception that is not about Redis itself.
-    Cancellation and interpreter exits are never caught."""
-    return isinstance(exc, Exception) and not about_server(exc)
+    Cancellation and interpreter exits are never caught. Data of an earlier layout
+    (:class:`rsjobs.NotMigrated`) is no item's fault either: it waits for ``rsjobs
+    migrate``, and nothing is put aside because of it."""
+    return isinstance(exc, Exception) and not about_server(exc) and not isinstance(exc, NotMigrated)
 
 
 class Isolated(NamedTuple, Generic[T, R]):

@@ -26,6 +26,9 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
     rsjobs:{default}:deadletter           stream  dead-lettered tasks (MAXLEN ~), by the reaper
     rsjobs:{default}:workers:dead         hash    worker name -> JSON {beat_at, since}: reaper marks
     rsjobs:{default}:reaper:guard         string  name of the reaper sweeping now (SET NX PX)
+    rsjobs:{default}:layout               string  the layout the namespace's data is in (``2``;
+                                                  none: empty, or written before it had one;
+                                                  see store/marker.py)
 
 Workflows (``rsjobs.workflows``; the scripts ``scripts/wf_*.lua`` get these seven keys, in
 this order, after their task keys; see ``wf.lua``)::
@@ -99,6 +102,7 @@ class Keys:
         "deadletter",
         "deadlines",
         "events",
+        "layout",
         "namespace",
         "nodedup",
         "paused",
@@ -129,6 +133,7 @@ class Keys:
         self.deadletter = p + "deadletter"
         self.workers_dead = p + "workers:dead"
         self.reaper_guard = p + "reaper:guard"
+        self.layout = p + "layout"
         self.workflows = p + "workflows"
         self.workflows_active = p + "workflows:active"
         # Passed in KEYS where a script expects a dedup key but the task has none; never

@@ -37,7 +37,9 @@ __all__ = [
     "Ending",
     "Entry",
     "Layout",
+    "Layout1Task",
     "Member",
+    "MigrateArgs",
     "NewTask",
     "OpenTask",
     "Packed",
@@ -651,6 +653,35 @@ def wf_abort(
     return _wf(WF_ABORT, c, source, history_max, wf, args, open_tasks)
 
 
+# -- the namespace's layout (store/marker.py, store/migrate.py) ------------------------------
+
+MARKER = Layout("marker", ("current",), tail_keys=("layout", "deadletter"))
+
+
+def marker(c: Common, k: Keys, source: str, current: int | str) -> Packed:
+    return _pack(MARKER, c, source, (str(current),), (), (k.layout, k.deadletter))
+
+
+class Layout1Task(NamedTuple):
+    """The two KEYS of one task in a ``migrate.lua`` call: its hash and the history stream
+    it had in layout 1."""
+
+    task: str
+    history: str
+
+
+class MigrateArgs(NamedTuple):
+    #: 1: check and count only
+    dry_run: int | str
+
+
+MIGRATE = Layout("migrate", MigrateArgs._fields, "task", (), Layout1Task._fields)
+
+
+def migrate(c: Common, source: str, args: MigrateArgs, tasks: Iterable[Layout1Task]) -> Packed:
+    return _pack(MIGRATE, c, source, args, ((t, ()) for t in tasks))
+
+
 #: every script's layout, by name (``rsjobs.store.scripts.SCRIPT_NAMES``)
 LAYOUTS: dict[str, Layout] = {
     lay.script: lay
@@ -669,6 +700,8 @@ LAYOUTS: dict[str, Layout] = {
         WORKERS,
         LINK,
         QUARANTINE,
+        MARKER,
+        MIGRATE,
         WF_START,
         WF_SPAWN,
         WF_FINISH,

@@ -111,18 +111,21 @@ class Reaping:
         expires with the task (``retain`` in fsm.lua)."""
         if not task_ids:
             return []
+        # ("state": a hash of layout 1, which load refuses too: see rsjobs.store.marker)
+        names = ["dedup", field("state"), "id", field("queue"), "state"]
         with boundary("HMGET screen"):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for tid in task_ids:
-                    pipe.hmget(self.keys.task(tid), ["dedup", field("state"), "id", field("queue")])
+                    pipe.hmget(self.keys.task(tid), names)
                 rows: list[Any] = await pipe.execute(raise_on_error=False)
         out: list[Screened] = []
         for r in rows:
             if isinstance(r, Exception):  # e.g. the key is not a hash
                 out.append(Screened(None, False))
             else:
-                dedup, state, tid, queue = r
-                out.append(Screened(text(dedup) or None, not state or bool(tid and queue)))
+                dedup, state, tid, queue, layout1 = r
+                intact = (not state and not layout1) or bool(state and tid and queue)
+                out.append(Screened(text(dedup) or None, intact))
         return out
 
     # -- recovery (reclaim.lua) ------------------------------------------------------------

@@ -18,6 +18,7 @@ import msgspec
 
 from ..errors import CorruptData, CorruptWorkflow
 from ..model import TERMINAL
+from .marker import check_task
 
 __all__ = [
     "TASK_FIELDS",
@@ -178,8 +179,10 @@ def text_fields(h: Mapping[Any, Any]) -> dict[str, str]:
 
 
 def decode_task(h: Mapping[Any, Any]) -> TaskRecord:
-    """The task of hash ``h`` (an ``HGETALL`` reply). Raises :class:`CorruptData`."""
+    """The task of hash ``h`` (an ``HGETALL`` reply). Raises :class:`CorruptData`, or
+    :class:`rsjobs.NotMigrated` for a hash still in layout 1 (see :mod:`.marker`)."""
     f = _fields(h)
+    check_task(f, _id(h))
     f.pop("traceback", None)  # derived, never stored
     try:
         r = msgspec.convert(f, TaskRecord, strict=False)

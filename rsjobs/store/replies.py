@@ -24,6 +24,7 @@ from ..model import State
 __all__ = [
     "Beat",
     "Code",
+    "Conversion",
     "DeadlineOutcome",
     "LinkCode",
     "Promoted",
@@ -166,6 +167,17 @@ class QuarantineOutcome(StrEnum):
     DEADLETTERED = "DEADLETTERED"
     REMOVED = "REMOVED"
     GONE = "GONE"
+
+
+class Conversion(StrEnum):
+    """``migrate.lua``'s outcome for one task (see its header)."""
+
+    CONVERTED = "CONVERTED"
+    WOULD_CONVERT = "WOULD_CONVERT"
+    NEW = "NEW"
+    GONE = "GONE"
+    SKIPPED = "SKIPPED"
+    FOREIGN = "FOREIGN"
 
 
 class TaskReply(NamedTuple):

@@ -22,12 +22,14 @@ from redis.exceptions import NoScriptError, RedisError
 
 from ..errors import NotReplicated
 from ..settings import Settings
+from . import marker
 from .keys import Keys
 from .lane import Lane
 from .layout import Common, Packed
+from .layout import marker as marker_call
 from .transient import translate
 
-__all__ = ["SCRIPT_NAMES", "Scripts", "script_sha", "script_source"]
+__all__ = ["SCRIPT_NAMES", "UNGATED", "Scripts", "script_sha", "script_source"]
 
 SCRIPT_NAMES = (
     "enqueue",
@@ -45,6 +47,9 @@ SCRIPT_NAMES = (
     "workers",
     "link",
     "quarantine",
+    # the namespace's layout: its marker, and the conversion from the previous one
+    "marker",
+    "migrate",
     # the workflows': fsm.lua + wf.lua + the script
     "wf_start",
     "wf_spawn",
@@ -56,6 +61,11 @@ SCRIPT_NAMES = (
     "wf_sync",
     "wf_abort",
 )
+
+
+#: the scripts a store runs before it knows the namespace's layout: the check itself, and
+#: the conversion of a namespace that is not in this one (see :mod:`.marker`)
+UNGATED = frozenset({"marker", "migrate"})
 
 
 @cache
@@ -90,6 +100,8 @@ class Scripts:
         self.keys = Keys(settings.namespace)
         #: what every call starts with (see rsjobs.store.layout)
         self.common = Common.of(self.keys, settings.events_maxlen, settings.retention_ms)
+        #: the namespace's layout was found to be this one (see require_layout)
+        self.layout_ok = False
 
     @property
     def lane(self) -> Lane | None:
@@ -103,8 +115,12 @@ class Scripts:
         ``durable``: the call is a write a caller acknowledges; in durable mode it is
         followed by WAIT on the same connection, and :class:`rsjobs.NotReplicated` is raised
         when too few replicas confirmed it. Raises :class:`rsjobs.RedisUnavailable` on a
-        passing error, :class:`rsjobs.StoreError` on any other error reply."""
+        passing error, :class:`rsjobs.StoreError` on any other error reply, and
+        :class:`rsjobs.NotMigrated` (nothing run) while the namespace is not in this layout
+        (checked before the first call, see :meth:`require_layout`)."""
         name = call.script
+        if not self.layout_ok and name not in UNGATED:
+            await self.require_layout()
         cmd = ("EVALSHA", script_sha(name), len(call.keys), *call.keys, *call.argv)
         try:
             if durable and self.settings.wait_replicas:
@@ -122,6 +138,21 @@ class Scripts:
                 return await send(*_as_eval(cmd, name))
         except (RedisError, OSError) as exc:
             raise translate(exc, f"{name}.lua") from exc
+
+    async def require_layout(self) -> marker.LayoutState:
+        """Check that the namespace is in this layout (``marker.lua``: a namespace that
+        holds no data is marked now); once that passed, later calls answer at once.
+        Raises :class:`rsjobs.NotMigrated` when it holds data of an earlier layout or is
+        marked with another one."""
+        if self.layout_ok:
+            return marker.LayoutState(str(marker.LAYOUT), False)
+        call = marker_call(self.common, self.keys, "api", marker.LAYOUT)
+        state = marker.read_reply(await self.run(call))
+        refused = marker.refusal(self.keys.namespace, state)
+        if refused is not None:
+            raise refused
+        self.layout_ok = True
+        return state
 
     async def _run_durable(self, name: str, cmd: tuple[Any, ...]) -> Any:
         """EVALSHA then WAIT on one pooled connection (WAIT counts that connection's

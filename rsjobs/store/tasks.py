@@ -20,6 +20,7 @@ from ..schemas import (
 from . import history, layout
 from .keys import TaskKeys
 from .layout import ControlArgs, NewTask, QueueArgs, RetryArgs
+from .marker import check_task
 from .record import decode_task, field, text_fields
 from .replies import QueueReply, RetryReply, TaskReply, text
 from .scripts import Scripts
@@ -191,13 +192,16 @@ class Tasks:
 
     async def ref(self, task_id: str) -> TaskRef | None:
         """State, owner, queue, dedup key and ``retried_as`` of the task in one HMGET
-        (None: no such task)."""
+        (None: no such task). Raises :class:`rsjobs.NotMigrated` for a task hash of layout
+        1 (its ``state`` is the long name's: see :mod:`.marker`)."""
+        names = [field("state"), "owner", field("queue"), "dedup", "retried_as", "state"]
         with boundary("HMGET task"):
-            state, owner, queue, dedup, retried_as = await self.redis.hmget(
-                self.keys.task(task_id),
-                [field("state"), "owner", field("queue"), "dedup", "retried_as"],
+            state, owner, queue, dedup, retried_as, layout1 = await self.redis.hmget(
+                self.keys.task(task_id), names
             )
         if state is None:
+            if layout1 is not None:
+                check_task({"state": layout1}, task_id)
             return None
         return TaskRef(text(state), text(owner), text(queue), text(dedup), text(retried_as))
 

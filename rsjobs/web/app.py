@@ -29,7 +29,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..client import Client
-from ..errors import CorruptData, NotReplicated, RedisUnavailable, RsjobsError, StoreError
+from ..errors import (
+    CorruptData,
+    NotMigrated,
+    NotReplicated,
+    RedisUnavailable,
+    RsjobsError,
+    StoreError,
+)
 from ..settings import Settings
 from ..store.connection import connect, describe
 from ..workflows import WorkflowClient, WorkflowDefinition
@@ -115,6 +122,8 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             await service.start()
+        except NotMigrated:
+            raise  # the app must not serve a namespace it would misread
         except (RsjobsError, OSError) as exc:
             log.warning("redis unavailable at startup (%s); will retry on first use", exc)
         try:
@@ -157,6 +166,7 @@ def create_app(
             StoreError: _store_error,
             NotReplicated: _store_error,
             CorruptData: _store_error,
+            NotMigrated: _store_error,
         },
     )
     app.state.rsjobs = service

@@ -113,6 +113,7 @@ async def cmd_web(args: argparse.Namespace) -> int:
         keepalive_ms=args.keepalive_ms,
     )
     from ..cli import settings_from_args
+    from ..errors import RedisUnavailable
 
     app = create_app(
         args.url,
@@ -123,11 +124,16 @@ async def cmd_web(args: argparse.Namespace) -> int:
         definitions=load_definitions(args.workflows),
         asset_root=args.asset_root,
     )
-    if app.state.rsjobs.auth.dev:
+    service = app.state.rsjobs
+    try:
+        # refused in one line here, not by a failed startup (the app's lifespan checks too)
+        await service.store.require_layout()
+    except RedisUnavailable:
+        pass  # the app starts and waits for Redis
+    if service.auth.dev:
         logging.getLogger("rsjobs.web").warning(
             "dev mode: requests without a token are served as an anonymous admin"
         )
-    service = app.state.rsjobs
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:

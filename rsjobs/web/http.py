@@ -60,13 +60,17 @@ def store_error(exc: Exception) -> ApiError | None:
     Redis unreachable, frozen or failing over, or refusing the work for its own condition
     (:class:`rsjobs.StoreError`): 503 ``redis_unavailable``. Durable mode's replicas not
     confirming a write in time: 503 ``not_replicated`` (the write was applied; repeating
-    the request is safe). Stored data rsjobs cannot read, a task's or a workflow's
-    (written by something else): 500 ``corrupt_data``, logged, the request changed
-    nothing."""
-    from ..errors import CorruptData, NotReplicated, RedisUnavailable, StoreError
+    the request is safe). A namespace or task of an earlier layout (``rsjobs migrate``
+    not run): 503 ``not_migrated``, logged, nothing written. Stored data rsjobs cannot
+    read, a task's or a workflow's (written by something else): 500 ``corrupt_data``,
+    logged, the request changed nothing."""
+    from ..errors import CorruptData, NotMigrated, NotReplicated, RedisUnavailable, StoreError
 
     if isinstance(exc, RedisUnavailable | StoreError):
         return unavailable()
+    if isinstance(exc, NotMigrated):
+        log.error("%s", exc)
+        return ApiError(503, "not_migrated", str(exc))
     if isinstance(exc, NotReplicated):
         return ApiError(503, "not_replicated", str(exc), {"Retry-After": "1"})
     if isinstance(exc, CorruptData):

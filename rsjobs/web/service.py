@@ -62,8 +62,11 @@ class Service:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
-        """Start the events reader (idempotent). Raises on a Redis error."""
+        """Check the namespace's layout, then start the events reader (idempotent).
+        Raises on a Redis error, and :class:`rsjobs.NotMigrated` when the namespace holds
+        data of an earlier layout."""
         self._loop = asyncio.get_running_loop()
+        await self.store.require_layout()
         await self.hub.start()
 
     def close_streams(self) -> None:

@@ -230,7 +230,12 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
         self.started_at = time.time()
-        if not await self._wait_for_redis():
+        try:
+            ready = await self._wait_for_redis()
+        except BaseException:
+            self._remove_signal_handlers(loop)
+            raise
+        if not ready:
             log.info("worker %s stopped before redis was reachable", self.name)
             self._remove_signal_handlers(loop)
             return
@@ -277,8 +282,10 @@ class Worker:
                 loop.remove_signal_handler(sig)
 
     async def _setup(self) -> None:
-        """The groups of the queue streams, the queue names, the first registration."""
+        """The namespace's layout (an earlier one is refused: :class:`rsjobs.NotMigrated`),
+        the groups of the queue streams, the queue names, the first registration."""
         await self.store.ping()
+        await self.store.require_layout()
         await self.store.work.ensure_groups(self.streams)
         await self.store.tasks.remember_queues(self.queues)
         await self._read_paused()

@@ -26,7 +26,7 @@ import traceback
 import msgspec
 from redis.asyncio import Redis
 
-from ..errors import ConfigError, RedisUnavailable
+from ..errors import ConfigError, NotMigrated, RedisUnavailable
 from ..settings import Settings
 from ..store import Store, WfCode
 from ..store.connection import connect
@@ -103,6 +103,8 @@ class WorkflowDriver:
         """Re-drive every active workflow once; returns what was done."""
         t0 = time.monotonic()
         report = DriveReport()
+        # a namespace of an earlier layout is not driven (it would be misread): once per run
+        await self.store.require_layout()
         cursor = 0
         while True:
             cursor, ids = await self.store.workflows.active(cursor, self.batch)
@@ -195,6 +197,8 @@ class WorkflowDriver:
                     log.warning("workflow drive: redis unavailable (%s)", exc)
                     delay, backoff = backoff, min(backoff * 2, 5.0)
                 except Exception as exc:
+                    if isinstance(exc, NotMigrated) and not self.store.layout_ok:
+                        raise  # the namespace is not migrated: the driver does not run
                     # not one input may end the driver: log it whole, back off, go on
                     # (only stop() / SIGTERM / SIGINT end this loop)
                     self.failed_passes += 1

@@ -153,6 +153,8 @@ def _calls() -> dict[str, layout.Packed]:
         "workers": L.workers(c, k, "src", _named(L.WorkersArgs), ["q1", "q2"]),
         "link": L.link(c, "src", tk, tk),
         "quarantine": L.quarantine(c, k, "src", tk, _named(L.QuarantineArgs)),
+        "marker": L.marker(c, k, "src", "current"),
+        "migrate": L.migrate(c, "src", _named(L.MigrateArgs), [_named(L.Layout1Task)] * 2),
         "wf_start": L.wf_start(c, "src", 10, wk, _named(L.WfStartArgs)),
         "wf_spawn": L.wf_spawn(
             c, "src", 10, wk, _named(L.WfSpawnArgs), [(tk, _named(L.WfTask))] * 2

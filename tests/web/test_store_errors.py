@@ -75,3 +75,36 @@ async def test_corrupt_task_is_a_clear_500(redis_url: str) -> None:
         assert resp.status_code == 500, resp.text
         assert resp.json()["error"] == "corrupt_data" and tid in resp.json()["detail"]
     await app.state.rsjobs.aclose()
+
+
+async def test_a_namespace_not_migrated_is_a_503_and_refuses_the_startup(redis_url: str) -> None:
+    """Tasks an earlier rsjobs wrote (layout 1): the app's startup fails (rsjobs web
+    refuses to start), and a mounted app, whose startup is not run, answers 503
+    not_migrated to reads and writes alike, writing nothing."""
+    import redis as sync_redis
+
+    from rsjobs import Client, NotMigrated
+    from tests.support.layout1 import writing_layout1
+
+    with writing_layout1():
+        async with Client.from_url(redis_url, namespace=NAMESPACE) as c:
+            tid = await c.enqueue("x", None, owner="alice")
+    r = sync_redis.Redis.from_url(redis_url)
+    before = {k: r.dump(k) for k in r.scan_iter()}
+    app = make_app(redis_url)
+    with pytest.raises(NotMigrated):
+        async with app.router.lifespan_context(app):
+            pass
+    app = make_app(redis_url)
+    async with _client(app) as api:
+        for method, path, body in (
+            ("POST", "/tasks", {"type": "x"}),
+            ("GET", f"/tasks/{tid}", None),
+            ("POST", f"/tasks/{tid}/cancel", None),
+        ):
+            resp = await api.request(method, path, json=body, headers=ALICE)
+            assert resp.status_code == 503, (path, resp.text)
+            assert resp.json()["error"] == "not_migrated" and "rsjobs" in resp.json()["detail"]
+    await app.state.rsjobs.aclose()
+    assert {k: r.dump(k) for k in r.scan_iter()} == before
+    r.close()
