@@ -8,7 +8,8 @@ Redis errors become rsjobs's (:mod:`.transient`). Everything else calls a :class
     info = await store.tasks.get(task_id)
 
 The parts are attributes, each one idea: ``tasks`` (clients and the web app), ``work``
-(workers), ``reaper``, ``quarantine``, ``workflows``, ``events`` (the web app's hub).
+(workers), ``reaper``, ``quarantine``, ``workflows``, ``events`` (the web app's hub),
+``index`` (task lists, and the trim of their indexes).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from redis.asyncio import Redis
 from ..settings import Settings
 from .connection import connect, describe, reset_connections
 from .events import Events
+from .index import Index, ListQuery
 from .keys import GROUP, Keys, TaskKeys, WorkflowKeys
 from .quarantine import Quarantine, Suspect, Verdict
 from .reaper import Reaping
@@ -48,8 +50,10 @@ __all__ = [
     "Code",
     "DeadlineOutcome",
     "Delivery",
+    "Index",
     "Keys",
     "LinkCode",
+    "ListQuery",
     "OpenSet",
     "QuarantineOutcome",
     "Recovery",
@@ -100,6 +104,7 @@ class Store:
             self.scripts, history_maxlen=wf_history_maxlen, durable=durable_workflows
         )
         self.events = Events(self.scripts)
+        self.index = Index(self.scripts)
 
     async def ping(self) -> None:
         with boundary("PING"):

@@ -21,12 +21,17 @@ from urllib.parse import unquote
 from ..errors import CorruptData
 from ..model import TRANSITIONS
 
-__all__ = ["COUNT", "Row", "entries", "position"]
+__all__ = ["COUNT", "Row", "entries", "fields", "position"]
 
 #: the hash field counting the entries
 COUNT = "hn"
 
 Row = tuple[str, dict[str, str]]
+
+
+def fields(n: int) -> list[str]:
+    """The hash fields of the first ``n`` entries (at least the first)."""
+    return [f"h{i}" for i in range(1, max(n, 1) + 1)]
 
 
 def position(entry_id: str) -> int:

@@ -1,13 +1,14 @@
 """How each script's KEYS and ARGV are laid out, and one packer per script.
 
 Every call of a script is: the common KEYS (``fsm.lua``: events, stats, scheduled,
-deadlines), then each item's keys (a task's three: :class:`TaskKeys`), then the
-script's own keys (workflow scripts: :class:`WorkflowKeys`); the common ARGV (source,
-events_max, retention, group; workflow scripts then channel, history_max), then the
-script's own values, then each item's values. A script's header names all of them; the
-:class:`Layout` of its packer below names the same, from the NamedTuples the packer takes,
-and a test parses every header and checks the two agree (``tests/store/test_layout.py``).
-Each script checks ``#KEYS`` and ``#ARGV`` against its header before anything else.
+deadlines and the list indexes: ``Keys.common``), then each item's keys (a task's three:
+:class:`TaskKeys`), then the script's own keys (workflow scripts: :class:`WorkflowKeys`);
+the common ARGV (source, events_max, retention, group; workflow scripts then channel,
+history_max), then the script's own values, then each item's values. A script's header
+names all of them; the :class:`Layout` of its packer below names the same, from the
+NamedTuples the packer takes, and a test parses every header and checks the two agree
+(``tests/store/test_layout.py``). Each script checks ``#KEYS`` and ``#ARGV`` against its
+header before anything else.
 
 Packers are pure functions: they only place values (no Redis, no checks: the scripts
 check everything before their first write), so the Lua tests run the scripts through them.
@@ -44,6 +45,7 @@ __all__ = [
     "QuarantineArgs",
     "ReclaimArgs",
     "StartArgs",
+    "TrimArgs",
     "WfAbortArgs",
     "WfCancelArgs",
     "WfGateArgs",
@@ -129,6 +131,7 @@ TASK_OPTIONS = (
     "backoff_max_ms",
     "dedup",
     "owner",
+    "labels",
 )
 _options = msgspec.json.Encoder()
 
@@ -143,9 +146,11 @@ def task_options(
     wait_timeout_ms: int = 0,
     dedup: str | None = None,
     owner: str | None = None,
+    labels: str | None = None,
 ) -> bytes:
     """A new task's options as the one JSON object the scripts take; 0 and empty values
-    are left out (the scripts read a missing name as 0 or '')."""
+    are left out (the scripts read a missing name as 0 or ''). ``labels``: the JSON text
+    :func:`rsjobs.labels.encode_labels` makes."""
     o: dict[str, Any] = {"max_attempts": max_attempts}
     if timeout_ms:
         o["timeout_ms"] = timeout_ms
@@ -161,6 +166,8 @@ def task_options(
         o["dedup"] = dedup
     if owner:
         o["owner"] = owner
+    if labels:
+        o["labels"] = labels
     return _options.encode(o)
 
 
@@ -372,6 +379,18 @@ QUARANTINE = Layout(
 
 def quarantine(c: Common, k: Keys, source: str, keys: TaskKeys, args: QuarantineArgs) -> Packed:
     return _pack(QUARANTINE, c, source, args, [(keys, ())], (k.deadletter,))
+
+
+class TrimArgs(NamedTuple):
+    #: tags:trim entries one call handles at most
+    most: int | str
+
+
+TRIM = Layout("trim", TrimArgs._fields)
+
+
+def trim(c: Common, source: str, args: TrimArgs) -> Packed:
+    return _pack(TRIM, c, source, args, ())
 
 
 # -- workflows -------------------------------------------------------------------------------
@@ -630,6 +649,7 @@ LAYOUTS: dict[str, Layout] = {
         WORKERS,
         LINK,
         QUARANTINE,
+        TRIM,
         WF_START,
         WF_SPAWN,
         WF_FINISH,

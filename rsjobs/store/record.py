@@ -96,6 +96,8 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     error: str = ""
     error_type: str = ""
     owner: str = ""
+    #: its labels, a JSON text (rsjobs.labels)
+    labels: str = ""
     dedup: str = ""
     #: its current stream entry
     entry: str = _short("entry")

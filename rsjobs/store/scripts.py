@@ -43,6 +43,7 @@ SCRIPT_NAMES = (
     "workers",
     "link",
     "quarantine",
+    "trim",
     # the workflows': fsm.lua + wf.lua + the script
     "wf_start",
     "wf_spawn",

@@ -151,6 +151,7 @@ def _calls() -> dict[str, layout.Packed]:
         "workers": L.workers(c, k, "src", _named(L.WorkersArgs), ["q1", "q2"]),
         "link": L.link(c, "src", tk, tk),
         "quarantine": L.quarantine(c, k, "src", tk, _named(L.QuarantineArgs)),
+        "trim": L.trim(c, "src", _named(L.TrimArgs)),
         "wf_start": L.wf_start(c, "src", 10, wk, _named(L.WfStartArgs)),
         "wf_spawn": L.wf_spawn(
             c, "src", 10, wk, _named(L.WfSpawnArgs), [(tk, _named(L.WfTask))] * 2
