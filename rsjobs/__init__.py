@@ -22,7 +22,7 @@ from .errors import (
     WaitTimeout,
 )
 from .model import Event, State
-from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo
+from .schemas import EnqueueRequest, EnqueueResult, HistoryEntry, TaskInfo, TaskPage, TaskSummary
 from .settings import Settings
 from .store.connection import connect
 from .sync import SyncClient
@@ -53,6 +53,8 @@ __all__ = [
     "SyncClient",
     "TaskInfo",
     "TaskNotFound",
+    "TaskPage",
+    "TaskSummary",
     "WaitTimeout",
     "Worker",
     "connect",

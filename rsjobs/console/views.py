@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..model import State
-from ..schemas import HistoryEntry, TaskInfo
+from ..schemas import HistoryEntry, TaskInfo, TaskSummary
 from .tables import Column
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ __all__ = [
     "memory_table",
     "queues_table",
     "status_table",
+    "tasks_table",
     "unserved_queues",
     "waiting",
     "when",
@@ -68,13 +69,34 @@ def status_table(info: TaskInfo) -> Table:
         ["id", info.id], ["type", info.type], ["queue", info.queue], ["state", info.state],
         ["attempt", f"{info.attempt} (failures {info.failures}/{info.max_attempts})"],
         ["progress", f"{info.progress:g}% {info.progress_msg}".rstrip()],
-        ["worker", info.worker], ["owner", info.owner],
+        ["worker", info.worker], ["owner", info.owner], ["labels", labels_text(info.labels)],
         ["created", when(info.created_at)], ["started", when(info.started_at)],
         ["finished", when(info.finished_at)],
         ["result", json.dumps(info.result) if info.result is not None else ""],
         ["error", _one_line(info.error)],
     ]  # fmt: skip
     return [Column("field"), Column("value")], rows
+
+
+def labels_text(labels: Mapping[str, str]) -> str:
+    """Labels as ``key=value`` words (what ``--label`` takes)."""
+    return " ".join(f"{k}={v}" for k, v in labels.items())
+
+
+def tasks_table(items: Iterable[TaskSummary]) -> Table:
+    """``rsjobs tasks``: one row per task, in the list's order (newest first)."""
+    columns = [
+        Column("listed"), Column("id"), Column("state"), Column("queue"), Column("type"),
+        Column("att", numeric=True), Column("owner"), Column("labels"), Column("error"),
+    ]  # fmt: skip
+    rows: list[list[object]] = []
+    for s in items:
+        error = f"{s.error_type}: {s.error}" if s.error_type else s.error
+        rows.append(
+            [when(s.listed_at), s.id, s.state, s.queue, s.type, f"{s.attempt}/{s.max_attempts}",
+             s.owner, labels_text(s.labels), _one_line(error)[:80]]
+        )  # fmt: skip
+    return columns, rows
 
 
 def history_table(entries: Iterable[HistoryEntry]) -> Table:
@@ -118,14 +140,20 @@ def unserved_queues(
     return {q: waiting(c) for q, c in stats.items() if waiting(c) and not live.get(q)}
 
 
-def queues_table(stats: Mapping[str, Mapping[str, int]], live: Mapping[str, int]) -> Table:
-    """``rsjobs queues``: live workers, stream depth and tasks per state, per queue; a
-    queue with work and no live worker says so in its last column."""
+def queues_table(
+    stats: Mapping[str, Mapping[str, int]],
+    live: Mapping[str, int],
+    oldest: Mapping[str, int] | None = None,
+) -> Table:
+    """``rsjobs queues``: live workers, stream depth and tasks per state, per queue, and
+    how long its oldest undelivered task has waited (``oldest``: queue -> ms); a queue
+    with work and no live worker says so in its last column."""
     columns = [
         Column("queue"),
         Column("workers", numeric=True),
         Column("stream", numeric=True),
         *(Column(s, numeric=True) for s in QUEUE_STATES),
+        Column("oldest", numeric=True),
         Column("note"),
     ]
     rows: list[list[object]] = []
@@ -137,6 +165,7 @@ def queues_table(stats: Mapping[str, Mapping[str, int]], live: Mapping[str, int]
                 live.get(q, 0),
                 counts.get("stream_length", 0),
                 *(counts.get(s, 0) for s in QUEUE_STATES),
+                age((oldest or {}).get(q, 0)) if (oldest or {}).get(q) else "",
                 note,
             ]
         )

@@ -37,6 +37,7 @@ from .assets import asset_routes, check_asset_root
 from .auth import Auth
 from .config import WebConfig
 from .http import ApiError, error_response, store_error
+from .lists import list_routes
 from .logs import redact_access_logs
 from .routes import task_routes
 from .service import Service
@@ -121,7 +122,9 @@ def create_app(
         finally:
             await service.aclose()
 
-    routes = task_routes(service) + workflow_routes(service) + asset_routes(service, root)
+    # (the lists first: /tasks/export before /tasks/{task_id})
+    routes = list_routes(service) + task_routes(service) + workflow_routes(service)
+    routes += asset_routes(service, root)
     if config.serve_ui:
         static = StaticFiles(directory=str(resources.files("rsjobs") / "web" / "static"), html=True)
         routes += [
