@@ -27,10 +27,10 @@ from ..errors import ConfigError, CorruptData
 from ..labels import decode_labels
 from ..model import TERMINAL, State
 from ..schemas import TaskPage, TaskSummary
-from . import history, layout
+from . import layout
 from .cursor import Cursor, decode_cursor, encode_cursor, fingerprint
 from .keys import GROUP, TERMINAL_STATES
-from .layout import TrimArgs
+from .layout import SummaryArgs, TrimArgs
 from .record import decode_task
 from .replies import text
 from .scripts import Scripts
@@ -72,6 +72,7 @@ _FIELDS = (
     "id", "s", "t", "q", "owner", "labels", "e", "a", "f", "ma", "c", "u", "b", "progress",
     "error", "error_type", "due_at", "consumer", "hn", "wf",
 )  # fmt: skip
+_FIELD_LIST = " ".join(_FIELDS)
 _ACTIVE = frozenset({"PENDING", "RUNNING"})
 
 
@@ -356,29 +357,23 @@ class Index:
         if not batch:
             return []
         k = self.keys
-        with boundary("HMGET tasks"):
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for c in batch:
-                    pipe.hmget(k.task(c.task_id), _FIELDS)
-                rows = await pipe.execute()
-        found: list[dict[str, Any] | None] = []
+        call = layout.summaries(
+            self.scripts.common, "api", SummaryArgs(_FIELD_LIST), [k.task(c.task_id) for c in batch]
+        )
+        rows = await self.scripts.run(call)
+        out: list[TaskSummary | None] = []
+        nf = len(_FIELDS)
         for c, row in zip(batch, rows, strict=True):
-            f = {name: text(v) for name, v in zip(_FIELDS, row, strict=True) if v is not None}
+            # the fields, then (a finished task) its history: its start, end and worker
+            # are read from it, its hash drops them
+            f = {n: text(v) for n, v in zip(_FIELDS, row[:nf], strict=True) if v is not None}
             ok = c.source.accepts(c, {n: f.get(n) for n in ("s", "e")}) and q.matches(f)
-            found.append(f if ok else None)
-        # a finished task's start, end and worker are in its history (its hash drops them)
-        ended = [f for f in found if f is not None and f.get("s") in TERMINAL]
-        if ended:
-            with boundary("HMGET task history"):
-                async with self.redis.pipeline(transaction=False) as pipe:
-                    for f in ended:
-                        n = int(f["hn"]) if f.get("hn", "").isdigit() else 0
-                        pipe.hmget(k.task(f.get("id", "")), history.fields(n))
-                    hist = await pipe.execute()
-            for f, values in zip(ended, hist, strict=True):
-                names = history.fields(len(values))
-                f.update({n: text(v) for n, v in zip(names, values, strict=True) if v})
-        return [None if f is None else _summary(f, c) for f, c in zip(found, batch, strict=True)]
+            if not ok:
+                out.append(None)
+                continue
+            f.update({f"h{j}": text(v) for j, v in enumerate(row[nf:], 1) if v is not None})
+            out.append(_summary(f, c))
+        return out
 
     # -- what the queues view needs -----------------------------------------------------------
 

@@ -45,6 +45,7 @@ __all__ = [
     "QuarantineArgs",
     "ReclaimArgs",
     "StartArgs",
+    "SummaryArgs",
     "TrimArgs",
     "WfAbortArgs",
     "WfCancelArgs",
@@ -393,6 +394,18 @@ def trim(c: Common, source: str, args: TrimArgs) -> Packed:
     return _pack(TRIM, c, source, args, ())
 
 
+class SummaryArgs(NamedTuple):
+    #: the hash fields to read, separated by spaces
+    fields: str
+
+
+SUMMARIES = Layout("summaries", SummaryArgs._fields, "task", (), ("task",))
+
+
+def summaries(c: Common, source: str, args: SummaryArgs, tasks: Iterable[str]) -> Packed:
+    return _pack(SUMMARIES, c, source, args, (((key,), ()) for key in tasks))
+
+
 # -- workflows -------------------------------------------------------------------------------
 
 
@@ -650,6 +663,7 @@ LAYOUTS: dict[str, Layout] = {
         LINK,
         QUARANTINE,
         TRIM,
+        SUMMARIES,
         WF_START,
         WF_SPAWN,
         WF_FINISH,

@@ -44,6 +44,7 @@ SCRIPT_NAMES = (
     "link",
     "quarantine",
     "trim",
+    "summaries",
     # the workflows': fsm.lua + wf.lua + the script
     "wf_start",
     "wf_spawn",
