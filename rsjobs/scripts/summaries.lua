@@ -10,14 +10,21 @@ KEYS: common (see fsm.lua), then
 ARGV: common (see fsm.lua), then
   ARGV[5]  fields  the hash fields to read, separated by spaces; `s` (state) and `hn`
                    (history count) among them
+  ARGV[6]  states  the states the list wants, separated by spaces ('' = any): the history
+                   of a task in another state is not read (the list skips the task)
 Returns: per task, the values of `fields` in their order (false where missing, all false
-  when there is no such task), followed for a task in a terminal state by the values of
-  its history fields h1 ... h<hn>.
+  when there is no such task), followed for a task in a terminal state the list wants by
+  the values of its history fields h1 ... h<hn>.
 An error (nothing read) when `fields` does not name `s` and `hn`.
 Events: none.
 ]]
-local n, bad = layout(1, 0, 1, 0)
+local n, bad = layout(2, 0, 1, 0)
 if bad then return bad end
+local wanted = nil
+for state in string.gmatch(ARGV[6], '%S+') do
+  wanted = wanted or {}
+  wanted[state] = true
+end
 local names, at = {}, {}
 for name in string.gmatch(ARGV[5], '%S+') do
   names[#names + 1] = name
@@ -30,7 +37,9 @@ for i = 1, n do
   local key = KEYS[NCOMMON + i]
   local v = redis.call('HMGET', key, unpack(names))
   local hn = tonumber(v[at.hn]) or 0
-  if v[at.s] and TERMINAL[v[at.s]] and hn >= 1 and hn == math.floor(hn) then
+  local state = v[at.s]
+  if state and TERMINAL[state] and (wanted == nil or wanted[state]) and hn >= 1
+      and hn == math.floor(hn) then
     for from = 1, hn, CHUNK do
       local h = {}
       for j = from, math.min(hn, from + CHUNK - 1) do h[#h + 1] = 'h' .. j end

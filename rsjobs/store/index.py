@@ -358,7 +358,10 @@ class Index:
             return []
         k = self.keys
         call = layout.summaries(
-            self.scripts.common, "api", SummaryArgs(_FIELD_LIST), [k.task(c.task_id) for c in batch]
+            self.scripts.common,
+            "api",
+            SummaryArgs(_FIELD_LIST, " ".join(q.states)),
+            [k.task(c.task_id) for c in batch],
         )
         rows = await self.scripts.run(call)
         out: list[TaskSummary | None] = []

@@ -397,6 +397,8 @@ def trim(c: Common, source: str, args: TrimArgs) -> Packed:
 class SummaryArgs(NamedTuple):
     #: the hash fields to read, separated by spaces
     fields: str
+    #: the states the list wants, separated by spaces ('' = any)
+    states: str
 
 
 SUMMARIES = Layout("summaries", SummaryArgs._fields, "task", (), ("task",))

@@ -181,3 +181,25 @@ def test_trim_keeps_everything_without_retention_and_refuses_a_bad_count() -> No
         with pytest.raises(Exception, match="invalid most"):
             h.run(layout.trim(h.c, "reaper", TrimArgs(bad)))
     assert h.snapshot() == before
+
+
+def test_summaries_reads_fields_and_the_history_of_wanted_finished_tasks() -> None:
+    from rsjobs.store.layout import SummaryArgs
+
+    h = LuaHarness()
+    h.enqueue(A)
+    h.enqueue(B)
+    h.control(B, "CANCEL")
+    keys = [h.k.task(t) for t in (A, B, C)]  # C does not exist
+    before = h.snapshot()
+    rows = h.run(layout.summaries(h.c, "api", SummaryArgs("s hn id", ""), keys))
+    assert rows[0] == ["PENDING", "1", A]  # not finished: no history
+    assert rows[1][:3] == ["CANCELLED", "2", B] and len(rows[1]) == 5
+    assert rows[1][3].startswith("ENQUEUE") and rows[1][4].startswith("CANCEL")
+    assert rows[2] == [None, None, None]
+    # the history of a finished task in a state the list does not want is not read
+    rows = h.run(layout.summaries(h.c, "api", SummaryArgs("s hn", "PENDING FAILED"), keys))
+    assert rows[1] == ["CANCELLED", "2"]
+    with pytest.raises(Exception, match="s and hn needed"):
+        h.run(layout.summaries(h.c, "api", SummaryArgs("id", ""), keys))
+    assert h.snapshot() == before  # it writes nothing
