@@ -45,6 +45,7 @@ VARIANTS: dict[str, Callable[[str], str]] = {
     "without the duration histogram": lambda src: _cut(
         src, "if t.started then observe_duration(t, to) end", ""
     ),
+    "without the list indexes": lambda src: _cut(src, "    index_move(t, from, to)\n", ""),
 }
 
 
