@@ -272,7 +272,11 @@ class Index:
     async def _candidates(
         self, sources: list[Source], want: int
     ) -> AsyncGenerator[Candidate, None]:
-        """Every candidate of ``sources``, merged newest first (largest key first)."""
+        """Every candidate of ``sources``, merged newest first (largest key first). A
+        source's first fetch asks for its share of twice ``want``; each next one for twice
+        as many as its last (a list of many sources does not read many entries of each)."""
+        for s in sources:
+            s.batch = min(FETCH_MAX, max(10, -(-2 * want // len(sources))))
         heap: list[_Head] = []
         queued: set[int] = set()
         while True:
@@ -280,7 +284,7 @@ class Index:
                 s for s in sources if not s.buffer and not s.exhausted and id(s) not in queued
             ]
             if starving:
-                await self._fetch(starving, want)
+                await self._fetch(starving)
             for s in sources:
                 if s.buffer and id(s) not in queued:
                     heapq.heappush(heap, _Head(s.buffer[0]))
@@ -295,15 +299,15 @@ class Index:
             queued.discard(id(src))
             yield head.c
 
-    async def _fetch(self, sources: list[Source], want: int) -> None:
-        count = min(max(2 * want, 20), FETCH_MAX)
+    async def _fetch(self, sources: list[Source]) -> None:
         with boundary("list indexes"):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for s in sources:
-                    s.command(pipe, count)
+                    s.command(pipe, s.batch)
                 replies = await pipe.execute()
         for s, reply in zip(sources, replies, strict=True):
-            s.take(reply, count)
+            s.take(reply, s.batch)
+            s.batch = min(FETCH_MAX, 2 * s.batch)
 
     async def _collect(
         self, q: ListQuery, sources: list[Source]

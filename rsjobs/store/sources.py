@@ -84,6 +84,8 @@ class Source:
         self.since = since
         self.buffer: deque[Candidate] = deque()
         self.exhausted = False
+        #: how many candidates the next fetch asks for (set by the reader)
+        self.batch = 20
 
     def command(self, pipe: Any, count: int) -> None:
         """Queue the fetch of at most ``count`` candidates below :attr:`next`."""
