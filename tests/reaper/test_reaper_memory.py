@@ -145,6 +145,7 @@ async def test_keyspace_returns_to_baseline_after_retention(redis_url: str) -> N
 
             n = await settle(client, timeout=RETENTION_MS / 1000 + 15)  # ...then gone
             assert n == base_n
+            assert reaper.totals["index_trimmed"] > 0  # the reaper trimmed the list indexes
             assert await keyspace(client) == base_keys
             mem = int((await client.redis.info("memory"))["used_memory"])
             usage = {k: await client.redis.memory_usage(k) for k in sorted(base_keys)}
