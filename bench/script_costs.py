@@ -5,7 +5,8 @@ Runs the real scripts (enqueue in calls of 250 tasks; start and finish in calls 
 configuration, and reports Δ ``INFO commandstats`` EVALSHA microseconds / task: the time
 Redis spent inside the scripts, including the commands they call. Variants with one part
 of ``fsm.lua`` taken out show what that part costs (they are measurements, not options:
-rsjobs always does all of it). Medians over ``--rounds``, variants interleaved.
+rsjobs always does all of it). Medians over ``--rounds``, variants interleaved, and the
+fastest round of each (on a machine shared with other load, the least disturbed one).
 
     .venv-bench/bin/python -m bench.script_costs [--tasks 4000] [--rounds 5] [--batch 32]
 """
@@ -123,13 +124,18 @@ def main() -> None:
                 proc[name].append(_evalsha_us(r) / n)
         print(
             f"Redis {server.version()}, default config; {n} tasks x {a.rounds} rounds; "
-            f"start/finish in calls of {a.batch}; EVALSHA µs per task (median)"
+            f"start/finish in calls of {a.batch}; EVALSHA µs per task (median; fastest round)"
         )
-        print(f"| {'variant':40s} | enqueue | start + finish |")
-        print(f"|{'-' * 42}|--------:|---------------:|")
+        print(
+            f"| {'variant':40s} | enqueue | start + finish | enqueue, min | start + finish, min |"
+        )
+        print(f"|{'-' * 42}|--------:|---------------:|-------------:|--------------------:|")
         for name in VARIANTS:
             e, s = statistics.median(enq[name]), statistics.median(proc[name])
-            print(f"| {name:40s} | {e:7.1f} | {s:14.1f} |")
+            print(
+                f"| {name:40s} | {e:7.1f} | {s:14.1f} | {min(enq[name]):12.1f} | "
+                f"{min(proc[name]):19.1f} |"
+            )
         r.close()
     finally:
         server.stop()

@@ -20,8 +20,11 @@ number of tasks held.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any, NamedTuple
+
+import msgspec
 
 from ..errors import ConfigError, CorruptData
 from ..labels import decode_labels
@@ -30,7 +33,7 @@ from ..schemas import TaskPage, TaskSummary
 from . import layout
 from .cursor import Cursor, decode_cursor, encode_cursor, fingerprint
 from .keys import GROUP, TERMINAL_STATES
-from .layout import SummaryArgs, TrimArgs
+from .layout import Expect, SummaryArgs, TrimArgs
 from .record import decode_task
 from .replies import text
 from .scripts import Scripts
@@ -67,12 +70,15 @@ MAX_PAGE = 500
 SCAN_MIN = 1000
 #: the most candidates one fetch of one source asks for
 FETCH_MAX = 500
+#: the most candidates one call of summaries.lua reads
+BATCH_MAX = 500
 #: the task hash fields a list reads (and the history, for a finished task's times)
 _FIELDS = (
     "id", "s", "t", "q", "owner", "labels", "e", "a", "f", "ma", "c", "u", "b", "progress",
     "error", "error_type", "due_at", "consumer", "hn", "wf",
 )  # fmt: skip
 _FIELD_LIST = " ".join(_FIELDS)
+_json = msgspec.json.Encoder()
 _ACTIVE = frozenset({"PENDING", "RUNNING"})
 
 
@@ -113,6 +119,21 @@ class ListQuery(NamedTuple):
             [sorted(self.states), sorted(self.queues), self.type, self.owner,
              sorted(self.labels), self.since, self.until]
         )  # fmt: skip
+
+    def filter_json(self) -> str:
+        """The filters as ``summaries.lua`` takes them (a JSON object)."""
+        f: dict[str, Any] = {}
+        if self.states:
+            f["states"] = list(self.states)
+        if self.queues:
+            f["queues"] = list(self.queues)
+        if self.type:
+            f["type"] = self.type
+        if self.owner:
+            f["owner"] = self.owner
+        if self.labels:
+            f["labels"] = dict(self.labels)
+        return _json.encode(f).decode()
 
     def matches(self, f: dict[str, Any]) -> bool:
         """Whether a task's hash fields pass every filter."""
@@ -325,23 +346,31 @@ class Index:
         scan = max(SCAN_MIN, 10 * q.limit)
         items: list[TaskSummary] = []
         seen: set[str] = set()
-        looked = 0
+        passed = 0  # candidates the merge passed on (marks included)
+        read = 0  # candidates read, for the share that passes the filters
+
+        def looked() -> int:  # the index entries looked at, those dropped at once included
+            return passed + sum(s.skipped for s in sources)
+
         last: Candidate | None = None
         more = True  # the merge may have more candidates
         left = False  # candidates of the last batch were left after the page's last task
-        while len(items) < q.limit and more and looked < scan:
-            # a batch of candidates in list order, read in one round trip
+        while len(items) < q.limit and more and looked() < scan:
+            # a batch of candidates in list order, read in one round trip: as many as the
+            # share that passed so far says it takes to fill the page
             batch: list[Candidate] = []
-            size = max(q.limit - len(items), 20)
+            share = max(len(items) / read, 0.05) if read else 1.0
+            size = min(BATCH_MAX, max(20, math.ceil((q.limit - len(items)) / share)))
             more = False
             async for c in stream:
-                looked += 1
+                passed += 1
                 last = c
-                if c.task_id and c.source.wants(c):
+                if c.task_id:  # (a mark only moves the cursor)
                     batch.append(c)
-                if len(batch) >= size or looked >= scan:
+                if len(batch) >= size or looked() >= scan:
                     more = True
                     break
+            read += len(batch)
             for n, (c, summary) in enumerate(zip(batch, await self._read(q, batch), strict=True)):
                 if summary is None or c.task_id in seen:
                     continue
@@ -352,7 +381,7 @@ class Index:
                     break
         if last is None or not (more or left):
             return items, None  # the merge has nothing after this page
-        if len(items) < q.limit and looked < scan:
+        if len(items) < q.limit and looked() < scan:
             return items, None
         return items, (last.ms, last.ident, last.position)
 
@@ -364,13 +393,16 @@ class Index:
         call = layout.summaries(
             self.scripts.common,
             "api",
-            SummaryArgs(_FIELD_LIST, " ".join(q.states)),
-            [k.task(c.task_id) for c in batch],
+            SummaryArgs(_FIELD_LIST, q.filter_json()),
+            [(k.task(c.task_id), Expect(c.source.expect(c))) for c in batch],
         )
         rows = await self.scripts.run(call)
         out: list[TaskSummary | None] = []
         nf = len(_FIELDS)
         for c, row in zip(batch, rows, strict=True):
+            if not row:  # skipped by the script: gone, moved on, or filtered out
+                out.append(None)
+                continue
             # the fields, then (a finished task) its history: its start, end and worker
             # are read from it, its hash drops them
             f = {n: text(v) for n, v in zip(_FIELDS, row[:nf], strict=True) if v is not None}

@@ -37,6 +37,7 @@ __all__ = [
     "DeadlineItem",
     "Ending",
     "Entry",
+    "Expect",
     "Layout",
     "Member",
     "NewTask",
@@ -397,15 +398,23 @@ def trim(c: Common, source: str, args: TrimArgs) -> Packed:
 class SummaryArgs(NamedTuple):
     #: the hash fields to read, separated by spaces
     fields: str
-    #: the states the list wants, separated by spaces ('' = any)
-    states: str
+    #: the list's filters, a JSON object (see summaries.lua)
+    filter: str
 
 
-SUMMARIES = Layout("summaries", SummaryArgs._fields, "task", (), ("task",))
+class Expect(NamedTuple):
+    """What a task's index says of it: ``"<states>|<entry>"`` (``summaries.lua``)."""
+
+    expect: str
 
 
-def summaries(c: Common, source: str, args: SummaryArgs, tasks: Iterable[str]) -> Packed:
-    return _pack(SUMMARIES, c, source, args, (((key,), ()) for key in tasks))
+SUMMARIES = Layout("summaries", SummaryArgs._fields, "task", Expect._fields, ("task",))
+
+
+def summaries(
+    c: Common, source: str, args: SummaryArgs, tasks: Iterable[tuple[str, Expect]]
+) -> Packed:
+    return _pack(SUMMARIES, c, source, args, (((key,), item) for key, item in tasks))
 
 
 # -- workflows -------------------------------------------------------------------------------

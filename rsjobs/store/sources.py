@@ -86,6 +86,13 @@ class Source:
         self.exhausted = False
         #: how many candidates the next fetch asks for (set by the reader)
         self.batch = 20
+        #: entries fetched and dropped at once, by what the index says of them (their
+        #: queue): they count among the entries a page looks at. When a fetch ends with
+        #: such entries, its last one stays in the buffer as a *mark* (a candidate without
+        #: a task id): the merge passes it on, so that a page's cursor moves past them
+        self.skipped = 0
+        #: the queues wanted (empty: any), for sources that name a task's queue
+        self.queues: frozenset[str] = frozenset()
 
     def command(self, pipe: Any, count: int) -> None:
         """Queue the fetch of at most ``count`` candidates below :attr:`next`."""
@@ -99,15 +106,19 @@ class Source:
         """A cursor's position text as this source's ``pos``; ConfigError if malformed."""
         return position
 
-    def wants(self, c: Candidate) -> bool:
-        """Whether the list wants the candidate, by what the index says of it (its
-        queue), before its hash is read."""
-        return True
+    def keep(self, queue: str) -> bool:
+        """Whether the list wants a task of ``queue``, as far as this index says (before
+        any hash is read): an entry that names another queue is dropped at once."""
+        return not self.queues or queue in self.queues
 
     def accepts(self, c: Candidate, f: Fields) -> bool:
         """Whether the task's hash fields ``f`` (None: no such field; all None: no such
         task) still agree with this index's entry."""
         raise NotImplementedError
+
+    def expect(self, c: Candidate) -> str:
+        """What :meth:`accepts` checks, for ``summaries.lua``: ``"<states>|<entry>"``."""
+        return "|"
 
     def _done(self, got: int, count: int) -> None:
         if got < count:
@@ -163,11 +174,22 @@ class _Stream(Source):
         if not isinstance(reply, list):  # the ECHO of an empty range
             self.exhausted = True
             return
+        pos = None
+        dropped = ""
         for eid_raw, fields in reply:
-            eid = text(eid_raw)
-            pos = _entry_id(eid)
+            eid = eid_raw if isinstance(eid_raw, str) else text(eid_raw)
+            ms, _, seq = eid.partition("-")
+            pos = (int(ms), int(seq))
             tid, queue = self.task_of(fields)
-            self.buffer.append(Candidate(pos[0], self.ident, pos, eid, tid, queue, self))
+            if tid and self.keep(queue):
+                self.buffer.append(Candidate(pos[0], self.ident, pos, eid, tid, queue, self))
+                dropped = ""
+            else:
+                self.skipped += 1
+                dropped = eid
+        if pos is not None:
+            if dropped:
+                self.buffer.append(Candidate(pos[0], self.ident, pos, dropped, "", "", self))
             self.next = After(pos[0], pos)
         self._done(len(reply), count)
 
@@ -206,6 +228,8 @@ class QueueStream(_Stream):
         self.states = frozenset(states)
 
     def task_of(self, fields: Any) -> tuple[str, str]:
+        if isinstance(fields, dict) and "id" in fields:
+            return text(fields["id"]), self.queue
         for name, value in _pairs(fields):
             if name == "id":
                 return value, self.queue
@@ -214,6 +238,9 @@ class QueueStream(_Stream):
     def accepts(self, c: Candidate, f: Fields) -> bool:
         # an entry the task no longer has (a stale delivery) does not stand for it
         return f.get("s") in self.states and f.get("e") == c.position
+
+    def expect(self, c: Candidate) -> str:
+        return " ".join(sorted(self.states)) + "|" + c.position
 
 
 class DoneStream(_Stream):
@@ -229,17 +256,20 @@ class DoneStream(_Stream):
         self.queues = frozenset(queues)
 
     def task_of(self, fields: Any) -> tuple[str, str]:
+        if isinstance(fields, dict) and len(fields) == 1:
+            ((queue, tid),) = fields.items()
+            return text(tid), text(queue)
         pairs = _pairs(fields)
         if not pairs:
             return "", ""
         queue, tid = pairs[0]
         return tid, queue
 
-    def wants(self, c: Candidate) -> bool:
-        return not self.queues or c.queue in self.queues
-
     def accepts(self, c: Candidate, f: Fields) -> bool:
         return f.get("s") == self.state
+
+    def expect(self, c: Candidate) -> str:
+        return self.state + "|"
 
 
 # -- zsets ---------------------------------------------------------------------------------
@@ -279,29 +309,35 @@ class ScoreZset(Source):
     def take(self, reply: Any, count: int) -> None:
         rows = _scored(reply)
         b = self.next
-        kept = 0
+        last: tuple[int, str] | None = None
+        dropped = False
         for member, score in rows:
             ms = int(score)
             if isinstance(b, After) and ms == b.ms and member >= b.pos:
                 continue  # at the bound's time and not after its member: seen already
+            last = (ms, member)
             queue, _, tid = member.rpartition(":")
-            self.buffer.append(Candidate(ms, self.ident, member, member, tid, queue, self))
-            kept += 1
-        if rows and kept == 0 and len(rows) == count:
+            dropped = not self.keep(queue)
+            if dropped:
+                self.skipped += 1
+            else:
+                self.buffer.append(Candidate(ms, self.ident, member, member, tid, queue, self))
+        if last is not None and dropped:  # a mark (see Source.skipped)
+            self.buffer.append(Candidate(last[0], self.ident, last[1], last[1], "", "", self))
+        if rows and last is None and len(rows) == count:
             # a whole batch of one time, all seen: read further into that time
             self.offset += count
             return
         self.offset = 0
-        if kept:
-            last = self.buffer[-1]
-            self.next = After(last.ms, last.pos)
+        if last is not None:
+            self.next = After(*last)
         self._done(len(rows), count)
-
-    def wants(self, c: Candidate) -> bool:
-        return not self.queues or c.queue in self.queues
 
     def accepts(self, c: Candidate, f: Fields) -> bool:
         return f.get("s") == self.state
+
+    def expect(self, c: Candidate) -> str:
+        return self.state + "|"
 
 
 def _scored(reply: Any) -> list[tuple[str, float]]:

@@ -296,3 +296,23 @@ async def test_a_millisecond_shared_by_several_indexes_is_paged_exactly(
     got = [s.id for s in items]
     assert len(got) == len(set(got)) and set(got) == want
     assert [s.listed_at for s in items] == sorted((s.listed_at for s in items), reverse=True)
+
+
+async def test_a_rare_queue_behind_many_entries_of_another_is_reached(
+    h: LuaHarness, client: Client
+) -> None:
+    """Entries of other queues that a list drops without reading a hash count towards the
+    page's bound, and the cursor moves past them: the pages go on to the rare queue's."""
+    rare = enqueue(h, 3, queue="b")
+    finish_all(h, start_all(h, "b"), "COMPLETE", "b")
+    for _ in range(6):
+        enqueue(h, 250, queue="a")
+        finish_all(h, start_all(h, "a"), "COMPLETE", "a")
+    first = await client.list_tasks(state="SUCCEEDED", queue="b", limit=10)
+    assert first.items == [] and first.cursor is not None  # 1,500 entries of a come first
+    items = await every_page(client, 10, state="SUCCEEDED", queue="b")
+    assert {s.id for s in items} == set(rare)
+    # scheduled tasks of another queue are dropped the same way
+    later = enqueue(h, 2, queue="b", delay_ms=1000)
+    enqueue(h, 1200, queue="a", delay_ms=2000)
+    assert {s.id for s in await every_page(client, 5, state="SCHEDULED", queue="b")} == set(later)

@@ -183,23 +183,43 @@ def test_trim_keeps_everything_without_retention_and_refuses_a_bad_count() -> No
     assert h.snapshot() == before
 
 
-def test_summaries_reads_fields_and_the_history_of_wanted_finished_tasks() -> None:
-    from rsjobs.store.layout import SummaryArgs
+def test_summaries_answers_only_tasks_true_to_their_index_and_the_filters() -> None:
+    from rsjobs.store.layout import Expect, SummaryArgs
 
     h = LuaHarness()
-    h.enqueue(A)
+    labels = encode_labels({"user": "u_9"})
+    h.run(layout.enqueue(h.c, "api", [(h.tk(A), h.new_task(A, owner="al", labels=labels))]))
     h.enqueue(B)
     h.control(B, "CANCEL")
-    keys = [h.k.task(t) for t in (A, B, C)]  # C does not exist
+    entry = h.task(A)["entry"]
+    fields = "s hn id q t owner labels e"
+
+    def read(filter: str, *items: tuple[str, str]) -> list[object]:
+        call = layout.summaries(
+            h.c, "api", SummaryArgs(fields, filter), [(h.k.task(t), Expect(e)) for t, e in items]
+        )
+        return list(h.run(call))
+
     before = h.snapshot()
-    rows = h.run(layout.summaries(h.c, "api", SummaryArgs("s hn id", ""), keys))
-    assert rows[0] == ["PENDING", "1", A]  # not finished: no history
-    assert rows[1][:3] == ["CANCELLED", "2", B] and len(rows[1]) == 5
-    assert rows[1][3].startswith("ENQUEUE") and rows[1][4].startswith("CANCEL")
-    assert rows[2] == [None, None, None]
-    # the history of a finished task in a state the list does not want is not read
-    rows = h.run(layout.summaries(h.c, "api", SummaryArgs("s hn", "PENDING FAILED"), keys))
-    assert rows[1] == ["CANCELLED", "2"]
-    with pytest.raises(Exception, match="s and hn needed"):
-        h.run(layout.summaries(h.c, "api", SummaryArgs("id", ""), keys))
+    rows = read("{}", (A, f"PENDING|{entry}"), (B, "CANCELLED|"), (C, "|"))
+    assert rows[0] == ["PENDING", "1", A, "q", "img", "al", labels, entry]  # no history
+    assert rows[1][:3] == ["CANCELLED", "2", B] and len(rows[1]) == 10  # then h1, h2
+    assert rows[1][8].startswith("ENQUEUE") and rows[1][9].startswith("CANCEL")
+    assert rows[2] is None  # no such task
+    # not what its index says any more: another state, another entry
+    assert read("{}", (A, "RUNNING|"), (A, "PENDING|1-1"), (B, "SUCCEEDED|")) == [None] * 3
+    # the filters
+    for f, kept in [
+        ('{"states": ["PENDING"]}', [True, False]),
+        ('{"queues": ["gpu"]}', [False, False]),
+        ('{"type": "img", "owner": "al"}', [True, False]),
+        ('{"labels": {"user": "u_9"}}', [True, False]),
+        ('{"labels": {"user": "u_1"}}', [False, False]),
+    ]:
+        got = read(f, (A, "|"), (B, "|"))
+        assert [r is not None for r in got] == kept, f
+    for bad_fields, bad_filter, says in [("s hn", "{}", "q needed"), (fields, "[1", "filter")]:
+        call = layout.summaries(h.c, "api", SummaryArgs(bad_fields, bad_filter), [])
+        with pytest.raises(Exception, match=says):
+            h.run(call)
     assert h.snapshot() == before  # it writes nothing

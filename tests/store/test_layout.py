@@ -152,7 +152,7 @@ def _calls() -> dict[str, layout.Packed]:
         "link": L.link(c, "src", tk, tk),
         "quarantine": L.quarantine(c, k, "src", tk, _named(L.QuarantineArgs)),
         "trim": L.trim(c, "src", _named(L.TrimArgs)),
-        "summaries": L.summaries(c, "src", _named(L.SummaryArgs), ["task", "task"]),
+        "summaries": L.summaries(c, "src", _named(L.SummaryArgs), [("task", _named(L.Expect))] * 2),
         "wf_start": L.wf_start(c, "src", 10, wk, _named(L.WfStartArgs)),
         "wf_spawn": L.wf_spawn(
             c, "src", 10, wk, _named(L.WfSpawnArgs), [(tk, _named(L.WfTask))] * 2
