@@ -25,8 +25,9 @@ __all__ = ["Cursor", "decode_cursor", "encode_cursor", "fingerprint"]
 
 _encode = msgspec.json.Encoder()
 _decode = msgspec.json.Decoder(tuple[str, str, int, str, str])
-#: the longest cursor text accepted (a tags member is at most ~330 bytes)
-MAX_CURSOR = 1024
+#: the longest cursor text accepted (its longest position, a tags member of an owner of
+#: 200 characters of 4 bytes, is about 850 bytes: 1,200 once in base64)
+MAX_CURSOR = 4096
 
 
 class Cursor(NamedTuple):

@@ -228,7 +228,7 @@ async def test_bad_cursors_are_refused(h: LuaHarness, client: Client) -> None:
     assert page.cursor is not None
     with pytest.raises(ConfigError, match="other filters"):
         await client.list_tasks(limit=2, cursor=page.cursor, state="PENDING")
-    for bad in ("nonsense", "W10", "x" * 2000, page.cursor[:-4]):
+    for bad in ("nonsense", "W10", "x" * 5000, page.cursor[:-4]):
         with pytest.raises(ConfigError, match="invalid cursor"):
             await client.list_tasks(limit=2, cursor=bad)
 
@@ -316,3 +316,10 @@ async def test_a_rare_queue_behind_many_entries_of_another_is_reached(
     later = enqueue(h, 2, queue="b", delay_ms=1000)
     enqueue(h, 1200, queue="a", delay_ms=2000)
     assert {s.id for s in await every_page(client, 5, state="SCHEDULED", queue="b")} == set(later)
+
+
+async def test_an_owner_of_any_name_is_paged(h: LuaHarness, client: Client) -> None:
+    owner = "ö" * 200  # the longest owner Client.enqueue takes, 400 bytes
+    mine = enqueue(h, 5, owner=owner)
+    enqueue(h, 50)
+    assert {s.id for s in await every_page(client, 2, owner=owner)} == set(mine)
