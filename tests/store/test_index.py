@@ -319,7 +319,7 @@ async def test_a_rare_queue_behind_many_entries_of_another_is_reached(
 
 
 async def test_an_owner_of_any_name_is_paged(h: LuaHarness, client: Client) -> None:
-    owner = "ö" * 200  # the longest owner Client.enqueue takes, 400 bytes
+    owner = "\U0001d11e" * 200  # the longest owner Client.enqueue takes: 800 bytes
     mine = enqueue(h, 5, owner=owner)
     enqueue(h, 50)
     assert {s.id for s in await every_page(client, 2, owner=owner)} == set(mine)
