@@ -42,16 +42,20 @@ EXPORT_PAGE = 500
 
 
 def _many(request: Request, name: str) -> list[str]:
-    """A filter given once, repeated, or comma-separated."""
+    """A filter given once, repeated, or comma-separated (an empty part is refused: the
+    document's pattern says so)."""
     out: list[str] = []
     for v in request.query_params.getlist(name):
-        out += [p for p in v.split(",") if p]
+        parts = v.split(",")
+        if not all(parts):
+            raise ApiError(400, "invalid_filter", f"{name}: names separated by commas")
+        out += parts
     return out
 
 
 def _ms(request: Request, name: str) -> int:
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return 0
     if not is_ascii_number(raw, 13):
         raise ApiError(400, f"invalid_{name}", f"{name}: a time in ms since the epoch")

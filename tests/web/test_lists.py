@@ -145,6 +145,10 @@ def test_deadletters_are_paged(tc: TestClient, rdb: sync_redis.Redis) -> None:
     [
         ("/tasks", {"state": "DONE"}, "invalid_filter"),
         ("/tasks", {"state": "PENDING,nope"}, "invalid_filter"),
+        ("/tasks", {"state": ""}, "invalid_filter"),
+        ("/tasks", {"state": "PENDING,"}, "invalid_filter"),
+        ("/tasks", {"queue": "gpu,,cpu"}, "invalid_filter"),
+        ("/tasks", {"since": ""}, "invalid_since"),
         ("/tasks", {"queue": "no spaces"}, "invalid_filter"),
         ("/tasks", {"label": "novalue"}, "invalid_filter"),
         ("/tasks", {"label": "k=" + "v" * 65}, "invalid_filter"),
