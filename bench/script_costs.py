@@ -5,7 +5,11 @@ Runs the real scripts (enqueue in calls of 250 tasks; start and finish in calls 
 configuration, and reports Δ ``INFO commandstats`` EVALSHA microseconds / task: the time
 Redis spent inside the scripts, including the commands they call. Variants with one part
 of ``fsm.lua`` taken out show what that part costs (they are measurements, not options:
-rsjobs always does all of it). Medians over ``--rounds``, variants interleaved.
+rsjobs always does all of it). Medians over ``--rounds``, variants interleaved, and the
+fastest round of each (on a machine shared with other load, the least disturbed one), and
+Redis's CPU time while the tasks are processed (``INFO cpu``, user + system, XREADGROUP
+and socket I/O included): unlike EVALSHA's wall-clock time it does not count the time
+Redis waited for a core that other processes held.
 
     .venv-bench/bin/python -m bench.script_costs [--tasks 4000] [--rounds 5] [--batch 32]
 """
@@ -45,6 +49,7 @@ VARIANTS: dict[str, Callable[[str], str]] = {
     "without the duration histogram": lambda src: _cut(
         src, "if t.started then observe_duration(t, to) end", ""
     ),
+    "without the list indexes": lambda src: _cut(src, "    index_move(t, from, to)\n", ""),
 }
 
 
@@ -87,6 +92,11 @@ def _evalsha_us(r: redis.Redis) -> float:
     return float(r.info("commandstats")["cmdstat_evalsha"]["usec"])
 
 
+def _cpu_us(r: redis.Redis) -> float:
+    cpu = r.info("cpu")
+    return (float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])) * 1e6
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", type=int, default=4000)
@@ -103,6 +113,7 @@ def main() -> None:
         c = Common.of(k, settings.events_maxlen, settings.retention_ms)
         enq: dict[str, list[float]] = {v: [] for v in VARIANTS}
         proc: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
         for _ in range(a.rounds):
             for name, change in VARIANTS.items():
                 r.flushall()
@@ -116,19 +127,30 @@ def main() -> None:
                 enq[name].append(_evalsha_us(r) / n)
                 r.xgroup_create(k.queue("q"), GROUP, id="0")
                 r.config_resetstat()
+                before = _cpu_us(r)
                 done = _process(r, shas, k, c, a.batch)
+                cpu[name].append((_cpu_us(r) - before) / n)
                 if done != n:
                     raise SystemExit(f"script_costs: {done} of {n} tasks finished ({name})")
                 proc[name].append(_evalsha_us(r) / n)
         print(
             f"Redis {server.version()}, default config; {n} tasks x {a.rounds} rounds; "
-            f"start/finish in calls of {a.batch}; EVALSHA µs per task (median)"
+            f"start/finish in calls of {a.batch}; EVALSHA µs per task (median; fastest round)"
         )
-        print(f"| {'variant':40s} | enqueue | start + finish |")
-        print(f"|{'-' * 42}|--------:|---------------:|")
+        print(
+            f"| {'variant':40s} | enqueue | start + finish | enqueue, min | start + finish, min "
+            "| Redis CPU, processing |"
+        )
+        print(
+            f"|{'-' * 42}|--------:|---------------:|-------------:|--------------------:"
+            "|----------------------:|"
+        )
         for name in VARIANTS:
             e, s = statistics.median(enq[name]), statistics.median(proc[name])
-            print(f"| {name:40s} | {e:7.1f} | {s:14.1f} |")
+            print(
+                f"| {name:40s} | {e:7.1f} | {s:14.1f} | {min(enq[name]):12.1f} | "
+                f"{min(proc[name]):19.1f} | {statistics.median(cpu[name]):21.1f} |"
+            )
         r.close()
     finally:
         server.stop()

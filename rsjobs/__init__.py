@@ -33,6 +33,8 @@ from .schemas import (
     RetryResult,
     TaskFilter,
     TaskInfo,
+    TaskPage,
+    TaskSummary,
 )
 from .settings import Settings
 from .store.connection import connect
@@ -70,6 +72,8 @@ __all__ = [
     "TaskFilter",
     "TaskInfo",
     "TaskNotFound",
+    "TaskPage",
+    "TaskSummary",
     "WaitTimeout",
     "Worker",
     "connect",

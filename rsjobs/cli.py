@@ -131,6 +131,14 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
         raise CliError("--timeout needs --wait")
     if args.timeout is not None and not 0 < args.timeout <= 365 * 24 * 3600:
         raise CliError("--timeout must be a positive number of seconds")
+    labels: dict[str, str] = {}
+    for item in args.label or ():
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise CliError(f"--label {item!r}: expected KEY=VALUE")
+        if key in labels:
+            raise CliError(f"--label {key!r} is given twice")
+        labels[key] = value
     async with client_from_args(args) as client:
         tid = await client.enqueue(
             args.type,
@@ -141,6 +149,7 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
             delay_ms=args.delay_ms,
             dedup_key=args.dedup_key,
             owner=args.owner,
+            labels=labels or None,
         )
         print(tid, flush=True)
         from .console.commands import live_workers
@@ -366,6 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--dedup-key")
     e.add_argument("--owner")
     e.add_argument(
+        "--label", action="append", metavar="KEY=VALUE", help="a label (repeatable, at most 8)"
+    )
+    e.add_argument(
         "--wait",
         action="store_true",
         help="follow the task to its end (progress on stderr); exit 0 when it SUCCEEDED",
@@ -405,6 +417,22 @@ def build_parser() -> argparse.ArgumentParser:
     hc.add_argument("--http", metavar="URL", help="also GET this URL (e.g. the web /healthz)")
     hc.add_argument("--timeout-ms", type=int, default=2000)
     hc.set_defaults(func=cmd_healthcheck)
+
+    t = sub.add_parser("tasks", help="list tasks, newest first (from the list indexes)")
+    t.add_argument("--state", action="append", help="only these states (repeatable, or a,b)")
+    t.add_argument("--queue", action="append", help="only these queues (repeatable, or a,b)")
+    t.add_argument("--type", help="only tasks of this type")
+    t.add_argument("--owner", help="only this owner's tasks")
+    t.add_argument(
+        "--label", action="append", metavar="KEY=VALUE", help="only tasks with this label"
+    )
+    t.add_argument("--since", type=int, default=0, metavar="MS", help="listed at or after")
+    t.add_argument("--until", type=int, default=0, metavar="MS", help="listed at or before")
+    t.add_argument("--limit", type=int, default=50, help="tasks per page (1-500)")
+    t.add_argument("--cursor", help="the page after the one that printed this cursor")
+    t.add_argument("--all", action="store_true", help="every page, not only the first")
+    t.add_argument("--json", action="store_true", help="one JSON object per task and line")
+    t.set_defaults(func=show.cmd_tasks)
 
     q = sub.add_parser("queues", help="queue depth and task counts per state")
     q.add_argument("--json", action="store_true")

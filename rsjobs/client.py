@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from redis.asyncio import Redis
@@ -19,8 +19,10 @@ from redis.asyncio import Redis
 from .bulk import RETRYABLE, check_filter, check_limit, run_bulk
 from .codec import encode_payload
 from .errors import ConfigError, InvalidTransition, RedisUnavailable, TaskNotFound, WaitTimeout
+from .labels import encode_labels, validate_labels
 from .model import RESTART, allowed, is_terminal
 from .names import validate_name
+from .queries import Labels, Names, list_query
 from .schemas import (
     BulkItem,
     BulkResult,
@@ -31,6 +33,7 @@ from .schemas import (
     RetryResult,
     TaskFilter,
     TaskInfo,
+    TaskPage,
 )
 from .settings import Settings
 from .store import Code, Store, TaskRef, error_of
@@ -39,6 +42,10 @@ from .store.history import position as history_position
 from .store.layout import NewTask, task_options
 from .store.selection import Selected
 from .store.tasks import pause_record
+
+if TYPE_CHECKING:
+    from .overview import DeadLetterPage, QueueView
+    from .reaper import WorkerInfo
 
 #: events read per XREAD of Client.wait
 _WAIT_BATCH = 1000
@@ -89,6 +96,8 @@ def _check_request(r: EnqueueRequest, limit: int) -> bytes:
         raise ConfigError("dedup_key must be a string of 1-256 characters")
     if r.owner is not None and not (isinstance(r.owner, str) and 0 < len(r.owner) <= 200):
         raise ConfigError("owner must be a string of 1-200 characters")
+    if r.labels is not None:
+        validate_labels(r.labels)
     return encode_payload(r.payload, limit)
 
 
@@ -108,6 +117,7 @@ def new_task(tid: str, r: EnqueueRequest, payload: bytes) -> NewTask:
             backoff_max_ms=r.backoff_max_ms,
             dedup=r.dedup_key,
             owner=r.owner,
+            labels=encode_labels(r.labels),
         ),
     )
 
@@ -159,6 +169,7 @@ class Client:
         backoff_base_ms: int = 1000,
         backoff_max_ms: int = 300_000,
         wait_timeout_ms: int = 0,
+        labels: Mapping[str, str] | None = None,
     ) -> str:
         """Submit one task; returns its id.
 
@@ -166,8 +177,10 @@ class Client:
         ``timeout_ms`` is the execution deadline of one attempt (0 = none); ``delay_ms``
         schedules it for later; a second submit with the same ``dedup_key`` (while the first
         task exists) returns the first task's id and writes nothing; ``owner`` is recorded
-        for access control; ``wait_timeout_ms`` expires it if no worker starts it in time.
-        Raises :class:`ConfigError` or :class:`PayloadError` on bad input, before any write.
+        for access control; ``wait_timeout_ms`` expires it if no worker starts it in time;
+        ``labels`` (at most 8 ``key: value`` texts, :mod:`rsjobs.labels`) are shown with it
+        and listed by. Raises :class:`ConfigError` or :class:`PayloadError` on bad input,
+        before any write.
         """
         result = await self.submit(
             EnqueueRequest(
@@ -182,6 +195,7 @@ class Client:
                 backoff_base_ms=backoff_base_ms,
                 backoff_max_ms=backoff_max_ms,
                 wait_timeout_ms=wait_timeout_ms,
+                labels=dict(labels) if labels is not None else None,
             )
         )
         return result.id
@@ -316,6 +330,58 @@ class Client:
         namespace was created (finished tasks expire after the retention period).
         """
         return await self.store.tasks.stats()
+
+    async def list_tasks(
+        self,
+        *,
+        state: Names = None,
+        queue: Names = None,
+        type: str | None = None,
+        owner: str | None = None,
+        label: Labels = None,
+        since: int = 0,
+        until: int = 0,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> TaskPage:
+        """One page of tasks, newest first, from the indexes the scripts keep (no scan):
+        ``state`` / ``queue`` (one or several), ``type``, ``owner``, ``label`` (``"key=
+        value"``, several, or a mapping: all of them), ``since`` / ``until`` (ms,
+        inclusive, on the time the list orders by: see :class:`rsjobs.TaskSummary`),
+        ``cursor`` (the page's ``cursor`` gives the next page; None on the last),
+        ``limit`` (1-500). Raises :class:`ConfigError` on a bad filter or cursor."""
+        q = list_query(
+            state=state,
+            queue=queue,
+            type=type,
+            owner=owner,
+            label=label,
+            since=since,
+            until=until,
+            cursor=cursor,
+            limit=limit,
+        )
+        return await self.store.index.page(q)
+
+    async def queues(self) -> list[QueueView]:
+        """Every queue: its stream's depth, task counts per state, the age of its oldest
+        undelivered task, whether it is paused, the live workers serving it."""
+        from .overview import queue_views
+
+        return await queue_views(self.store)
+
+    async def workers(self) -> list[WorkerInfo]:
+        """The workers registry: every registered worker, alive, late or dead, and what
+        each holds."""
+        from .reaper import list_workers
+
+        return await list_workers(self.store)
+
+    async def deadletters(self, *, cursor: str | None = None, limit: int = 50) -> DeadLetterPage:
+        """A page of the dead-letter stream, newest first (``cursor``: a page's)."""
+        from .overview import deadletter_page
+
+        return await deadletter_page(self.store, cursor=cursor, limit=limit)
 
     async def counters(self) -> dict[str, int]:
         """Raw counters: transitions per event (``ev:X``) and refusals (``rej:X``)."""

@@ -9,6 +9,12 @@ Common KEYS (every transition script):
                               (see observe_duration)
   KEYS[3]  scheduled  zset    "<queue>:<id>" scored by due time (ms)
   KEYS[4]  deadlines  zset    "<queue>:<id>" scored by execution deadline (ms)
+  KEYS[5..8]  done    stream  one per terminal state (SUCCEEDED, FAILED, CANCELLED,
+                              TIMED_OUT): an entry "<queue> <id>" per task reaching it
+  KEYS[9]  paused_tasks zset  "<queue>:<id>" of PAUSED tasks, scored by when paused
+  KEYS[10] tags       zset    the owner and label index (score 0, text order)
+  KEYS[11] tags_trim  stream  finished tasks with tags, for the reaper's trim
+(KEYS[5..11] are the list indexes: see index_move.)
 The task keys, three per task (a script's items: its tasks, entries, members... follow the
 common KEYS, each with its keys; then the script's own keys, if any):
   task       hash    the task, its history included (see append_entry)
@@ -93,11 +99,13 @@ local TRANSITIONS = {
 }
 
 local EVENTS_KEY, STATS_KEY, SCHED_KEY, DEADLINES_KEY = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local DONE_KEYS = {SUCCEEDED = KEYS[5], FAILED = KEYS[6], CANCELLED = KEYS[7], TIMED_OUT = KEYS[8]}
+local PAUSED_TASKS_KEY, TAGS_KEY, TAGS_TRIM_KEY = KEYS[9], KEYS[10], KEYS[11]
 local SOURCE = ARGV[1]
 local EVENTS_MAX = tonumber(ARGV[2])
 local RETENTION_MS = tonumber(ARGV[3])
 local GROUP = ARGV[4]
-local NCOMMON = 4  -- common KEYS
+local NCOMMON = 11  -- common KEYS
 local NARGV = 4  -- common ARGV
 
 -- Counter increments of this call: field -> sum, written by finish_call().
@@ -400,6 +408,69 @@ local function observe_duration(t, to)
   count('dur_ms:' .. t.queue .. ':' .. to, ms)
 end
 
+-- The list indexes (KEYS[5..11]; rsjobs/store/index.py reads them, the reaper's trim.lua
+-- trims them). What Redis holds already is not kept again: PENDING and RUNNING tasks are
+-- their queue stream's entries (RUNNING: those delivered), SCHEDULED ones the scheduled
+-- zset's members. Kept here:
+--   done:<STATE>  a stream per terminal state: an entry "<queue> <id>" (field: the queue)
+--                 when a task reaches it, trimmed by time (MINID ~ now - retention: an
+--                 entry is older than its task's hash only by the approximation)
+--   paused        zset "<queue>:<id>" by the time it was paused
+--   tags          for a task with an owner or labels only: one member per owner and label,
+--                 "<tag>|<created ms, 13 digits>|<id>", score 0, read in text order (tag:
+--                 "o<n>:<owner>" or "l<n>:<key>=<value>", n the byte length after the
+--                 ':', so that no tag is the prefix of another); written at ENQUEUE
+--   tags:trim     per finished task with tags: id, c (created), o (owner), l (labels);
+--                 the reaper removes its tags members once it is past retention
+-- Readers check each entry against the task's hash: one whose task has left that state
+-- or expired is skipped. Lists thus cost bytes only for finished, paused and tagged tasks.
+
+-- The tags of a task with owner `owner` and decoded labels `labels` (may be nil).
+local function tags_of(owner, labels)
+  local out = {}
+  if owner ~= nil and owner ~= '' then out[1] = 'o' .. #owner .. ':' .. owner end
+  for k, v in pairs(labels or {}) do
+    local kv = k .. '=' .. v
+    out[#out + 1] = 'l' .. #kv .. ':' .. kv
+  end
+  return out
+end
+
+-- The tags members of task `id` created at `created` (ms) with the tags `tags`.
+local function tag_members(tags, created, id)
+  local at = string.format('%013d', created)
+  local out = {}
+  for j = 1, #tags do out[j] = tags[j] .. '|' .. at .. '|' .. id end
+  return out
+end
+
+-- Keep the list indexes of `t` as it moves from state `from` to `to` (from ~= to).
+local function index_move(t, from, to)
+  local owner, labels = t.owner or '', t.labels or ''
+  if from == '' and (owner ~= '' or labels ~= '') then
+    local z = {}
+    for _, m in ipairs(tag_members(tags_of(owner, t.label_table), t.created, t.id)) do
+      z[#z + 1] = 0; z[#z + 1] = m
+    end
+    redis.call('ZADD', TAGS_KEY, unpack(z))
+  end
+  if from == 'PAUSED' then redis.call('ZREM', PAUSED_TASKS_KEY, member(t)) end
+  if to == 'PAUSED' then redis.call('ZADD', PAUSED_TASKS_KEY, NOW, member(t)) end
+  local done = DONE_KEYS[to]
+  if done == nil then return end
+  if RETENTION_MS > 0 then
+    redis.call('XADD', done, 'MINID', '~', math.max(0, NOW - RETENTION_MS), '*', t.queue, t.id)
+  else
+    redis.call('XADD', done, '*', t.queue, t.id)
+  end
+  if owner ~= '' or labels ~= '' then
+    local f = {'id', t.id, 'c', t.created or 0}
+    if owner ~= '' then f[#f + 1] = 'o'; f[#f + 1] = owner end
+    if labels ~= '' then f[#f + 1] = 'l'; f[#f + 1] = labels end
+    redis.call('XADD', TAGS_TRIM_KEY, '*', unpack(f))
+  end
+end
+
 local function transition(t, event, to, msg, fields, extra)
   if not allowed(t.state, event, to) then
     error('rsjobs: illegal transition ' .. t.state .. ' -' .. event .. '-> ' .. to)
@@ -426,6 +497,7 @@ local function transition(t, event, to, msg, fields, extra)
   if from ~= to then
     if from ~= '' then count(t.queue .. ':' .. from, -1) end
     count(t.queue .. ':' .. to, 1)
+    index_move(t, from, to)
   end
   count('ev:' .. event, 1)
   t.state = to
@@ -445,8 +517,9 @@ end
 local function load(i, names)
   local key, qkey, dkey = task_keys(i)
   -- (wf, the workflow of a workflow's task, is read here for append_entry's events entry:
-  -- one HMGET per task and call, not a read per entry)
-  local q = {'s', 'id', 'q', 'a', 'dedup', 'refusals', 'c', 'hn', 'b', 'wf'}
+  -- one HMGET per task and call, not a read per entry; owner and labels for index_move)
+  local q = {'s', 'id', 'q', 'a', 'dedup', 'refusals', 'c', 'hn', 'b', 'wf', 'owner', 'labels'}
+  local base = #q
   for j = 1, #names do q[#q + 1] = fld(names[j]) end
   local v = redis.call('HMGET', key, unpack(q))
   if not v[1] then
@@ -465,8 +538,8 @@ local function load(i, names)
   local t = {key = key, qkey = qkey, dkey = dkey, state = v[1], id = v[2],
     queue = v[3], attempt = tonumber(v[4]) or 0, dedup = v[5], refusals = v[6],
     created = tonumber(v[7]), hn = tonumber(v[8]) or 0, started = tonumber(v[9]),
-    wf = v[10] or '', f = {}}
-  for j = 1, #names do t.f[names[j]] = v[10 + j] end
+    wf = v[10] or '', owner = v[11] or '', labels = v[12] or '', f = {}}
+  for j = 1, #names do t.f[names[j]] = v[base + j] end
   return t
 end
 
@@ -498,25 +571,52 @@ local MAX_ATTEMPTS = 3
 -- (rsjobs/store/layout.py, task_options). A name left out is 0 (counts) or '' (texts).
 local TASK_OPTIONS = {max_attempts = 'count', timeout_ms = 'count', delay_ms = 'count',
   wait_timeout_ms = 'count', backoff_base_ms = 'count', backoff_max_ms = 'count',
-  dedup = 'text', owner = 'text'}
+  dedup = 'text', owner = 'text', labels = 'labels'}
+
+-- A task's labels, as its hash field `labels` holds them (the JSON text rsjobs/labels.py
+-- writes, keys sorted): the table, or nil when the text is not what rsjobs writes. The
+-- rules are rsjobs/labels.py's, checked again here before the first write: at most
+-- LABELS_MAX "key": "value" texts, a key of 1-32 letters, digits, '_', '.', '/', '-', a
+-- value of 1-256 bytes (64 characters) without control characters.
+local LABELS_MAX = 8
+local function decode_labels(raw)
+  local ok, l = pcall(cjson.decode, raw)
+  if not ok or type(l) ~= 'table' then return nil end
+  local n = 0
+  for k, v in pairs(l) do
+    n = n + 1
+    if type(k) ~= 'string' or #k > 32 or not string.match(k, '^[%w_%./%-]+$')
+        or type(v) ~= 'string' or #v < 1 or #v > 256 or string.find(v, '%c') then
+      return nil
+    end
+  end
+  if n == 0 or n > LABELS_MAX then return nil end
+  return l
+end
 
 -- Decode and check the options of a new task: the table, or nil and what is wrong.
 -- Counts are integers >= 0 below 10^15 (exact in Lua, and stored as readers parse them);
--- max_attempts is at least 1.
+-- max_attempts is at least 1; labels are a JSON text decode_labels accepts (o.labels
+-- keeps the text, o.label_table the decoded table).
 local function task_options(raw)
   local ok, o = pcall(cjson.decode, raw or '')
   if not ok or type(o) ~= 'table' then return nil, 'options (not a JSON object)' end
+  local labels = nil
   for name, v in pairs(o) do
     local kind = TASK_OPTIONS[name]
     if kind == 'count' then
       if type(v) ~= 'number' or v < 0 or v >= 1e15 or v ~= math.floor(v) then
         return nil, 'option ' .. name .. ' (an integer >= 0)'
       end
+    elseif kind == 'labels' then
+      labels = type(v) == 'string' and decode_labels(v)
+      if not labels then return nil, 'option labels (see rsjobs/labels.py)' end
     elseif kind ~= 'text' or type(v) ~= 'string' then
       return nil, 'option ' .. tostring(name)
     end
   end
   if (o.max_attempts or 0) < 1 then return nil, 'option max_attempts (at least 1)' end
+  o.label_table = labels
   return o, nil
 end
 
@@ -530,7 +630,8 @@ local function new_task(i, id, typ, queue, payload, o, msg, more, extra)
   local key, qkey, dkey = task_keys(i)
   local dedup, owner = o.dedup or '', o.owner or ''
   local t = {key = key, qkey = qkey, dkey = dkey, id = id, queue = queue,
-    state = '', attempt = 0, dedup = dedup, created = NOW, hn = 0, wf = ''}
+    state = '', attempt = 0, dedup = dedup, created = NOW, hn = 0, wf = '', owner = owner,
+    labels = o.labels or '', label_table = o.label_table}
   for j = 1, #(more or {}), 2 do
     if more[j] == 'wf' then t.wf = more[j + 1] end
   end
@@ -550,6 +651,7 @@ local function new_task(i, id, typ, queue, payload, o, msg, more, extra)
     fields[#fields + 1] = 'backoff_max_ms'; fields[#fields + 1] = o.backoff_max_ms or 0
   end
   if owner ~= '' then fields[#fields + 1] = 'owner'; fields[#fields + 1] = owner end
+  if t.labels ~= '' then fields[#fields + 1] = 'labels'; fields[#fields + 1] = t.labels end
   if dedup ~= '' then
     fields[#fields + 1] = 'dedup'; fields[#fields + 1] = dedup
     redis.call('SET', dkey, id)

@@ -23,6 +23,8 @@ __all__ = [
     "RetryResult",
     "TaskFilter",
     "TaskInfo",
+    "TaskPage",
+    "TaskSummary",
     "repeat_fields",
 ]
 
@@ -55,6 +57,8 @@ class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
     error: str = ""
     error_type: str = ""
     owner: str = ""
+    #: its labels (rsjobs.labels)
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
     dedup: str = ""
     timeout_ms: int = 0
     worker: str = ""
@@ -85,6 +89,8 @@ class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
     def from_record(cls, r: TaskRecord) -> TaskInfo:
         """The task of a decoded task hash (:func:`rsjobs.store.record.decode_task`).
         Raises :class:`rsjobs.CorruptData` when its payload or result does not decode."""
+        from .labels import decode_labels
+
         try:
             payload, result = decode(r.payload), decode(r.result)
         except (msgspec.DecodeError, PayloadError) as exc:
@@ -104,6 +110,7 @@ class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
             error=r.error,
             error_type=r.error_type,
             owner=r.owner,
+            labels=decode_labels(r.labels),
             dedup=r.dedup,
             timeout_ms=r.timeout_ms,
             worker=r.consumer,
@@ -126,6 +133,78 @@ class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
         from .store.record import decode_task
 
         return cls.from_record(decode_task(h))
+
+
+#: the longest error text a list shows of a task (its whole error: Client.get)
+SUMMARY_ERROR = 200
+
+
+class TaskSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """One task of a list (:meth:`rsjobs.Client.list_tasks`, ``GET /tasks``): what a row
+    of a table shows. Its payload and result are not read (:meth:`rsjobs.Client.get` has
+    them), its error is cut to its first 200 characters. Times are Redis TIME in ms."""
+
+    id: str
+    type: str
+    queue: str
+    state: str
+    owner: str = ""
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    attempt: int = 0
+    max_attempts: int = 1
+    failures: int = 0
+    progress: float = 0.0
+    error_type: str = ""
+    error: str = ""
+    #: the worker holding (or, once finished, last holding) its lease
+    worker: str = ""
+    #: the workflow it is a task of ('' = none)
+    workflow: str = ""
+    created_at: int = 0
+    updated_at: int = 0
+    started_at: int = 0
+    finished_at: int = 0
+    due_at: int = 0
+    #: the time the list orders it by: for a list read by state, when it entered that
+    #: state (PENDING and RUNNING: when its work entry was queued; SCHEDULED: when it is
+    #: due); for a list read by owner or label, when it was created
+    listed_at: int = 0
+
+    @classmethod
+    def from_record(cls, r: TaskRecord, listed_at: int) -> TaskSummary:
+        from .labels import decode_labels
+
+        return cls(
+            id=r.id,
+            type=r.type,
+            queue=r.queue,
+            state=r.state,
+            owner=r.owner,
+            labels=decode_labels(r.labels),
+            attempt=r.attempt,
+            max_attempts=r.max_attempts or 1,
+            failures=r.failures,
+            progress=r.progress,
+            error_type=r.error_type,
+            error=r.error[:SUMMARY_ERROR],
+            worker=r.consumer,
+            workflow=r.wf,
+            created_at=r.created_at,
+            updated_at=r.updated_at,
+            started_at=r.started_at,
+            finished_at=r.finished_at,
+            due_at=r.due_at,
+            listed_at=listed_at,
+        )
+
+
+class TaskPage(msgspec.Struct, frozen=True, kw_only=True):
+    """A page of a task list, newest first; ``cursor`` asks for the next page (None: this
+    is the last). A page may hold fewer than its limit and still have a next one: a page
+    stops after looking at a bounded number of index entries."""
+
+    items: list[TaskSummary]
+    cursor: str | None = None
 
 
 _CORE = {"ev", "from", "to", "src", "att", "ts", "msg", "rej", "id", "q", "hid"}
@@ -213,6 +292,8 @@ class EnqueueRequest(msgspec.Struct, frozen=True, kw_only=True):
     backoff_base_ms: int = 1000
     backoff_max_ms: int = 300_000
     wait_timeout_ms: int = 0
+    #: a few ``key: value`` texts to list it by (rsjobs.labels)
+    labels: dict[str, str] | None = None
 
 
 class EnqueueResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -23,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .client import Client, connect
 from .errors import ConfigError
+from .queries import Labels, Names
 from .schemas import (
     BulkResult,
     EnqueueRequest,
@@ -38,9 +39,14 @@ from .schemas import (
     RetryResult,
     TaskFilter,
     TaskInfo,
+    TaskPage,
 )
 from .settings import Settings
 from .store import Code, TaskRef
+
+if TYPE_CHECKING:
+    from .overview import DeadLetterPage, QueueView
+    from .reaper import WorkerInfo
 
 __all__ = ["SyncClient"]
 
@@ -159,6 +165,7 @@ class SyncClient:
         backoff_base_ms: int = 1000,
         backoff_max_ms: int = 300_000,
         wait_timeout_ms: int = 0,
+        labels: Mapping[str, str] | None = None,
     ) -> str:
         """Submit one task; returns its id (see :meth:`rsjobs.Client.enqueue`)."""
         r = self._runner()
@@ -175,6 +182,7 @@ class SyncClient:
                 backoff_base_ms=backoff_base_ms,
                 backoff_max_ms=backoff_max_ms,
                 wait_timeout_ms=wait_timeout_ms,
+                labels=dict(labels) if labels is not None else None,
             )
         )
 
@@ -216,6 +224,54 @@ class SyncClient:
         """Per queue: task counts per state, stream length."""
         r = self._runner()
         return r.run(r.client.stats())
+
+    def list_tasks(
+        self,
+        *,
+        state: Names = None,
+        queue: Names = None,
+        type: str | None = None,
+        owner: str | None = None,
+        label: Labels = None,
+        since: int = 0,
+        until: int = 0,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> TaskPage:
+        """One page of tasks, newest first (see :meth:`rsjobs.Client.list_tasks`)."""
+
+        def frozen(v: Any) -> Any:  # iterables are read here, in the caller's thread
+            return v if v is None or isinstance(v, str | Mapping) else list(v)
+
+        r = self._runner()
+        return r.run(
+            r.client.list_tasks(
+                state=frozen(state),
+                queue=frozen(queue),
+                type=type,
+                owner=owner,
+                label=frozen(label),
+                since=since,
+                until=until,
+                cursor=cursor,
+                limit=limit,
+            )
+        )
+
+    def queues(self) -> list[QueueView]:
+        """Every queue: depth, counts per state, oldest pending age, live workers."""
+        r = self._runner()
+        return r.run(r.client.queues())
+
+    def workers(self) -> list[WorkerInfo]:
+        """The workers registry (see :meth:`rsjobs.Client.workers`)."""
+        r = self._runner()
+        return r.run(r.client.workers())
+
+    def deadletters(self, *, cursor: str | None = None, limit: int = 50) -> DeadLetterPage:
+        """A page of the dead-letter stream, newest first."""
+        r = self._runner()
+        return r.run(r.client.deadletters(cursor=cursor, limit=limit))
 
     def counters(self) -> dict[str, int]:
         """Raw counters: transitions per event and refusals."""

@@ -16,6 +16,7 @@ __all__ = [
     "cmd_queues",
     "cmd_queues_memory",
     "cmd_status",
+    "cmd_tasks",
     "cmd_workers",
     "live_workers",
 ]
@@ -70,6 +71,7 @@ async def cmd_queues(args: argparse.Namespace) -> int:
         stats = await client.stats()
         live = await live_workers(client)
         paused = await client.paused_queues()
+        oldest = {v.name: v.oldest_pending_ms for v in await client.queues()}
     unserved = unserved_queues(stats, live)
     if args.json:
         doc = {
@@ -77,6 +79,7 @@ async def cmd_queues(args: argparse.Namespace) -> int:
                 **counts,
                 "workers": live.get(q, 0),
                 "unserved": q in unserved,
+                "oldest_pending_ms": oldest.get(q, 0),
                 "paused": q in paused,
             }
             for q, counts in stats.items()
@@ -89,12 +92,56 @@ async def cmd_queues(args: argparse.Namespace) -> int:
     from .tables import print_table
     from .views import queues_table
 
-    print_table(*queues_table(stats, live, paused))
+    print_table(*queues_table(stats, live, paused, oldest))
     for q, n in sorted(unserved.items()):
         warn(
             f"queue {q!r} has {n} task(s) waiting and no live worker serves it "
             f"(rsjobs worker MODULE:REGISTRY -q {q})"
         )
+    return 0
+
+
+async def cmd_tasks(args: argparse.Namespace) -> int:
+    """``rsjobs tasks``: a page of a task list (newest first), or every page with --all;
+    the cursor of the next page goes to stderr."""
+    import msgspec
+
+    from ..schemas import TaskSummary
+
+    states = [s for v in args.state or () for s in v.split(",") if s]
+    queues = [q for v in args.queue or () for q in v.split(",") if q]
+    items: list[TaskSummary] = []
+    cursor = args.cursor
+    async with client_from_args(args) as client:
+        while True:
+            page = await client.list_tasks(
+                state=states,
+                queue=queues,
+                type=args.type,
+                owner=args.owner,
+                label=args.label or None,
+                since=args.since,
+                until=args.until,
+                cursor=cursor,
+                limit=args.limit,
+            )
+            if args.json:
+                for s in page.items:
+                    print(msgspec.json.encode(s).decode())
+            items += page.items
+            cursor = page.cursor
+            if cursor is None or not args.all:
+                break
+    if not args.json:
+        if items:
+            from .tables import print_table
+            from .views import tasks_table
+
+            print_table(*tasks_table(items))
+        else:
+            print("(no tasks)")
+    if cursor is not None:
+        warn(f"more tasks follow: add --cursor {cursor}")
     return 0
 
 

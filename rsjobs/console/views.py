@@ -9,7 +9,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..model import State
-from ..schemas import HistoryEntry, TaskInfo
+from ..schemas import HistoryEntry, TaskInfo, TaskSummary
 from .tables import Column
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ __all__ = [
     "memory_table",
     "queues_table",
     "status_table",
+    "tasks_table",
     "tracebacks",
     "unserved_queues",
     "waiting",
@@ -69,7 +70,7 @@ def status_table(info: TaskInfo) -> Table:
         ["id", info.id], ["type", info.type], ["queue", info.queue], ["state", info.state],
         ["attempt", f"{info.attempt} (failures {info.failures}/{info.max_attempts})"],
         ["progress", f"{info.progress:g}% {info.progress_msg}".rstrip()],
-        ["worker", info.worker], ["owner", info.owner],
+        ["worker", info.worker], ["owner", info.owner], ["labels", labels_text(info.labels)],
         ["created", when(info.created_at)], ["started", when(info.started_at)],
         ["finished", when(info.finished_at)],
         ["result", json.dumps(info.result) if info.result is not None else ""],
@@ -97,6 +98,27 @@ def tracebacks(entries: Iterable[HistoryEntry]) -> list[str]:
         lines.append(f"entry {e.id}, attempt {e.attempt} ({when(e.ts)}): {kind or e.event}")
         lines += tb.rstrip("\n").splitlines()
     return lines
+
+
+def labels_text(labels: Mapping[str, str]) -> str:
+    """Labels as ``key=value`` words (what ``--label`` takes)."""
+    return " ".join(f"{k}={v}" for k, v in labels.items())
+
+
+def tasks_table(items: Iterable[TaskSummary]) -> Table:
+    """``rsjobs tasks``: one row per task, in the list's order (newest first)."""
+    columns = [
+        Column("listed"), Column("id"), Column("state"), Column("queue"), Column("type"),
+        Column("att", numeric=True), Column("owner"), Column("labels"), Column("error"),
+    ]  # fmt: skip
+    rows: list[list[object]] = []
+    for s in items:
+        error = f"{s.error_type}: {s.error}" if s.error_type else s.error
+        rows.append(
+            [when(s.listed_at), s.id, s.state, s.queue, s.type, f"{s.attempt}/{s.max_attempts}",
+             s.owner, labels_text(s.labels), _one_line(error)[:80]]
+        )  # fmt: skip
+    return columns, rows
 
 
 def history_table(entries: Iterable[HistoryEntry]) -> Table:
@@ -145,14 +167,17 @@ def queues_table(
     stats: Mapping[str, Mapping[str, int]],
     live: Mapping[str, int],
     paused: Collection[str] = (),
+    oldest: Mapping[str, int] | None = None,
 ) -> Table:
-    """``rsjobs queues``: live workers, stream depth and tasks per state, per queue; a
-    paused queue, and a queue with work and no live worker, say so in the last column."""
+    """``rsjobs queues``: live workers, stream depth and tasks per state, per queue, and
+    how long its oldest undelivered task has waited (``oldest``: queue -> ms); a paused
+    queue, and a queue with work and no live worker, say so in the last column."""
     columns = [
         Column("queue"),
         Column("workers", numeric=True),
         Column("stream", numeric=True),
         *(Column(s, numeric=True) for s in QUEUE_STATES),
+        Column("oldest", numeric=True),
         Column("note"),
     ]
     rows: list[list[object]] = []
@@ -167,6 +192,7 @@ def queues_table(
                 live.get(q, 0),
                 counts.get("stream_length", 0),
                 *(counts.get(s, 0) for s in QUEUE_STATES),
+                age((oldest or {}).get(q, 0)) if (oldest or {}).get(q) else "",
                 note,
             ]
         )

@@ -61,10 +61,12 @@ class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
     action: str = ""
 
 
-async def list_deadletters(store: Store, *, count: int = 50) -> list[DeadLetter]:
-    """The newest ``count`` dead letters, newest first."""
+async def list_deadletters(
+    store: Store, *, count: int = 50, before: str | None = None
+) -> list[DeadLetter]:
+    """The newest ``count`` dead letters (older than entry ``before``), newest first."""
     out = []
-    for row in await store.reaper.deadletters(count):
+    for row in await store.reaper.deadletters(count, before):
         f = row.fields
         out.append(
             DeadLetter(

@@ -1,5 +1,6 @@
 """The reaper sidecar: one sweep recovers lost deliveries, enforces deadlines, promotes
-delayed work and keeps the workers registry honest; :meth:`Reaper.run` sweeps forever.
+delayed work, keeps the workers registry honest and trims the list indexes with retention;
+:meth:`Reaper.run` sweeps forever.
 
 Any number of reapers may run beside the workers. A guard key (``SET NX PX``) lets one
 of them do a given sweep and the others skip it, which only saves work: every change is
@@ -52,6 +53,8 @@ T = TypeVar("T")
 
 #: longest pause between two attempts while Redis is unreachable (seconds)
 MAX_BACKOFF = 2.0
+#: who the reaper's scripts name as the source of what they do
+SOURCE = "reaper"
 
 
 class SweepReport(msgspec.Struct, kw_only=True):
@@ -96,6 +99,9 @@ class SweepReport(msgspec.Struct, kw_only=True):
     workflows_spawned: int = 0
     workflows_aborted: int = 0
     workflows_quarantined: int = 0
+    #: entries of the list indexes removed with their tasks after the retention period
+    #: (done:<STATE> entries and tags members; trim.lua)
+    index_trimmed: int = 0
     ms: int = 0
 
     @property
@@ -217,6 +223,11 @@ class Reaper:
         if ws is not None:
             report.workers_dead, report.workers_forgotten = ws.newly_dead, ws.forgotten
             report.consumers_deleted = ws.consumers_deleted
+
+        # the list indexes lose what expired with its tasks (memory returns to baseline)
+        tr = await self._step(report, "index", lambda: self.store.index.trim(SOURCE))
+        if tr is not None:
+            report.index_trimmed = tr.members + tr.done
 
         # workflows whose tasks the sweep (or anything else) ended advance here too, so a
         # deployment needs no separate driver process

@@ -26,7 +26,8 @@ Returns: {code, id, state, message}
   -1  no such task
   -2  refused, recorded in the old task's history (coalesced, see reject in fsm.lua): the
       task is not finished, the event is not its own (RETRY of a SUCCEEDED task, REPLAY of
-      another), it is a workflow's task, or its type or payload is missing; state is its
+      another), it is a workflow's task, its type or payload is missing, or its labels are
+      not what rsjobs writes; state is its
       state, message says why
 An error (nothing written) for an unknown event, an empty or used new id, a message over
 4096 bytes, or a new task's queue or dedup key that is not the old one's.
@@ -75,6 +76,9 @@ elseif t.wf ~= '' then
   why = 'task of workflow ' .. t.wf .. ': retry it through its workflow'
 elseif not t.f.type or not t.f.payload then
   why = 'task has no type or payload to start over with'
+elseif t.f.labels and not decode_labels(t.f.labels) then
+  -- the new task gets its labels as a submit gives them (new_task indexes them)
+  why = 'task has labels that are not what rsjobs writes (see rsjobs/labels.py)'
 end
 if why ~= nil then
   reject(t, event, why)
@@ -91,6 +95,11 @@ local o = {max_attempts = tonumber(t.f.max_attempts) or MAX_ATTEMPTS,
   backoff_base_ms = tonumber(t.f.backoff_base_ms) or BACKOFF_BASE_MS,
   backoff_max_ms = tonumber(t.f.backoff_max_ms) or BACKOFF_MAX_MS,
   owner = t.f.owner or ''}
+if t.f.labels then
+  -- the path a submit's labels take (task_options): new_task writes and indexes them
+  o.labels = t.f.labels
+  o.label_table = decode_labels(t.f.labels)
+end
 local expires = tonumber(t.f.expires_at) or 0
 if expires > 0 and t.created and expires > t.created then
   o.wait_timeout_ms = expires - t.created  -- the same queue-wait deadline, from now
@@ -101,7 +110,6 @@ if dedup ~= '' then
   if named == false or named == t.id then o.dedup = dedup end
 end
 local more = {'retry_of', t.id}
-if t.f.labels then more[#more + 1] = 'labels'; more[#more + 1] = t.f.labels end
 local note = string.lower(event) .. ' of ' .. t.id .. ' (' .. t.state .. ')'
 if msg ~= '' then note = note .. ': ' .. msg end
 local new = new_task(2, new_id, t.f.type, t.queue, t.f.payload, o, note, more, nil)

@@ -9,8 +9,9 @@ Redis errors become rsjobs's (:mod:`.transient`). Everything else calls a :class
 
 The parts are attributes, each one idea: ``tasks`` (clients and the web app), ``work``
 (workers), ``reaper``, ``quarantine``, ``workflows``, ``events`` (the web app's hub),
-``migration`` (``rsjobs migrate``). The namespace's layout is checked before the first
-script call (:mod:`.marker`); processes check it at start with :meth:`Store.require_layout`.
+``migration`` (``rsjobs migrate``), ``index`` (task lists, and the trim of their indexes).
+The namespace's layout is checked before the first script call (:mod:`.marker`); processes
+check it at start with :meth:`Store.require_layout`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from redis.asyncio import Redis
 from ..settings import Settings
 from .connection import connect, describe, reset_connections
 from .events import Events
+from .index import Index, ListQuery
 from .keys import GROUP, Keys, TaskKeys, WorkflowKeys
 from .marker import LayoutState
 from .migrate import Migration, MigrationReport
@@ -54,9 +56,11 @@ __all__ = [
     "Code",
     "DeadlineOutcome",
     "Delivery",
+    "Index",
     "Keys",
     "LayoutState",
     "LinkCode",
+    "ListQuery",
     "MigrationReport",
     "OpenSet",
     "QuarantineOutcome",
@@ -111,6 +115,7 @@ class Store:
         )
         self.events = Events(self.scripts)
         self.migration = Migration(self.scripts)
+        self.index = Index(self.scripts)
 
     async def ping(self) -> None:
         with boundary("PING"):

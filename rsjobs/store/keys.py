@@ -30,6 +30,23 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
                                                   none: empty, or written before it had one;
                                                   see store/marker.py)
 
+The list indexes (``rsjobs.store.index`` reads them; ``index_move`` in ``fsm.lua`` keeps
+them; the reaper trims them with retention). PENDING and RUNNING tasks are listed from
+their queue's stream, SCHEDULED ones from ``scheduled``: nothing else is kept for them::
+
+    rsjobs:{default}:done:<STATE>         stream  per terminal state, one entry per task that
+                                                  reached it: field = its queue, value = its id
+                                                  (trimmed by time: MINID ~ now - retention)
+    rsjobs:{default}:paused:tasks         zset    ``<queue>:<id>`` of each PAUSED task, by the
+                                                  time it was paused (``paused`` holds the
+                                                  paused queues)
+    rsjobs:{default}:tags                 zset    owner and label index, score 0, read in text
+                                                  order: ``<tag>|<created ms>|<id>``, tag
+                                                  ``o<n>:<owner>`` or ``l<n>:<key>=<value>``
+    rsjobs:{default}:tags:trim            stream  per finished task with tags: id, created
+                                                  time, owner, labels; the reaper removes its
+                                                  tags entries once past retention
+
 Workflows (``rsjobs.workflows``; the scripts ``scripts/wf_*.lua`` get these seven keys, in
 this order, after their task keys; see ``wf.lua``)::
 
@@ -57,10 +74,22 @@ from typing import NamedTuple
 
 from ..names import validate_name
 
-__all__ = ["GROUP", "Keys", "TaskKeys", "WorkflowKeys", "member", "split_member", "validate_name"]
+__all__ = [
+    "GROUP",
+    "TERMINAL_STATES",
+    "Keys",
+    "TaskKeys",
+    "WorkflowKeys",
+    "member",
+    "split_member",
+    "validate_name",
+]
 
 #: The consumer group every queue stream is read through.
 GROUP = "workers"
+
+#: The terminal states, in the order of their ``done:<STATE>`` streams among the common KEYS.
+TERMINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT")
 
 
 class TaskKeys(NamedTuple):
@@ -101,16 +130,20 @@ class Keys:
         "control",
         "deadletter",
         "deadlines",
+        "done",
         "events",
         "layout",
         "namespace",
         "nodedup",
         "paused",
+        "paused_tasks",
         "prefix",
         "queues",
         "reaper_guard",
         "scheduled",
         "stats",
+        "tags",
+        "tags_trim",
         "workers",
         "workers_dead",
         "workflows",
@@ -136,6 +169,12 @@ class Keys:
         self.layout = p + "layout"
         self.workflows = p + "workflows"
         self.workflows_active = p + "workflows:active"
+        #: the list indexes: one stream per terminal state (TERMINAL_STATES' order), the
+        #: paused tasks, the owner and label index and its trim queue
+        self.done = tuple(f"{p}done:{s}" for s in TERMINAL_STATES)
+        self.paused_tasks = p + "paused:tasks"
+        self.tags = p + "tags"
+        self.tags_trim = p + "tags:trim"
         # Passed in KEYS where a script expects a dedup key but the task has none; never
         # written (the script checks its flag first), it only keeps KEYS positional.
         self.nodedup = p + "dedup:"
@@ -181,9 +220,24 @@ class Keys:
             self.workflows,
         )
 
-    def common(self) -> tuple[str, str, str, str]:
-        """The four KEYS every transition script starts with (see ``fsm.lua``)."""
-        return (self.events, self.stats, self.scheduled, self.deadlines)
+    def done_stream(self, state: str) -> str:
+        """The ``done:<STATE>`` stream of a terminal state."""
+        return self.done[TERMINAL_STATES.index(state)]
+
+    def common(self) -> tuple[str, ...]:
+        """The eleven KEYS every transition script starts with (see ``fsm.lua``): events,
+        stats, scheduled, deadlines, the four ``done:<STATE>`` streams, paused:tasks, tags,
+        tags:trim."""
+        return (
+            self.events,
+            self.stats,
+            self.scheduled,
+            self.deadlines,
+            *self.done,
+            self.paused_tasks,
+            self.tags,
+            self.tags_trim,
+        )
 
     def task_keys(self, task_id: str, queue: str, dedup: str | None = None) -> TaskKeys:
         """The three KEYS of one task in a script call (``fsm.lua``): the unused ``dedup:``

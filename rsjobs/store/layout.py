@@ -1,13 +1,14 @@
 """How each script's KEYS and ARGV are laid out, and one packer per script.
 
 Every call of a script is: the common KEYS (``fsm.lua``: events, stats, scheduled,
-deadlines), then each item's keys (a task's three: :class:`TaskKeys`), then the
-script's own keys (workflow scripts: :class:`WorkflowKeys`); the common ARGV (source,
-events_max, retention, group; workflow scripts then channel, history_max), then the
-script's own values, then each item's values. A script's header names all of them; the
-:class:`Layout` of its packer below names the same, from the NamedTuples the packer takes,
-and a test parses every header and checks the two agree (``tests/store/test_layout.py``).
-Each script checks ``#KEYS`` and ``#ARGV`` against its header before anything else.
+deadlines and the list indexes: ``Keys.common``), then each item's keys (a task's three:
+:class:`TaskKeys`), then the script's own keys (workflow scripts: :class:`WorkflowKeys`);
+the common ARGV (source, events_max, retention, group; workflow scripts then channel,
+history_max), then the script's own values, then each item's values. A script's header
+names all of them; the :class:`Layout` of its packer below names the same, from the
+NamedTuples the packer takes, and a test parses every header and checks the two agree
+(``tests/store/test_layout.py``). Each script checks ``#KEYS`` and ``#ARGV`` against its
+header before anything else.
 
 Packers are pure functions: they only place values (no Redis, no checks: the scripts
 check everything before their first write), so the Lua tests run the scripts through them.
@@ -36,6 +37,7 @@ __all__ = [
     "DeadlineItem",
     "Ending",
     "Entry",
+    "Expect",
     "Layout",
     "Layout1Task",
     "Member",
@@ -48,6 +50,8 @@ __all__ = [
     "ReclaimArgs",
     "RetryArgs",
     "StartArgs",
+    "SummaryArgs",
+    "TrimArgs",
     "WfAbortArgs",
     "WfCancelArgs",
     "WfGateArgs",
@@ -133,6 +137,7 @@ TASK_OPTIONS = (
     "backoff_max_ms",
     "dedup",
     "owner",
+    "labels",
 )
 _options = msgspec.json.Encoder()
 
@@ -147,9 +152,11 @@ def task_options(
     wait_timeout_ms: int = 0,
     dedup: str | None = None,
     owner: str | None = None,
+    labels: str | None = None,
 ) -> bytes:
     """A new task's options as the one JSON object the scripts take; 0 and empty values
-    are left out (the scripts read a missing name as 0 or '')."""
+    are left out (the scripts read a missing name as 0 or ''). ``labels``: the JSON text
+    :func:`rsjobs.labels.encode_labels` makes."""
     o: dict[str, Any] = {"max_attempts": max_attempts}
     if timeout_ms:
         o["timeout_ms"] = timeout_ms
@@ -165,6 +172,8 @@ def task_options(
         o["dedup"] = dedup
     if owner:
         o["owner"] = owner
+    if labels:
+        o["labels"] = labels
     return _options.encode(o)
 
 
@@ -411,6 +420,40 @@ QUARANTINE = Layout(
 
 def quarantine(c: Common, k: Keys, source: str, keys: TaskKeys, args: QuarantineArgs) -> Packed:
     return _pack(QUARANTINE, c, source, args, [(keys, ())], (k.deadletter,))
+
+
+class TrimArgs(NamedTuple):
+    #: tags:trim entries one call handles at most
+    most: int | str
+
+
+TRIM = Layout("trim", TrimArgs._fields)
+
+
+def trim(c: Common, source: str, args: TrimArgs) -> Packed:
+    return _pack(TRIM, c, source, args, ())
+
+
+class SummaryArgs(NamedTuple):
+    #: the hash fields to read, separated by spaces
+    fields: str
+    #: the list's filters, a JSON object (see summaries.lua)
+    filter: str
+
+
+class Expect(NamedTuple):
+    """What a task's index says of it: ``"<states>|<entry>"`` (``summaries.lua``)."""
+
+    expect: str
+
+
+SUMMARIES = Layout("summaries", SummaryArgs._fields, "task", Expect._fields, ("task",))
+
+
+def summaries(
+    c: Common, source: str, args: SummaryArgs, tasks: Iterable[tuple[str, Expect]]
+) -> Packed:
+    return _pack(SUMMARIES, c, source, args, (((key,), item) for key, item in tasks))
 
 
 # -- workflows -------------------------------------------------------------------------------
@@ -702,6 +745,8 @@ LAYOUTS: dict[str, Layout] = {
         QUARANTINE,
         MARKER,
         MIGRATE,
+        TRIM,
+        SUMMARIES,
         WF_START,
         WF_SPAWN,
         WF_FINISH,

@@ -242,12 +242,13 @@ class Reaping:
 
     # -- dead letters ----------------------------------------------------------------------
 
-    async def deadletters(self, count: int) -> list[DeadLetterRow]:
-        """The newest ``count`` dead-letter entries, newest first, each with its task's
-        state and ``requeued_as`` link now."""
+    async def deadletters(self, count: int, before: str | None = None) -> list[DeadLetterRow]:
+        """The newest ``count`` dead-letter entries (older than entry ``before``, when
+        given), newest first, each with its task's state and ``requeued_as`` link now."""
         k = self.keys
+        top = "+" if before is None else f"({before}"
         with boundary("dead letters"):
-            rows = await self.redis.xrevrange(k.deadletter, "+", "-", count=count)
+            rows = await self.redis.xrevrange(k.deadletter, top, "-", count=count)
             async with self.redis.pipeline(transaction=False) as pipe:
                 for _, f in rows:
                     pipe.hmget(k.task(f.get("id", "")), [field("state"), "requeued_as"])

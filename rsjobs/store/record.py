@@ -97,6 +97,8 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     error: str = ""
     error_type: str = ""
     owner: str = ""
+    #: its labels, a JSON text (rsjobs.labels)
+    labels: str = ""
     dedup: str = ""
     #: its current stream entry
     entry: str = _short("entry")
@@ -217,18 +219,9 @@ def _long_path(why: str) -> str:
 def _from_history(f: Mapping[str, str], task_id: str) -> tuple[int, int, str]:
     """A terminal task's last START time and worker, and the time it ended, from its
     history (its hash drops them)."""
-    from .history import entries
+    from .history import span
 
-    started = finished = 0
-    worker = ""
-    for _, e in entries(f, task_id):
-        if e.get("rej"):
-            continue
-        if e.get("ev") == "START":
-            started, worker = int(e["ts"]), e.get("worker", "")
-        if e.get("to") in TERMINAL and e.get("from") not in TERMINAL:
-            finished = int(e["ts"])
-    return started, finished, worker
+    return span(f, task_id)
 
 
 def decode_workflow(h: Mapping[Any, Any]) -> WorkflowRecord:

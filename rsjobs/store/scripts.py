@@ -50,6 +50,8 @@ SCRIPT_NAMES = (
     # the namespace's layout: its marker, and the conversion from the previous one
     "marker",
     "migrate",
+    "trim",
+    "summaries",
     # the workflows': fsm.lua + wf.lua + the script
     "wf_start",
     "wf_spawn",

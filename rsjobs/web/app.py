@@ -45,6 +45,7 @@ from .assets import asset_routes, check_asset_root
 from .auth import Auth
 from .config import WebConfig
 from .http import ApiError, error_response, store_error
+from .lists import list_routes
 from .logs import redact_access_logs
 from .routes import task_routes
 from .service import Service
@@ -131,9 +132,11 @@ def create_app(
         finally:
             await service.aclose()
 
-    # the action routes first: /tasks/bulk/... is not a task id
+    # the action routes first (/tasks/bulk/... is not a task id), then the lists
+    # (/tasks/export before /tasks/{task_id})
     routes = (
         action_routes(service)
+        + list_routes(service)
         + task_routes(service)
         + workflow_routes(service)
         + asset_routes(service, root)

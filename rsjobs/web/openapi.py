@@ -18,7 +18,8 @@ import msgspec
 
 from .. import __version__
 from ..names import NAME_SCHEMA
-from ..schemas import BulkResult, HistoryEntry, QueuePause, RetryResult
+from ..overview import DeadLetterPage
+from ..schemas import BulkResult, HistoryEntry, QueuePause, RetryResult, TaskPage
 from ..workflows.schemas import WorkflowEvent, WorkflowStatus
 from .assets import MEDIA_TYPES
 from .bodies import (
@@ -42,11 +43,13 @@ from .schemas import (
     ErrorBody,
     Health,
     HistoryPage,
+    QueueList,
     RequeueResult,
     StreamEnd,
     SubmitRequest,
     SubmitResult,
     TaskView,
+    WorkerList,
 )
 
 __all__ = ["ACTION_BODIES", "openapi_document"]
@@ -62,6 +65,10 @@ _STRUCTS = (
     HistoryPage,
     StreamEnd,
     Health,
+    TaskPage,
+    QueueList,
+    WorkerList,
+    DeadLetterPage,
     ErrorBody,
     ActionRequest,
     ControlResult,
@@ -184,9 +191,113 @@ _WORKFLOW_EVENTS = [
 ]
 
 
+def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "description": description,
+            "schema": schema}  # fmt: skip
+
+
+_MS = {"type": "integer", "minimum": 0, "maximum": 10**13 - 1}
+_STATES = ["PENDING", "SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED",
+           "TIMED_OUT"]  # fmt: skip
+# the filters of GET /tasks and GET /tasks/export
+_FILTERS = [
+    _query("state", "only tasks in these states (repeated or comma-separated)",
+           {"type": "string", "pattern": f"^({'|'.join(_STATES)})(,({'|'.join(_STATES)}))*$"}),
+    _query("queue", "only tasks of these queues (repeated or comma-separated)",
+           {"type": "string"}),
+    _query("type", "only tasks of this type", {"type": "string", "maxLength": 200}),
+    _query("owner", "only this owner's tasks (an owner's token: its own only, 403 for "
+           "another)", {"type": "string"}),
+    _query("label", "only tasks with this label, key=value (repeated: all of them)",
+           {"type": "string"}),
+    _query("since", "listed at or after this time (ms; see TaskSummary.listed_at)", _MS),
+    _query("until", "listed at or before this time (ms)", _MS),
+]  # fmt: skip
+_LIST_ERRORS = {
+    **_AUTH_ERRORS,
+    **_UNAVAILABLE,
+    "400": _error("a bad filter (invalid_filter), cursor (invalid_cursor) or limit, or an "
+                  "unknown parameter"),
+    "403": _error("an owner's token naming another owner"),
+}  # fmt: skip
+_ADMIN_ERRORS = {
+    **_AUTH_ERRORS,
+    **_UNAVAILABLE,
+    "400": _error("a bad cursor or limit, or an unknown parameter"),
+    "403": _error("not an admin token"),
+}
+
+
+def _list_paths() -> dict[str, Any]:
+    return {
+        "/tasks/export": {
+            "get": {
+                "summary": "Every task of a filtered list, as JSON lines (newest first)",
+                "description": "The filters of GET /tasks; one TaskSummary per line.",
+                "operationId": "exportTasks",
+                "parameters": _FILTERS,
+                "responses": {
+                    "200": {"description": "one TaskSummary (JSON) per line",
+                            "content": {"application/x-ndjson": {"schema": {
+                                "$ref": _REF.format(name="TaskSummary")}}}},
+                    **_LIST_ERRORS,
+                },
+            }
+        },
+        "/queues": {
+            "get": {
+                "summary": "Queues: depth, counts per state, oldest pending, workers",
+                "operationId": "listQueues",
+                "responses": {"200": {"description": "the queues", "content": _json(
+                    "QueueList")}, **_ADMIN_ERRORS},
+            }
+        },
+        "/workers": {
+            "get": {
+                "summary": "The workers registry: alive, late and dead workers",
+                "operationId": "listWorkers",
+                "responses": {"200": {"description": "the workers", "content": _json(
+                    "WorkerList")}, **_ADMIN_ERRORS},
+            }
+        },
+        "/deadletters": {
+            "get": {
+                "summary": "The dead-letter stream, newest first, paged",
+                "operationId": "listDeadletters",
+                "parameters": [
+                    _query("cursor", "a page's cursor", {"type": "string",
+                           "pattern": "^[0-9]{1,20}-[0-9]{1,20}$"}),
+                    _query("limit", "dead letters per page", {"type": "integer",
+                           "minimum": 1, "maximum": 1000, "default": 50}),
+                ],
+                "responses": {"200": {"description": "a page of dead letters",
+                                      "content": _json("DeadLetterPage")}, **_ADMIN_ERRORS},
+            }
+        },
+    }  # fmt: skip
+
+
+_LIST_TASKS = {
+    "summary": "List tasks, newest first, with cursor pagination",
+    "description": "Read from the indexes the transition scripts keep (no scan). An "
+    "owner's token lists its own tasks only. A page may hold fewer than limit tasks and "
+    "still have a cursor (a page looks at a bounded number of index entries).",
+    "operationId": "listTasks",
+    "parameters": [
+        *_FILTERS,
+        _query("cursor", "the cursor of the previous page", {"type": "string"}),
+        _query("limit", "tasks per page",
+               {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}),
+    ],
+    "responses": {"200": {"description": "a page of tasks", "content": _json("TaskPage")},
+                  **_LIST_ERRORS},
+}  # fmt: skip
+
+
 def _paths() -> dict[str, Any]:
     return {
         "/tasks": {
+            "get": _LIST_TASKS,
             "post": {
                 "summary": "Submit a task",
                 "operationId": "submitTask",
@@ -645,7 +756,7 @@ def openapi_document() -> dict[str, Any]:
             "description": "Submit, follow and cancel rsjobs tasks; start, follow and act "
             "on workflows. See docs/web.md and docs/workflows.md.",
         },
-        "paths": {**_paths(), **_action_paths(), **_workflow_paths()},
+        "paths": {**_paths(), **_list_paths(), **_action_paths(), **_workflow_paths()},
         "components": {
             "schemas": _narrow(components),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

@@ -91,6 +91,7 @@ class Api(Handlers):
                     backoff_base_ms=req.backoff_base_ms,
                     backoff_max_ms=req.backoff_max_ms,
                     wait_timeout_ms=req.wait_timeout_ms,
+                    labels=req.labels,
                 )
             )
         except PayloadError as exc:

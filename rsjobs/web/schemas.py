@@ -12,7 +12,10 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 from msgspec import Meta
 
+from ..labels import MAX_LABELS, MAX_VALUE
 from ..names import NAME_SCHEMA, OWNER_SCHEMA
+from ..overview import QueueView
+from ..reaper.registry import WorkerInfo
 from ..schemas import HistoryEntry, TaskInfo
 
 __all__ = [
@@ -25,11 +28,13 @@ __all__ = [
     "ErrorBody",
     "Health",
     "HistoryPage",
+    "QueueList",
     "RequeueResult",
     "StreamEnd",
     "SubmitRequest",
     "SubmitResult",
     "TaskView",
+    "WorkerList",
     "decode_body",
     "encode",
 ]
@@ -40,6 +45,10 @@ OwnerName = Annotated[str, Meta(pattern=OWNER_SCHEMA)]
 #: The ``Idempotency-Key`` rule: 1-128 printable ASCII characters, no space.
 DedupKey = Annotated[str, Meta(pattern=r"^[\x21-\x7e]{1,128}\Z")]
 Millis = Annotated[int, Meta(ge=0, le=30 * 24 * 3600 * 1000, description="milliseconds")]
+#: The label rules (rsjobs.labels; a value must also be printable, checked on submit).
+LabelKey = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_./\-]{1,32}\Z")]
+LabelValue = Annotated[str, Meta(min_length=1, max_length=MAX_VALUE)]
+Labels = Annotated[dict[LabelKey, LabelValue], Meta(max_length=MAX_LABELS)]
 
 
 class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -58,6 +67,8 @@ class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     dedup_key: DedupKey | None = None
     #: submit on behalf of this owner: admin tokens only
     owner: OwnerName | None = None
+    #: a few key: value texts to list it by (GET /tasks?label=key=value)
+    labels: Labels | None = None
 
 
 class CancelRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -148,6 +159,7 @@ class TaskView(msgspec.Struct, frozen=True, kw_only=True):
     failures: int
     max_attempts: int
     owner: str
+    labels: dict[str, str]
     payload: Any
     result: Any
     error: str
@@ -184,6 +196,7 @@ class TaskView(msgspec.Struct, frozen=True, kw_only=True):
             failures=info.failures,
             max_attempts=info.max_attempts,
             owner=info.owner,
+            labels=info.labels,
             payload=info.payload,
             result=info.result,
             error=info.error,
@@ -200,6 +213,18 @@ class TaskView(msgspec.Struct, frozen=True, kw_only=True):
             queue_paused=info.queue_paused,
             recent=recent,
         )
+
+
+class QueueList(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /queues``: every queue of the namespace, by name."""
+
+    queues: list[QueueView]
+
+
+class WorkerList(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /workers``: the workers registry (alive, late and dead workers)."""
+
+    workers: list[WorkerInfo]
 
 
 class HistoryPage(msgspec.Struct, frozen=True, kw_only=True):

@@ -15,7 +15,7 @@ A stage's tasks may also be a function of the workflow's input (resolved once, a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ import msgspec
 
 from ..codec import encode_payload
 from ..errors import ConfigError, PayloadError
+from ..labels import validate_labels
 from ..names import validate_name
 from .plan import Plan, StagePlan, TaskPlan
 
@@ -36,7 +37,9 @@ class TaskSpec:
     ``item`` names it within its stage (``front``, ``happy``); ``type`` is the handler that
     runs it; ``kind`` is the kind of asset it makes unless its result says otherwise;
     ``params`` (JSON) reaches the handler as ``payload["params"]``. The rest are the task
-    options of :meth:`rsjobs.Client.enqueue`.
+    options of :meth:`rsjobs.Client.enqueue`; ``labels`` too (a stage whose tasks are a
+    function of the workflow's input passes on what lists should find them by, e.g.
+    ``{"character": input["id"]}``).
     """
 
     item: str
@@ -47,6 +50,7 @@ class TaskSpec:
     timeout_ms: int = 0
     backoff_base_ms: int = 1000
     backoff_max_ms: int = 300_000
+    labels: Mapping[str, str] | None = None
 
     def plan(self) -> TaskPlan:
         validate_name("item", self.item)
@@ -67,6 +71,7 @@ class TaskSpec:
             timeout_ms=self.timeout_ms,
             backoff_base_ms=self.backoff_base_ms,
             backoff_max_ms=self.backoff_max_ms,
+            labels=validate_labels(self.labels) if self.labels else {},
         )
 
 
@@ -80,6 +85,7 @@ def fan_out(
     timeout_ms: int = 0,
     backoff_base_ms: int = 1000,
     backoff_max_ms: int = 300_000,
+    labels: Mapping[str, str] | None = None,
 ) -> tuple[TaskSpec, ...]:
     """One task of ``type`` per item; ``params(item)`` gives each its params (default:
     ``{"item": item}``)."""
@@ -93,6 +99,7 @@ def fan_out(
             timeout_ms=timeout_ms,
             backoff_base_ms=backoff_base_ms,
             backoff_max_ms=backoff_max_ms,
+            labels=labels,
         )
         for i in items
     )

@@ -26,6 +26,8 @@ class TaskPlan(msgspec.Struct, frozen=True, kw_only=True):
     timeout_ms: int = 0
     backoff_base_ms: int = 1000
     backoff_max_ms: int = 300_000
+    #: the task's labels (rsjobs.labels)
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class StagePlan(msgspec.Struct, frozen=True, kw_only=True):

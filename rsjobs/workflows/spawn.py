@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from ..codec import encode_payload
+from ..labels import encode_labels
 from ..settings import Settings
 from ..store import Store, WfCode
 from ..store.layout import WfSpawnArgs, WfTask, task_options
@@ -102,6 +103,7 @@ def wf_task(settings: Settings, tid: str, stage: StagePlan, spec: TaskPlan, payl
             timeout_ms=spec.timeout_ms,
             backoff_base_ms=spec.backoff_base_ms,
             backoff_max_ms=spec.backoff_max_ms,
+            labels=encode_labels(spec.labels),
         ),
         spec.item,
         spec.kind,

@@ -162,3 +162,17 @@ def test_a_forked_child_gets_a_loop_of_its_own(redis_url: str) -> None:
     finally:
         client.close()
         client.close()  # idempotent
+
+
+def test_lists_and_the_namespace_views_from_a_thread(redis_url: str) -> None:
+    with SyncClient(redis_url) as c:
+        tagged = c.enqueue("img", queue="gpu", labels={"user": "u_9"})
+        c.enqueue("img", queue="gpu")
+        page = c.list_tasks(label="user=u_9", state=iter(["PENDING"]))
+        assert [s.id for s in page.items] == [tagged] and page.items[0].labels == {"user": "u_9"}
+        assert len(c.list_tasks(queue=("gpu",)).items) == 2
+        (gpu,) = c.queues()
+        assert gpu.name == "gpu" and gpu.counts["PENDING"] == 2 and gpu.depth == 2
+        assert c.workers() == [] and c.deadletters().items == []
+        with pytest.raises(ConfigError, match="unknown state"):
+            c.list_tasks(state="DONE")

@@ -1,5 +1,6 @@
 """The README's operator commands (plain ``redis-cli``) run as documented on a real Redis,
-and answer what they say they answer: the history of a task read from its hash."""
+and answer what they say they answer: the history of a task read from its hash, and the
+list indexes (the newest failures, an owner's newest tasks, the paused ones)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import redis as sync_redis
 
 from rsjobs import Client
 from tests.examples.readme import parse, section
+from tests.support.lua import LuaHarness
 
 pytestmark = pytest.mark.integration
 
@@ -51,13 +54,27 @@ async def test_the_documented_redis_cli_commands_answer_as_documented(redis_url:
         for _ in range(3):
             await c.cancel(tid, "again")  # one refusal entry, repeated twice
         hist = await c.history(tid)
+        mine = await c.enqueue("render", queue="cpu", owner="alice")
+        held = await c.enqueue("render", queue="cpu")
+        await c.pause(held)
+    r = sync_redis.Redis.from_url(redis_url, decode_responses=True)
+    h = LuaHarness("default", redis=r)  # a task that fails, as a worker would fail it
+    failed = "f" * 32
+    h.enqueue(failed, queue="gpu", max_attempts=1)
+    ((entry, _),) = r.xreadgroup("workers", "w1", {c.keys.queue("gpu"): ">"})[0][1]
+    h.finish(failed, "FAIL", h.start(failed, entry, queue="gpu")[5], queue="gpu")
+    r.close()
     (refusal,) = [e for e in hist if e.rejected]
     commands = _operator_commands()
-    assert [c.split()[1] for c in commands] == ["HGETALL", "HSCAN", "HGET", "XPENDING", "HGETALL"]
+    assert [c.split()[1] for c in commands] == [
+        "HGETALL", "HSCAN", "HGET", "XPENDING", "HGETALL", "XREVRANGE", "ZRANGE", "ZRANGE"
+    ]  # fmt: skip
     out = {}
     for line in commands:
         line = line.replace("<id>", tid).replace("<entry id>", refusal.id)
-        out[line.split()[1] + (":stats" if ":stats" in line else "")] = _run(redis_url, line)
+        key = line.split()[1] + (":stats" if ":stats" in line else "")
+        key += ":paused" if ":paused" in line else ""
+        out[key] = _run(redis_url, line)
     # the task and its history
     assert tid in out["HGETALL"] and "h1" in out["HGETALL"]
     # why is it where it is: the history entries, each field h<n> then its line
@@ -76,3 +93,8 @@ async def test_the_documented_redis_cli_commands_answer_as_documented(redis_url:
     # counts per queue and state
     stats = out["HGETALL:stats"]
     assert "gpu:CANCELLED" in stats[::2]
+    # the newest failures (entry id, then queue and task id), alice's newest, the paused
+    assert out["XREVRANGE"][1:] == ["gpu", failed]
+    (member,) = out["ZRANGE"]
+    assert member.startswith("o5:alice|") and member.endswith(f"|{mine}")
+    assert out["ZRANGE:paused"][0] == f"cpu:{held}"

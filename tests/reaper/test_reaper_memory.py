@@ -1,5 +1,5 @@
 """Memory is bounded by construction: after many finished tasks and the retention period,
-the keyspace is back to its baseline."""
+the keyspace is back to its baseline, the list indexes included (the reaper trims them)."""
 
 from __future__ import annotations
 
@@ -45,11 +45,20 @@ async def keyspace(client: Client) -> set[str]:
     return {k async for k in client.redis.scan_iter(match="rsjobs:*", count=1000)}
 
 
+def expires_with_tasks(key: str, client: Client) -> bool:
+    """Keys that exist only while finished tasks do: their hashes and dedup keys, and the
+    list indexes of finished tasks (the done:<STATE> streams, the tags index and its trim
+    queue), which the reaper trims with them and deletes once empty."""
+    k = client.keys
+    return ":task:" in key or ":dedup:" in key or key in (*k.done, k.tags, k.tags_trim)
+
+
 async def settle(client: Client, timeout: float) -> int:
-    """Wait until every finished task (hash, history, dedup key) has expired; DBSIZE."""
+    """Wait until every finished task (hash, history, dedup key, index entries) has
+    expired; DBSIZE."""
     deadline = time.monotonic() + timeout
     while True:
-        left = [k for k in await keyspace(client) if ":task:" in k or ":dedup:" in k]
+        left = [k for k in await keyspace(client) if expires_with_tasks(k, client)]
         if not left:
             return int(await client.redis.dbsize())
         assert time.monotonic() < deadline, f"{len(left)} task keys left, e.g. {left[:3]}"
@@ -58,7 +67,8 @@ async def settle(client: Client, timeout: float) -> int:
 
 async def round_of_tasks(client: Client, n: int) -> None:
     """n tasks of every ending: success, retry then success, failure, cancellation,
-    expiry, with dedup keys, payloads and delays; waits until all are terminal."""
+    expiry, with dedup keys, payloads, delays, owners and labels; waits until all are
+    terminal."""
     reqs = []
     for i in range(n):
         kind = i % 5
@@ -68,6 +78,8 @@ async def round_of_tasks(client: Client, n: int) -> None:
                     type="noop",
                     payload={"i": i, "pad": "x" * 200},
                     dedup_key=f"d{i}-{time.monotonic_ns()}",
+                    owner=f"user{i % 7}",
+                    labels={"character": f"c{i % 11}", "batch": "b"},
                 )
             )
         elif kind == 1:
@@ -83,7 +95,9 @@ async def round_of_tasks(client: Client, n: int) -> None:
         elif kind == 2:
             reqs.append(EnqueueRequest(type="fatal", payload=None))
         elif kind == 3:
-            reqs.append(EnqueueRequest(type="noop", payload={"i": i}, delay_ms=60_000))
+            reqs.append(
+                EnqueueRequest(type="noop", payload={"i": i}, delay_ms=60_000, owner="alice")
+            )
         else:
             reqs.append(EnqueueRequest(type="noop", queue="nobody", wait_timeout_ms=50))
     ids = await client.enqueue_many(reqs)
@@ -131,6 +145,7 @@ async def test_keyspace_returns_to_baseline_after_retention(redis_url: str) -> N
 
             n = await settle(client, timeout=RETENTION_MS / 1000 + 15)  # ...then gone
             assert n == base_n
+            assert reaper.totals["index_trimmed"] > 0  # the reaper trimmed the list indexes
             assert await keyspace(client) == base_keys
             mem = int((await client.redis.info("memory"))["used_memory"])
             usage = {k: await client.redis.memory_usage(k) for k in sorted(base_keys)}

@@ -155,6 +155,8 @@ def _calls() -> dict[str, layout.Packed]:
         "quarantine": L.quarantine(c, k, "src", tk, _named(L.QuarantineArgs)),
         "marker": L.marker(c, k, "src", "current"),
         "migrate": L.migrate(c, "src", _named(L.MigrateArgs), [_named(L.Layout1Task)] * 2),
+        "trim": L.trim(c, "src", _named(L.TrimArgs)),
+        "summaries": L.summaries(c, "src", _named(L.SummaryArgs), [("task", _named(L.Expect))] * 2),
         "wf_start": L.wf_start(c, "src", 10, wk, _named(L.WfStartArgs)),
         "wf_spawn": L.wf_spawn(
             c, "src", 10, wk, _named(L.WfSpawnArgs), [(tk, _named(L.WfTask))] * 2

@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 import redis
 
+from rsjobs.labels import encode_labels
 from rsjobs.model import TERMINAL, allowed
 from rsjobs.store import layout
+from rsjobs.store.index import label_tag, owner_tag
 from rsjobs.store.layout import NewTask, RetryArgs, task_options
 from tests.support.lua import LuaHarness
 from tests.support.reference import replay
@@ -177,6 +179,36 @@ def test_owner_labels_and_queue_wait_deadline_are_kept() -> None:
     assert int(new["expires_at"]) - int(new["created_at"]) == 60_000
     assert h.r.zscore(h.k.deadlines, f"q:{B}") == int(new["expires_at"])
     assert "backoff_base_ms" not in new and "max_attempts" in new  # defaults stay unstored
+
+
+def test_the_new_task_is_in_the_owner_and_label_index_as_a_submit_puts_it() -> None:
+    h = LuaHarness()
+    h.group()
+    labels = encode_labels({"user": "u_9", "character": "c_1"})
+    h.run(layout.enqueue(h.c, "api", [(h.tk(A), h.new_task(A, owner="alice", labels=labels))]))
+    h.control(A, "CANCEL")
+    assert h.retry(A, B)[0] == 1
+    new = h.task(B)
+    assert new["labels"] == labels
+    tags = (owner_tag("alice"), label_tag("user", "u_9"), label_tag("character", "c_1"))
+    mine = sorted(f"{tag}|{int(new['created_at']):013d}|{B}" for tag in tags)
+    assert sorted(m for m in h.r.zrange(h.k.tags, 0, -1) if m.endswith(B)) == mine
+
+
+def test_labels_that_do_not_read_are_refused_and_nothing_else_written() -> None:
+    h = LuaHarness()
+    _failed(h)
+    h.r.hset(h.k.task(A), "labels", "not json")
+    before = h.snapshot()
+    code, state, why = h.retry(A, B)
+    assert (code, state) == (-2, "FAILED") and "labels" in why
+    assert not h.r.exists(h.k.task(B)) and not h.r.exists(h.k.tags)
+    last = h.history(A)[-1]
+    assert last.rejected and last.event == "RETRY"
+    after = h.snapshot()
+    changed = {k for k in after if after[k] != before.get(k)}
+    # the refusal: its entry in the task hash and the events stream, its counter
+    assert changed <= {h.k.task(A), h.k.events, h.k.stats}
 
 
 def test_a_workflows_task_is_refused() -> None:

@@ -26,6 +26,7 @@ import msgspec
 from redis.exceptions import RedisError
 
 from rsjobs.schemas import HistoryEntry, TaskInfo
+from rsjobs.store.keys import Keys
 from rsjobs.store.layout import LAYOUTS, Packed
 from rsjobs.store.marker import LayoutState
 from rsjobs.store.record import TASK_FIELDS, TaskRecord
@@ -49,11 +50,16 @@ def source(name: str) -> str:
 #: per-item ARGV names (dropped by :func:`old_call`)
 _NEWER_TAIL_KEYS = {"start": ("paused",)}
 _NEWER_ITEM_ARGV = {"finish": ("traceback",), "wf_finish": ("traceback",)}
+#: the common KEYS this release passes, of which layout 1's scripts take the first four
+#: (events, stats, scheduled, deadlines: not the list indexes)
+_NCOMMON = len(Keys().common())
+_OLD_NCOMMON = 4
 
 
 def old_call(call: Packed) -> Packed:
     """``call`` without what was added to its script after layout 1 (its queue-pause key,
-    a failure's traceback): the old scripts check their KEYS and ARGV counts."""
+    a failure's traceback; the list indexes among the common KEYS are left out by
+    :func:`old_keys`): the old scripts check their KEYS and ARGV counts."""
     lay = LAYOUTS[call.script]
     keys, argv = list(call.keys), list(call.argv)
     drop_tail = _NEWER_TAIL_KEYS.get(call.script, ())
@@ -61,7 +67,7 @@ def old_call(call: Packed) -> Packed:
     if drop_argv:
         per = len(lay.item_args)
         at = {lay.item_args.index(name) for name in drop_argv}
-        nitems = (len(keys) - 4 - len(lay.tail_keys)) // len(lay.item_keys)
+        nitems = (len(keys) - _NCOMMON - len(lay.tail_keys)) // len(lay.item_keys)
         head = len(argv) - per * nitems
         kept = argv[:head]
         for j in range(nitems):
@@ -80,7 +86,7 @@ def old_keys(call: Packed) -> list[str]:
     newer = len(_NEWER_TAIL_KEYS.get(call.script, ()))
     lay = lay._replace(tail_keys=lay.tail_keys[: len(lay.tail_keys) - newer])
     call = old_call(call)
-    common, rest = call.keys[:4], call.keys[4:]
+    common, rest = call.keys[:_OLD_NCOMMON], call.keys[_NCOMMON:]
     prefix = common[0][: -len("events")]
     out = [*common, prefix + "scratch"]
     ntail = len(lay.tail_keys)

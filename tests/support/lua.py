@@ -41,8 +41,10 @@ def long_names(h: dict[str, str]) -> dict[str, str]:
 
 
 class LuaHarness:
-    def __init__(self, namespace: str = "t", retention_ms: int = 0) -> None:
-        self.r = fakeredis.FakeRedis(decode_responses=True)
+    """The scripts on fakeredis, or on the Redis client ``redis`` (sync, text replies)."""
+
+    def __init__(self, namespace: str = "t", retention_ms: int = 0, redis: Any = None) -> None:
+        self.r = redis if redis is not None else fakeredis.FakeRedis(decode_responses=True)
         self.k = Keys(namespace)
         self.c = Common.of(self.k, 1000, retention_ms)
         self.sha = {n: self.r.script_load(script_source(n)) for n in SCRIPT_NAMES}
@@ -67,6 +69,8 @@ class LuaHarness:
         backoff_max: int | None = None,
         wait_timeout_ms: int = 0,
         payload: str = '{"p":1}',
+        owner: str | None = None,
+        labels: str | None = None,
     ) -> NewTask:
         options = task_options(
             max_attempts=max_attempts,
@@ -76,6 +80,8 @@ class LuaHarness:
             backoff_base_ms=backoff,
             backoff_max_ms=backoff if backoff_max is None else backoff_max,
             dedup=dedup,
+            owner=owner,
+            labels=labels,
         )
         return NewTask(tid, "img", queue, payload, options)
 

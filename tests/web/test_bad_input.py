@@ -158,7 +158,7 @@ def test_unknown_routes_and_methods_answer_json(tc: TestClient, rdb: sync_redis.
     _seed(tc)
     _check(tc, rdb, 404, "not_found", method="GET", url="/nope")
     _check(tc, rdb, 405, "method_not_allowed", method="DELETE", url=f"/tasks/{TASK}", headers=ALICE)
-    _check(tc, rdb, 405, "method_not_allowed", method="GET", url="/tasks", headers=ALICE)
+    _check(tc, rdb, 405, "method_not_allowed", method="DELETE", url="/tasks", headers=ALICE)
 
 
 def test_unauthenticated_writes_nothing(app: Starlette, rdb: sync_redis.Redis) -> None:

@@ -1,0 +1,99 @@
+"""The operator's views of a namespace, beside the task lists: its queues (depth, counts per
+state, the age of the oldest waiting task, paused or not, live workers) and pages of its
+dead-letter stream. :class:`rsjobs.Client` (``queues``, ``deadletters``), the web app
+(``GET /queues``, ``GET /deadletters``) and the CLI show them; all of it is read from what
+the store keeps per queue and per namespace, never from a scan of the keyspace."""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from .errors import ConfigError
+from .reaper.deadletter import DeadLetter
+from .store import Store
+
+__all__ = ["DeadLetterPage", "QueueView", "deadletter_page", "queue_views"]
+
+#: the states of a queue's counts, in the order a task passes through them
+_STATES = ("PENDING", "SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED",
+           "TIMED_OUT")  # fmt: skip
+_WAITING = ("PENDING", "SCHEDULED", "RUNNING")
+_ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+
+
+class QueueView(msgspec.Struct, frozen=True, kw_only=True):
+    """One queue of a namespace."""
+
+    name: str
+    #: work entries on its stream (waiting or delivered)
+    depth: int
+    #: tasks per state (the terminal states' counts are totals since the namespace began:
+    #: finished tasks expire after the retention period)
+    counts: dict[str, int]
+    #: tasks that still need a worker (PENDING, SCHEDULED, RUNNING)
+    waiting: int
+    #: ms since the oldest undelivered task was queued (0: none waits)
+    oldest_pending_ms: int
+    #: whether the queue is paused (``Client.pause_queue``: no worker starts its tasks)
+    paused: bool = False
+    #: live workers serving it
+    workers: int
+    #: work waits and no live worker serves the queue
+    unserved: bool
+
+
+class DeadLetterPage(msgspec.Struct, frozen=True, kw_only=True):
+    """A page of the dead-letter stream, newest first; ``cursor`` asks for the next page
+    (None: this is the last)."""
+
+    items: list[DeadLetter]
+    cursor: str | None = None
+
+
+async def queue_views(store: Store) -> list[QueueView]:
+    """Every queue of the namespace, by name."""
+    from .console.views import live_workers_by_queue
+    from .reaper.registry import list_workers
+
+    stats = await store.tasks.stats()
+    names = list(stats)
+    live = live_workers_by_queue(await list_workers(store))
+    oldest = await store.index.oldest_pending(names)
+    paused = await store.tasks.paused_queues()
+    now = await store.reaper.now_ms()
+    out = []
+    for name in names:
+        counts = {s: stats[name].get(s, 0) for s in _STATES}
+        waiting = sum(counts[s] for s in _WAITING)
+        since = oldest.get(name, 0)
+        out.append(
+            QueueView(
+                name=name,
+                depth=stats[name].get("stream_length", 0),
+                counts=counts,
+                waiting=waiting,
+                oldest_pending_ms=max(0, now - since) if since else 0,
+                paused=name in paused,
+                workers=live.get(name, 0),
+                unserved=bool(waiting) and not live.get(name),
+            )
+        )
+    return out
+
+
+async def deadletter_page(
+    store: Store, *, cursor: str | None = None, limit: int = 50
+) -> DeadLetterPage:
+    """Dead letters after ``cursor`` (a page's: an entry id of the stream), newest first.
+    Raises :class:`rsjobs.ConfigError` for a bad cursor or a limit outside 1-1000."""
+    from .reaper.deadletter import list_deadletters
+
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+        raise ConfigError("limit must be an integer between 1 and 1000")
+    if cursor is not None and not (isinstance(cursor, str) and _ENTRY_ID.fullmatch(cursor)):
+        raise ConfigError("invalid cursor: pass the cursor a page of dead letters returned")
+    items = await list_deadletters(store, count=limit, before=cursor)
+    last = items[-1].entry if len(items) == limit else None
+    return DeadLetterPage(items=items, cursor=last)

@@ -1,0 +1,55 @@
+--[[ trim.lua — the reaper's trim of the list indexes (see index_move in fsm.lua).
+
+A finished task's hash expires after the retention period (ARGV[3]); its entries in the
+list indexes go with it here: the done:<STATE> streams lose their entries older than the
+retention period (the transitions trim them too, approximately, while tasks keep
+finishing: this removes the rest, and a stream left empty is deleted), and each tags:trim
+entry older than it has its task's tags members removed, then is deleted itself. Nothing
+is trimmed when the retention period is 0 (tasks are kept forever).
+
+KEYS: common (see fsm.lua)
+ARGV: common (see fsm.lua), then
+  ARGV[5]  most  at most this many tags:trim entries are handled (an integer >= 1)
+Returns: {handled, members, done, more}: tags:trim entries handled, tags members removed,
+  done:<STATE> entries removed; more = 1 when `most` entries were handled (call again).
+An error (nothing written) when most is not an integer >= 1.
+Events: none (no task changes state).
+]]
+local _, bad = layout(1, 0, 0, 0)
+if bad then return bad end
+if not is_count(ARGV[5]) or tonumber(ARGV[5]) < 1 then return bad_arg('most', ARGV[5]) end
+local most = tonumber(ARGV[5])
+if RETENTION_MS == 0 then return {0, 0, 0, 0} end
+local cutoff = NOW - RETENTION_MS
+if cutoff <= 0 then return {0, 0, 0, 0} end
+
+-- a stream emptied by a trim is deleted: an empty stream key would stay forever
+local function drop_if_empty(key)
+  if redis.call('XLEN', key) == 0 then redis.call('DEL', key) end
+end
+
+local rows = redis.call('XRANGE', TAGS_TRIM_KEY, '-', '(' .. cutoff .. '-0', 'COUNT', most)
+local members, ids = 0, {}
+for _, row in ipairs(rows) do
+  local e = {}
+  for j = 1, #row[2], 2 do e[row[2][j]] = row[2][j + 1] end
+  -- labels that do not decode (written by something else) leave only the owner's member
+  local labels = e.l and decode_labels(e.l) or nil
+  local gone = tag_members(tags_of(e.o, labels), tonumber(e.c) or 0, e.id or '')
+  if #gone > 0 then members = members + redis.call('ZREM', TAGS_KEY, unpack(gone)) end
+  ids[#ids + 1] = row[1]
+end
+if #ids > 0 then
+  redis.call('XDEL', TAGS_TRIM_KEY, unpack(ids))
+  drop_if_empty(TAGS_TRIM_KEY)
+end
+
+local done = 0
+for _, state in ipairs({'SUCCEEDED', 'FAILED', 'CANCELLED', 'TIMED_OUT'}) do
+  local key = DONE_KEYS[state]
+  done = done + redis.call('XTRIM', key, 'MINID', cutoff)
+  drop_if_empty(key)
+end
+local more = 0
+if #rows == most then more = 1 end
+return {#ids, members, done, more}
