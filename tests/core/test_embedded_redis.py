@@ -9,7 +9,7 @@ import redis
 from rsjobs.server import EmbeddedRedis
 
 FILL = """
-for i = 1, tonumber(ARGV[1]) do
+for i = tonumber(ARGV[1]), tonumber(ARGV[2]) do
   redis.call('SET', 'k' .. i, string.rep('x', 100))
 end
 return 1
@@ -22,12 +22,15 @@ def test_a_restart_returns_after_the_aof_is_loaded(tmp_path: Path) -> None:
     server = EmbeddedRedis(appendonly=True, data_dir=str(tmp_path))
     server.start()
     try:
-        r = redis.Redis.from_url(server.url)
-        r.eval(FILL, 0, 300_000)  # enough for the load to take a while
+        # enough for the load to take a while; in chunks, each well within the timeout even
+        # on a busy machine
+        r = redis.Redis.from_url(server.url, socket_timeout=60)
+        for first in range(1, 300_000, 20_000):
+            r.eval(FILL, 0, first, first + 19_999)
         r.close()
         for _ in range(2):
             server.restart(kill=True)
-            r = redis.Redis.from_url(server.url)
+            r = redis.Redis.from_url(server.url, socket_timeout=60)
             try:
                 assert r.get("k300000") == b"x" * 100  # no LOADING: the data is there
                 assert int(r.info("persistence")["loading"]) == 0
