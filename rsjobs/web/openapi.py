@@ -220,7 +220,7 @@ _LIST_ERRORS = {
                   "unknown parameter"),
     "403": _error("an owner's token naming another owner"),
 }  # fmt: skip
-_ADMIN_ERRORS = {
+_ADMIN_LIST_ERRORS = {
     **_AUTH_ERRORS,
     **_UNAVAILABLE,
     "400": _error("a bad cursor or limit, or an unknown parameter"),
@@ -249,7 +249,7 @@ def _list_paths() -> dict[str, Any]:
                 "summary": "Queues: depth, counts per state, oldest pending, workers",
                 "operationId": "listQueues",
                 "responses": {"200": {"description": "the queues", "content": _json(
-                    "QueueList")}, **_ADMIN_ERRORS},
+                    "QueueList")}, **_ADMIN_LIST_ERRORS},
             }
         },
         "/workers": {
@@ -257,7 +257,7 @@ def _list_paths() -> dict[str, Any]:
                 "summary": "The workers registry: alive, late and dead workers",
                 "operationId": "listWorkers",
                 "responses": {"200": {"description": "the workers", "content": _json(
-                    "WorkerList")}, **_ADMIN_ERRORS},
+                    "WorkerList")}, **_ADMIN_LIST_ERRORS},
             }
         },
         "/deadletters": {
@@ -271,7 +271,7 @@ def _list_paths() -> dict[str, Any]:
                            "minimum": 1, "maximum": 1000, "default": 50}),
                 ],
                 "responses": {"200": {"description": "a page of dead letters",
-                                      "content": _json("DeadLetterPage")}, **_ADMIN_ERRORS},
+                                      "content": _json("DeadLetterPage")}, **_ADMIN_LIST_ERRORS},
             }
         },
     }  # fmt: skip
