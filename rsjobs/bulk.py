@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from .errors import ConfigError
+from .labels import validate_labels
 from .model import State
 from .names import is_owner, validate_name
 from .schemas import BulkItem, BulkResult, TaskFilter
@@ -45,8 +46,12 @@ def check_filter(f: TaskFilter) -> None:
     if all(getattr(f, n) is None for n in f.__struct_fields__):
         raise ConfigError(
             "an empty filter would select every task: name a queue, state, type, owner, "
-            "since or until"
+            "labels, since or until"
         )
+    if f.labels is not None:
+        if not f.labels:
+            raise ConfigError("labels must name at least one key: value (or be left out)")
+        validate_labels(f.labels)
     if f.queue is not None:
         validate_name("queue", f.queue)
     if f.state is not None and f.state not in {s.value for s in State}:

@@ -342,6 +342,8 @@ class TaskFilter(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     owner: str | None = None
     since: int | None = None
     until: int | None = None
+    #: tasks that have every one of these labels
+    labels: dict[str, str] | None = None
 
 
 class BulkItem(msgspec.Struct, frozen=True, kw_only=True):

@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from ..errors import ConfigError
+from ..labels import parse_label
 from ..model import State
 from ..schemas import BulkResult, QueuePause, TaskFilter
 from .views import when
@@ -63,6 +64,7 @@ def _filter(args: argparse.Namespace) -> TaskFilter:
             owner=args.owner,
             since=parse_time(args.since) if args.since is not None else None,
             until=parse_time(args.until) if args.until is not None else None,
+            labels=dict(parse_label(x) for x in args.label) if args.label else None,
         )
     except ConfigError as exc:
         raise CliError(str(exc)) from None
@@ -203,6 +205,9 @@ def register(sub: Any) -> None:
     b.add_argument("--state", choices=[s.value for s in State])
     b.add_argument("--type")
     b.add_argument("--owner")
+    b.add_argument(
+        "--label", action="append", metavar="KEY=VALUE", help="only tasks with this label"
+    )
     b.add_argument("--since", metavar="TIME", help="created at or after: ms, ISO 8601, or 2h")
     b.add_argument("--until", metavar="TIME", help="created before: ms, ISO 8601, or 30m")
     b.add_argument("--limit", type=int, default=100, help="act on at most this many (1-1000)")

@@ -1,11 +1,12 @@
 """From a filter to the tasks it selects: the one step every bulk action takes first.
 
-Until the namespace keeps indexes of its tasks, this is a plain scan of the task hashes:
-``SCAN ... MATCH rsjobs:{ns}:task:* TYPE hash`` in batches, one pipelined HMGET of the
-fields a filter reads per batch, the filter applied here. It reads every task of the
-namespace (O(tasks), a few round trips per thousand) and writes nothing; what it answers
-is a snapshot, so each action checks its task again in its own script. A later index
-replaces the body of :func:`select`, not its callers.
+The candidates come from the namespace's list indexes (:class:`rsjobs.store.index.Index`:
+the ``done:<STATE>`` streams, the queue streams, the schedule and the owner and label
+tags), the same ones ``GET /tasks`` reads, page after page: the work is proportional to
+the tasks the filter's states, queues, owner and labels name, never a scan of the
+keyspace. Each candidate's fields are read again (one pipelined HMGET per page) and the
+whole filter applied here, so what a selection answers is a snapshot; each action checks
+its task once more in its own script.
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ import heapq
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from redis.asyncio import Redis
-
 from ..schemas import TaskFilter
+from .index import MAX_PAGE, Index, ListQuery
 from .keys import Keys
 from .record import field
 from .replies import text
@@ -75,39 +75,47 @@ def matches(f: TaskFilter, t: Selected) -> bool:
         and (f.owner is None or t.owner == f.owner)
         and (f.since is None or t.created_at >= f.since)
         and (f.until is None or t.created_at < f.until)
-    )
+    )  # labels: the index answers only tasks that have them all
 
 
 async def select(
-    redis: Redis,
-    keys: Keys,
+    index: Index,
     f: TaskFilter,
     *,
     limit: int,
     where: Callable[[Selected], bool] | None = None,
-    batch: int = 1000,
+    page: int = MAX_PAGE,
 ) -> Selection:
     """The tasks of the namespace that match ``f`` (and ``where``, the action's own
     condition: e.g. a retry takes finished tasks only): how many, and the oldest
     ``limit``."""
-    pattern = keys.task("*")
+    keys, redis = index.keys, index.redis
+    q = ListQuery(
+        states=(f.state,) if f.state else (),
+        queues=(f.queue,) if f.queue else (),
+        type=f.type or "",
+        owner=f.owner or "",
+        labels=tuple(sorted((f.labels or {}).items())),
+        limit=page,
+    )
     # the oldest `limit` matches: a heap whose top is the youngest kept (creation time and
     # id negated: ids are 32 hex digits)
     oldest: list[tuple[int, int, Selected]] = []
     matched = 0
-    cursor: int | str = 0
+    seen: set[str] = set()  # a task moving between indexes while they are read
     while True:
-        with boundary("SCAN tasks"):
-            cursor, found = await redis.scan(cursor, match=pattern, count=batch, _type="hash")
-            names = [text(k) for k in found]
-            rows: list[list[object]] = []
-            if names:
+        found = await index.page(q)
+        ids = [t.id for t in found.items if t.id not in seen]
+        seen.update(ids)
+        rows: list[list[object]] = []
+        if ids:
+            with boundary("HMGET tasks"):
                 async with redis.pipeline(transaction=False) as pipe:
-                    for name in names:
-                        pipe.hmget(name, _FIELDS)
+                    for tid in ids:
+                        pipe.hmget(keys.task(tid), _FIELDS)
                     rows = await pipe.execute()
-        for name, row in zip(names, rows, strict=True):
-            t = _selected(keys, name, row)
+        for tid, row in zip(ids, rows, strict=True):
+            t = _selected(keys, keys.task(tid), row)
             if t is None or not matches(f, t) or (where is not None and not where(t)):
                 continue
             matched += 1
@@ -116,8 +124,9 @@ async def select(
                 heapq.heappush(oldest, item)
             elif limit and item > oldest[0]:
                 heapq.heapreplace(oldest, item)
-        if int(cursor) == 0:
+        if found.cursor is None:
             break
+        q = q._replace(cursor=found.cursor)
     tasks = sorted((t for _, _, t in oldest), key=lambda t: (t.created_at, t.id))
     return Selection(matched, tasks)
 

@@ -170,9 +170,10 @@ class Tasks:
     ) -> Selection:
         """The tasks ``f`` (and ``where``) select: how many, and the oldest ``limit``
         (:func:`rsjobs.store.selection.select`)."""
+        from .index import Index
         from .selection import select
 
-        return await select(self.redis, self.keys, f, limit=limit, where=where)
+        return await select(Index(self.scripts), f, limit=limit, where=where)
 
     async def get(self, task_id: str) -> TaskInfo | None:
         """The task as stored (None: no such task), and whether it waits on a paused queue.

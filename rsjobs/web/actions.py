@@ -101,8 +101,9 @@ class Actions(Handlers):
         req = await self.body(request, BulkRequest)
         f = req.filter
         where = TaskFilter(
-            queue=f.queue, state=f.state, type=f.type, owner=f.owner, since=f.since, until=f.until
-        )
+            queue=f.queue, state=f.state, type=f.type, owner=f.owner, since=f.since,
+            until=f.until, labels=f.labels,
+        )  # fmt: skip
         retry = request.url.path.endswith("/retry")
         op = self.client.bulk_retry if retry else self.client.bulk_cancel
         try:

@@ -49,6 +49,7 @@ Millis = Annotated[int, Meta(ge=0, le=30 * 24 * 3600 * 1000, description="millis
 LabelKey = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_./\-]{1,32}\Z")]
 LabelValue = Annotated[str, Meta(min_length=1, max_length=MAX_VALUE)]
 Labels = Annotated[dict[LabelKey, LabelValue], Meta(max_length=MAX_LABELS)]
+FilterLabels = Annotated[dict[LabelKey, LabelValue], Meta(min_length=1, max_length=MAX_LABELS)]
 
 
 class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -100,6 +101,10 @@ class BulkFilter(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     owner: OwnerName | None = None
     since: Time | None = None
     until: Time | None = None
+    #: tasks with every one of these labels
+    labels: (
+        Annotated[dict[LabelKey, LabelValue], Meta(min_length=1, max_length=MAX_LABELS)] | None
+    ) = None
 
 
 class BulkRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rsjobs import Client, InvalidTransition, TaskFilter, TaskNotFound
+from rsjobs import Client, ConfigError, InvalidTransition, TaskFilter, TaskNotFound
 from rsjobs.model import TERMINAL
 from tests.support.processes import wait_for_state
 from tests.support.reference import replay
@@ -95,6 +95,41 @@ async def test_bulk_cancel_counts_lists_and_cancels_within_the_limit(client: Cli
     assert rest.changed == 3 and (await client.get(later)).state == "CANCELLED"
     assert (await client.get(cpu)).state == "PENDING"
     assert (await client.bulk_cancel(TaskFilter(queue="gpu"), dry_run=True)).matched == 0
+
+
+async def test_bulk_selection_reads_the_indexes_and_filters_by_label(
+    client: Client, redis_url: str
+) -> None:
+    mine = [
+        await client.enqueue("noop", {"i": i}, queue="gpu", labels={"character": "c_1"})
+        for i in range(3)
+    ]
+    await client.enqueue("noop", {}, queue="gpu", labels={"character": "c_2"})
+    await client.enqueue("noop", {}, queue="cpu", labels={"character": "c_1"})
+    # a hash shaped like a task but in no index is not selected: the selection reads the
+    # indexes the transition scripts keep, not the keyspace
+    stray = "f" * 32
+    await client.redis.hset(
+        client.store.keys.task(stray),
+        mapping={"id": stray, "s": "PENDING", "q": "gpu", "t": "noop"},
+    )
+    calls_before = await _scan_calls(client)
+    where = TaskFilter(queue="gpu", labels={"character": "c_1"})
+    dry = await client.bulk_cancel(where, dry_run=True)
+    assert dry.matched == 3 and set(dry.ids) == set(mine)
+    assert await _scan_calls(client) == calls_before  # no SCAN
+    done = await client.bulk_cancel(where)
+    assert done.changed == 3
+    assert {(await client.get(t)).state for t in mine} == {"CANCELLED"}
+    with pytest.raises(ConfigError, match="label key"):
+        await client.bulk_cancel(TaskFilter(labels={"a b": "x"}))
+    with pytest.raises(ConfigError, match="at least one"):
+        await client.bulk_cancel(TaskFilter(labels={}))
+
+
+async def _scan_calls(client: Client) -> int:
+    stats = await client.redis.info("commandstats")
+    return int(stats.get("cmdstat_scan", {}).get("calls", 0))
 
 
 async def test_bulk_retry_takes_failed_tasks_not_yet_retried(
