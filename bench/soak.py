@@ -39,6 +39,7 @@ from bench.redis_server import RedisServer
 from bench.soak_probe import LatencySampler, Retained
 from bench.workers import REPO_ROOT, WorkerGroup
 from rsjobs import Client, EnqueueRequest, Settings, State, connect
+from rsjobs.store.scripts import SCRIPT_NAMES, script_sha, script_source
 
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 _UNFINISHED = (State.PENDING, State.SCHEDULED, State.RUNNING, State.PAUSED)
@@ -69,6 +70,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=0.0,
         help="stop after this long even if tasks remain (default: 1.5 x the planned time + 120 s)",
     )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=2000,
+        help="tasks run and expired before the baseline is taken (see _warm_up)",
+    )
     p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     p.add_argument(
         "--log-dir", type=Path, help="keep the worker's and reaper's logs here (default: dropped)"
@@ -77,9 +84,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.tasks < 1 or args.rate <= 0 or args.retention_s <= 0 or args.sample_s <= 0:
         p.error("--tasks, --rate, --retention-s and --sample-s must be positive")
+    if args.warmup < 0:
+        p.error("--warmup must be zero or positive")
     if args.concurrency < 1 or args.latency_per_sample < 1:
         p.error("--concurrency and --latency-per-sample must be positive")
-    planned = args.tasks / args.rate + args.retention_s
+    planned = (args.tasks + args.warmup) / args.rate + 2 * args.retention_s
     args.max_s = args.max_s or 1.5 * planned + 120
     return args
 
@@ -128,6 +137,8 @@ class _Sampler:
     ) -> None:
         self.raw, self.client, self.worker, self.reaper = raw, client, worker, reaper
         self.t0 = time.monotonic()
+        # tasks of the warm-up round, not counted as the run's
+        self.warm_finished = 0
         self.last: dict[str, float] = {}
         # (time, CPU counters) of recent samples, for the machine-load window
         self.recent: deque[tuple[float, dict[str, float]]] = deque()
@@ -148,9 +159,7 @@ class _Sampler:
             "busy": busy_cpu_s(),
             "own": own_cpu_s(),
         }
-        finished = int(stats.get(State.SUCCEEDED, 0)) + sum(
-            int(stats.get(s, 0)) for s in (State.FAILED, State.CANCELLED, State.TIMED_OUT)
-        )
+        finished = _finished(stats) - self.warm_finished
         row: dict[str, Any] = {
             "t": now - self.t0,
             "producing": run.produced_at == 0.0,
@@ -191,6 +200,93 @@ class _Sampler:
         return row
 
 
+async def _clear_slowlog(raw: Redis) -> dict[str, int]:
+    """Empties Redis's slow log; what it held: entries and bytes of used_memory."""
+    before = await redis_stats.settled(raw)
+    entries = int(await raw.execute_command("SLOWLOG", "LEN"))
+    await raw.execute_command("SLOWLOG", "RESET")
+    after = await redis_stats.settled(raw)
+    return {"entries": entries, "bytes": before.stored_memory - after.stored_memory}
+
+
+def _pairs(reply: Any) -> dict[Any, Any]:
+    """A RESP2 flat list of name, value, ... (or a RESP3 map) as a dict."""
+    if isinstance(reply, dict):
+        return reply
+    return dict(zip(reply[::2], reply[1::2], strict=True))
+
+
+async def _memory_parts(raw: Redis) -> dict[str, int]:
+    """MEMORY STATS' byte counts (dataset, overheads, per-db hash tables...), flattened."""
+    items = _pairs(await raw.execute_command("MEMORY", "STATS"))
+    parts: dict[str, int] = {}
+    for key, value in items.items():
+        name = key.decode() if isinstance(key, bytes) else str(key)
+        if isinstance(value, int) and not name.endswith(("perc", "ratio")):
+            parts[name] = value
+        elif isinstance(value, list | dict):  # db.0: overhead.hashtable.main, .expires
+            for k2, v2 in _pairs(value).items():
+                n2 = k2.decode() if isinstance(k2, bytes) else str(k2)
+                if isinstance(v2, int):
+                    parts[f"{name}.{n2}"] = v2
+    shas = [script_sha(n) for n in SCRIPT_NAMES]
+    cached = await raw.script_exists(*shas)
+    parts.update({f"script:{n}": int(c) for n, c in zip(SCRIPT_NAMES, cached, strict=True)})
+    info = await raw.info("memory")
+    for name in ("number_of_cached_scripts", "used_memory_lua", "used_memory_scripts"):
+        if name in info:
+            parts[name] = int(info[name])
+    return parts
+
+
+def _finished(stats: dict[str, Any]) -> int:
+    return sum(
+        int(stats.get(s, 0))
+        for s in (State.SUCCEEDED, State.FAILED, State.CANCELLED, State.TIMED_OUT)
+    )
+
+
+async def _warm_up(
+    args: argparse.Namespace, raw: Redis, client: Client, deadline_s: float
+) -> tuple[int, int]:
+    """Every script loaded, and a small round of tasks through every path the run
+    takes (enqueue_many, the worker's start and finish, the latency and retention
+    probes, the reaper's expiry and trims), left to expire, so that the baseline already
+    holds what is created once and kept for good: Redis's script cache, the queue stream
+    and its group, the stats hash, the events stream, the handlers' counter. Without it
+    the run's end is compared with a Redis that had never run a task. Returns the
+    round's finished tasks and handler runs, which the run's own figures leave out."""
+    if args.warmup == 0:
+        return 0, 0
+    # every script of the package, also those the round may not call (a heartbeat comes
+    # only when a task runs long): each loads once, into Redis's script cache and Lua heap
+    for name in SCRIPT_NAMES:
+        await raw.script_load(script_source(name))
+    retained = Retained()
+    lat = LatencySampler(every=10)
+    for first in range(0, args.warmup, 500):
+        reqs = [
+            EnqueueRequest(type=TASK_NAME, payload={"i": i}, queue=QUEUE)
+            for i in range(first, min(args.warmup, first + 500))
+        ]
+        ids = await client.enqueue_many(reqs)
+        retained.add(ids)
+        lat.add(first, ids)
+        await asyncio.sleep(0.1)
+    deadline = time.monotonic() + deadline_s
+    while True:
+        await lat.collect(client)
+        stats = (await client.stats()).get(QUEUE, {})
+        if _finished(stats) >= args.warmup and await retained.count(client) == 0:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the warm-up round did not finish and expire: {stats}")
+        await asyncio.sleep(1.0)
+    # the reaper's next sweeps trim what the expiry left (events by age, the indexes)
+    await asyncio.sleep(min(10.0, args.retention_s))
+    return _finished(stats), int(await raw.get(COUNTER_KEY) or 0)
+
+
 def _worker_env(url: str) -> dict[str, str]:
     env = dict(os.environ, BENCH_REDIS_URL=url, BENCH_GATED="0", BENCH_RECORD_STARTS="0")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
@@ -226,10 +322,14 @@ async def _soak(args: argparse.Namespace, url: str, log_dir: Path) -> dict[str, 
         reaper.start()
         await worker.wait_idle()
         await reaper.wait_idle()
+        warm_finished, warm_runs = await _warm_up(args, raw, client, 3 * args.retention_s + 120)
+        base_slowlog = await _clear_slowlog(raw)
         base = await redis_stats.settled(raw)
+        base_parts = await _memory_parts(raw)
         base_keys = await keyspace.groups(raw)
         base_dbsize = int(await raw.dbsize())
         sampler = _Sampler(raw, client, worker, reaper)
+        sampler.warm_finished = warm_finished
         samples.append(await sampler.sample(run, retained, lat))
         producer = asyncio.create_task(_produce(client, args, run, retained, lat))
         deadline = time.monotonic() + args.max_s
@@ -260,12 +360,15 @@ async def _soak(args: argparse.Namespace, url: str, log_dir: Path) -> dict[str, 
             if time.monotonic() > deadline:
                 problems.append(f"stopped after {args.max_s:.0f} s with tasks left: {row}")
                 break
+        final_slowlog = await _clear_slowlog(raw)
         final = await redis_stats.settled(raw)
+        final_parts = await _memory_parts(raw)
         final_keys = await keyspace.groups(raw)
         stats = (await client.stats()).get(QUEUE, {})
-        ran = int(await raw.get(COUNTER_KEY) or 0)
-        if int(stats.get(State.SUCCEEDED, 0)) != args.tasks:
-            problems.append(f"stats: {stats.get(State.SUCCEEDED, 0)} SUCCEEDED of {args.tasks}")
+        ran = int(await raw.get(COUNTER_KEY) or 0) - warm_runs
+        succeeded = int(stats.get(State.SUCCEEDED, 0)) - warm_finished
+        if succeeded != args.tasks:
+            problems.append(f"stats: {succeeded} SUCCEEDED of {args.tasks} (past the warm-up)")
         if ran != args.tasks:
             problems.append(f"the handler ran {ran} times for {args.tasks} tasks")
         if not producer.done():
@@ -282,8 +385,19 @@ async def _soak(args: argparse.Namespace, url: str, log_dir: Path) -> dict[str, 
         "final": {"stored_memory": final.stored_memory, "used_memory": final.used_memory,
                   "dbsize": samples[-1]["dbsize"]},
         "residual_keys": [g.as_dict() for g in keyspace.growth(base_keys, final_keys)],
+        # Redis's slow log (at most slowlog-max-len entries, each with the first arguments
+        # of a command that took over slowlog-log-slower-than) is emptied before both
+        # readings: a bounded diagnostic buffer that fills on a busy machine, not task data
+        "slowlog_cleared": {"baseline": base_slowlog, "final": final_slowlog},
+        # where used_memory went between the baseline and the end, by MEMORY STATS' parts
+        "residual_parts": {
+            k: final_parts[k] - base_parts.get(k, 0)
+            for k in final_parts
+            if final_parts[k] != base_parts.get(k, 0)
+        },
         "final_stats": stats,
         "handler_runs": ran,
+        "warmup": {"tasks": args.warmup, "finished": warm_finished, "handler_runs": warm_runs},
         "producer_behind_max": run.behind_max,
         "latency": {"every": lat.every, "lost": lat.lost,
                     "samples": [[s.index, s.wait_ms, s.finished_at] for s in lat.samples]},
@@ -317,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
             "retention_s": args.retention_s,
             "sample_s": args.sample_s,
             "concurrency": args.concurrency,
+            "warmup": args.warmup,
             "workers": 1,
             "cpus": os.cpu_count(),
             "python": platform.python_version(),

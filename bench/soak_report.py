@@ -265,6 +265,25 @@ def _steady_line(st: dict[str, Any]) -> str:
     )
 
 
+def _parts_line(result: dict[str, Any]) -> str:
+    """Where the end's memory differs from the baseline's, by MEMORY STATS (dataset: what
+    the keys and Redis's other data structures hold; overhead: clients, script caches,
+    the keyspace's hash tables), and what the slow log held when it was emptied."""
+    parts = result.get("residual_parts", {})
+    slow = result.get("slowlog_cleared", {})
+    names = ("dataset.bytes", "overhead.total", "clients.normal", "lua.caches",
+             "db.0.overhead.hashtable.main", "db.0.overhead.hashtable.expires",
+             "number_of_cached_scripts", "used_memory_lua")  # fmt: skip
+    shown = ", ".join(f"{n} {parts[n]:+,} B" for n in names if n in parts) or "no change"
+    line = f"- The end against the baseline by MEMORY STATS: {shown}."
+    if slow:
+        line += (
+            f" The slow log was emptied before both readings (it held "
+            f"{slow['baseline']['entries']} and {slow['final']['entries']} entries)."
+        )
+    return line
+
+
 def markdown(meta: dict[str, Any], an: dict[str, Any], result: dict[str, Any]) -> str:
     fit, peak = an["fit"], an["peak"]
     lines = [
@@ -299,12 +318,14 @@ def markdown(meta: dict[str, Any], an: dict[str, Any], result: dict[str, Any]) -
         f"{an['fit_producing']['r2']:.4f}; over all {an['fit_all_samples']['samples']}: "
         f"{an['fit_all_samples']['b_bytes_per_task']:,.0f} B/task, R^2 = "
         f"{an['fit_all_samples']['r2']:.4f}.",
-        f"- Baseline {an['baseline_bytes'] / 2**20:,.2f} MiB; peak "
+        f"- Baseline {an['baseline_bytes'] / 2**20:,.2f} MiB (taken after a warm-up round of "
+        f"{meta.get('warmup', 0):,} tasks, run and expired); peak "
         f"{peak['stored_memory'] / 2**20:,.1f} MiB with up to {peak['retained']:,} tasks held "
         f"and {peak['dbsize']:,} keys; after retention {an['final_bytes'] / 2**20:,.2f} MiB "
         f"({an['residual_bytes'] / 2**20:+,.2f} MiB, of which the events stream "
         f"{an['residual_events_bytes'] / 2**20:,.2f} MiB by MEMORY USAGE).",
         _steady_line(an["steady_state"]),
+        _parts_line(result),
         "- Left above the baseline, by key pattern (MEMORY USAGE): "
         + (
             ", ".join(
