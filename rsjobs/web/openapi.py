@@ -18,8 +18,10 @@ import msgspec
 
 from .. import __version__
 from ..names import NAME_SCHEMA
-from ..overview import DeadLetterPage
+from ..overview import DeadLetterPage, QueueSeries
 from ..schemas import BulkResult, HistoryEntry, QueuePause, RetryResult, TaskPage
+from ..workflows.listing import WorkflowPage
+from ..workflows.model import WfStatus
 from ..workflows.schemas import WorkflowEvent, WorkflowStatus
 from .assets import MEDIA_TYPES
 from .bodies import (
@@ -69,6 +71,8 @@ _STRUCTS = (
     QueueList,
     WorkerList,
     DeadLetterPage,
+    QueueSeries,
+    WorkflowPage,
     ErrorBody,
     ActionRequest,
     ControlResult,
@@ -197,6 +201,7 @@ def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any
 
 
 _MS = {"type": "integer", "minimum": 0, "maximum": 10**13 - 1}
+_WF_STATES = [s.value for s in WfStatus]
 _STATES = ["PENDING", "SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED",
            "TIMED_OUT"]  # fmt: skip
 # the filters of GET /tasks and GET /tasks/export
@@ -250,6 +255,32 @@ def _list_paths() -> dict[str, Any]:
                 "operationId": "listQueues",
                 "responses": {"200": {"description": "the queues", "content": _json(
                     "QueueList")}, **_ADMIN_LIST_ERRORS},
+            }
+        },
+        "/queues/{queue}/series": {
+            "get": {
+                "summary": "A queue's per-minute series: tasks enqueued, started, finished "
+                           "per state, and its backlog",
+                "description": "From the counters the reaper samples once a minute (the "
+                    "last 24 h are kept), oldest first. A point's counts are what moved since "
+                    "the sample before it: one minute, or the whole gap when no reaper sampled "
+                    "in between; pending and oldest_pending_ms are as they were at its sample. "
+                    "Minutes without a sample have no point.",
+                "operationId": "queueSeries",
+                "parameters": [
+                    {"name": "queue", "in": "path", "required": True,
+                     "schema": {"type": "string", "pattern": _NAME_PATTERN}},
+                    _query("minutes", "how many minutes back", {"type": "integer",
+                           "minimum": 1, "maximum": 1440, "default": 60}),
+                ],
+                "responses": {
+                    "200": {"description": "the series", "content": _json("QueueSeries")},
+                    **_AUTH_ERRORS, **_UNAVAILABLE,
+                    "400": _error("a malformed queue name (invalid_queue), minutes outside "
+                                  "1-1440 (invalid_minutes), or an unknown parameter"),
+                    "403": _error("not an admin token"),
+                    "404": _error("no task was ever submitted to this queue (unknown_queue)"),
+                },
             }
         },
         "/workers": {
@@ -602,7 +633,31 @@ def _workflow_paths() -> dict[str, Any]:
                                   "refuses (invalid_input), or an idempotency key reused "
                                   "with another definition or input"),
                 },
-            }
+            },
+            "get": {
+                "summary": "List workflows, newest first, with cursor pagination",
+                "description": "Read from the workflow index (every workflow id by creation "
+                "time; no scan). An owner's token lists its own workflows only. A page may "
+                "hold fewer than limit workflows and still have a cursor (a page looks at a "
+                "bounded number of index entries).",
+                "operationId": "listWorkflows",
+                "parameters": [
+                    _query("state", "only workflows in this state", {"type": "string",
+                           "enum": _WF_STATES}),
+                    _query("name", "only workflows of this definition", {"type": "string",
+                           "pattern": _NAME_PATTERN}),
+                    _query("owner", "only this owner's workflows (an owner's token: its own "
+                           "only, 403 for another)", {"type": "string"}),
+                    _query("cursor", "the cursor of the previous page", {"type": "string"}),
+                    _query("limit", "workflows per page", {"type": "integer", "minimum": 1,
+                           "maximum": 200, "default": 50}),
+                ],
+                "responses": {
+                    "200": {"description": "a page of workflows",
+                            "content": _json("WorkflowPage")},
+                    **_LIST_ERRORS,
+                },
+            },
         },
         "/workflows/{wf_id}": {
             "get": {
