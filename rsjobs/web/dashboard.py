@@ -78,5 +78,3 @@ def dashboard_routes() -> list[BaseRoute]:
         Route("/dashboard/fsm.json", _fsm, methods=["GET"]),
         Mount("/dashboard", app=StaticFiles(directory=str(files), html=True), name="dashboard"),
     ]
-
-

@@ -16,11 +16,15 @@ from typing import Any
 
 import pytest
 
-from rsjobs import Client
+from rsjobs import Client, Settings, connect
 from rsjobs.errors import InvalidTransition
+from rsjobs.web import create_app
+from rsjobs.workflows import WorkflowClient
 from tests.support.browser import MARKS, open_page
+from tests.support.character_app import NS, backend, definition
 from tests.support.processes import ROOT
-from tests.support.web import ADMIN, make_app, running_worker, serve
+from tests.support.web import ADMIN, TOKENS, make_app, running_worker, serve
+from tests.support.wf_fixtures import wait_status
 
 pytestmark = MARKS
 
@@ -90,9 +94,7 @@ async def test_a_task_goes_live_from_pending_to_succeeded(
             await expect(view).to_have_attribute("data-state", "SUCCEEDED", timeout=10_000)
         assert await page.evaluate("window.notReloaded") is True
         await expect(page.locator("[data-testid=result]")).to_contain_text('"attempt": 1')
-        await expect(graph.locator("[data-state=SUCCEEDED]")).to_have_attribute(
-            "data-current", "1"
-        )
+        await expect(graph.locator("[data-state=SUCCEEDED]")).to_have_attribute("data-current", "1")
         # the path: ENQUEUE, START, COMPLETE taken; nothing else visited
         taken = await graph.locator(".edge[data-taken='1']").evaluate_all(
             "els => els.map(e => e.dataset.source + '>' + e.dataset.target).sort()"
@@ -123,7 +125,7 @@ async def test_a_task_goes_live_from_pending_to_succeeded(
         mark = graph.locator("[data-state=SUCCEEDED] [data-testid=refusal]")
         await expect(mark).to_have_attribute("data-count", "2")
         await expect(page.locator("[data-testid=timeline] li[data-rejected='1']")).to_contain_text(
-            "refused ×2 PAUSE"
+            "refused \N{MULTIPLICATION SIGN}2 PAUSE"
         )
         # the finished task offers a replay only
         for name in ("cancel", "pause", "resume"):
@@ -279,3 +281,60 @@ async def test_bulk_retry_after_a_confirmed_dry_run(
         )
         await expect(dialog).to_be_hidden()
         assert errors == []
+
+
+async def test_a_workflow_with_its_thumbnails(
+    browser: Any, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from examples.character import generators
+
+    monkeypatch.setattr(generators, "OUT", tmp_path)
+    expect = playwright.expect
+    app = create_app(redis_url, namespace=NS, tokens=TOKENS, admin_token=ADMIN, env={},
+                     definitions=[definition()], asset_root=tmp_path)  # fmt: skip
+    wf = WorkflowClient(connect(redis_url), Settings(namespace=NS), definitions=[definition()])
+    try:
+        with serve(app) as web:
+            async with backend(redis_url):
+                wid = await wf.start("character", {"name": "Mei"})
+                await wait_status(wf, wid, "WAITING_CONFIRMATION")
+                await wf.confirm(wid)  # the parameters: on to the images
+                for _ in range(300):  # at most 15 s
+                    doc = await wait_status(wf, wid, "WAITING_CONFIRMATION")
+                    if doc.stage == "images":
+                        break
+                    await asyncio.sleep(0.05)
+                assert doc.stage == "images", doc
+                page, errors = await open_dashboard(browser, web.url, "#/workflows")
+                listed = page.locator(f"[data-testid=wf-row][data-wf-id='{wid}']")
+                if any(getattr(r, "path", "") == "/workflows" and "GET" in (r.methods or ())
+                       for r in app.routes):  # fmt: skip
+                    await expect(listed).to_be_visible()
+                    await listed.locator("a").click()
+                else:  # a server without the list says so, and opens a workflow by id
+                    await expect(page.locator("[data-testid=not-available]")).to_contain_text(
+                        "the workflow list"
+                    )
+                    await page.fill("[data-testid=wf-open-id]", wid)
+                    await page.press("[data-testid=wf-open-id]", "Enter")
+                await expect(page.locator("main [data-view=workflow]")).to_be_visible()
+                # version 1's assets as thumbnails: the front and side images load
+                thumbs = page.locator(
+                    "[data-testid=version][data-version='1'] [data-testid=thumb] img"
+                )
+                await expect(thumbs).to_have_count(2, timeout=10_000)
+                await page.wait_for_function(
+                    "() => [...document.querySelectorAll('[data-testid=thumb] img')]"
+                    ".every(i => i.complete && i.naturalWidth > 0)", timeout=10_000)  # fmt: skip
+                # the workflow page, embedded: status, stages and the gate actions
+                frame = page.frame_locator("[data-testid=wf-frame]")
+                card = frame.locator("[data-testid=workflow]")
+                await expect(card).to_have_attribute("data-status", "WAITING_CONFIRMATION")
+                await expect(card).to_have_attribute("data-stage", "images")
+                await expect(frame.locator("[data-testid=asset] img")).to_have_count(2)
+                await shot(page, "workflow-thumbnails")
+                await frame.locator("[data-testid=confirm]").click()
+                await expect(card).to_have_attribute("data-stage", "actions", timeout=10_000)
+                assert errors == []
+    finally:
+        await wf.close()
