@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from rsjobs import Client, Settings, connect
+from rsjobs import Client, EnqueueRequest, Settings, connect
 from rsjobs.errors import InvalidTransition
 from rsjobs.web import create_app
 from rsjobs.workflows import WorkflowClient
@@ -239,6 +239,12 @@ async def test_pause_a_queue_then_cancel_a_running_task(
                 "data-event", "CANCEL"
             )
             await shot(page, "task-cancelled")
+            # the worker that ran it, alive
+            await page.evaluate("location.hash = '#/workers'")
+            workers = page.locator("[data-testid=worker-row]")
+            await expect(workers).to_have_count(1)
+            await expect(workers.first).to_have_attribute("data-status", "alive")
+            await shot(page, "workers")
             assert errors == []
 
 
@@ -338,3 +344,44 @@ async def test_a_workflow_with_its_thumbnails(
                 assert errors == []
     finally:
         await wf.close()
+
+
+async def test_pages_of_a_long_list_forward_and_back(
+    browser: Any, redis_url: str, client: Client
+) -> None:
+    expect = playwright.expect
+    await client.enqueue_many([EnqueueRequest(type="noop", payload=i, queue="many")
+                               for i in range(120)])  # fmt: skip
+    with serve(make_app(redis_url)) as web:
+        page, errors = await open_dashboard(browser, web.url)
+        asked: list[str] = []
+        page.on("request", lambda r: asked.append(r.url) if "/tasks?" in r.url else None)
+        await page.evaluate("location.hash = '#/tasks?state=PENDING&queue=many'")
+        rows = page.locator("[data-testid=task-row]")
+
+        async def shown() -> list[str]:
+            ids: list[str] = await rows.evaluate_all("els => els.map(e => e.dataset.taskId)")
+            return ids
+
+        await expect(rows).to_have_count(50)
+        first = await shown()
+        await page.click("[data-testid=next]")
+        await expect(page.locator(".pager")).to_contain_text("page 2")
+        await expect(rows).to_have_count(50)
+        second = await shown()
+        await page.click("[data-testid=next]")
+        await expect(page.locator(".pager")).to_contain_text("page 3")
+        await expect(rows).to_have_count(20)
+        third = await shown()
+        await expect(page.locator("[data-testid=next]")).to_be_disabled()
+        assert len(set(first + second + third)) == 120
+        await page.click("[data-testid=prev]")
+        await expect(page.locator(".pager")).to_contain_text("page 2")
+        assert await shown() == second
+        await page.click("[data-testid=prev]")
+        await expect(page.locator(".pager")).to_contain_text("page 1")
+        assert await shown() == first
+        await expect(page.locator("[data-testid=prev]")).to_be_disabled()
+        # never more than a page asked for
+        assert asked and all("limit=50" in u for u in asked)
+        assert errors == []
