@@ -73,7 +73,16 @@ class TaskListView {
       h("span", { className: "muted" }, `a dry run counts them first; at most ${BULK_LIMIT} are acted on`));
     this.result = h("p", { className: "action-result", dataset: { testid: "bulk-result" }, role: "status" });
     const title = this.params.get("state") ? `${this.params.get("state")} tasks` : "Tasks";
-    this.root.replaceChildren(h("h2", {}, title), form, this.bulkBox, this.result,
+    // one list per state, the other filters kept
+    const tabs = h("nav", { className: "tabs", dataset: { testid: "state-tabs" } }, ["", ...STATES].map((st) => {
+      const q = new URLSearchParams(this.params);
+      q.delete("cursor");
+      if (st) q.set("state", st);
+      else q.delete("state");
+      const on = (this.params.get("state") || "") === st;
+      return link(`#/tasks${q.toString() ? "?" + q : ""}`, st || "all", { className: on ? "on" : "" });
+    }));
+    this.root.replaceChildren(h("h2", {}, title), tabs, form, this.bulkBox, this.result,
       h("table", { className: "list" },
         h("thead", {}, h("tr", {}, ["task", "type", "queue", "state", "attempt", "labels", "worker", "created", "updated", "error"].map((c) => h("th", {}, c)))),
         this.tbody),
