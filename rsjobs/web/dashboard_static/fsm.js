@@ -62,7 +62,7 @@ function layout(graph) {
     const offset = ((rows - names.length) * ROW_GAP) / 2;
     names.forEach((name, r) => pos.set(name, { x: PAD + c * COL_GAP, y: PAD + 16 + offset + r * ROW_GAP }));
   });
-  return { pos, width: PAD * 2 + last * COL_GAP + NODE_W, height: PAD * 2 + 16 + rows * ROW_GAP };
+  return { pos, width: PAD * 2 + last * COL_GAP + NODE_W, height: PAD * 2 + 16 + (rows - 1) * ROW_GAP + NODE_H };
 }
 
 // What a task's history says about the graph: the edges it took (with the events), the
