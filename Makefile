@@ -50,7 +50,8 @@ test-newest: setup
 # runs once, above: the HTTP fuzzing (schemathesis), the browser pages, the packaging and
 # demo tests (fresh venv, make demo).
 OLDEST_SKIP := tests/web/test_schemathesis.py tests/web/test_browser.py \
-	tests/web/test_workflow_browser.py tests/examples/test_fresh_venv.py tests/examples/test_make_demo.py
+	tests/web/test_workflow_browser.py tests/web/test_dashboard_browser.py \
+	tests/examples/test_fresh_venv.py tests/examples/test_make_demo.py
 test-oldest: setup-oldest
 	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider $(addprefix --ignore=,$(OLDEST_SKIP))
 

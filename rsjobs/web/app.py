@@ -44,6 +44,7 @@ from .actions import action_routes
 from .assets import asset_routes, check_asset_root
 from .auth import Auth
 from .config import WebConfig
+from .dashboard import dashboard_routes
 from .http import ApiError, error_response, store_error
 from .lists import list_routes
 from .logs import redact_access_logs
@@ -146,6 +147,7 @@ def create_app(
         routes += [
             Route("/", _to_ui, methods=["GET"]),
             Mount("/ui", app=static, name="ui"),
+            *dashboard_routes(),
         ]
     middleware = []
     if config.cors_origins:

@@ -40,7 +40,7 @@ class WebConfig(msgspec.Struct, frozen=True, kw_only=True):
     metrics_public: bool = False
     #: origins allowed by CORS (empty: no CORS headers)
     cors_origins: tuple[str, ...] = ()
-    #: serve the example page at ``/ui/``
+    #: serve the pages: the examples at ``/ui/``, the operator dashboard at ``/dashboard/``
     serve_ui: bool = True
 
     def __post_init__(self) -> None:

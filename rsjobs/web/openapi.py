@@ -36,6 +36,7 @@ from .bodies import (
     StartBody,
     WorkflowPlan,
 )
+from .dashboard import FsmGraph
 from .schemas import (
     ActionRequest,
     BulkRequest,
@@ -58,6 +59,7 @@ __all__ = ["ACTION_BODIES", "openapi_document"]
 
 _REF = "#/components/schemas/{name}"
 _STRUCTS = (
+    FsmGraph,
     SubmitRequest,
     SubmitResult,
     CancelRequest,
@@ -435,6 +437,16 @@ def _paths() -> dict[str, Any]:
                 "security": [],
                 "responses": {"200": {"description": "OpenAPI 3.1", "content": {
                     "application/json": {"schema": {"type": "object"}}}}},
+            }
+        },
+        "/dashboard/fsm.json": {
+            "get": {
+                "summary": "The task state machine as a graph (the dashboard draws it; no token "
+                           "needed): every state, one edge per pair of states with the events "
+                           "that lead along it",
+                "operationId": "fsmGraph",
+                "security": [],
+                "responses": {"200": {"description": "the graph", "content": _json("FsmGraph")}},
             }
         },
     }  # fmt: skip

@@ -184,6 +184,10 @@ class TaskView(msgspec.Struct, frozen=True, kw_only=True):
     traceback: str = ""
     #: the task waits on a paused queue: no worker starts it until the queue is resumed
     queue_paused: bool = False
+    #: the worker holding (or, once finished, last holding) its lease
+    worker: str = ""
+    #: the execution deadline of an attempt (0: none)
+    timeout_ms: int = 0
     #: the last entries of the task's history, oldest first
     recent: list[HistoryEntry] = msgspec.field(default_factory=list)
 
@@ -216,6 +220,8 @@ class TaskView(msgspec.Struct, frozen=True, kw_only=True):
             retried_as=info.retried_as,
             traceback=info.traceback,
             queue_paused=info.queue_paused,
+            worker=info.worker,
+            timeout_ms=info.timeout_ms,
             recent=recent,
         )
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from urllib.parse import urljoin
+
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -102,7 +105,8 @@ def test_openapi_describes_exactly_the_api_routes(tc: TestClient) -> None:
     served = {
         (r.path, m)
         for r in app.routes  # type: ignore[attr-defined]
-        if isinstance(r, Route) and r.path != "/"
+        # the pages' redirects are no API
+        if isinstance(r, Route) and r.path not in ("/", "/dashboard")
         for m in (r.methods or set()) - {"HEAD"}
     }
     assert documented == served
@@ -125,3 +129,17 @@ def test_the_example_page_is_served(tc: TestClient) -> None:
     js = tc.get("/ui/app.js")
     assert js.status_code == 200 and "EventSource" in js.text
     assert tc.get("/ui/style.css").status_code == 200
+
+
+def test_the_dashboard_is_served(tc: TestClient) -> None:
+    r = tc.get("/dashboard", follow_redirects=False)
+    assert r.status_code == 307 and r.headers["location"] == "/dashboard/"
+    page = tc.get("/dashboard/")
+    assert page.status_code == 200 and '<script src="main.js"></script>' in page.text
+    # the scripts it loads, its own and the pages' shared one
+    for src in re.findall(r'<script src="([^"]+)"', page.text):
+        js = tc.get(urljoin("/dashboard/", src))
+        assert js.status_code == 200 and "javascript" in js.headers["content-type"]
+    assert tc.get("/dashboard/dashboard.css").status_code == 200
+    graph = tc.get("/dashboard/fsm.json")
+    assert graph.status_code == 200 and graph.json()["edges"]

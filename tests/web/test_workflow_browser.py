@@ -10,8 +10,6 @@ Needs /usr/bin/chromium (``tools/install-browser.sh`` installs it); skipped with
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,10 +17,11 @@ from typing import Any
 import pytest
 from starlette.applications import Starlette
 
-from rsjobs import Settings, Worker, connect
+from rsjobs import Settings, connect
 from rsjobs.web import WebConfig, create_app
-from rsjobs.workflows import WorkflowClient, WorkflowDriver
+from rsjobs.workflows import WorkflowClient
 from tests.support.browser import MARKS, open_page
+from tests.support.character_app import backend, definition
 from tests.support.web import ServerThread, serve
 
 pytestmark = MARKS
@@ -30,13 +29,6 @@ pytestmark = MARKS
 playwright = pytest.importorskip("playwright.async_api")
 
 NS = "t"
-
-
-def definition() -> Any:
-    from examples.character.pipeline import character_pipeline
-
-    # fast and deterministic: no transient errors, no emotion that fails on its first run
-    return character_pipeline(speed=0.1, fail_rate=0.0, flaky=())
 
 
 @pytest.fixture
@@ -50,27 +42,6 @@ def out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def make_app(redis_url: str, root: Path, **config: Any) -> Starlette:
     return create_app(redis_url, namespace=NS, dev=True, env={}, definitions=[definition()],
                       asset_root=root, config=WebConfig(**config))  # fmt: skip
-
-
-@contextlib.asynccontextmanager
-async def backend(redis_url: str) -> AsyncIterator[None]:
-    """Workers for every stage queue and the workflow driver, in this event loop."""
-    from examples.character.generators import tasks
-    from examples.character.pipeline import QUEUES
-
-    settings = Settings(namespace=NS)
-    worker = Worker(tasks, url=redis_url, settings=settings, queues=list(QUEUES.values()),
-                    concurrency=8, lease_ms=3000, handle_signals=False, promote_ms=50)  # fmt: skip
-    driver = WorkflowDriver(url=redis_url, settings=settings, interval_ms=100)
-    running = [asyncio.create_task(worker.run()), asyncio.create_task(driver.run())]
-    try:
-        yield
-    finally:
-        worker.stop(force=True)
-        driver.stop()
-        await asyncio.wait_for(asyncio.gather(*running), 20)
-        await worker.redis.aclose()
-        await driver.close()
 
 
 @pytest.fixture

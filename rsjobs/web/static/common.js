@@ -1,9 +1,9 @@
-// common.js: what both example pages share: the API base, the token box, JSON fetch,
-// following an event stream, and small formatting helpers. Loaded before app.js /
-// workflow.js.
+// common.js: what the example pages and the dashboard share: the API base, the token box,
+// JSON fetch, following an event stream, and small helpers. Loaded before app.js /
+// workflow.js / the dashboard's scripts.
 "use strict";
 
-const API = new URL("../", window.location.href); // the page is served at <app>/ui/
+const API = new URL("../", window.location.href); // pages are served at <app>/ui/, <app>/dashboard/
 
 const $ = (sel, root = document) => root.querySelector(sel);
 const tokenInput = $("#token");
@@ -32,6 +32,30 @@ async function api(path, options = {}) {
 function withToken(url) {
   if (tokenInput.value) url.searchParams.set("access_token", tokenInput.value);
   return url;
+}
+
+// An element with properties and a text: never HTML, so user data cannot become markup.
+function el(tag, props = {}, text = "") {
+  const node = document.createElement(tag);
+  Object.assign(node, props);
+  if (text) node.textContent = text;
+  return node;
+}
+
+// How a workflow asset is shown: images (GIF "videos" too) as <img>, real video as <video>.
+function mediaOf(asset) {
+  const ref = asset.ref.toLowerCase();
+  if (/\.(mp4|webm)$/.test(ref)) return "video";
+  if (/\.(png|jpe?g|gif|webp)$/.test(ref) || asset.kind === "image") return "img";
+  return "link";
+}
+
+// Where the page loads asset `a` (version, stage, item, ref) of workflow `wfId` from: the
+// app's asset route, or an http(s) reference as it is.
+function assetUrl(wfId, a) {
+  if (/^https?:\/\//i.test(a.ref)) return new URL(a.ref);
+  const path = [a.version, a.stage, a.item].map((p) => encodeURIComponent(String(p))).join("/");
+  return withToken(new URL(`workflows/${wfId}/assets/${path}`, API));
 }
 
 function newKey() {

@@ -24,21 +24,6 @@ function shortRef(ref) {
   return parts.length > 3 ? "…/" + parts.slice(-3).join("/") : ref;
 }
 
-function el(tag, props = {}, text = "") {
-  const node = document.createElement(tag);
-  Object.assign(node, props);
-  if (text) node.textContent = text;
-  return node;
-}
-
-// How an asset is shown: images (GIF "videos" too) as <img>, real video as <video>.
-function mediaOf(asset) {
-  const ref = asset.ref.toLowerCase();
-  if (/\.(mp4|webm)$/.test(ref)) return "video";
-  if (/\.(png|jpe?g|gif|webp)$/.test(ref) || asset.kind === "image") return "img";
-  return "link";
-}
-
 class WorkflowView {
   constructor(id) {
     this.id = id;
@@ -182,9 +167,7 @@ class WorkflowView {
   }
 
   assetUrl(a) {
-    if (/^https?:\/\//i.test(a.ref)) return new URL(a.ref);
-    const path = [a.version, a.stage, a.item].map((p) => encodeURIComponent(String(p))).join("/");
-    return withToken(new URL(`workflows/${this.id}/assets/${path}`, API));
+    return assetUrl(this.id, a);
   }
 
   renderAssets(doc) {
@@ -357,5 +340,8 @@ $("#open-form").addEventListener("submit", (ev) => {
   openWorkflow(id);
 });
 
-const initial = new URLSearchParams(window.location.search).get("id");
+const query = new URLSearchParams(window.location.search);
+// embedded in the dashboard: the workflow only, without the page's own header and forms
+if (query.get("embed") === "1") document.body.classList.add("embedded");
+const initial = query.get("id");
 if (initial) openWorkflow(initial.trim().toLowerCase());

@@ -1,0 +1,387 @@
+"""The operator dashboard (``/dashboard/``) in headless Chromium (Debian's package, driven by
+Playwright) against a real uvicorn, the session's Redis and a real worker: a task seen live
+from PENDING to SUCCEEDED on its state graph, a failed task found by state and by label,
+its tracebacks read and the task retried, a paused queue holding a task back, a running
+task cancelled, a bulk retry confirmed after its dry run, a workflow's thumbnails.
+
+Screenshots go to ``.test-artifacts/dashboard/`` (git-ignored). Needs /usr/bin/chromium
+(``tools/install-browser.sh`` installs it); skipped without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rsjobs import Client, EnqueueRequest, Settings, connect
+from rsjobs.errors import InvalidTransition
+from rsjobs.web import create_app
+from rsjobs.workflows import WorkflowClient
+from tests.support.browser import MARKS, open_page
+from tests.support.character_app import NS, backend, definition
+from tests.support.processes import ROOT
+from tests.support.web import ADMIN, TOKENS, make_app, running_worker, serve
+from tests.support.wf_fixtures import wait_status
+
+pytestmark = MARKS
+
+playwright = pytest.importorskip("playwright.async_api")
+
+SHOTS = Path(ROOT) / ".test-artifacts" / "dashboard"
+
+
+async def shot(page: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+async def open_dashboard(browser: Any, url: str, hash_: str = "") -> tuple[Any, list[str]]:
+    """The dashboard with the admin token typed in (kept in the tab's sessionStorage)."""
+    page, errors, _ = await open_page(browser, url + "/dashboard")
+    assert page.url.endswith("/dashboard/")
+    await page.fill("#token", ADMIN)
+    await page.click("#token-form button")
+    await playwright.expect(page.locator("main [data-view=overview]")).to_be_visible()
+    if hash_:
+        await page.evaluate(f"location.hash = {hash_!r}")
+    return page, errors
+
+
+async def test_bad_token_is_said_plainly(browser: Any, redis_url: str) -> None:
+    expect = playwright.expect
+    with serve(make_app(redis_url)) as web:
+        page, errors, _ = await open_page(browser, web.url + "/dashboard/")
+        banner = page.locator("[data-testid=banner]")
+        await expect(banner).to_contain_text("the token was refused (HTTP 401")
+        await page.fill("#token", "not-a-token")
+        await page.click("#token-form button")
+        await expect(banner).to_contain_text("the token was refused (HTTP 401")
+        await page.fill("#token", "tok-alice")  # a valid token, but not an admin's
+        await page.click("#token-form button")
+        await expect(banner).to_contain_text("this needs an admin token (HTTP 403")
+        await page.fill("#token", ADMIN)
+        await page.click("#token-form button")
+        await expect(banner).to_be_hidden()
+        assert errors == []
+
+
+async def test_a_task_goes_live_from_pending_to_succeeded(
+    browser: Any, redis_url: str, client: Client
+) -> None:
+    expect = playwright.expect
+    # user data that looks like markup must be shown as text
+    evil = "<img id='injected' src='x' onerror='window.pwned=1'>"
+    tid = await client.enqueue(
+        "sleep", {"s": 1.0, "steps": 4, "note": evil}, labels={"batch": evil[:60]}
+    )
+    with serve(make_app(redis_url)) as web:
+        page, errors = await open_dashboard(browser, web.url, f"#/task/{tid}")
+        view = page.locator("main [data-view=task]")
+        await expect(view).to_have_attribute("data-state", "PENDING")
+        graph = page.locator("[data-testid=fsm]")
+        await expect(graph.locator("[data-state=PENDING]")).to_have_attribute("data-current", "1")
+        await page.evaluate("window.notReloaded = true")
+        await shot(page, "task-pending")
+        async with running_worker(redis_url):
+            await expect(view).to_have_attribute("data-state", "RUNNING", timeout=10_000)
+            await expect(graph.locator("[data-state=RUNNING]")).to_have_attribute(
+                "data-current", "1"
+            )
+            await shot(page, "task-running")
+            await expect(view).to_have_attribute("data-state", "SUCCEEDED", timeout=10_000)
+        assert await page.evaluate("window.notReloaded") is True
+        await expect(page.locator("[data-testid=result]")).to_contain_text('"attempt": 1')
+        await expect(graph.locator("[data-state=SUCCEEDED]")).to_have_attribute("data-current", "1")
+        # the path: ENQUEUE, START, COMPLETE taken; nothing else visited
+        taken = await graph.locator(".edge[data-taken='1']").evaluate_all(
+            "els => els.map(e => e.dataset.source + '>' + e.dataset.target).sort()"
+        )
+        assert taken == [">PENDING", "PENDING>RUNNING", "RUNNING>RUNNING", "RUNNING>SUCCEEDED"]
+        visited = await graph.locator(".node[data-visited='1']").evaluate_all(
+            "els => els.map(e => e.dataset.state).sort()"
+        )
+        assert visited == ["NEW", "PENDING", "RUNNING", "SUCCEEDED"]
+        # the timeline is the task's history, in order
+        ids = await page.locator("[data-testid=timeline] li").evaluate_all(
+            "els => els.map(e => e.dataset.id)"
+        )
+        assert ids == [e.id for e in await client.history(tid)]
+        # escaped: the markup is text, nothing was injected or run
+        await expect(page.locator("[data-testid=payload]")).to_contain_text(evil)
+        await expect(page.locator("[data-fact=labels]")).to_contain_text(evil[:60])
+        assert await page.locator("#injected").count() == 0
+        assert await page.evaluate("window.pwned") is None
+        await shot(page, "task-succeeded")
+
+        # refused calls (a pause of a finished task, twice): one entry, counted twice,
+        # marked on the node where they were refused
+        for _ in range(2):
+            with pytest.raises(InvalidTransition):
+                await client.control(tid, "PAUSE", "late")
+        await page.reload()
+        mark = graph.locator("[data-state=SUCCEEDED] [data-testid=refusal]")
+        await expect(mark).to_have_attribute("data-count", "2")
+        await expect(page.locator("[data-testid=timeline] li[data-rejected='1']")).to_contain_text(
+            "refused \N{MULTIPLICATION SIGN}2 PAUSE"
+        )
+        # the finished task offers a replay only
+        for name in ("cancel", "pause", "resume"):
+            await expect(page.locator(f"[data-testid=action-{name}]")).to_be_disabled()
+        await expect(page.locator("[data-testid=action-replay]")).to_be_enabled()
+        await shot(page, "task-refusals")
+        assert errors == []
+
+
+async def test_find_a_failed_task_read_its_tracebacks_and_retry_it(
+    browser: Any, redis_url: str, client: Client, tmp_path: Path
+) -> None:
+    expect = playwright.expect
+    missing = tmp_path / "prompt.txt"
+    async with running_worker(redis_url):
+        bad = await client.enqueue("needs_file", {"path": str(missing)}, max_attempts=2,
+                                   backoff_base_ms=10, backoff_max_ms=10,
+                                   labels={"batch": "b7"})  # fmt: skip
+        other = await client.enqueue("fatal", None, labels={"batch": "b8"})
+        ok = await client.enqueue("noop", 1, labels={"batch": "b7"})
+        for t in (bad, other, ok):
+            await client.wait(t, timeout_ms=10_000)
+    assert (await client.get(bad)).state == "FAILED"
+    with serve(make_app(redis_url)) as web:
+        page, errors = await open_dashboard(browser, web.url, "#/tasks")
+        rows = page.locator("[data-testid=task-row]")
+        await expect(rows).to_have_count(3)
+        # by state
+        await page.select_option("[data-testid=filter-state]", "FAILED")
+        await page.click("[data-testid=apply]")
+        await expect(rows).to_have_count(2)
+        assert sorted(await rows.evaluate_all("els => els.map(e => e.dataset.taskId)")) == sorted(
+            [bad, other]
+        )
+        # and by label
+        await page.fill("[data-testid=filter-label]", "batch=b7")
+        await page.click("[data-testid=apply]")
+        await expect(rows).to_have_count(1)
+        assert await rows.first.get_attribute("data-task-id") == bad
+        assert "label=batch%3Db7" in page.url and "state=FAILED" in page.url
+        await shot(page, "tasks-failed-by-label")
+        await rows.first.locator("a").click()
+        view = page.locator("main [data-view=task]")
+        await expect(view).to_have_attribute("data-state", "FAILED")
+        # every failed attempt with its traceback, newest first
+        attempts = page.locator("[data-testid=failed-attempt]")
+        await expect(attempts).to_have_count(2)
+        assert await attempts.evaluate_all("els => els.map(e => e.dataset.attempt)") == ["2", "1"]
+        for i in range(2):
+            tb = attempts.nth(i).locator("[data-testid=traceback]")
+            await expect(tb).to_contain_text("FileNotFoundError")
+            await expect(tb).to_contain_text("_open_input")
+        await expect(page.locator("[data-testid=error]")).to_contain_text("FileNotFoundError")
+        graph = page.locator("[data-testid=fsm]")
+        await expect(graph.locator(".edge[data-source=RUNNING][data-target=SCHEDULED]")).to_have_attribute(
+            "data-taken", "1"
+        )  # fmt: skip
+        await shot(page, "task-failed-tracebacks")
+        # the cause fixed, retry from the page: the new task is linked and succeeds
+        missing.write_text("a lighthouse at dusk")
+        async with running_worker(redis_url):
+            await page.click("[data-testid=action-retry]")
+            new = page.locator("[data-testid=new-task]")
+            await expect(new).to_be_visible()
+            await expect(page.locator("[data-testid=retried-as]")).to_be_visible()
+            new_id = (await new.text_content() or "").strip()
+            await new.click()
+            await expect(view).to_have_attribute("data-task-id", new_id)
+            await expect(view).to_have_attribute("data-state", "SUCCEEDED", timeout=10_000)
+        await expect(page.locator("[data-testid=result]")).to_contain_text("a lighthouse at dusk")
+        await expect(page.locator("[data-testid=retry-of]")).to_have_attribute(
+            "href", f"#/task/{bad}"
+        )
+        assert (await client.get(new_id)).retry_of == bad
+        await shot(page, "task-retried")
+        assert errors == []
+
+
+async def test_pause_a_queue_then_cancel_a_running_task(
+    browser: Any, redis_url: str, client: Client
+) -> None:
+    expect = playwright.expect
+    await client.enqueue("noop", 1)  # the queue exists
+    with serve(make_app(redis_url)) as web:
+        async with running_worker(redis_url):
+            page, errors = await open_dashboard(browser, web.url)
+            card = page.locator("[data-testid=queue][data-queue=default]")
+            await expect(card).to_have_attribute("data-paused", "0")
+            await card.locator("[data-testid=queue-toggle]").click()
+            await expect(card).to_have_attribute("data-paused", "1")
+            tid = await client.enqueue("sleep", {"s": 30, "steps": 30})
+            assert (await client.get(tid)).queue_paused
+            await expect(card.locator("[data-testid=backlog]")).to_have_text("1", timeout=10_000)
+            await shot(page, "overview-paused")
+            await page.evaluate(f"location.hash = '#/task/{tid}'")
+            view = page.locator("main [data-view=task]")
+            await expect(view).to_have_attribute("data-state", "PENDING")
+            await expect(page.locator("[data-testid=queue-paused]")).to_be_visible()
+            await asyncio.sleep(1.0)  # a worker polls every 100 ms: it would have started it
+            assert (await client.get(tid)).state == "PENDING"
+            await expect(view).to_have_attribute("data-state", "PENDING")
+            await page.go_back()
+            await card.locator("[data-testid=queue-toggle]").click()
+            await expect(card).to_have_attribute("data-paused", "0")
+            await page.go_forward()
+            await expect(view).to_have_attribute("data-state", "RUNNING", timeout=10_000)
+            await page.click("[data-testid=action-cancel]")
+            await expect(view).to_have_attribute("data-state", "CANCELLED", timeout=10_000)
+            assert (await client.get(tid)).state == "CANCELLED"
+            await expect(page.locator("[data-testid=timeline] li").last).to_have_attribute(
+                "data-event", "CANCEL"
+            )
+            await shot(page, "task-cancelled")
+            # the worker that ran it, alive
+            await page.evaluate("location.hash = '#/workers'")
+            workers = page.locator("[data-testid=worker-row]")
+            await expect(workers).to_have_count(1)
+            await expect(workers.first).to_have_attribute("data-status", "alive")
+            await shot(page, "workers")
+            assert errors == []
+
+
+async def test_bulk_retry_after_a_confirmed_dry_run(
+    browser: Any, redis_url: str, client: Client
+) -> None:
+    expect = playwright.expect
+    async with running_worker(redis_url, queues=["bulk"]):
+        ids = [await client.enqueue("fatal", i, queue="bulk") for i in range(3)]
+        for t in ids:
+            await client.wait(t, timeout_ms=10_000)
+    with serve(make_app(redis_url)) as web:
+        page, errors = await open_dashboard(browser, web.url, "#/tasks?state=FAILED&queue=bulk")
+        rows = page.locator("[data-testid=task-row]")
+        await expect(rows).to_have_count(3)
+        dialog = page.locator("[data-testid=confirm-dialog]")
+        # cancelled in the dialog: nothing happens
+        await page.click("[data-testid=bulk-retry]")
+        await expect(dialog).to_be_visible()
+        await expect(page.locator("[data-testid=confirm-text]")).to_contain_text(
+            "Retry 3 tasks matching state=FAILED, queue=bulk?"
+        )
+        await expect(page.locator("[data-testid=confirm-sample] li")).to_have_count(3)
+        await shot(page, "bulk-retry-confirm")
+        await page.click("[data-testid=confirm-no]")
+        await expect(page.locator("[data-testid=bulk-result]")).to_have_text("retry: not done")
+        assert all([(await client.get(t)).retried_as == "" for t in ids])
+        # confirmed: every one is started over
+        await page.click("[data-testid=bulk-retry]")
+        await page.click("[data-testid=confirm-yes]")
+        await expect(page.locator("[data-testid=bulk-result]")).to_have_text(
+            "retry: 3 of 3 changed"
+        )
+        assert all([(await client.get(t)).retried_as for t in ids])
+        # a label filter cannot be a bulk selection: said, nothing done
+        await page.evaluate("location.hash = '#/tasks?state=FAILED&label=a=b'")
+        await page.click("[data-testid=bulk-cancel]")
+        await expect(page.locator("[data-testid=bulk-result]")).to_contain_text(
+            "do not select by label"
+        )
+        await expect(dialog).to_be_hidden()
+        assert errors == []
+
+
+async def test_a_workflow_with_its_thumbnails(
+    browser: Any, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from examples.character import generators
+
+    monkeypatch.setattr(generators, "OUT", tmp_path)
+    expect = playwright.expect
+    app = create_app(redis_url, namespace=NS, tokens=TOKENS, admin_token=ADMIN, env={},
+                     definitions=[definition()], asset_root=tmp_path)  # fmt: skip
+    wf = WorkflowClient(connect(redis_url), Settings(namespace=NS), definitions=[definition()])
+    try:
+        with serve(app) as web:
+            async with backend(redis_url):
+                wid = await wf.start("character", {"name": "Mei"})
+                await wait_status(wf, wid, "WAITING_CONFIRMATION")
+                await wf.confirm(wid)  # the parameters: on to the images
+                for _ in range(300):  # at most 15 s
+                    doc = await wait_status(wf, wid, "WAITING_CONFIRMATION")
+                    if doc.stage == "images":
+                        break
+                    await asyncio.sleep(0.05)
+                assert doc.stage == "images", doc
+                page, errors = await open_dashboard(browser, web.url, "#/workflows")
+                listed = page.locator(f"[data-testid=wf-row][data-wf-id='{wid}']")
+                if any(getattr(r, "path", "") == "/workflows" and "GET" in (r.methods or ())
+                       for r in app.routes):  # fmt: skip
+                    await expect(listed).to_be_visible()
+                    await listed.locator("a").click()
+                else:  # a server without the list says so, and opens a workflow by id
+                    await expect(page.locator("[data-testid=not-available]")).to_contain_text(
+                        "the workflow list"
+                    )
+                    await page.fill("[data-testid=wf-open-id]", wid)
+                    await page.press("[data-testid=wf-open-id]", "Enter")
+                await expect(page.locator("main [data-view=workflow]")).to_be_visible()
+                # version 1's assets as thumbnails: the front and side images load
+                thumbs = page.locator(
+                    "[data-testid=version][data-version='1'] [data-testid=thumb] img"
+                )
+                await expect(thumbs).to_have_count(2, timeout=10_000)
+                await page.wait_for_function(
+                    "() => [...document.querySelectorAll('[data-testid=thumb] img')]"
+                    ".every(i => i.complete && i.naturalWidth > 0)", timeout=10_000)  # fmt: skip
+                # the workflow page, embedded: status, stages and the gate actions
+                frame = page.frame_locator("[data-testid=wf-frame]")
+                card = frame.locator("[data-testid=workflow]")
+                await expect(card).to_have_attribute("data-status", "WAITING_CONFIRMATION")
+                await expect(card).to_have_attribute("data-stage", "images")
+                await expect(frame.locator("[data-testid=asset] img")).to_have_count(2)
+                await shot(page, "workflow-thumbnails")
+                await frame.locator("[data-testid=confirm]").click()
+                await expect(card).to_have_attribute("data-stage", "actions", timeout=10_000)
+                assert errors == []
+    finally:
+        await wf.close()
+
+
+async def test_pages_of_a_long_list_forward_and_back(
+    browser: Any, redis_url: str, client: Client
+) -> None:
+    expect = playwright.expect
+    await client.enqueue_many([EnqueueRequest(type="noop", payload=i, queue="many")
+                               for i in range(120)])  # fmt: skip
+    with serve(make_app(redis_url)) as web:
+        page, errors = await open_dashboard(browser, web.url)
+        asked: list[str] = []
+        page.on("request", lambda r: asked.append(r.url) if "/tasks?" in r.url else None)
+        await page.evaluate("location.hash = '#/tasks?state=PENDING&queue=many'")
+        rows = page.locator("[data-testid=task-row]")
+
+        async def shown() -> list[str]:
+            ids: list[str] = await rows.evaluate_all("els => els.map(e => e.dataset.taskId)")
+            return ids
+
+        await expect(rows).to_have_count(50)
+        first = await shown()
+        await page.click("[data-testid=next]")
+        await expect(page.locator(".pager")).to_contain_text("page 2")
+        await expect(rows).to_have_count(50)
+        second = await shown()
+        await page.click("[data-testid=next]")
+        await expect(page.locator(".pager")).to_contain_text("page 3")
+        await expect(rows).to_have_count(20)
+        third = await shown()
+        await expect(page.locator("[data-testid=next]")).to_be_disabled()
+        assert len(set(first + second + third)) == 120
+        await page.click("[data-testid=prev]")
+        await expect(page.locator(".pager")).to_contain_text("page 2")
+        assert await shown() == second
+        await page.click("[data-testid=prev]")
+        await expect(page.locator(".pager")).to_contain_text("page 1")
+        assert await shown() == first
+        await expect(page.locator("[data-testid=prev]")).to_be_disabled()
+        # never more than a page asked for
+        assert asked and all("limit=50" in u for u in asked)
+        assert errors == []
