@@ -19,7 +19,14 @@ import msgspec
 from .. import __version__
 from ..names import NAME_SCHEMA
 from ..overview import DeadLetterPage, QueueSeries
-from ..schemas import BulkResult, HistoryEntry, QueuePause, RetryResult, TaskPage
+from ..schemas import (
+    BulkResult,
+    HistoryEntry,
+    NamespaceEvent,
+    QueuePause,
+    RetryResult,
+    TaskPage,
+)
 from ..workflows.listing import WorkflowPage
 from ..workflows.model import WfStatus
 from ..workflows.schemas import WorkflowEvent, WorkflowStatus
@@ -75,6 +82,7 @@ _STRUCTS = (
     DeadLetterPage,
     QueueSeries,
     WorkflowPage,
+    NamespaceEvent,
     ErrorBody,
     ActionRequest,
     ControlResult,
@@ -195,6 +203,20 @@ _WORKFLOW_EVENTS = [
     _sse_event("status", {"$ref": _REF.format(name="WorkflowStatus")}, with_id=False),
     _sse_event("end", {"type": "object"}, with_id=False),
 ]
+
+
+_NS_STREAM_ID = {"type": "string", "pattern": "^[0-9]{1,20}-[0-9]{1,20}$",
+                 "description": "an events stream entry id <ms>-<seq>"}  # fmt: skip
+_NS_RESUME_ID = {"type": "string", "pattern": "^([0-9]{1,20}-[0-9]{1,20})?$",
+                 "description": "the last event's id; empty: from now"}  # fmt: skip
+_NS_EVENTS = [
+    {**_sse_event("message", {"$ref": _REF.format(name="NamespaceEvent")}, with_id=True),
+     "properties": {"event": {"const": "message"}, "id": _NS_STREAM_ID, "data": {
+         "type": "string", "contentMediaType": "application/json",
+         "contentSchema": {"$ref": _REF.format(name="NamespaceEvent")}}}},
+    _sse_event("gap", {"type": "object", "properties": {"after": _NS_STREAM_ID}},
+               with_id=False),
+]  # fmt: skip
 
 
 def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -406,6 +428,35 @@ def _paths() -> dict[str, Any]:
                 "operationId": "taskEvents",
                 "parameters": [_TASK_ID, *_RESUME_PARAMS, _access_token("EventSource")],
                 "responses": _event_stream("task", _TASK_ERRORS, _TASK_EVENTS),
+            }
+        },
+        "/events": {
+            "get": {
+                "summary": "Server-sent events: every task and workflow event of the "
+                           "namespace, live (admin)",
+                "description": "Each event's id is the namespace events stream's entry id "
+                "and its data a NamespaceEvent. Without Last-Event-ID the stream starts at "
+                "its end; with it, it resumes exactly after that entry. When entries after "
+                "it were trimmed away, a `gap` event comes first.",
+                "operationId": "namespaceEvents",
+                "parameters": [
+                    {"name": "Last-Event-ID", "in": "header", "required": False,
+                     "schema": _NS_RESUME_ID},
+                    {"name": "last_event_id", "in": "query", "required": False,
+                     "description": "same as the Last-Event-ID header",
+                     "schema": _NS_RESUME_ID},
+                    _access_token("EventSource"),
+                ],
+                "responses": {
+                    "200": {"description": "an event stream (each event as parsed: event, "
+                            "data, id)", "content": {"text/event-stream": {"schema": {
+                                "anyOf": _NS_EVENTS}}}},
+                    **_AUTH_ERRORS, **_UNAVAILABLE,
+                    "400": _error("a malformed Last-Event-ID, or one after the stream's last "
+                                  "event (invalid_last_event_id), or an unknown parameter"),
+                    "403": _error("not an admin token"),
+                    "429": _error("too many open event streams for this client"),
+                },
             }
         },
         "/healthz": {
