@@ -20,6 +20,7 @@ from .errors import (
     RsjobsError,
     StoreError,
     TaskNotFound,
+    UnknownQueue,
     WaitTimeout,
 )
 from .model import Event, State
@@ -74,6 +75,7 @@ __all__ = [
     "TaskNotFound",
     "TaskPage",
     "TaskSummary",
+    "UnknownQueue",
     "WaitTimeout",
     "Worker",
     "connect",

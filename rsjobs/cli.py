@@ -436,6 +436,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("queues", help="queue depth and task counts per state")
     q.add_argument("--json", action="store_true")
+    q.add_argument(
+        "--series",
+        metavar="NAME",
+        help="one queue's per-minute series instead (the reaper samples it)",
+    )
+    q.add_argument("--minutes", type=int, default=60, help="minutes of --series (1-1440)")
     q.set_defaults(func=show.cmd_queues)
 
     # commands of the other parts (reaper, web, workflows) live beside them

@@ -44,8 +44,9 @@ from .store.selection import Selected
 from .store.tasks import pause_record
 
 if TYPE_CHECKING:
-    from .overview import DeadLetterPage, QueueView
+    from .overview import DeadLetterPage, QueueSeries, QueueView
     from .reaper import WorkerInfo
+    from .workflows.listing import WorkflowPage
 
 #: events read per XREAD of Client.wait
 _WAIT_BATCH = 1000
@@ -369,6 +370,33 @@ class Client:
         from .overview import queue_views
 
         return await queue_views(self.store)
+
+    async def queue_series(self, queue: str, *, minutes: int = 60) -> QueueSeries:
+        """The queue's per-minute series over the last ``minutes`` (1-1440): tasks
+        enqueued, started, succeeded, failed, timed out, cancelled, and its backlog, from
+        the counters the reaper samples once a minute. Raises :class:`rsjobs.UnknownQueue`
+        for a queue never used, :class:`rsjobs.ConfigError` for bad arguments."""
+        from .overview import queue_series
+
+        return await queue_series(self.store, queue, minutes=minutes)
+
+    async def list_workflows(
+        self,
+        *,
+        state: str | None = None,
+        name: str | None = None,
+        owner: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> WorkflowPage:
+        """A page of the namespace's workflows, newest first, in ``state``, of definition
+        ``name``, of ``owner`` (None: any), after ``cursor`` (a page's). Raises
+        :class:`rsjobs.ConfigError` for a bad filter, limit (1-200) or cursor."""
+        from .workflows.listing import page
+
+        return await page(
+            self.store, state=state, name=name, owner=owner, cursor=cursor, limit=limit
+        )
 
     async def workers(self) -> list[WorkerInfo]:
         """The workers registry: every registered worker, alive, late or dead, and what

@@ -18,6 +18,7 @@ __all__ = [
     "StoreError",
     "TaskNotFound",
     "UnknownDefinition",
+    "UnknownQueue",
     "WaitTimeout",
     "WorkflowError",
     "WorkflowNotFound",
@@ -42,6 +43,15 @@ class TaskNotFound(RsjobsError, LookupError):
     def __init__(self, task_id: str) -> None:
         super().__init__(f"no such task: {task_id}")
         self.task_id = task_id
+
+
+class UnknownQueue(RsjobsError, LookupError):
+    """Raised when a queue name names no queue of the namespace (no task was ever
+    submitted to it)."""
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(f"no such queue: {queue}")
+        self.queue = queue
 
 
 class InvalidTransition(RsjobsError):

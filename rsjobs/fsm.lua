@@ -5,6 +5,7 @@ table below is the only place where a legal transition is defined.
 Common KEYS (every transition script):
   KEYS[1]  events     stream  every transition of every task, trimmed with MAXLEN ~
   KEYS[2]  stats      hash    "<queue>:<STATE>" counts, "ev:<EVENT>" / "rej:<EVENT>" counters,
+                              "started:<queue>" attempts started (for scripts/series.lua),
                               task durations "dur:<queue>:<STATE>:<le>", "dur_ms:<queue>:<STATE>"
                               (see observe_duration)
   KEYS[3]  scheduled  zset    "<queue>:<id>" scored by due time (ms)
@@ -500,6 +501,9 @@ local function transition(t, event, to, msg, fields, extra)
     index_move(t, from, to)
   end
   count('ev:' .. event, 1)
+  -- per queue, for its per-minute series (scripts/series.lua): the other series counters
+  -- are its state counts
+  if event == 'START' then count('started:' .. t.queue, 1) end
   t.state = to
   if TERMINAL[to] then
     -- (t.started: the START time of its last attempt, when it had one)

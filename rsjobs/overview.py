@@ -10,11 +10,21 @@ import re
 
 import msgspec
 
-from .errors import ConfigError
+from .errors import ConfigError, UnknownQueue
+from .names import is_name
 from .reaper.deadletter import DeadLetter
 from .store import Store
+from .store.series import MAX_MINUTES, STEP_MS
 
-__all__ = ["DeadLetterPage", "QueueView", "deadletter_page", "queue_views"]
+__all__ = [
+    "DeadLetterPage",
+    "QueuePoint",
+    "QueueSeries",
+    "QueueView",
+    "deadletter_page",
+    "queue_series",
+    "queue_views",
+]
 
 #: the states of a queue's counts, in the order a task passes through them
 _STATES = ("PENDING", "SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED",
@@ -42,6 +52,33 @@ class QueueView(msgspec.Struct, frozen=True, kw_only=True):
     workers: int
     #: work waits and no live worker serves the queue
     unserved: bool
+
+
+class QueuePoint(msgspec.Struct, frozen=True, kw_only=True):
+    """One minute of a queue's series: what moved since the sample before it (one minute;
+    the whole gap when no reaper sampled in between), and its backlog at the sample."""
+
+    #: the minute's start (ms, Redis TIME)
+    t: int
+    enqueued: int = 0
+    started: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    timed_out: int = 0
+    cancelled: int = 0
+    #: PENDING tasks at the sample
+    pending: int = 0
+    #: ms since the oldest undelivered task was queued, at the sample (0: none waited)
+    oldest_pending_ms: int = 0
+
+
+class QueueSeries(msgspec.Struct, frozen=True, kw_only=True):
+    """A queue's per-minute series, oldest first; a minute without a sample (no reaper
+    ran) has no point."""
+
+    queue: str
+    step_ms: int = STEP_MS
+    points: list[QueuePoint]
 
 
 class DeadLetterPage(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,3 +134,18 @@ async def deadletter_page(
     items = await list_deadletters(store, count=limit, before=cursor)
     last = items[-1].entry if len(items) == limit else None
     return DeadLetterPage(items=items, cursor=last)
+
+
+async def queue_series(store: Store, queue: str, *, minutes: int = 60) -> QueueSeries:
+    """The last ``minutes`` minutes (1-1440) of ``queue``'s series, from the samples the
+    reaper takes once a minute. Raises :class:`rsjobs.ConfigError` for a bad name or
+    number of minutes, :class:`rsjobs.UnknownQueue` for a queue the namespace never had."""
+    if not is_name(queue):
+        raise ConfigError("queue: 1-64 letters, digits, '_', '.', '-'")
+    if not isinstance(minutes, int) or isinstance(minutes, bool) or not 1 <= minutes <= MAX_MINUTES:
+        raise ConfigError(f"minutes must be an integer between 1 and {MAX_MINUTES}")
+    if not await store.series.known(queue):
+        raise UnknownQueue(queue)
+    now = await store.reaper.now_ms()
+    points = await store.series.points(queue, minutes, now)
+    return QueueSeries(queue=queue, points=[QueuePoint(**p._asdict()) for p in points])

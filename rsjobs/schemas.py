@@ -19,6 +19,7 @@ __all__ = [
     "EnqueueRequest",
     "EnqueueResult",
     "HistoryEntry",
+    "NamespaceEvent",
     "QueuePause",
     "RetryResult",
     "TaskFilter",
@@ -276,6 +277,27 @@ class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
             repeats=repeats,
             last_ts=last_ts,
         )
+
+
+class NamespaceEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One entry of the namespace's events stream, described: a task's history entry
+    (``task_id`` set) or a workflow's (``task_id`` empty, ``workflow_id`` set). A task
+    that expired since has an empty ``event`` and ``state``."""
+
+    #: the events stream entry id ``<ms>-<seq>`` (the SSE id: resume after it)
+    id: str
+    task_id: str = ""
+    #: the workflow of a workflow's task, or the workflow whose history grew
+    workflow_id: str = ""
+    #: the task's or workflow's event (START, COMPLETE, CANCEL, ADVANCE...)
+    event: str = ""
+    #: a task's state after the entry (as before it, for a refusal)
+    state: str = ""
+    queue: str = ""
+    #: a refused event (the state did not change)
+    rejected: bool = False
+    #: when it happened (ms, Redis TIME)
+    ts: int = 0
 
 
 class EnqueueRequest(msgspec.Struct, frozen=True, kw_only=True):

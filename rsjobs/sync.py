@@ -45,8 +45,9 @@ from .settings import Settings
 from .store import Code, TaskRef
 
 if TYPE_CHECKING:
-    from .overview import DeadLetterPage, QueueView
+    from .overview import DeadLetterPage, QueueSeries, QueueView
     from .reaper import WorkerInfo
+    from .workflows.listing import WorkflowPage
 
 __all__ = ["SyncClient"]
 
@@ -262,6 +263,26 @@ class SyncClient:
         """Every queue: depth, counts per state, oldest pending age, live workers."""
         r = self._runner()
         return r.run(r.client.queues())
+
+    def queue_series(self, queue: str, *, minutes: int = 60) -> QueueSeries:
+        """The queue's per-minute series (see :meth:`rsjobs.Client.queue_series`)."""
+        r = self._runner()
+        return r.run(r.client.queue_series(queue, minutes=minutes))
+
+    def list_workflows(
+        self,
+        *,
+        state: str | None = None,
+        name: str | None = None,
+        owner: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> WorkflowPage:
+        """A page of workflows, newest first (see :meth:`rsjobs.Client.list_workflows`)."""
+        r = self._runner()
+        return r.run(
+            r.client.list_workflows(state=state, name=name, owner=owner, cursor=cursor, limit=limit)
+        )
 
     def workers(self) -> list[WorkerInfo]:
         """The workers registry (see :meth:`rsjobs.Client.workers`)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
 from ..cli import CliError, client_from_args, warn
 from ..client import Client
@@ -13,6 +14,7 @@ from ..client import Client
 __all__ = [
     "cmd_deadletter_list",
     "cmd_history",
+    "cmd_queue_series",
     "cmd_queues",
     "cmd_queues_memory",
     "cmd_status",
@@ -64,9 +66,40 @@ async def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_queue_series(args: argparse.Namespace) -> int:
+    """``rsjobs queues --series NAME``: a row per minute, oldest first."""
+    import msgspec
+
+    from .tables import Column, print_table
+
+    async with client_from_args(args) as client:
+        series = await client.queue_series(args.series, minutes=args.minutes)
+    if args.json:
+        print(msgspec.json.encode(series).decode())
+        return 0
+    if not series.points:
+        print(f"(no samples of queue {series.queue!r} yet: the reaper takes one a minute)")
+        return 0
+    names = ("enqueued", "started", "succeeded", "failed", "timed_out", "cancelled", "pending")
+    columns = [Column("minute (UTC)"), *(Column(n, numeric=True) for n in names)]
+    columns.append(Column("oldest_pending_s", numeric=True))
+    rows = [
+        [
+            time.strftime("%Y-%m-%d %H:%M", time.gmtime(p.t / 1000)),
+            *(getattr(p, n) for n in names),
+            round(p.oldest_pending_ms / 1000, 1),
+        ]
+        for p in series.points
+    ]
+    print_table(columns, rows)
+    return 0
+
+
 async def cmd_queues(args: argparse.Namespace) -> int:
     from .views import unserved_queues
 
+    if args.series is not None:
+        return await cmd_queue_series(args)
     async with client_from_args(args) as client:
         stats = await client.stats()
         live = await live_workers(client)

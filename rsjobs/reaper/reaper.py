@@ -102,6 +102,8 @@ class SweepReport(msgspec.Struct, kw_only=True):
     #: entries of the list indexes removed with their tasks after the retention period
     #: (done:<STATE> entries and tags members; trim.lua)
     index_trimmed: int = 0
+    #: queues whose counters were sampled for their per-minute series (series.lua)
+    series_sampled: int = 0
     ms: int = 0
 
     @property
@@ -158,6 +160,8 @@ class Reaper:
         #: running sums of the numeric fields of every sweep report (for tests, metrics)
         self.totals: Counter[str] = Counter()
         self._stopping = asyncio.Event()
+        #: the minute (ms) of the last series sample this reaper took or found taken
+        self._sampled_minute = -1
 
     async def close(self) -> None:
         if self._own_redis:
@@ -229,6 +233,14 @@ class Reaper:
         if tr is not None:
             report.index_trimmed = tr.members + tr.done
 
+        # the queues' counters, sampled once a minute for their series (one sample per
+        # minute however many reapers sweep: series.lua keeps the first)
+        minute = now_ms - now_ms % 60_000
+        if minute != self._sampled_minute:
+            sampled = await self._step(report, "series", lambda: self._sample(queues))
+            if sampled is not None:
+                report.series_sampled, self._sampled_minute = sampled, minute
+
         # workflows whose tasks the sweep (or anything else) ended advance here too, so a
         # deployment needs no separate driver process
         drive = await self._step(report, "workflows", self._driver.sweep_once)
@@ -248,6 +260,11 @@ class Reaper:
             }
         )
         return report
+
+    async def _sample(self, queues: list[str]) -> int:
+        oldest = await self.store.index.oldest_pending(queues)
+        done, _ = await self.store.series.sample(SOURCE, oldest)
+        return done
 
     async def _step(
         self, report: SweepReport, name: str, run: Callable[[], Awaitable[T]]

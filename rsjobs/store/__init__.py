@@ -9,7 +9,8 @@ Redis errors become rsjobs's (:mod:`.transient`). Everything else calls a :class
 
 The parts are attributes, each one idea: ``tasks`` (clients and the web app), ``work``
 (workers), ``reaper``, ``quarantine``, ``workflows``, ``events`` (the web app's hub),
-``migration`` (``rsjobs migrate``), ``index`` (task lists, and the trim of their indexes).
+``migration`` (``rsjobs migrate``), ``index`` (task lists, and the trim of their indexes),
+``series`` (per-minute queue series).
 The namespace's layout is checked before the first script call (:mod:`.marker`); processes
 check it at start with :meth:`Store.require_layout`.
 """
@@ -45,6 +46,7 @@ from .replies import (
     error_of,
 )
 from .scripts import Scripts
+from .series import Series
 from .tasks import TaskRef, Tasks
 from .transient import boundary
 from .work import Delivery, Work
@@ -67,6 +69,7 @@ __all__ = [
     "QueueReply",
     "Recovery",
     "RetryReply",
+    "Series",
     "Started",
     "Store",
     "Suspect",
@@ -116,6 +119,7 @@ class Store:
         self.events = Events(self.scripts)
         self.migration = Migration(self.scripts)
         self.index = Index(self.scripts)
+        self.series = Series(self.scripts)
 
     async def ping(self) -> None:
         with boundary("PING"):

@@ -8,16 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from redis.exceptions import ResponseError
+
+from ..errors import CorruptData
+from ..schemas import NamespaceEvent
+from . import history
 from .replies import text
 from .scripts import Scripts
 from .transient import boundary
 
-__all__ = ["Events"]
+__all__ = ["Events", "order"]
 
 Row = tuple[str, dict[str, str]]
 
 
-def _order(stream_id: str) -> tuple[int, int]:
+def order(stream_id: str) -> tuple[int, int]:
     ms, _, seq = stream_id.partition("-")
     return int(ms), int(seq or 0)
 
@@ -29,12 +34,23 @@ class Events:
     def __init__(self, scripts: Scripts) -> None:
         self.redis = scripts.redis
         self.key = scripts.keys.events
+        self.task_prefix = scripts.keys.task("")
 
     async def last_id(self) -> str:
         """The id of the stream's last entry (``0-0`` when it is empty)."""
         with boundary("XREVRANGE events"):
             last = await self.redis.xrevrange(self.key, "+", "-", count=1)
         return text(last[0][0]) if last else "0-0"
+
+    async def last_generated(self) -> str:
+        """The id of the last entry ever added (``0-0``: none; the stream keeps it when
+        trimming removed that entry)."""
+        with boundary("XINFO STREAM events"):
+            try:
+                info: Any = await self.redis.xinfo_stream(self.key)
+            except ResponseError:  # no such key: nothing was ever added
+                return "0-0"
+        return text(info.get("last-generated-id") or "0-0")
 
     async def first_id(self) -> str | None:
         """The id of the stream's first entry (None when it is empty): past it, trimming
@@ -47,7 +63,7 @@ class Events:
         """Whether trimming (MAXLEN) has removed entries after ``cursor``: the stream's first
         entry is past it. A reader behind that point may have missed entries."""
         first = await self.first_id()
-        return first is not None and _order(first) > _order(cursor)
+        return first is not None and order(first) > order(cursor)
 
     async def read(self, after: str, count: int, block_ms: int) -> list[Row]:
         """Up to ``count`` entries after ``after``, waiting up to ``block_ms`` for one."""
@@ -58,3 +74,52 @@ class Events:
     async def length(self) -> int:
         with boundary("XLEN events"):
             return int(await self.redis.xlen(self.key))
+
+    async def after(self, after: str, count: int) -> list[Row]:
+        """Up to ``count`` entries after ``after`` (a stream id), oldest first."""
+        if order(after) >= (2**64 - 1, 2**64 - 1):
+            return []
+        with boundary("XRANGE events"):
+            rows: Any = await self.redis.xrange(self.key, f"({after}", "+", count=count)
+        return [(text(i), {text(k): text(v) for k, v in f.items()}) for i, f in rows]
+
+    async def describe(self, rows: list[Row]) -> list[NamespaceEvent]:
+        """Each entry as a :class:`NamespaceEvent`: a task's entry read from its hash (its
+        event, state, queue and time; one round trip for the batch), a workflow's note as
+        the stream holds it."""
+        tasks = [(i, f) for i, f in rows if f.get("id") and f.get("hid", "").isdigit()]
+        with boundary("HMGET events' tasks"):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for _, f in tasks:
+                    pipe.hmget(self.task_prefix + f["id"], f"h{f['hid']}", "c", "q")
+                read = await pipe.execute() if tasks else []
+        found = {i: row for (i, _), row in zip(tasks, read, strict=True)}
+        out: list[NamespaceEvent] = []
+        for i, f in rows:
+            ms = order(i)[0]
+            task_id, wf_id = f.get("id", ""), f.get("wf", "")
+            if not task_id:
+                out.append(NamespaceEvent(id=i, workflow_id=wf_id, event=f.get("ev", ""), ts=ms))
+                continue
+            value, created, queue = (
+                text(v) if v is not None else None for v in found.get(i) or (None, None, None)
+            )
+            e: dict[str, str] = {}
+            if value is not None and created is not None and created.isdigit():
+                try:
+                    e = history.one(task_id, int(f["hid"]), value, int(created))
+                except CorruptData:
+                    e = {}
+            out.append(
+                NamespaceEvent(
+                    id=i,
+                    task_id=task_id,
+                    workflow_id=wf_id,
+                    event=e.get("ev", ""),
+                    state=e.get("to", ""),
+                    queue=queue or "",
+                    rejected=e.get("rej") == "1",
+                    ts=int(e["ts"]) if e.get("ts", "").lstrip("-").isdigit() else ms,
+                )
+            )
+        return out

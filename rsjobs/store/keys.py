@@ -26,6 +26,9 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
     rsjobs:{default}:deadletter           stream  dead-lettered tasks (MAXLEN ~), by the reaper
     rsjobs:{default}:workers:dead         hash    worker name -> JSON {beat_at, since}: reaper marks
     rsjobs:{default}:reaper:guard         string  name of the reaper sweeping now (SET NX PX)
+    rsjobs:{default}:series:<queue>       stream  the queue's counters sampled once a minute
+                                                  by the reaper, id ``<minute ms>-0``, the
+                                                  last 24 h (``scripts/series.lua``)
     rsjobs:{default}:layout               string  the layout the namespace's data is in (``2``;
                                                   none: empty, or written before it had one;
                                                   see store/marker.py)
@@ -189,6 +192,10 @@ class Keys:
 
     def queue(self, name: str) -> str:
         return f"{self.prefix}queue:{name}"
+
+    def series(self, queue: str) -> str:
+        """The queue's per-minute samples (``scripts/series.lua``)."""
+        return f"{self.prefix}series:{queue}"
 
     def dedup(self, key: str) -> str:
         return f"{self.prefix}dedup:{key}"

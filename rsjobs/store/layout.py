@@ -49,6 +49,8 @@ __all__ = [
     "QueueArgs",
     "ReclaimArgs",
     "RetryArgs",
+    "SeriesArgs",
+    "SeriesQueue",
     "StartArgs",
     "SummaryArgs",
     "TrimArgs",
@@ -456,6 +458,28 @@ def summaries(
     return _pack(SUMMARIES, c, source, args, (((key,), item) for key, item in tasks))
 
 
+class SeriesArgs(NamedTuple):
+    #: how long samples are kept (ms)
+    keep_ms: int
+
+
+class SeriesQueue(NamedTuple):
+    """One queue of a ``series.lua`` call."""
+
+    queue: str
+    #: when its oldest undelivered work entry was queued (ms; 0: none)
+    oldest: int
+
+
+SERIES = Layout("series", SeriesArgs._fields, "queue", SeriesQueue._fields, ("series",))
+
+
+def series(
+    c: Common, source: str, args: SeriesArgs, queues: Iterable[tuple[str, SeriesQueue]]
+) -> Packed:
+    return _pack(SERIES, c, source, args, (((key,), item) for key, item in queues))
+
+
 # -- workflows -------------------------------------------------------------------------------
 
 
@@ -747,6 +771,7 @@ LAYOUTS: dict[str, Layout] = {
         MIGRATE,
         TRIM,
         SUMMARIES,
+        SERIES,
         WF_START,
         WF_SPAWN,
         WF_FINISH,

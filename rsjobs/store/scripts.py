@@ -52,6 +52,7 @@ SCRIPT_NAMES = (
     "migrate",
     "trim",
     "summaries",
+    "series",
     # the workflows': fsm.lua + wf.lua + the script
     "wf_start",
     "wf_spawn",

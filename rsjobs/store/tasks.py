@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
-from ..model import is_terminal
+from ..model import State, is_terminal
 from ..schemas import (
     EnqueueResult,
     HistoryEntry,
@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from .selection import Selected, Selection
 
 __all__ = ["HistoryRows", "Overview", "Snapshot", "TaskRef", "Tasks", "pause_record"]
+
+#: the states whose "<queue>:<STATE>" counts the stats hash holds
+_STATE_NAMES = frozenset(s.value for s in State)
 
 Row = tuple[str, dict[str, str]]
 
@@ -267,7 +270,7 @@ class Tasks:
         out: dict[str, dict[str, int]] = {q: {} for q in queues}
         for name, value in raw.items():
             q, _, state = text(name).rpartition(":")
-            if q in out and state.isupper():
+            if q in out and state in _STATE_NAMES:
                 out[q][state] = int(value)
         for q, n in zip(queues, lengths, strict=True):
             out[q]["stream_length"] = int(n)

@@ -332,6 +332,40 @@ class Workflows:
             ids = await self.redis.zrevrange(self.keys.workflows, 0, count - 1)
         return [text(i) for i in ids]
 
+    async def index_before(
+        self, before: tuple[int, str] | None, count: int
+    ) -> list[tuple[int, str]]:
+        """Up to ``count`` (created ms, id) of the index after ``before`` in newest-first
+        order (score, then id, both descending; None: from the newest)."""
+        top = "+inf" if before is None else str(before[0])
+        out: list[tuple[int, str]] = []
+        offset = 0
+        with boundary("ZREVRANGEBYSCORE workflows"):
+            while len(out) < count:
+                rows = await self.redis.zrevrangebyscore(
+                    self.keys.workflows, top, "-inf", start=offset, num=count, withscores=True
+                )
+                for member, score in rows:
+                    item = (int(score), text(member))
+                    # (a member of the cursor's millisecond at or after it was on a page)
+                    if before is None or item < before:
+                        out.append(item)
+                if len(rows) < count:
+                    break
+                offset += len(rows)
+        return out[:count]
+
+    async def list_fields(
+        self, wf_ids: Sequence[str], fields: Sequence[str]
+    ) -> list[list[str | None]]:
+        """``fields`` of each workflow's hash, one round trip (all None: no such workflow)."""
+        with boundary("HMGET workflows"):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for wf_id in wf_ids:
+                    pipe.hmget(self.keys.workflow(wf_id), list(fields))
+                rows = await pipe.execute()
+        return [[None if v is None else text(v) for v in row] for row in rows]
+
     async def active(self, cursor: int, count: int) -> tuple[int, list[str]]:
         """One SSCAN step of the active set."""
         with boundary("SSCAN active"):

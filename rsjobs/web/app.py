@@ -47,6 +47,7 @@ from .config import WebConfig
 from .dashboard import dashboard_routes
 from .http import ApiError, error_response, store_error
 from .lists import list_routes
+from .live import live_routes
 from .logs import redact_access_logs
 from .routes import task_routes
 from .service import Service
@@ -138,6 +139,7 @@ def create_app(
     routes = (
         action_routes(service)
         + list_routes(service)
+        + live_routes(service)
         + task_routes(service)
         + workflow_routes(service)
         + asset_routes(service, root)

@@ -32,6 +32,9 @@ class WebConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: open task event streams end (without ``end``) once Redis has been unreachable this
     #: long; a shorter outage is ridden out (a restart, a failover)
     redis_outage_ms: int = 5_000
+    #: a ``GET /events`` stream ends after this long (0: never); EventSource reconnects
+    #: with Last-Event-ID and misses nothing, and a balancer gets to move it
+    live_stream_ms: int = 300_000
     #: entries buffered per SSE connection before it falls back to replaying history
     subscriber_buffer: int = 1_000
     #: history entries embedded in ``GET /tasks/{id}``
@@ -59,5 +62,7 @@ class WebConfig(msgspec.Struct, frozen=True, kw_only=True):
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be positive")
+        if self.live_stream_ms < 0:
+            raise ConfigError("live_stream_ms must be >= 0 (0 = never ends)")
         if not 0 <= self.recent_history <= 1000:
             raise ConfigError("recent_history must be between 0 and 1000")

@@ -41,7 +41,7 @@ from ..schemas import HistoryEntry
 from ..store.events import Events
 from .schemas import encode
 
-__all__ = ["Hub", "Item", "Subscription", "Watch", "exclusive", "parse_id"]
+__all__ = ["Hub", "Item", "Subscription", "Tail", "Watch", "exclusive", "parse_id"]
 
 log = logging.getLogger("rsjobs.web")
 
@@ -187,6 +187,36 @@ class Watch:
         return read, moved
 
 
+class Tail:
+    """What the hub tells one connection following the whole events stream
+    (``GET /events``): a flag, not entries (it reads them from the stream after the last
+    id it sent), so a slow or idle follower holds nothing in memory."""
+
+    __slots__ = ("closed", "grew", "wake")
+
+    def __init__(self) -> None:
+        #: entries were appended (or the hub may have missed some: read on either way)
+        self.grew = False
+        #: the server is shutting down, or Redis stayed away: end the stream
+        self.closed = False
+        self.wake = asyncio.Event()
+
+    def notify(self) -> None:
+        self.grew = True
+        self.wake.set()
+
+    request_resync = notify
+
+    def close(self) -> None:
+        self.closed = True
+        self.wake.set()
+
+    def take(self) -> bool:
+        grew, self.grew = self.grew, False
+        self.wake.clear()
+        return grew
+
+
 class Hub:
     """The per-process reader of the events stream (``events``: the store's, on a client
     of its own for the blocking reads); start it with :meth:`start`."""
@@ -215,6 +245,7 @@ class Hub:
         self.entries_read = 0
         self._subs: dict[str, set[Subscription]] = {}
         self._watches: dict[str, set[Watch]] = {}
+        self._tails: set[Tail] = set()
         self._task: asyncio.Task[None] | None = None
         self._starting: asyncio.Lock | None = None
         self._closing = False
@@ -226,14 +257,17 @@ class Hub:
 
     @property
     def subscribers(self) -> int:
-        """Open task and workflow streams."""
-        return sum(len(s) for s in self._subs.values()) + sum(
-            len(w) for w in self._watches.values()
+        """Open task, workflow and namespace streams."""
+        return (
+            sum(len(s) for s in self._subs.values())
+            + sum(len(w) for w in self._watches.values())
+            + len(self._tails)
         )
 
-    def _listeners(self) -> list[Subscription | Watch]:
-        out: list[Subscription | Watch] = [s for subs in self._subs.values() for s in subs]
-        return out + [w for watches in self._watches.values() for w in watches]
+    def _listeners(self) -> list[Subscription | Watch | Tail]:
+        out: list[Subscription | Watch | Tail] = [s for subs in self._subs.values() for s in subs]
+        out += [w for watches in self._watches.values() for w in watches]
+        return out + list(self._tails)
 
     async def start(self) -> None:
         """Start reading (idempotent). Returns once the read position is fixed, so every
@@ -287,6 +321,17 @@ class Hub:
             w.close()
         self._watches.setdefault(wf_id, set()).add(w)
         return w
+
+    def tail(self) -> Tail:
+        """Follow the whole events stream (:meth:`untail` when done)."""
+        t = Tail()
+        if self._closing_streams:
+            t.close()
+        self._tails.add(t)
+        return t
+
+    def untail(self, t: Tail) -> None:
+        self._tails.discard(t)
 
     def unwatch(self, w: Watch) -> None:
         watches = self._watches.get(w.wf_id)
@@ -363,6 +408,8 @@ class Hub:
             self._resync_all()
 
     def _dispatch(self, entries: list[tuple[str, dict[str, str]]]) -> None:
+        for t in self._tails:
+            t.notify()
         for entry_id, fields in entries:
             self.cursor = entry_id
             self.entries_read += 1

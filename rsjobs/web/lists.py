@@ -1,6 +1,7 @@
 """The operator's reads: ``GET /tasks`` (a page of a task list, :mod:`rsjobs.store.index`),
 ``GET /tasks/export`` (the same filters, every page, as JSON lines), ``GET /queues``,
-``GET /workers`` and ``GET /deadletters``.
+``GET /queues/{queue}/series`` (a queue's per-minute counts), ``GET /workers`` and
+``GET /deadletters``.
 
 An owner's token lists its own tasks only: the owner filter is set from the token, and
 naming another owner is refused (403); the namespace-wide views (queues, workers, dead
@@ -18,12 +19,13 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from ..errors import ConfigError, RsjobsError
-from ..overview import deadletter_page, queue_views
+from ..errors import ConfigError, RsjobsError, UnknownQueue
+from ..overview import deadletter_page, queue_series, queue_views
 from ..queries import list_query
 from ..reaper.registry import list_workers
 from ..schemas import TaskPage
 from ..store import ListQuery
+from ..store.series import MAX_MINUTES
 from .auth import Principal
 from .handlers import Handlers
 from .http import ApiError, is_ascii_number, json_response
@@ -151,6 +153,20 @@ class Lists(Handlers):
         self.admin(request)
         return json_response(QueueList(queues=await queue_views(self.store)))
 
+    async def queue_series(self, request: Request) -> Response:
+        self.admin(request, ("minutes",))
+        raw = request.query_params.get("minutes")
+        if raw is not None and not (is_ascii_number(raw, 4) and 1 <= int(raw) <= MAX_MINUTES):
+            raise ApiError(400, "invalid_minutes", f"minutes: an integer from 1 to {MAX_MINUTES}")
+        name = request.path_params["queue"]
+        try:
+            series = await queue_series(self.store, name, minutes=int(raw or 60))
+        except UnknownQueue as exc:
+            raise ApiError(404, "unknown_queue", str(exc)) from None
+        except ConfigError as exc:
+            raise ApiError(400, "invalid_queue", str(exc)) from None
+        return json_response(series)
+
     async def workers(self, request: Request) -> Response:
         self.admin(request)
         return json_response(WorkerList(workers=await list_workers(self.store)))
@@ -174,6 +190,7 @@ def list_routes(service: Service) -> list[BaseRoute]:
         Route("/tasks", h.tasks, methods=["GET"]),
         Route("/tasks/export", h.export, methods=["GET"]),
         Route("/queues", h.queues, methods=["GET"]),
+        Route("/queues/{queue}/series", h.queue_series, methods=["GET"]),
         Route("/workers", h.workers, methods=["GET"]),
         Route("/deadletters", h.deadletters, methods=["GET"]),
     ]

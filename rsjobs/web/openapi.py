@@ -18,8 +18,17 @@ import msgspec
 
 from .. import __version__
 from ..names import NAME_SCHEMA
-from ..overview import DeadLetterPage
-from ..schemas import BulkResult, HistoryEntry, QueuePause, RetryResult, TaskPage
+from ..overview import DeadLetterPage, QueueSeries
+from ..schemas import (
+    BulkResult,
+    HistoryEntry,
+    NamespaceEvent,
+    QueuePause,
+    RetryResult,
+    TaskPage,
+)
+from ..workflows.listing import WorkflowPage
+from ..workflows.model import WfStatus
 from ..workflows.schemas import WorkflowEvent, WorkflowStatus
 from .assets import MEDIA_TYPES
 from .bodies import (
@@ -71,6 +80,9 @@ _STRUCTS = (
     QueueList,
     WorkerList,
     DeadLetterPage,
+    QueueSeries,
+    WorkflowPage,
+    NamespaceEvent,
     ErrorBody,
     ActionRequest,
     ControlResult,
@@ -193,12 +205,27 @@ _WORKFLOW_EVENTS = [
 ]
 
 
+_NS_STREAM_ID = {"type": "string", "pattern": "^[0-9]{1,20}-[0-9]{1,20}$",
+                 "description": "an events stream entry id <ms>-<seq>"}  # fmt: skip
+_NS_RESUME_ID = {"type": "string", "pattern": "^([0-9]{1,20}-[0-9]{1,20})?$",
+                 "description": "the last event's id; empty: from now"}  # fmt: skip
+_NS_EVENTS = [
+    {**_sse_event("message", {"$ref": _REF.format(name="NamespaceEvent")}, with_id=True),
+     "properties": {"event": {"const": "message"}, "id": _NS_STREAM_ID, "data": {
+         "type": "string", "contentMediaType": "application/json",
+         "contentSchema": {"$ref": _REF.format(name="NamespaceEvent")}}}},
+    _sse_event("gap", {"type": "object", "properties": {"after": _NS_STREAM_ID}},
+               with_id=False),
+]  # fmt: skip
+
+
 def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "description": description,
             "schema": schema}  # fmt: skip
 
 
 _MS = {"type": "integer", "minimum": 0, "maximum": 10**13 - 1}
+_WF_STATES = [s.value for s in WfStatus]
 _STATES = ["PENDING", "SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED",
            "TIMED_OUT"]  # fmt: skip
 # the filters of GET /tasks and GET /tasks/export
@@ -252,6 +279,32 @@ def _list_paths() -> dict[str, Any]:
                 "operationId": "listQueues",
                 "responses": {"200": {"description": "the queues", "content": _json(
                     "QueueList")}, **_ADMIN_LIST_ERRORS},
+            }
+        },
+        "/queues/{queue}/series": {
+            "get": {
+                "summary": "A queue's per-minute series: tasks enqueued, started, finished "
+                           "per state, and its backlog",
+                "description": "From the counters the reaper samples once a minute (the "
+                    "last 24 h are kept), oldest first. A point's counts are what moved since "
+                    "the sample before it: one minute, or the whole gap when no reaper sampled "
+                    "in between; pending and oldest_pending_ms are as they were at its sample. "
+                    "Minutes without a sample have no point.",
+                "operationId": "queueSeries",
+                "parameters": [
+                    {"name": "queue", "in": "path", "required": True,
+                     "schema": {"type": "string", "pattern": _NAME_PATTERN}},
+                    _query("minutes", "how many minutes back", {"type": "integer",
+                           "minimum": 1, "maximum": 1440, "default": 60}),
+                ],
+                "responses": {
+                    "200": {"description": "the series", "content": _json("QueueSeries")},
+                    **_AUTH_ERRORS, **_UNAVAILABLE,
+                    "400": _error("a malformed queue name (invalid_queue), minutes outside "
+                                  "1-1440 (invalid_minutes), or an unknown parameter"),
+                    "403": _error("not an admin token"),
+                    "404": _error("no task was ever submitted to this queue (unknown_queue)"),
+                },
             }
         },
         "/workers": {
@@ -375,6 +428,35 @@ def _paths() -> dict[str, Any]:
                 "operationId": "taskEvents",
                 "parameters": [_TASK_ID, *_RESUME_PARAMS, _access_token("EventSource")],
                 "responses": _event_stream("task", _TASK_ERRORS, _TASK_EVENTS),
+            }
+        },
+        "/events": {
+            "get": {
+                "summary": "Server-sent events: every task and workflow event of the "
+                           "namespace, live (admin)",
+                "description": "Each event's id is the namespace events stream's entry id "
+                "and its data a NamespaceEvent. Without Last-Event-ID the stream starts at "
+                "its end; with it, it resumes exactly after that entry. When entries after "
+                "it were trimmed away, a `gap` event comes first.",
+                "operationId": "namespaceEvents",
+                "parameters": [
+                    {"name": "Last-Event-ID", "in": "header", "required": False,
+                     "schema": _NS_RESUME_ID},
+                    {"name": "last_event_id", "in": "query", "required": False,
+                     "description": "same as the Last-Event-ID header",
+                     "schema": _NS_RESUME_ID},
+                    _access_token("EventSource"),
+                ],
+                "responses": {
+                    "200": {"description": "an event stream (each event as parsed: event, "
+                            "data, id)", "content": {"text/event-stream": {"schema": {
+                                "anyOf": _NS_EVENTS}}}},
+                    **_AUTH_ERRORS, **_UNAVAILABLE,
+                    "400": _error("a malformed Last-Event-ID, or one after the stream's last "
+                                  "event (invalid_last_event_id), or an unknown parameter"),
+                    "403": _error("not an admin token"),
+                    "429": _error("too many open event streams for this client"),
+                },
             }
         },
         "/healthz": {
@@ -614,7 +696,31 @@ def _workflow_paths() -> dict[str, Any]:
                                   "refuses (invalid_input), or an idempotency key reused "
                                   "with another definition or input"),
                 },
-            }
+            },
+            "get": {
+                "summary": "List workflows, newest first, with cursor pagination",
+                "description": "Read from the workflow index (every workflow id by creation "
+                "time; no scan). An owner's token lists its own workflows only. A page may "
+                "hold fewer than limit workflows and still have a cursor (a page looks at a "
+                "bounded number of index entries).",
+                "operationId": "listWorkflows",
+                "parameters": [
+                    _query("state", "only workflows in this state", {"type": "string",
+                           "enum": _WF_STATES}),
+                    _query("name", "only workflows of this definition", {"type": "string",
+                           "pattern": _NAME_PATTERN}),
+                    _query("owner", "only this owner's workflows (an owner's token: its own "
+                           "only, 403 for another)", {"type": "string"}),
+                    _query("cursor", "the cursor of the previous page", {"type": "string"}),
+                    _query("limit", "workflows per page", {"type": "integer", "minimum": 1,
+                           "maximum": 200, "default": 50}),
+                ],
+                "responses": {
+                    "200": {"description": "a page of workflows",
+                            "content": _json("WorkflowPage")},
+                    **_LIST_ERRORS,
+                },
+            },
         },
         "/workflows/{wf_id}": {
             "get": {

@@ -1,4 +1,5 @@
-"""The workflow routes: ``POST /workflows``, ``GET /workflows/{id}``,
+"""The workflow routes: ``POST /workflows``, ``GET /workflows`` (a page of the list),
+``GET /workflows/{id}``,
 ``GET /workflows/{id}/history``, ``GET /workflows/{id}/events`` (SSE),
 ``POST /workflows/{id}/{confirm|regenerate|retry|publish|cancel}``.
 
@@ -19,11 +20,19 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ..errors import ConfigError, PayloadError, RsjobsError
+from ..workflows import listing
 from ..workflows.errors import ActionRefused, UnknownDefinition, WorkflowNotFound
 from ..workflows.schemas import WorkflowEvent
 from .bodies import ACTION_BODIES, ActionResult, EventsPage, StartBody
 from .handlers import Handlers, StreamHold, not_found
-from .http import PAGE_PARAMS, RESUME_PARAMS, ApiError, json_response, last_event_id
+from .http import (
+    PAGE_PARAMS,
+    RESUME_PARAMS,
+    ApiError,
+    is_ascii_number,
+    json_response,
+    last_event_id,
+)
 from .hub import exclusive
 from .service import Service
 from .sse import EventStreamResponse
@@ -45,6 +54,35 @@ class WorkflowApi(Handlers):
         doc = await self.client.status(wf_id)
         body = ActionResult(id=wf_id, action=action, status=status, changed=changed, workflow=doc)
         return json_response(body, code)
+
+    async def list(self, request: Request) -> Response:
+        """A page of workflows, newest first: an owner's token lists its own only (naming
+        another owner is a 403), an admin's all of them or one owner's."""
+        who = self.principal(request, params=("state", "name", "owner", "cursor", "limit"))
+        q = request.query_params
+        owner = q.get("owner") or None
+        if not who.admin:
+            if owner is not None and owner != who.owner:
+                raise ApiError(
+                    403, "forbidden", "only an admin token may list another owner's workflows"
+                )
+            owner = who.owner
+        raw = q.get("limit")
+        if raw is not None and not (is_ascii_number(raw, 4) and 1 <= int(raw) <= listing.MAX_PAGE):
+            raise ApiError(400, "invalid_limit", f"limit: an integer from 1 to {listing.MAX_PAGE}")
+        try:
+            page = await listing.page(
+                self.svc.store,
+                state=q.get("state") or None,
+                name=q.get("name") or None,
+                owner=owner,
+                cursor=q.get("cursor") or None,
+                limit=int(raw or 50),
+            )
+        except ConfigError as exc:
+            code = "invalid_cursor" if "cursor" in str(exc) else "invalid_filter"
+            raise ApiError(400, code, str(exc)) from None
+        return json_response(page)
 
     async def start(self, request: Request) -> Response:
         who = self.principal(request)
@@ -191,6 +229,7 @@ def workflow_routes(service: Service) -> list[BaseRoute]:
     api = WorkflowApi(service)
     return [
         Route("/workflows", api.start, methods=["POST"]),
+        Route("/workflows", api.list, methods=["GET"]),
         Route("/workflows/{wf_id}", api.get, methods=["GET"], name="workflow"),
         Route("/workflows/{wf_id}/history", api.history, methods=["GET"]),
         Route("/workflows/{wf_id}/events", api.events, methods=["GET"]),

@@ -53,18 +53,30 @@ async def cmd_drive(args: argparse.Namespace) -> int:
 
 
 async def cmd_list(args: argparse.Namespace) -> int:
+    from . import listing
+
     async with _client(args) as c:
-        found = await c.list(limit=args.limit, owner=args.owner)
-    if args.json:
-        _print_json([{k: getattr(w, k) for k in ("id", "definition", "status")} for w in found])
-        return 0
-    for w in found:
-        print(
-            f"{w.id}  {w.definition:<16} {w.status:<21} stage={w.stage_name:<12} "
-            f"v{w.version}  owner={w.owner or '-'}  started {_when(w.created_at)}"
+        page = await listing.page(
+            c.store,
+            state=args.state,
+            name=args.name,
+            owner=args.owner,
+            cursor=args.cursor,
+            limit=args.limit,
         )
-    if not found:
+    if args.json:
+        _print_json(page)
+        return 0
+    for w in page.workflows:
+        stages = " ".join(f"{s.name}:{s.state}" for s in w.stages)
+        print(
+            f"{w.id}  {w.name:<16} {w.state:<21} v{w.version}  owner={w.owner or '-'}  "
+            f"started {_when(w.created_at)}  {stages}"
+        )
+    if not page.workflows:
         print("(no workflows)")
+    if page.cursor:
+        print(f"(more: --cursor {page.cursor})")
     return 0
 
 
@@ -145,9 +157,12 @@ def register(sub: Any) -> None:
     d.add_argument("--once", action="store_true", help="one pass, print its report")
     d.set_defaults(func=cmd_drive)
 
-    ls = wsub.add_parser("list", help="recent workflows")
-    ls.add_argument("--limit", type=int, default=20)
-    ls.add_argument("--owner")
+    ls = wsub.add_parser("list", help="workflows, newest first (a page)")
+    ls.add_argument("--limit", type=int, default=20, help="workflows per page (1-200)")
+    ls.add_argument("--owner", help="only this owner's")
+    ls.add_argument("--state", help="only workflows in this state (RUNNING, PUBLISHED...)")
+    ls.add_argument("--name", help="only workflows of this definition")
+    ls.add_argument("--cursor", help="the page after the one that printed this cursor")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=cmd_list)
 

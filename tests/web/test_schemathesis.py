@@ -6,7 +6,8 @@ except what the docs list (a refused workflow action is recorded in that workflo
 history, a refused task action in that task's); and the answer is what the document says (status code, media type, headers,
 body schema). Path parameters are drawn from generated ids and from ids seeded into the
 database (tasks and workflows, running and finished), so the checks reach past "no such
-id". Event streams are only drawn with finished tasks and workflows, whose streams end.
+id". Event streams are only drawn with finished tasks and workflows, whose streams end
+(the namespace's stream, ``GET /events``, ends after ``live_stream_ms``).
 
 Bounded: ``EXAMPLES`` per operation and mode, phases examples / coverage / fuzzing.
 """
@@ -103,7 +104,8 @@ def served(redis_url: str, tmp_path: Path) -> Iterator[ServerThread]:
     seeds = asyncio.run(_seed(redis_url, tmp_path))
     SEEDS.__dict__.update(seeds.__dict__)
     app = create_app(redis_url, namespace=NAMESPACE, tokens=TOKENS, admin_token=ADMIN, env={},
-                     config=WebConfig(keepalive_ms=200), definitions=[character()],
+                     config=WebConfig(keepalive_ms=200, live_stream_ms=300),
+                     definitions=[character()],
                      asset_root=tmp_path)  # fmt: skip
     server = ServerThread(app).start()
     try:
