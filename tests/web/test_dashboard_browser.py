@@ -442,3 +442,45 @@ async def test_the_overview_charts_a_queues_last_minutes(
         await expect(page.locator("#live")).to_have_text("live (SSE)")
         await shot(page, "overview-charts")
         assert errors == []
+
+
+async def test_a_dead_letter_requeued_from_its_view(
+    browser: Any, redis_url: str, client: Client
+) -> None:
+    from rsjobs.store import layout
+    from rsjobs.store.layout import QuarantineArgs
+
+    expect = playwright.expect
+    tid = await client.enqueue("noop", {"x": 1})
+    # dead-letter it as the reaper's quarantine does
+    (entry,) = [e for e, f in await client.redis.xrange(client.keys.queue("default"))
+                if f["id"] == tid]  # fmt: skip
+    k, scripts = client.keys, client.store.scripts
+    args = QuarantineArgs(tid, "default", "queue", entry, "recovery", "test", 1000)
+    await scripts.run(
+        layout.quarantine(scripts.common, k, "reaper", k.task_keys(tid, "default"), args)
+    )
+    with serve(make_app(redis_url)) as web:
+        page, errors = await open_dashboard(browser, web.url, "#/deadletters")
+        row = page.locator(f"[data-testid=deadletter-row][data-task-id='{tid}']")
+        await expect(row).to_be_visible()
+        await shot(page, "deadletters")
+        # the task's own view offers the requeue too
+        await row.locator("a").first.click()
+        await expect(page.locator("main [data-view=task]")).to_have_attribute(
+            "data-state", "FAILED"
+        )
+        await expect(page.locator("[data-testid=action-requeue]")).to_be_enabled()
+        await page.go_back()
+        await row.locator("[data-testid=requeue]").click()
+        new = row.locator("[data-testid=new-task]")
+        await expect(new).to_be_visible()
+        clone = (await new.get_attribute("href") or "").removeprefix("#/task/")
+        copy = await client.get(clone)
+        assert (copy.type, copy.payload, copy.state) == ("noop", {"x": 1}, "PENDING")
+        async with running_worker(redis_url):
+            await new.click()
+            await expect(page.locator("main [data-view=task]")).to_have_attribute(
+                "data-state", "SUCCEEDED", timeout=10_000
+            )
+        assert errors == []

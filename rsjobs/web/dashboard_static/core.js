@@ -33,6 +33,15 @@ function put(node, ...children) {
   return node;
 }
 
+// Whether `data` is what `view` last drew (then it is not drawn again: a live refresh
+// must not replace what the operator is about to click).
+function unchanged(view, data) {
+  const key = JSON.stringify(data);
+  if (view.drawn === key) return true;
+  view.drawn = key;
+  return false;
+}
+
 function link(href, text, props = {}) {
   return h("a", { href, ...props }, text);
 }
