@@ -417,7 +417,8 @@ class Index:
     # -- what the queues view needs -----------------------------------------------------------
 
     async def oldest_pending(self, queues: Sequence[str]) -> dict[str, int]:
-        """queue -> when its oldest undelivered work entry was queued (ms; 0: none)."""
+        """queue -> when its oldest undelivered work entry was queued (ms; 0: none, or a
+        queue key that is not a stream: one broken queue must not hide the others)."""
         delivered = await self._last_delivered(queues)
         k = self.keys
         with boundary("oldest pending"):
@@ -425,10 +426,10 @@ class Index:
                 for name in queues:
                     ms, seq = delivered[name]
                     pipe.xrange(k.queue(name), f"{ms}-{seq + 1}", "+", count=1)
-                rows = await pipe.execute()
+                rows = await pipe.execute(raise_on_error=False)
         out: dict[str, int] = {}
         for name, row in zip(queues, rows, strict=True):
-            eid = _entry_id(row[0][0]) if row else None
+            eid = _entry_id(row[0][0]) if isinstance(row, list) and row else None
             out[name] = eid[0] if eid else 0
         return out
 

@@ -73,8 +73,9 @@ class WorkflowApi(Handlers):
         try:
             page = await listing.page(
                 self.svc.store,
-                state=q.get("state") or None,
-                name=q.get("name") or None,
+                # (given empty: refused, as the document's enum and pattern say)
+                state=q.get("state"),
+                name=q.get("name"),
                 owner=owner,
                 cursor=q.get("cursor") or None,
                 limit=int(raw or 50),

@@ -148,3 +148,18 @@ async def test_client_and_cli(redis_url: str) -> None:
     )
     bad = await asyncio.to_thread(_run, [*base, "--series", "nosuch"])
     assert bad.returncode == 2 and "no such queue: nosuch" in bad.stderr
+
+
+async def test_a_broken_queue_does_not_stop_the_sampling_of_the_others(redis_url: str) -> None:
+    async with Client.from_url(redis_url, namespace=NAMESPACE) as c:
+        await c.enqueue("img", {}, queue="gpu")
+        k = c.store.keys
+        await c.redis.sadd(k.queues, "broken")
+        await c.redis.set(k.queue("broken"), "not a stream")
+        reaper = Reaper(
+            redis=c.redis, settings=Settings(namespace=NAMESPACE), config=ReaperConfig(guard=False)
+        )
+        report = await reaper.sweep_once()
+        assert report.series_sampled == 2  # gpu and broken (its counters read; nothing waits)
+        rows = await c.redis.xrange(k.series("gpu"))
+        assert len(rows) == 1 and rows[0][1]["n"] == "1" and rows[0][1]["p"] == "1"

@@ -157,6 +157,8 @@ async def snapshot(wf: WorkflowClient) -> dict[str, bytes | None]:
     ("params", "headers", "status", "code"),
     [
         ({"state": "NOPE"}, ADMIN, 400, "invalid_filter"),
+        ({"state": ""}, ADMIN, 400, "invalid_filter"),
+        ({"name": ""}, ADMIN, 400, "invalid_filter"),
         ({"name": "a b"}, ADMIN, 400, "invalid_filter"),
         ({"owner": "a b"}, ADMIN, 400, "invalid_filter"),
         ({"cursor": "zzz"}, ADMIN, 400, "invalid_cursor"),
