@@ -14,6 +14,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from rsjobs import Client, EnqueueRequest, Settings, connect
@@ -384,4 +385,102 @@ async def test_pages_of_a_long_list_forward_and_back(
         await expect(page.locator("[data-testid=prev]")).to_be_disabled()
         # never more than a page asked for
         assert asked and all("limit=50" in u for u in asked)
+        assert errors == []
+
+
+async def test_the_overview_charts_a_queues_last_minutes(
+    browser: Any, redis_url: str, client: Client
+) -> None:
+    import redis as sync_redis
+
+    from rsjobs.reaper import Reaper, ReaperConfig
+    from rsjobs.store.keys import Keys
+    from rsjobs.store.series import STEP_MS
+
+    expect = playwright.expect
+    async with running_worker(redis_url, queues=["gpu"]):
+        ids = [await client.enqueue("noop", i, queue="gpu") for i in range(4)]
+        ids += [await client.enqueue("fatal", i, queue="gpu") for i in range(2)]
+        for t in ids:
+            await client.wait(t, timeout_ms=10_000)
+    # the samples reapers took in the ten minutes before (counters so far), then a real one
+    r = sync_redis.Redis.from_url(redis_url)
+    secs, _ = r.time()
+    minute = int(secs) * 1000 - int(secs) * 1000 % STEP_MS
+    for k in range(10):
+        r.xadd(Keys("t").series("gpu"),
+               {"n": k // 2, "st": k // 2, "ok": k // 3, "f": k // 6, "to": 0, "c": 0, "p": 0,
+                "age": 0}, id=f"{minute - (10 - k) * STEP_MS}-0")  # fmt: skip
+    r.close()
+    reaper = Reaper(url=redis_url, settings=Settings(namespace="t"),
+                    config=ReaperConfig(guard=False))  # fmt: skip
+    try:
+        assert (await reaper.sweep_once()).series_sampled >= 1
+    finally:
+        await reaper.close()
+    with serve(make_app(redis_url)) as web:
+        page, errors = await open_dashboard(browser, web.url)
+        card = page.locator("[data-testid=queue][data-queue=gpu]")
+        charts = card.locator("[data-testid=charts]")
+        await expect(charts.locator("svg.spark")).to_have_count(3)
+        async with httpx.AsyncClient(
+            base_url=web.url, headers={"Authorization": f"Bearer {ADMIN}"}
+        ) as http:
+            series = (await http.get("/queues/gpu/series", params={"minutes": 60})).json()
+        points = series["points"]
+        assert len(points) >= 9
+        finished = sum(
+            p["succeeded"] + p["failed"] + p["timed_out"] + p["cancelled"] for p in points
+        )
+        failed = sum(p["failed"] + p["timed_out"] for p in points)
+        assert finished == 6 and failed == 2  # every task counted once, in some minute
+        assert await charts.locator("svg.spark").first.get_attribute("data-points") == str(
+            len(points)
+        )
+        await expect(charts).to_contain_text(f"finished: {finished} in 60 min")
+        await expect(charts).to_contain_text(f"failure rate: {100 * failed / finished:.1f} %")
+        await expect(page.locator("#live")).to_have_text("live (SSE)")
+        await shot(page, "overview-charts")
+        assert errors == []
+
+
+async def test_a_dead_letter_requeued_from_its_view(
+    browser: Any, redis_url: str, client: Client
+) -> None:
+    from rsjobs.store import layout
+    from rsjobs.store.layout import QuarantineArgs
+
+    expect = playwright.expect
+    tid = await client.enqueue("noop", {"x": 1})
+    # dead-letter it as the reaper's quarantine does
+    (entry,) = [e for e, f in await client.redis.xrange(client.keys.queue("default"))
+                if f["id"] == tid]  # fmt: skip
+    k, scripts = client.keys, client.store.scripts
+    args = QuarantineArgs(tid, "default", "queue", entry, "recovery", "test", 1000)
+    await scripts.run(
+        layout.quarantine(scripts.common, k, "reaper", k.task_keys(tid, "default"), args)
+    )
+    with serve(make_app(redis_url)) as web:
+        page, errors = await open_dashboard(browser, web.url, "#/deadletters")
+        row = page.locator(f"[data-testid=deadletter-row][data-task-id='{tid}']")
+        await expect(row).to_be_visible()
+        await shot(page, "deadletters")
+        # the task's own view offers the requeue too
+        await row.locator("a").first.click()
+        await expect(page.locator("main [data-view=task]")).to_have_attribute(
+            "data-state", "FAILED"
+        )
+        await expect(page.locator("[data-testid=action-requeue]")).to_be_enabled()
+        await page.go_back()
+        await row.locator("[data-testid=requeue]").click()
+        new = row.locator("[data-testid=new-task]")
+        await expect(new).to_be_visible()
+        clone = (await new.get_attribute("href") or "").removeprefix("#/task/")
+        copy = await client.get(clone)
+        assert (copy.type, copy.payload, copy.state) == ("noop", {"x": 1}, "PENDING")
+        async with running_worker(redis_url):
+            await new.click()
+            await expect(page.locator("main [data-view=task]")).to_have_attribute(
+                "data-state", "SUCCEEDED", timeout=10_000
+            )
         assert errors == []

@@ -9,6 +9,9 @@ const FINISHED = new Set(["SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"]);
 const REFRESH_MS = 400;
 // without GET /events, lists and the overview are read again this often
 const FALLBACK_POLL_MS = 3000;
+// with it, this often too: a task's first entry (ENQUEUE) is no event of the stream, so a
+// new task shows up by this read (or by its next event)
+const NEW_TASKS_POLL_MS = 5000;
 
 // h("td", {className: "x", dataset: {id}}, child, "text", ...): text children become text
 // nodes, so a value from the API is always shown as text.
@@ -28,6 +31,15 @@ function h(tag, props = {}, ...children) {
 function put(node, ...children) {
   node.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
   return node;
+}
+
+// Whether `data` is what `view` last drew (then it is not drawn again: a live refresh
+// must not replace what the operator is about to click).
+function unchanged(view, data) {
+  const key = JSON.stringify(data);
+  if (view.drawn === key) return true;
+  view.drawn = key;
+  return false;
 }
 
 function link(href, text, props = {}) {
@@ -83,12 +95,13 @@ function report(e, doing = "") {
   showBanner(describeError(e, doing));
 }
 
-// A route another release of the server may not have: null when it answers 404 or 405.
+// A route another release of the server may not have: null when the router answers that
+// no such route (or method) exists; a 404 of the route itself (an unknown queue) is thrown.
 async function optional(path, options = {}) {
   try {
     return await api(path, options);
   } catch (e) {
-    if (e.status === 404 || e.status === 405) return null;
+    if ((e.status === 404 && e.code === "not_found") || e.status === 405) return null;
     throw e;
   }
 }
@@ -117,7 +130,8 @@ function confirmAction(question, sample = []) {
 // -- live: the namespace's events -------------------------------------------------------
 
 // One EventSource on GET /events for the whole page; views subscribe with a callback that
-// the hub calls (at most every REFRESH_MS) after events arrived. Without the route, or
+// the hub calls (at most every REFRESH_MS) after events arrived, and every
+// NEW_TASKS_POLL_MS for the new tasks the stream does not announce. Without the route, or
 // when it keeps failing, the hub calls them every FALLBACK_POLL_MS instead.
 class LiveHub {
   constructor() {
@@ -196,17 +210,22 @@ class LiveHub {
   open() {
     const es = new EventSource(withToken(new URL("events", API)));
     this.es = es;
+    clearInterval(this.slow);
+    this.slow = setInterval(() => this.poke(), NEW_TASKS_POLL_MS);
     es.onopen = () => {
       this.errors = 0;
       this.setMode("live (SSE)");
     };
     es.onmessage = () => this.poke();
+    // entries were trimmed before this page could read them: read everything again
+    es.addEventListener("gap", () => this.poke());
     es.onerror = () => {
       if (this.es !== es) return;
       this.errors += 1;
       if (es.readyState === EventSource.CLOSED || this.errors >= SSE_ERRORS_BEFORE_POLLING) {
         es.close();
         this.es = null;
+        clearInterval(this.slow);
         this.poll("the event stream failed");
       } else {
         this.setMode("reconnecting…");
@@ -223,6 +242,7 @@ class LiveHub {
   restart() {
     if (this.es) this.es.close();
     this.es = null;
+    clearInterval(this.slow);
     clearInterval(this.poller);
     this.poller = null;
     if (this.subs.size) this.ensure();

@@ -58,12 +58,28 @@ class OverviewView {
       link("#/workers", `workers: ${alive} alive`), late ? `, ${late} late` : "", `, ${dead} dead`,
       ` · ${queues.queues.length} queue${queues.queues.length === 1 ? "" : "s"}`,
       ` · paused: ${queues.queues.filter((q) => q.paused).map((q) => q.name).join(", ") || "none"}`);
-    const cards = await Promise.all(queues.queues.map((q) => this.card(q)));
+    const series = await Promise.all(queues.queues.map((q) => this.series(q)));
+    // (a worker's beat changes every read: only who is alive counts here)
+    const who = workers.workers.map((w) => [w.name, w.status]);
+    if (unchanged(this, [queues, who, series.map((x) => (x instanceof Error ? x.message : x))])) return;
+    const cards = queues.queues.map((q, i) => this.card(q, series[i]));
     this.root.replaceChildren(h("h2", {}, "Overview"), summary,
       cards.length ? h("div", { className: "queues" }, cards) : h("p", { className: "muted" }, "No queue has had a task yet."));
   }
 
-  async card(q) {
+  // the queue's series: null without the route, an Error to show in its place
+  async series(q) {
+    if (this.seriesMissing) return null;
+    try {
+      const series = await optional(`queues/${encodeURIComponent(q.name)}/series?minutes=${SERIES_MINUTES}`);
+      if (series === null) this.seriesMissing = true;
+      return series;
+    } catch (e) {
+      return e;
+    }
+  }
+
+  card(q, series) {
     const counts = h("table", { className: "counts" },
       h("tr", {}, STATES.map((st) => h("th", {}, st))),
       h("tr", {}, STATES.map((st) => h("td", { dataset: { state: st } },
@@ -71,17 +87,10 @@ class OverviewView {
     const button = h("button", { type: "button", className: q.paused ? "primary" : "", dataset: { testid: "queue-toggle" } },
       q.paused ? "Resume queue" : "Pause queue");
     button.addEventListener("click", () => this.toggle(q, button));
-    let charts = null;
-    if (!this.seriesMissing) {
-      try {
-        const series = await optional(`queues/${encodeURIComponent(q.name)}/series?minutes=${SERIES_MINUTES}`);
-        if (series === null) this.seriesMissing = true;
-        else charts = seriesCharts(series);
-      } catch (e) {
-        charts = h("p", { className: "error" }, describeError(e, "the series"));
-      }
-    }
-    if (this.seriesMissing) charts = notAvailable("throughput charts (GET /queues/{name}/series)");
+    let charts;
+    if (series === null) charts = notAvailable("throughput charts (GET /queues/{name}/series)");
+    else if (series instanceof Error) charts = h("p", { className: "error" }, describeError(series, "the series"));
+    else charts = seriesCharts(series);
     return h("section", { className: `queue${q.paused ? " paused" : ""}`, dataset: { testid: "queue", queue: q.name, paused: q.paused ? "1" : "0" } },
       h("header", {}, h("h3", {}, q.name), q.paused ? h("span", { className: "badge PAUSED" }, "paused") : null,
         q.unserved ? h("span", { className: "badge FAILED", title: "work waits and no live worker serves it" }, "unserved") : null,

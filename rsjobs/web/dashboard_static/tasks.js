@@ -99,6 +99,7 @@ class TaskListView {
 
   async render() {
     const page = await api(`tasks?${this.query()}`);
+    if (unchanged(this, page)) return;
     this.tbody.replaceChildren(...page.items.map((t) => h("tr", { className: t.state, dataset: { taskId: t.id, state: t.state, testid: "task-row" } },
       h("td", {}, link(`#/task/${t.id}`, t.id.slice(0, 12) + "…", { title: t.id, className: "mono" })),
       h("td", {}, t.type), h("td", {}, t.queue), h("td", {}, stateBadge(t.state)),

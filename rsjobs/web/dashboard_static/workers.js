@@ -9,6 +9,7 @@ class WorkersView {
 
   async render() {
     const { workers } = await api("workers");
+    if (unchanged(this, workers)) return;
     const rows = workers.map((w) => h("tr", { className: w.status, dataset: { worker: w.name, status: w.status, testid: "worker-row" } },
       h("td", { className: "mono" }, w.name), h("td", {}, h("span", { className: `badge ${w.status}` }, w.status)),
       h("td", {}, `${w.host}:${w.pid}`), h("td", {}, w.queues.join(", ")), h("td", {}, String(w.concurrency)),
@@ -31,6 +32,7 @@ class DeadLettersView {
     const q = new URLSearchParams({ limit: "50" });
     if (this.params.get("cursor")) q.set("cursor", this.params.get("cursor"));
     const page = await api(`deadletters?${q}`);
+    if (unchanged(this, page)) return;
     const rows = page.items.map((d) => {
       const b = h("button", { type: "button", disabled: Boolean(d.requeued_as) || !d.exists, dataset: { testid: "requeue" } }, "Requeue");
       const said = h("span", {});
@@ -48,7 +50,7 @@ class DeadLettersView {
         h("td", {}, link(`#/task/${d.task_id}`, d.task_id.slice(0, 12) + "…", { title: d.task_id, className: "mono" })),
         h("td", {}, d.type), h("td", {}, d.queue), h("td", {}, d.reason), h("td", { className: "mono" }, d.worker),
         h("td", {}, String(d.deliveries)), h("td", {}, fmtDate(d.ts)),
-        h("td", {}, d.requeued_as ? link(`#/task/${d.requeued_as}`, d.requeued_as.slice(0, 12) + "…") : b, said));
+        h("td", {}, d.requeued_as ? link(`#/task/${d.requeued_as}`, d.requeued_as.slice(0, 12) + "…", { dataset: { testid: "new-task" } }) : b, said));
     });
     const next = h("button", { type: "button", disabled: !page.cursor }, "Next →");
     next.addEventListener("click", () => go("deadletters", new URLSearchParams({ cursor: page.cursor })));

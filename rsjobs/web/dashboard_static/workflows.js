@@ -35,6 +35,7 @@ class WorkflowListView {
     for (const f of ["state", "name"]) if (this.params.get(f)) q.set(f, this.params.get(f));
     if (this.cursor) q.set("cursor", this.cursor);
     const page = await optional(`workflows?${q}`);
+    if (unchanged(this, page)) return;
     const head = [h("h2", {}, "Workflows"), openForm()];
     if (page === null) {
       this.root.replaceChildren(...head, notAvailable("the workflow list (GET /workflows); open one by id"));
