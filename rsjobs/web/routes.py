@@ -11,7 +11,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from ..errors import ConfigError, PayloadError, RsjobsError, TaskNotFound
+from ..dedup import same_request
+from ..errors import ConfigError, DedupKeyReused, PayloadError, RsjobsError, TaskNotFound
 from ..model import is_terminal
 from ..schemas import EnqueueRequest, HistoryEntry, TaskInfo
 from .handlers import Handlers, StreamHold, not_found
@@ -48,6 +49,16 @@ def scoped_key(owner: str, key: str) -> str:
     if len(plain) <= MAX_DEDUP_KEY:
         return plain
     return f"{owner} {hashlib.sha256(key.encode()).hexdigest()}"
+
+
+def key_reused(tid: str) -> ApiError:
+    """The answer to an idempotency key naming task ``tid`` with another request."""
+    return ApiError(
+        422,
+        "idempotency_key_reused",
+        f"this idempotency key already names task {tid}, submitted with a "
+        "different type, queue or payload",
+    )
 
 
 class Api(Handlers):
@@ -93,6 +104,8 @@ class Api(Handlers):
                     wait_timeout_ms=req.wait_timeout_ms,
                 )
             )
+        except DedupKeyReused as exc:  # a concurrent submit with the key won the race
+            raise key_reused(exc.task_id or "") from None
         except PayloadError as exc:
             raise ApiError(413, "payload_too_large", str(exc)) from None
         except ConfigError as exc:
@@ -108,13 +121,8 @@ class Api(Handlers):
         info = await self.tasks.by_dedup(dedup)
         if info is None:
             return None
-        if (info.type, info.queue, info.payload) != (req.type, req.queue, req.payload):
-            raise ApiError(
-                422,
-                "idempotency_key_reused",
-                f"this idempotency key already names task {info.id}, submitted with a "
-                "different type, queue or payload",
-            )
+        if not same_request(info, req.type, req.queue, req.payload):
+            raise key_reused(info.id)
         return info
 
     @staticmethod
