@@ -16,10 +16,18 @@ from ..errors import ConfigError, DedupKeyReused, PayloadError, RsjobsError, Tas
 from ..model import is_terminal
 from ..schemas import EnqueueRequest, HistoryEntry, TaskInfo
 from .handlers import Handlers, StreamHold, not_found
-from .http import PAGE_PARAMS, RESUME_PARAMS, ApiError, check_query, json_response, last_event_id
+from .http import (
+    PAGE_PARAMS,
+    RESUME_PARAMS,
+    ApiError,
+    check_query,
+    etag_response,
+    json_response,
+    last_event_id,
+)
 from .hub import exclusive
 from .metrics import CONTENT_TYPE
-from .openapi import openapi_document
+from .openapi import openapi_for
 from .schemas import (
     CancelRequest,
     CancelResult,
@@ -141,7 +149,7 @@ class Api(Handlers):
         if found is None or not who.may_see(found[0].owner):
             raise not_found("task", tid)
         info, recent = found
-        return json_response(TaskView.build(info, recent))
+        return etag_response(request, TaskView.build(info, recent))
 
     async def history(self, request: Request) -> Response:
         who = self.principal(request, params=PAGE_PARAMS)
@@ -251,7 +259,7 @@ class Api(Handlers):
 
     async def openapi(self, request: Request) -> Response:
         check_query(request)
-        return json_response(openapi_document())
+        return json_response(openapi_for(str(request.scope.get("root_path", ""))))
 
 
 def task_routes(service: Service) -> list[BaseRoute]:
