@@ -10,6 +10,7 @@ from .client import Client
 from .errors import (
     ConfigError,
     CorruptData,
+    DedupKeyReused,
     InvalidTransition,
     LeaseLost,
     NonRetryable,
@@ -50,6 +51,7 @@ __all__ = [
     "ConfigError",
     "Context",
     "CorruptData",
+    "DedupKeyReused",
     "EnqueueRequest",
     "EnqueueResult",
     "Event",

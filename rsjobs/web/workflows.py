@@ -23,7 +23,7 @@ from ..workflows.errors import ActionRefused, UnknownDefinition, WorkflowNotFoun
 from ..workflows.schemas import WorkflowEvent
 from .bodies import ACTION_BODIES, ActionResult, EventsPage, StartBody
 from .handlers import Handlers, StreamHold, not_found
-from .http import PAGE_PARAMS, RESUME_PARAMS, ApiError, json_response, last_event_id
+from .http import PAGE_PARAMS, RESUME_PARAMS, ApiError, etag_response, json_response, last_event_id
 from .hub import exclusive
 from .service import Service
 from .sse import EventStreamResponse
@@ -96,7 +96,7 @@ class WorkflowApi(Handlers):
         wf_id = self.workflow_id(request)
         await self.visible_workflow(who, wf_id)
         try:
-            return json_response(await self.client.status(wf_id))
+            return etag_response(request, await self.client.status(wf_id))
         except WorkflowNotFound:
             raise not_found("workflow", wf_id) from None
 

@@ -33,6 +33,7 @@ from ..errors import (
     RedisUnavailable,
     RsjobsError,
 )
+from ..logfmt import TaskFields, bind_task
 from ..names import validate_name
 from ..settings import Settings
 from ..store import Beat, Code, Delivery, Started, Store, Suspect, TaskKeys
@@ -554,6 +555,7 @@ class Worker:
     async def _run(self, job: _Job, ttype: str, raw_payload: str, timeout_s: float | None) -> None:
         ctx = job.ctx
         assert ctx is not None
+        bind_task(TaskFields(job.id, ttype, job.queue, ctx.attempt))  # this Task's lines
         handler = self.registry.get(ttype)
         try:
             if handler is None:
