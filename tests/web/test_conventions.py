@@ -12,7 +12,7 @@ import pytest
 
 from rsjobs import Client
 from rsjobs.web.openapi import openapi_document
-from tests.support.web import ALICE, BOB, make_app
+from tests.support.web import ALICE, BOB, ROOT, make_app
 from tests.support.workflows import character
 
 pytestmark = pytest.mark.integration
@@ -49,7 +49,17 @@ async def test_every_kind_of_error_is_a_problem_document_with_its_code(
         (await web.get(f"/tasks/{tid}"), 401, "unauthorized"),
         (await web.get(f"/tasks/{tid}", headers=BOB), 404, "not_found"),
         (await web.get("/tasks/not-an-id", headers=ALICE), 400, "invalid_id"),
-        (await web.get("/tasks?x=1", headers=ALICE), 405, "method_not_allowed"),
+        (await web.put("/tasks", headers=ALICE), 405, "method_not_allowed"),
+        # the list, action and bulk routes
+        (await web.get("/tasks?x=1", headers=ALICE), 400, "unknown_parameter"),
+        (await web.get("/tasks?limit=0", headers=ALICE), 400, "invalid_limit"),
+        (await web.get("/tasks?owner=bob", headers=ALICE), 403, "forbidden"),
+        (await web.get("/queues", headers=ALICE), 403, "forbidden"),
+        (await web.get("/deadletters?cursor=zz", headers=ROOT), 400, "invalid_cursor"),
+        (await web.post(f"/tasks/{tid}/retry", json={}, headers=ALICE), 409, "refused"),
+        (await web.post("/queues/default/pause", json={}, headers=ALICE), 403, "forbidden"),
+        (await web.post("/tasks/bulk/cancel", json={"limit": "x"}, headers=ROOT),
+         422, "invalid_body"),
         (await web.post("/tasks", content=b"{", headers=ALICE), 400, "invalid_json"),
         (await web.post("/tasks", content=b"x", headers={**ALICE, "Content-Type": "text/plain"}),
          415, "unsupported_media_type"),
