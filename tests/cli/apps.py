@@ -42,3 +42,13 @@ def chatty_sync(ctx: Context, payload: Any) -> str:
     """As ``chatty``, from a sync handler's thread."""
     logging.getLogger("tests.app").warning("sync handler says %s", payload)
     return "ok"
+
+
+def _deep(n: int) -> None:
+    raise RuntimeError(f"broken at depth {n}")
+
+
+@tasks.handler("broken")
+async def broken(ctx: Context, payload: Any) -> None:
+    """Fails with a traceback that names this module (the failure-log tests read it)."""
+    _deep(int(payload))

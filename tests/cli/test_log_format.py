@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
+import pytest
 
 from rsjobs import Client
 from rsjobs.logfmt import JsonFormatter, TaskFields, task_scope
@@ -105,6 +106,34 @@ async def test_worker_lines_are_json_and_task_lines_name_the_task(
         ), d  # fmt: skip
     # lines of the worker itself (start, stop) name no task
     assert all("task_id" not in d for d in lines if d["logger"] == "rsjobs.worker")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+async def test_a_failed_attempt_is_logged_with_its_traceback(
+    redis_url: str, client: Client, tmp_path: Path, fmt: str
+) -> None:
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        proc = _spawn(redis_url, out, "--log-format", fmt, "worker", APP, "-q", "default")
+        try:
+            tid = await client.enqueue("broken", 3, max_attempts=1)
+            assert (await client.wait(tid, timeout_ms=20_000)).state == "FAILED"
+        finally:
+            stop_process(proc, 15)
+            proc.wait(timeout=20)
+    text = log.read_text()
+    if fmt == "json":
+        lines = _json_lines(text)
+        (warning,) = [d for d in lines if d["level"] == "WARNING" and tid in d["message"]]
+        assert "RuntimeError: broken at depth 3" in warning["message"]
+        (tb,) = [d for d in lines if d["logger"] == "rsjobs.worker.traceback"]
+        assert (tb["task_id"], tb["task_type"], tb["attempt"]) == (tid, "broken", 1)
+        exc = tb["exc"]
+    else:
+        assert f"task {tid} (type broken, queue default) failed on attempt 1" in text
+        exc = text
+    assert "Traceback (most recent call last)" in exc and "in _deep" in exc
+    assert "tests/cli/apps.py" in exc and "RuntimeError: broken at depth 3" in exc
 
 
 def test_reaper_lines_are_json_through_the_env(redis_url: str, tmp_path: Path) -> None:
