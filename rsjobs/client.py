@@ -43,6 +43,7 @@ from .store.history import position as history_position
 from .store.layout import NewTask, task_options
 from .store.selection import Selected
 from .store.tasks import pause_record
+from .tracing import NO_TRACE, TraceContext, enqueue_span, task_attributes
 
 if TYPE_CHECKING:
     from .overview import DeadLetterPage, QueueView
@@ -102,8 +103,10 @@ def _check_request(r: EnqueueRequest, limit: int) -> bytes:
     return encode_payload(r.payload, limit)
 
 
-def new_task(tid: str, r: EnqueueRequest, payload: bytes) -> NewTask:
-    """What ``enqueue.lua`` takes for one checked request."""
+def new_task(
+    tid: str, r: EnqueueRequest, payload: bytes, trace: TraceContext = NO_TRACE
+) -> NewTask:
+    """What ``enqueue.lua`` takes for one checked request, submitted in ``trace``."""
     return NewTask(
         tid,
         r.type,
@@ -119,6 +122,8 @@ def new_task(tid: str, r: EnqueueRequest, payload: bytes) -> NewTask:
             dedup=r.dedup_key,
             owner=r.owner,
             labels=encode_labels(r.labels),
+            traceparent=trace.traceparent,
+            tracestate=trace.tracestate,
         ),
     )
 
@@ -210,14 +215,17 @@ class Client:
             await self._remember_queues({req.queue})
         tid = new_task_id()
         keys = self.keys.task_keys(tid, req.queue, req.dedup_key)
-        (result,) = await self.store.tasks.enqueue(
-            self.source, [(keys, new_task(tid, req, encoded))], durable=True
-        )
-        if result.duplicate and req.dedup_key is not None:
-            # enqueue.lua wrote nothing; the task the key names must be this request
-            info = await self.store.tasks.get(result.id)
-            if info is not None:  # expired since: nothing left to disagree with
-                check_repeat(info, req.dedup_key, req.type, req.queue, decode(encoded))
+        attributes = task_attributes(tid, req.type, req.queue, "send")
+        attributes["rsjobs.task.owner"] = req.owner
+        with enqueue_span(f"rsjobs.enqueue {req.type}", attributes) as trace:
+            (result,) = await self.store.tasks.enqueue(
+                self.source, [(keys, new_task(tid, req, encoded, trace))], durable=True
+            )
+            if result.duplicate and req.dedup_key is not None:
+                # enqueue.lua wrote nothing; the task the key names must be this request
+                info = await self.store.tasks.get(result.id)
+                if info is not None:  # expired since: nothing left to disagree with
+                    check_repeat(info, req.dedup_key, req.type, req.queue, decode(encoded))
         return result
 
     async def enqueue_many(
@@ -235,7 +243,22 @@ class Client:
         limit = self.settings.payload_limit
         encoded = [_check_request(r, limit) for r in reqs]
         await self._check_dedup(reqs, encoded)
-        await self._remember_queues({r.queue for r in reqs})
+        queues = {r.queue for r in reqs}
+        await self._remember_queues(queues)
+        attributes: dict[str, Any] = {
+            "messaging.system": "rsjobs",
+            "messaging.operation.type": "send",
+            "messaging.batch.message_count": len(reqs),
+            "messaging.destination.name": next(iter(queues)) if len(queues) == 1 else None,
+        }
+        # one span for the call, its context stored with every task of it
+        with enqueue_span("rsjobs.enqueue_many", attributes) as trace:
+            return await self._enqueue_checked(reqs, encoded, chunk, trace)
+
+    async def _enqueue_checked(
+        self, reqs: list[EnqueueRequest], encoded: list[bytes], chunk: int, trace: TraceContext
+    ) -> list[str]:
+        """Write the checked requests (:meth:`enqueue_many`), submitted in ``trace``."""
         # two chunks in flight (on two connections): Python packs the next chunk while
         # Redis runs the previous one
         gate = asyncio.Semaphore(2)
@@ -249,7 +272,7 @@ class Client:
                 ):
                     tid = new_task_id()
                     tasks.append(
-                        (k.task_keys(tid, r.queue, r.dedup_key), new_task(tid, r, payload))
+                        (k.task_keys(tid, r.queue, r.dedup_key), new_task(tid, r, payload, trace))
                     )
                 return await self.store.tasks.enqueue(self.source, tasks, durable=True)
 
