@@ -21,7 +21,6 @@ it as a context manager); a client that is never closed ends with the process.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import os
 import threading
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
@@ -54,11 +53,6 @@ __all__ = ["SyncClient"]
 T = TypeVar("T")
 
 
-async def _in_context(coro: Coroutine[Any, Any, T], context: contextvars.Context) -> T:
-    """Run ``coro`` on this loop in ``context`` (a copy of the calling thread's)."""
-    return await asyncio.get_running_loop().create_task(coro, context=context)
-
-
 class _LoopThread:
     """An event loop running forever in a daemon thread, with the client bound to it."""
 
@@ -84,10 +78,7 @@ class _LoopThread:
                 "a SyncClient was called from its own event loop thread (use rsjobs.Client "
                 "in async code)"
             )
-        # the call runs in the caller's context: its trace (rsjobs.tracing) and log fields
-        fut: Future[T] = asyncio.run_coroutine_threadsafe(
-            _in_context(coro, contextvars.copy_context()), self.loop
-        )
+        fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return fut.result()
         except BaseException:

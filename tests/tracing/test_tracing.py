@@ -195,7 +195,8 @@ async def test_a_sync_client_call_runs_in_its_callers_trace(
     sync = SyncClient(redis_url, Settings(namespace=NS))
     try:
         with trace.get_tracer("test").start_as_current_span("caller") as caller:
-            # (to_thread runs it in a thread with this context, as a caller's thread is)
+            # (to_thread runs it in a thread with this context, as a caller's thread is;
+            # the call reaches the client's loop in a copy of it: call_soon_threadsafe)
             tid = await asyncio.to_thread(sync.enqueue, "traced", 1)
     finally:
         await asyncio.to_thread(sync.close)
