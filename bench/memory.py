@@ -246,10 +246,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", type=int, default=10_000)
     p.add_argument("--one-by-one", action="store_true", help="Client.enqueue, not enqueue_many")
     p.add_argument("--dedup-keys", action="store_true", help="a dedup key per task")
+    p.add_argument(
+        "--traced",
+        action="store_true",
+        help="submit with OpenTelemetry tracing on (an SDK tracer provider: every task "
+        "stores its submit's trace context; needs the otel extra)",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if args.tasks < 1:
         p.error("--tasks must be positive")
+    if args.traced:
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+
+        # spans are recorded (and dropped: no exporter); what is measured is the task
+        trace.set_tracer_provider(TracerProvider())
     workload = Workload(tasks=args.tasks, bulk=not args.one_by_one, dedup_keys=args.dedup_keys)
     if args.url is not None:
         fp = asyncio.run(measure(args.url, workload, release=True))

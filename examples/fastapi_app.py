@@ -24,7 +24,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Request
 from pydantic import BaseModel, Field
 
-from rsjobs import Client, ConfigError, PayloadError, RedisUnavailable, TaskInfo, TaskNotFound
+from rsjobs import (
+    Client,
+    ConfigError,
+    DedupKeyReused,
+    PayloadError,
+    RedisUnavailable,
+    TaskInfo,
+    TaskNotFound,
+)
 
 #: what users may submit: task type -> the queue its workers serve
 TYPES = {"image.generate": "gpu"}
@@ -100,6 +108,8 @@ def jobs_router(client_of: Callable[[Request], Client], owner_of: Callable[..., 
             tid = await client.enqueue(
                 body.type, body.payload, queue=queue, owner=owner, dedup_key=dedup
             )
+        except DedupKeyReused:  # the key already names another job of this user
+            raise HTTPException(422, "this idempotency key names a different job") from None
         except (ConfigError, PayloadError) as exc:
             raise HTTPException(400, str(exc)) from None
         return Job.of(await visible(client, tid, owner))

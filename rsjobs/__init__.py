@@ -10,6 +10,7 @@ from .client import Client
 from .errors import (
     ConfigError,
     CorruptData,
+    DedupKeyReused,
     InvalidTransition,
     LeaseLost,
     NonRetryable,
@@ -51,6 +52,7 @@ __all__ = [
     "ConfigError",
     "Context",
     "CorruptData",
+    "DedupKeyReused",
     "EnqueueRequest",
     "EnqueueResult",
     "Event",

@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import importlib
 import json
-import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine
@@ -20,6 +19,7 @@ from typing import Any
 
 from .client import Client, connect
 from .errors import ConfigError, RedisUnavailable, RsjobsError, StoreError, WaitTimeout
+from .logfmt import FORMATS, setup_logging
 from .settings import Settings
 from .store import Store
 from .store.connection import redact_url
@@ -58,6 +58,11 @@ def load_object(spec: str) -> Any:
         return getattr(module, attr)
     except AttributeError:
         raise CliError(f"module {module_name!r} has no attribute {attr!r}") from None
+
+
+def _log_format_default() -> str:
+    # checked in main: argparse does not hold a default to its choices
+    return os.environ.get("RSJOBS_LOG_FORMAT", "").strip().lower() or "text"
 
 
 def settings_from_args(args: argparse.Namespace, **more: Any) -> Settings:
@@ -107,7 +112,7 @@ def load_registry(spec: str) -> Registry:
 
 async def cmd_worker(args: argparse.Namespace) -> int:
     registry = load_registry(args.app)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(message)s")
+    setup_logging(args.log_level, args.log_format, "%(asctime)s %(levelname)s %(message)s")
     worker = Worker(
         registry,
         url=args.url,
@@ -240,8 +245,8 @@ async def cmd_dev(args: argparse.Namespace) -> int:
 
     registry = load_registry(args.app)
     definitions = load_definitions(args.workflows)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    setup_logging(
+        args.log_level, args.log_format, "%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     if args.concurrency < 1 or args.grace_ms < 0:
         raise CliError("--concurrency must be >= 1 and --grace-ms >= 0")
@@ -282,6 +287,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--namespace", default=os.environ.get("RSJOBS_NAMESPACE", "default"))
     p.add_argument("--log-level", default=os.environ.get("RSJOBS_LOG_LEVEL", "INFO"))
+    p.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        default=_log_format_default(),
+        help="log lines of worker, reaper, web and dev: text, or json (one object per line: "
+        "ts, level, logger, message; task lines add task_id, task_type, queue, attempt); "
+        "env RSJOBS_LOG_FORMAT",
+    )
     p.add_argument(
         "--wait-replicas",
         type=int,
@@ -463,6 +476,12 @@ _PLUGINS = ("rsjobs.reaper.cli", "rsjobs.web.cli", "rsjobs.workflows.cli", "rsjo
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.log_format not in FORMATS:
+        print(
+            f"rsjobs: RSJOBS_LOG_FORMAT={args.log_format!r}: expected one of {', '.join(FORMATS)}",
+            file=sys.stderr,
+        )
+        return 2
     try:
         return int(asyncio.run(args.func(args)))
     except KeyboardInterrupt:

@@ -17,7 +17,8 @@ import msgspec
 from redis.asyncio import Redis
 
 from .bulk import RETRYABLE, check_filter, check_limit, run_bulk
-from .codec import encode_payload
+from .codec import decode, encode_payload
+from .dedup import Submitted, check_batch, check_repeat
 from .errors import ConfigError, InvalidTransition, RedisUnavailable, TaskNotFound, WaitTimeout
 from .labels import encode_labels, validate_labels
 from .model import RESTART, allowed, is_terminal
@@ -42,6 +43,7 @@ from .store.history import position as history_position
 from .store.layout import NewTask, task_options
 from .store.selection import Selected
 from .store.tasks import pause_record
+from .tracing import NO_TRACE, TraceContext, enqueue_span, task_attributes
 
 if TYPE_CHECKING:
     from .overview import DeadLetterPage, QueueSeries, QueueView
@@ -102,8 +104,10 @@ def _check_request(r: EnqueueRequest, limit: int) -> bytes:
     return encode_payload(r.payload, limit)
 
 
-def new_task(tid: str, r: EnqueueRequest, payload: bytes) -> NewTask:
-    """What ``enqueue.lua`` takes for one checked request."""
+def new_task(
+    tid: str, r: EnqueueRequest, payload: bytes, trace: TraceContext = NO_TRACE
+) -> NewTask:
+    """What ``enqueue.lua`` takes for one checked request, submitted in ``trace``."""
     return NewTask(
         tid,
         r.type,
@@ -119,6 +123,8 @@ def new_task(tid: str, r: EnqueueRequest, payload: bytes) -> NewTask:
             dedup=r.dedup_key,
             owner=r.owner,
             labels=encode_labels(r.labels),
+            traceparent=trace.traceparent,
+            tracestate=trace.tracestate,
         ),
     )
 
@@ -177,11 +183,13 @@ class Client:
         ``max_attempts`` bounds failed executions (failures, timeouts, lost workers);
         ``timeout_ms`` is the execution deadline of one attempt (0 = none); ``delay_ms``
         schedules it for later; a second submit with the same ``dedup_key`` (while the first
-        task exists) returns the first task's id and writes nothing; ``owner`` is recorded
-        for access control; ``wait_timeout_ms`` expires it if no worker starts it in time;
-        ``labels`` (at most 8 ``key: value`` texts, :mod:`rsjobs.labels`) are shown with it
-        and listed by. Raises :class:`ConfigError` or :class:`PayloadError` on bad input,
-        before any write.
+        task exists) and the same type, queue and payload returns the first task's id and
+        writes nothing, one with another type, queue or payload raises
+        :class:`DedupKeyReused` (see :mod:`rsjobs.dedup`); ``owner`` is recorded for access
+        control; ``wait_timeout_ms`` expires it if no worker starts it in time; ``labels``
+        (at most 8 ``key: value`` texts, :mod:`rsjobs.labels`) are shown with it and listed
+        by. Raises :class:`ConfigError` or :class:`PayloadError` on bad input, before any
+        write.
         """
         result = await self.submit(
             EnqueueRequest(
@@ -208,9 +216,17 @@ class Client:
             await self._remember_queues({req.queue})
         tid = new_task_id()
         keys = self.keys.task_keys(tid, req.queue, req.dedup_key)
-        (result,) = await self.store.tasks.enqueue(
-            self.source, [(keys, new_task(tid, req, encoded))], durable=True
-        )
+        attributes = task_attributes(tid, req.type, req.queue, "send")
+        attributes["rsjobs.task.owner"] = req.owner
+        with enqueue_span(f"rsjobs.enqueue {req.type}", attributes) as trace:
+            (result,) = await self.store.tasks.enqueue(
+                self.source, [(keys, new_task(tid, req, encoded, trace))], durable=True
+            )
+            if result.duplicate and req.dedup_key is not None:
+                # enqueue.lua wrote nothing; the task the key names must be this request
+                info = await self.store.tasks.get(result.id)
+                if info is not None:  # expired since: nothing left to disagree with
+                    check_repeat(info, req.dedup_key, req.type, req.queue, decode(encoded))
         return result
 
     async def enqueue_many(
@@ -218,18 +234,38 @@ class Client:
     ) -> list[str]:
         """Submit many tasks in few round trips (``chunk`` per script call); returns ids.
 
-        Every request is validated before the first one is written.
+        Every request is validated before the first one is written, its dedup key too: a
+        key that names a live task with another type, queue or payload, or two requests
+        of the call sharing a key with different ones, raise :class:`DedupKeyReused` and
+        nothing is written. Should such a task appear while the call runs, the requests
+        are submitted and the call raises :class:`DedupKeyReused` at the end.
         """
         reqs = list(requests)
         limit = self.settings.payload_limit
         encoded = [_check_request(r, limit) for r in reqs]
-        await self._remember_queues({r.queue for r in reqs})
+        await self._check_dedup(reqs, encoded)
+        queues = {r.queue for r in reqs}
+        await self._remember_queues(queues)
+        attributes: dict[str, Any] = {
+            "messaging.system": "rsjobs",
+            "messaging.operation.type": "send",
+            "messaging.batch.message_count": len(reqs),
+            "messaging.destination.name": next(iter(queues)) if len(queues) == 1 else None,
+        }
+        # one span for the call, its context stored with every task of it
+        with enqueue_span("rsjobs.enqueue_many", attributes) as trace:
+            return await self._enqueue_checked(reqs, encoded, chunk, trace)
+
+    async def _enqueue_checked(
+        self, reqs: list[EnqueueRequest], encoded: list[bytes], chunk: int, trace: TraceContext
+    ) -> list[str]:
+        """Write the checked requests (:meth:`enqueue_many`), submitted in ``trace``."""
         # two chunks in flight (on two connections): Python packs the next chunk while
         # Redis runs the previous one
         gate = asyncio.Semaphore(2)
         k = self.keys
 
-        async def send(start: int) -> list[str]:
+        async def send(start: int) -> list[EnqueueResult]:
             async with gate:
                 tasks = []
                 for r, payload in zip(
@@ -237,13 +273,40 @@ class Client:
                 ):
                     tid = new_task_id()
                     tasks.append(
-                        (k.task_keys(tid, r.queue, r.dedup_key), new_task(tid, r, payload))
+                        (k.task_keys(tid, r.queue, r.dedup_key), new_task(tid, r, payload, trace))
                     )
-                results = await self.store.tasks.enqueue(self.source, tasks, durable=True)
-                return [r.id for r in results]
+                return await self.store.tasks.enqueue(self.source, tasks, durable=True)
 
         parts = await asyncio.gather(*(send(i) for i in range(0, len(reqs), chunk)))
-        return [tid for part in parts for tid in part]
+        results = [r for part in parts for r in part]
+        # a task submitted by someone else since the check above: the same rule, after
+        dups = [
+            (r.dedup_key, r, e, res.id)
+            for r, e, res in zip(reqs, encoded, results, strict=True)
+            if res.duplicate and r.dedup_key is not None
+        ]
+        if dups:
+            infos = await self.store.tasks.get_many([tid for *_, tid in dups])
+            for (key, r, e, _), info in zip(dups, infos, strict=True):
+                if info is not None:
+                    check_repeat(info, key, r.type, r.queue, decode(e))
+        return [res.id for res in results]
+
+    async def _check_dedup(self, reqs: list[EnqueueRequest], encoded: list[bytes]) -> None:
+        """:mod:`rsjobs.dedup`'s rule for the keyed requests of one batch, before any
+        write: against each other, then against the live tasks their keys name."""
+        keyed: list[tuple[str, Submitted]] = [
+            (r.dedup_key, (r.type, r.queue, decode(e)))
+            for r, e in zip(reqs, encoded, strict=True)
+            if r.dedup_key is not None
+        ]
+        if not keyed:
+            return
+        check_batch(keyed)
+        infos = await self.store.tasks.by_dedup_many([key for key, _ in keyed])
+        for (key, (type_, queue, payload)), info in zip(keyed, infos, strict=True):
+            if info is not None:
+                check_repeat(info, key, type_, queue, payload)
 
     async def _remember_queues(self, queues: set[str]) -> None:
         new = queues - self._known_queues

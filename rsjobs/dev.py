@@ -33,6 +33,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from .client import Client
 from .errors import ConfigError, NotMigrated, RedisUnavailable, RsjobsError
+from .logfmt import uvicorn_log_config
 from .settings import Settings
 from .worker import Registry, Worker
 
@@ -174,6 +175,7 @@ def _web_server(app: Any, port: int) -> Any:
             host="127.0.0.1",
             port=port,
             log_level="warning",
+            log_config=uvicorn_log_config(),
             lifespan="on",
             timeout_graceful_shutdown=2,
         )

@@ -7,6 +7,7 @@ __all__ = [
     "ConfigError",
     "CorruptData",
     "CorruptWorkflow",
+    "DedupKeyReused",
     "InvalidTransition",
     "LeaseLost",
     "NonRetryable",
@@ -35,6 +36,22 @@ class ConfigError(RsjobsError, ValueError):
 
 class PayloadError(RsjobsError, ValueError):
     """Raised when a payload or result cannot be encoded, or exceeds the size limit."""
+
+
+class DedupKeyReused(RsjobsError, ValueError):
+    """Raised when a dedup key already names a live task submitted with a different
+    request (type, queue or payload: the rule of :func:`rsjobs.dedup.same_request`).
+    Nothing was written; ``task_id`` is the task the key names (None when the conflict
+    is between two requests of one :meth:`rsjobs.Client.enqueue_many` call). An identical
+    repeat is not an error: it answers that task's id."""
+
+    def __init__(self, dedup_key: str, task_id: str | None) -> None:
+        named = f"task {task_id}" if task_id else "another request of this batch"
+        super().__init__(
+            f"dedup key {dedup_key!r} already names {named}, submitted with a different "
+            "type, queue or payload"
+        )
+        self.dedup_key, self.task_id = dedup_key, task_id
 
 
 class TaskNotFound(RsjobsError, LookupError):

@@ -221,7 +221,7 @@ end
 -- names and map them with fld(); every field not listed keeps its long name.
 local FIELD = {state = 's', type = 't', queue = 'q', payload = 'p', attempt = 'a',
   max_attempts = 'ma', failures = 'f', created_at = 'c', started_at = 'b', updated_at = 'u',
-  lease = 'l', result = 'r', entry = 'e'}
+  lease = 'l', result = 'r', entry = 'e', traceparent = 'tp', tracestate = 'ts'}
 local function fld(name)
   return FIELD[name] or name
 end
@@ -575,7 +575,10 @@ local MAX_ATTEMPTS = 3
 -- (rsjobs/store/layout.py, task_options). A name left out is 0 (counts) or '' (texts).
 local TASK_OPTIONS = {max_attempts = 'count', timeout_ms = 'count', delay_ms = 'count',
   wait_timeout_ms = 'count', backoff_base_ms = 'count', backoff_max_ms = 'count',
-  dedup = 'text', owner = 'text', labels = 'labels'}
+  dedup = 'text', owner = 'text', labels = 'labels', traceparent = 'trace',
+  tracestate = 'trace'}
+-- The longest trace context text a task keeps (rsjobs/tracing.py stores at most 512).
+local TRACE_MAX = 600
 
 -- A task's labels, as its hash field `labels` holds them (the JSON text rsjobs/labels.py
 -- writes, keys sorted): the table, or nil when the text is not what rsjobs writes. The
@@ -615,6 +618,10 @@ local function task_options(raw)
     elseif kind == 'labels' then
       labels = type(v) == 'string' and decode_labels(v)
       if not labels then return nil, 'option labels (see rsjobs/labels.py)' end
+    elseif kind == 'trace' then
+      if type(v) ~= 'string' or #v > TRACE_MAX or string.find(v, '%c') then
+        return nil, 'option ' .. name .. ' (a W3C trace context text, see rsjobs/tracing.py)'
+      end
     elseif kind ~= 'text' or type(v) ~= 'string' then
       return nil, 'option ' .. tostring(name)
     end
@@ -656,6 +663,13 @@ local function new_task(i, id, typ, queue, payload, o, msg, more, extra)
   end
   if owner ~= '' then fields[#fields + 1] = 'owner'; fields[#fields + 1] = owner end
   if t.labels ~= '' then fields[#fields + 1] = 'labels'; fields[#fields + 1] = t.labels end
+  -- the submitter's trace context (rsjobs/tracing.py): only when it had one
+  if (o.traceparent or '') ~= '' then
+    fields[#fields + 1] = 'tp'; fields[#fields + 1] = o.traceparent
+    if (o.tracestate or '') ~= '' then
+      fields[#fields + 1] = 'ts'; fields[#fields + 1] = o.tracestate
+    end
+  end
   if dedup ~= '' then
     fields[#fields + 1] = 'dedup'; fields[#fields + 1] = dedup
     redis.call('SET', dkey, id)

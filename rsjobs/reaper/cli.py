@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 from typing import Any
 
@@ -14,6 +13,7 @@ from ..cli import SOURCE, CliError, settings_from_args
 from ..client import Client, connect
 from ..console import commands as show
 from ..errors import ConfigError
+from ..logfmt import setup_logging
 from ..settings import Settings
 from .config import ReaperConfig
 from .deadletter import requeue
@@ -64,7 +64,7 @@ async def cmd_reaper(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise CliError(str(exc)) from None
     # one JSON line per sweep: the message is the whole record
-    logging.basicConfig(level=args.log_level, format="%(message)s")
+    setup_logging(args.log_level, args.log_format, "%(message)s")
     reaper = Reaper(
         url=args.url, settings=settings, config=config, name=args.name, handle_signals=not args.once
     )

@@ -33,6 +33,7 @@ import msgspec
 from redis.asyncio import Redis
 
 from ..errors import NotMigrated, RedisUnavailable
+from ..logfmt import FIELDS
 from ..settings import Settings
 from ..store import Store
 from ..store.connection import connect
@@ -289,7 +290,8 @@ class Reaper:
 
     def _log(self, event: str, level: int = logging.INFO, **fields: object) -> None:
         line = {"ts": round(time.time(), 3), "event": event, **fields}
-        log.log(level, json.dumps(line, separators=(",", ":"), default=str))
+        # the text is the line in text mode; --log-format json takes the fields as members
+        log.log(level, json.dumps(line, separators=(",", ":"), default=str), extra={FIELDS: line})
 
     async def run(self) -> None:
         """Sweep every ``interval_ms`` until :meth:`stop` (or SIGTERM / SIGINT)."""

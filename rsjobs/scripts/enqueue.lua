@@ -10,7 +10,9 @@ ARGV: common (see fsm.lua), then
     payload  JSON
     options  JSON object (see task_options in fsm.lua): max_attempts, timeout_ms (0 =
              none), delay_ms (0 = now), wait_timeout_ms (0 = none: queue-wait deadline),
-             backoff_base_ms, backoff_max_ms, dedup, owner; one left out is 0 or ''
+             backoff_base_ms, backoff_max_ms, dedup, owner, labels, traceparent and
+             tracestate (the submitter's trace context, hash fields tp / ts); one
+             left out is 0 or ''
 Returns: per task {id, state, duplicate}: duplicate = 1 when the dedup key (or the id)
   already named a live task, whose id and state are returned and nothing is written.
   An error (nothing written) when a value is malformed: an empty id / type / queue, or

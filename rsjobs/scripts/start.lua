@@ -10,9 +10,12 @@ ARGV: common (see fsm.lua), then
   per task:
     entry  the stream entry id that was delivered
 Returns: per task either
-  {1, id, type, payload, attempt, lease, deadline_at (0 = none), dedup, timeout_ms, wf}
+  {1, id, type, payload, attempt, lease, deadline_at (0 = none), dedup, timeout_ms, wf,
+   owner, traceparent, tracestate}
                         wf: the id of the workflow the task belongs to ('' = none); the
                         worker ends such a task through wf_finish.lua (rsjobs.workflows).
+                        owner, traceparent, tracestate: '' when the task has none (the
+                        worker's span of the attempt, rsjobs/tracing.py).
                         A repeated START of a task this consumer started from this entry
                         under this nonce (its reply was lost) answers the same, writing
                         nothing (like a repeated COMPLETE of the lease holder)
@@ -48,7 +51,7 @@ local function started(t, lease, deadline, timeout)
   -- a missing field must not end the reply early (a nil ends a Lua array): the worker
   -- fails such a task (no handler for '', no payload) instead of losing the batch
   return {1, t.id, t.f.type or '', t.f.payload or '', t.attempt, lease, deadline,
-    t.dedup or '', timeout, t.f.wf or ''}
+    t.dedup or '', timeout, t.f.wf or '', t.owner or '', t.f.tp or '', t.f.ts or ''}
 end
 
 -- whether a queue is paused, read once per queue and call
@@ -62,7 +65,7 @@ local out = {}
 for i = 1, n do
   local entry = ARGV[NARGV + 3 + i]
   local t = load(i, {'entry', 'timeout_ms', 'type', 'payload', 'wf', 'expires_at', 'lease',
-    'consumer', 'deadline_at'})
+    'consumer', 'deadline_at', 'tp', 'ts'})
   if t == nil then
     local _, qkey = task_keys(i)
     drop_entry(qkey, entry)

@@ -140,6 +140,8 @@ TASK_OPTIONS = (
     "dedup",
     "owner",
     "labels",
+    "traceparent",
+    "tracestate",
 )
 _options = msgspec.json.Encoder()
 
@@ -155,10 +157,13 @@ def task_options(
     dedup: str | None = None,
     owner: str | None = None,
     labels: str | None = None,
+    traceparent: str = "",
+    tracestate: str = "",
 ) -> bytes:
     """A new task's options as the one JSON object the scripts take; 0 and empty values
     are left out (the scripts read a missing name as 0 or ''). ``labels``: the JSON text
-    :func:`rsjobs.labels.encode_labels` makes."""
+    :func:`rsjobs.labels.encode_labels` makes; ``traceparent`` / ``tracestate``: the
+    submitter's W3C trace context (:mod:`rsjobs.tracing`), stored only when given."""
     o: dict[str, Any] = {"max_attempts": max_attempts}
     if timeout_ms:
         o["timeout_ms"] = timeout_ms
@@ -176,6 +181,10 @@ def task_options(
         o["owner"] = owner
     if labels:
         o["labels"] = labels
+    if traceparent:
+        o["traceparent"] = traceparent
+        if tracestate:
+            o["tracestate"] = tracestate
     return _options.encode(o)
 
 

@@ -47,6 +47,10 @@ TASK_FIELDS = {
     "lease": "l",
     "result": "r",
     "entry": "e",
+    # only on a task submitted in a trace (rsjobs.tracing): short, so that a traceparent
+    # (55 B) keeps the hash within a listpack's 64 B value
+    "traceparent": "tp",
+    "tracestate": "ts",
 }
 
 
@@ -133,6 +137,9 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     wf_kind: str = ""
     wf_retry_of: str = ""
     wf_retried_as: str = ""
+    #: the W3C trace context the task was submitted in (rsjobs.tracing; '' = none)
+    traceparent: str = _short("traceparent")
+    tracestate: str = _short("tracestate")
     #: the number of history entries (fields ``h1``... ``h<hn>``, :mod:`.history`)
     hn: int = 0
 

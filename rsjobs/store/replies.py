@@ -238,13 +238,17 @@ class Started(NamedTuple):
     timeout_ms: int = 0
     #: the workflow the task belongs to ('' = a plain task)
     wf: str = ""
+    owner: str = ""
+    #: the W3C trace context it was submitted in ('' = none; rsjobs.tracing)
+    traceparent: str = ""
+    tracestate: str = ""
 
     @classmethod
     def of(cls, raw: Sequence[Any]) -> Started:
         code = code_of(raw[0])
         if code is not Code.APPLIED:
             return cls(code, text(raw[1]) if len(raw) > 1 else "")
-        _, tid, ttype, payload, attempt, lease, deadline, dedup, timeout, wf = raw
+        _, tid, ttype, payload, attempt, lease, deadline, dedup, timeout, wf, owner, tp, ts = raw
         return cls(
             code,
             State.RUNNING.value,
@@ -257,6 +261,9 @@ class Started(NamedTuple):
             text(dedup),
             int(timeout),
             text(wf),
+            text(owner),
+            text(tp),
+            text(ts),
         )
 
 

@@ -28,6 +28,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from .. import tracing
 from ..client import Client
 from ..errors import (
     CorruptData,
@@ -51,6 +52,7 @@ from .live import live_routes
 from .logs import redact_access_logs
 from .routes import task_routes
 from .service import Service
+from .tracectx import TraceContextMiddleware
 from .workflows import workflow_routes
 
 __all__ = ["create_app"]
@@ -152,6 +154,8 @@ def create_app(
             *dashboard_routes(),
         ]
     middleware = []
+    if tracing.ENABLED:
+        middleware.append(Middleware(TraceContextMiddleware))
     if config.cors_origins:
         middleware.append(
             Middleware(

@@ -114,7 +114,10 @@ async def cmd_web(args: argparse.Namespace) -> int:
     )
     from ..cli import settings_from_args
     from ..errors import RedisUnavailable
+    from ..logfmt import setup_logging, uvicorn_log_config
 
+    if args.log_format == "json":  # uvicorn's own lines go to the root handler then
+        setup_logging(args.log_level, "json", "")
     app = create_app(
         args.url,
         # the global options: namespace and durable mode (--wait-replicas / env)
@@ -146,6 +149,7 @@ async def cmd_web(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             log_level=str(args.log_level).lower(),
+            log_config=uvicorn_log_config(),
             http=http,  # h11 with a deadline for request headers (rsjobs.web.server)
             timeout_graceful_shutdown=5,
             lifespan="on",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping
+from http import HTTPStatus
 from typing import Any
 
 from starlette.requests import Request
@@ -17,11 +19,13 @@ log = logging.getLogger("rsjobs.web")
 __all__ = [
     "BODY_DEPTH",
     "PAGE_PARAMS",
+    "PROBLEM_JSON",
     "RESUME_PARAMS",
     "ApiError",
     "bearer_token",
     "check_query",
     "error_response",
+    "etag_response",
     "is_ascii_number",
     "json_response",
     "last_event_id",
@@ -85,8 +89,42 @@ def json_response(
     return Response(encode(value), status, headers, media_type="application/json")
 
 
+#: the media type of every error answer (RFC 9457)
+PROBLEM_JSON = "application/problem+json"
+
+
 def error_response(exc: ApiError) -> Response:
-    return json_response(ErrorBody(error=exc.code, detail=exc.detail), exc.status, exc.headers)
+    """``exc`` as an RFC 9457 problem document, its code in the ``error`` member."""
+    try:
+        title = HTTPStatus(exc.status).phrase
+    except ValueError:
+        title = "Error"
+    body = ErrorBody(title=title, status=exc.status, detail=exc.detail, error=exc.code)
+    return Response(encode(body), exc.status, exc.headers, media_type=PROBLEM_JSON)
+
+
+#: what a GET that answers with an ETag sends along: revalidate every time (the document
+#: changes as the task runs), and only the caller keeps it (it depends on the token)
+_REVALIDATE = "private, no-cache"
+
+
+def etag_response(request: Request, value: Any) -> Response:
+    """``value`` as JSON with a strong ``ETag`` (a hash of the body); 304 with no body
+    when ``If-None-Match`` names it (or is ``*``), so a poller pays one small answer
+    while nothing changed. The comparison is weak, as RFC 9110 asks for If-None-Match."""
+    body = encode(value)
+    tag = f'"{hashlib.blake2b(body, digest_size=16).hexdigest()}"'
+    headers = {"ETag": tag, "Cache-Control": _REVALIDATE}
+    if _matches(request.headers.get("if-none-match"), tag):
+        return Response(status_code=304, headers=headers)
+    return Response(body, 200, headers, media_type="application/json")
+
+
+def _matches(header: str | None, tag: str) -> bool:
+    if header is None:
+        return False
+    listed = {t.strip().removeprefix("W/") for t in header.split(",")}
+    return "*" in listed or tag in listed
 
 
 #: a JSON body nests one level above the payload (or workflow input) it carries

@@ -62,7 +62,7 @@ from .schemas import (
     WorkerList,
 )
 
-__all__ = ["ACTION_BODIES", "openapi_document"]
+__all__ = ["ACTION_BODIES", "openapi_document", "openapi_for"]
 
 _REF = "#/components/schemas/{name}"
 _STRUCTS = (
@@ -120,7 +120,34 @@ def _json(name: str) -> dict[str, Any]:
 
 
 def _error(description: str) -> dict[str, Any]:
-    return {"description": description, "content": _json("ErrorBody")}
+    return {
+        "description": description,
+        "content": {
+            "application/problem+json": {"schema": {"$ref": _REF.format(name="ErrorBody")}}
+        },
+    }
+
+
+# GET routes answered with an ETag: If-None-Match, 304, and the ETag header on 200
+_IF_NONE_MATCH = {
+    "name": "If-None-Match", "in": "header", "required": False,
+    "description": "an ETag this route sent: 304 with no body while the document is unchanged",
+    "schema": {"type": "string"},
+}  # fmt: skip
+_ETAG_HEADERS = {
+    "ETag": {"description": "the document's entity tag", "schema": {"type": "string"}},
+    "Cache-Control": {"description": "private, no-cache: revalidate with If-None-Match",
+                      "schema": {"type": "string"}},
+}  # fmt: skip
+
+
+def _cached(description: str, schema: str) -> dict[str, Any]:
+    """The 200 and 304 answers of a route with an ETag."""
+    return {
+        "200": {"description": description, "content": _json(schema), "headers": _ETAG_HEADERS},
+        "304": {"description": "unchanged since the ETag named by If-None-Match",
+                "headers": _ETAG_HEADERS},
+    }  # fmt: skip
 
 
 _TASK_ID = {
@@ -386,9 +413,8 @@ def _paths() -> dict[str, Any]:
             "get": {
                 "summary": "A task: state, progress, result or error, recent history",
                 "operationId": "getTask",
-                "parameters": [_TASK_ID],
-                "responses": {"200": {"description": "the task", "content": _json("TaskView")},
-                              **_TASK_ERRORS},
+                "parameters": [_TASK_ID, _IF_NONE_MATCH],
+                "responses": {**_cached("the task", "TaskView"), **_TASK_ERRORS},
             }
         },
         "/tasks/{task_id}/history": {
@@ -728,9 +754,9 @@ def _workflow_paths() -> dict[str, Any]:
                 "description": "Status, stage, progress, version, the current version's "
                 "assets, the current stage's tasks and a sentence for people.",
                 "operationId": "getWorkflow",
-                "parameters": [_WF_ID],
-                "responses": {"200": {"description": "the status document",
-                                      "content": _json("WorkflowStatus")}, **_WF_ERRORS},
+                "parameters": [_WF_ID, _IF_NONE_MATCH],
+                "responses": {**_cached("the status document", "WorkflowStatus"),
+                              **_WF_ERRORS},
             }
         },
         "/workflows/{wf_id}/history": {
@@ -860,6 +886,15 @@ def _ecma(node: Any) -> Any:
     if isinstance(node, list):
         return [_ecma(v) for v in node]
     return node
+
+
+def openapi_for(root_path: str) -> dict[str, Any]:
+    """The document as served by an app mounted at ``root_path`` (ASGI's: where a proxy
+    or a parent app put it): ``servers`` names that prefix, so the paths resolve under
+    it; at the root the document has no ``servers`` (the default is ``/``)."""
+    root = root_path.rstrip("/")
+    doc = openapi_document()
+    return {**doc, "servers": [{"url": root}]} if root else doc
 
 
 @cache

@@ -11,14 +11,23 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from ..errors import ConfigError, PayloadError, RsjobsError, TaskNotFound
+from ..dedup import same_request
+from ..errors import ConfigError, DedupKeyReused, PayloadError, RsjobsError, TaskNotFound
 from ..model import is_terminal
 from ..schemas import EnqueueRequest, HistoryEntry, TaskInfo
 from .handlers import Handlers, StreamHold, not_found
-from .http import PAGE_PARAMS, RESUME_PARAMS, ApiError, check_query, json_response, last_event_id
+from .http import (
+    PAGE_PARAMS,
+    RESUME_PARAMS,
+    ApiError,
+    check_query,
+    etag_response,
+    json_response,
+    last_event_id,
+)
 from .hub import exclusive
 from .metrics import CONTENT_TYPE
-from .openapi import openapi_document
+from .openapi import openapi_for
 from .schemas import (
     CancelRequest,
     CancelResult,
@@ -48,6 +57,16 @@ def scoped_key(owner: str, key: str) -> str:
     if len(plain) <= MAX_DEDUP_KEY:
         return plain
     return f"{owner} {hashlib.sha256(key.encode()).hexdigest()}"
+
+
+def key_reused(tid: str) -> ApiError:
+    """The answer to an idempotency key naming task ``tid`` with another request."""
+    return ApiError(
+        422,
+        "idempotency_key_reused",
+        f"this idempotency key already names task {tid}, submitted with a "
+        "different type, queue or payload",
+    )
 
 
 class Api(Handlers):
@@ -94,6 +113,8 @@ class Api(Handlers):
                     labels=req.labels,
                 )
             )
+        except DedupKeyReused as exc:  # a concurrent submit with the key won the race
+            raise key_reused(exc.task_id or "") from None
         except PayloadError as exc:
             raise ApiError(413, "payload_too_large", str(exc)) from None
         except ConfigError as exc:
@@ -109,13 +130,8 @@ class Api(Handlers):
         info = await self.tasks.by_dedup(dedup)
         if info is None:
             return None
-        if (info.type, info.queue, info.payload) != (req.type, req.queue, req.payload):
-            raise ApiError(
-                422,
-                "idempotency_key_reused",
-                f"this idempotency key already names task {info.id}, submitted with a "
-                "different type, queue or payload",
-            )
+        if not same_request(info, req.type, req.queue, req.payload):
+            raise key_reused(info.id)
         return info
 
     @staticmethod
@@ -134,7 +150,7 @@ class Api(Handlers):
         if found is None or not who.may_see(found[0].owner):
             raise not_found("task", tid)
         info, recent = found
-        return json_response(TaskView.build(info, recent))
+        return etag_response(request, TaskView.build(info, recent))
 
     async def history(self, request: Request) -> Response:
         who = self.principal(request, params=PAGE_PARAMS)
@@ -244,7 +260,7 @@ class Api(Handlers):
 
     async def openapi(self, request: Request) -> Response:
         check_query(request)
-        return json_response(openapi_document())
+        return json_response(openapi_for(str(request.scope.get("root_path", ""))))
 
 
 def task_routes(service: Service) -> list[BaseRoute]:

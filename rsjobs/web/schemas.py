@@ -268,10 +268,20 @@ class StreamEnd(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
-    """Every 4xx / 5xx answer: a short machine code and a sentence for people."""
+    """Every 4xx / 5xx answer: an RFC 9457 problem document (``application/problem+json``)
+    whose ``error`` extension member is the short machine code clients match on."""
 
-    error: str
+    #: the problem type: always ``about:blank`` (the HTTP status says what kind it is;
+    #: ``error`` says which)
+    type: str = "about:blank"
+    #: the HTTP status phrase ("Not Found"), as RFC 9457 asks of ``about:blank``
+    title: str
+    #: the HTTP status code, repeated
+    status: int
+    #: a sentence for people about this occurrence
     detail: str
+    #: the machine code (``not_found``, ``idempotency_key_reused``...)
+    error: str
 
 
 _encoder = msgspec.json.Encoder()

@@ -29,6 +29,7 @@ from .http import (
     PAGE_PARAMS,
     RESUME_PARAMS,
     ApiError,
+    etag_response,
     is_ascii_number,
     json_response,
     last_event_id,
@@ -135,7 +136,7 @@ class WorkflowApi(Handlers):
         wf_id = self.workflow_id(request)
         await self.visible_workflow(who, wf_id)
         try:
-            return json_response(await self.client.status(wf_id))
+            return etag_response(request, await self.client.status(wf_id))
         except WorkflowNotFound:
             raise not_found("workflow", wf_id) from None
 

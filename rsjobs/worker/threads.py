@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -38,7 +39,11 @@ class HandlerThread:
         self.returned = threading.Event()
         self._on_return: Callable[[], None] | None = None
         self._settled = False
-        threading.Thread(target=self._main, args=(fn, args), name=name, daemon=True).start()
+        # the handler's thread sees the worker's context (its log lines name the task)
+        context = contextvars.copy_context()
+        threading.Thread(
+            target=context.run, args=(self._main, fn, args), name=name, daemon=True
+        ).start()
 
     def _main(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         value: Any = None

@@ -33,6 +33,7 @@ from ..errors import (
     RedisUnavailable,
     RsjobsError,
 )
+from ..logfmt import TaskFields, bind_task
 from ..names import validate_name
 from ..settings import Settings
 from ..store import Beat, Code, Delivery, Started, Store, Suspect, TaskKeys
@@ -40,6 +41,7 @@ from ..store.isolation import about_server, each_alone
 from ..store.layout import BeatItem, Ending
 from ..store.quarantine import DEADLETTER_MAXLEN
 from ..store.transient import is_failover
+from ..tracing import Attempt, TraceContext, start_attempt, task_attributes
 from .context import Context
 from .failures import TRACEBACK_CHARS, TRACEBACK_MAX, format_traceback, log_failure
 from .registry import Registry
@@ -65,6 +67,7 @@ class _Job:
         "lease",
         "progress_sent",
         "queue",
+        "span",
         "task",
         "thread",
         "wf",
@@ -85,6 +88,8 @@ class _Job:
         self.progress_sent: float | None = None
         #: the thread of a sync handler's call (None for an async handler)
         self.thread: HandlerThread | None = None
+        #: the attempt's span (rsjobs.tracing), ended once its end is written
+        self.span = Attempt(None)
 
     def stop(self, reason: str) -> None:
         """Stop the handler: the task left RUNNING (or this worker lost its lease)."""
@@ -195,6 +200,8 @@ class Worker:
         self._progress_wake = asyncio.Event()
         #: ended attempts to write: (task keys, the end, task id, entry)
         self._finish_items: list[tuple[TaskKeys, Ending, str, str]] = []
+        #: the spans of the attempts in _finish_items, by entry (rsjobs.tracing)
+        self._spans: dict[str, Attempt] = {}
         self._finish_idle = asyncio.Event()
         self._finish_idle.set()
         self._finisher: asyncio.Task[None] | None = None
@@ -512,6 +519,15 @@ class Worker:
                 on_progress=self._progress_wake.set,
             )
             job.ctx = ctx
+            attributes = task_attributes(r.id, r.type, d.queue, "process")
+            attributes.update(
+                {
+                    "rsjobs.task.attempt": r.attempt,
+                    "rsjobs.task.owner": r.owner,
+                    "rsjobs.worker": self.name,
+                }
+            )
+            job.span = start_attempt(TraceContext(r.traceparent, r.tracestate), r.type, attributes)
             old = self.jobs.get(r.id)
             if old is not None:
                 # this worker ran an earlier attempt of the task and lost its lease (the
@@ -554,17 +570,30 @@ class Worker:
     async def _run(self, job: _Job, ttype: str, raw_payload: str, timeout_s: float | None) -> None:
         ctx = job.ctx
         assert ctx is not None
+        bind_task(TaskFields(job.id, ttype, job.queue, ctx.attempt))  # this Task's lines
+        try:
+            with job.span.active():  # the handler's own spans are children of the attempt's
+                await self._attempt(job, ctx, ttype, raw_payload, timeout_s)
+        finally:
+            # not handed to a finish (stopped: cancelled, paused, lost; or cancelled itself)
+            job.span.end(ctx.stop_reason or "STOPPED")
+
+    async def _attempt(
+        self, job: _Job, ctx: Context, ttype: str, raw_payload: str, timeout_s: float | None
+    ) -> None:
         handler = self.registry.get(ttype)
         try:
             if handler is None:
                 error = f"no handler registered for task type {ttype!r}"
                 log_failure(log, self.name, job.id, ttype, job.queue, ctx.attempt, error)
+                job.span.failed(error)
                 self._finish(job, "FAIL", error, "NoHandler", retryable=False)
                 return
             try:
                 ctx.payload = _payload(raw_payload)
             except PayloadError as exc:  # no attempt can do better: fail it at once
                 log_failure(log, self.name, job.id, ttype, job.queue, ctx.attempt, str(exc))
+                job.span.failed(str(exc), exc)
                 self._finish(job, "FAIL", str(exc), "PayloadError", retryable=False)
                 return
             try:
@@ -581,6 +610,7 @@ class Worker:
             except TimeoutError:
                 ctx.stop_reason = "TIMEOUT"
                 ctx.cancelled.set()
+                job.span.failed(f"execution exceeded {timeout_s:g}s")
                 self._finish(job, "TIMEOUT", f"execution exceeded {timeout_s:g}s", "TimeoutError")
                 return
             except Exception as exc:
@@ -591,6 +621,7 @@ class Worker:
                 retryable = not isinstance(exc, (NonRetryable, *handler.non_retryable))
                 error = f"{type(exc).__name__}: {exc}"[:2000]
                 log_failure(log, self.name, job.id, ttype, job.queue, ctx.attempt, error, exc)
+                job.span.failed(error, exc)
                 self._finish(
                     job,
                     "FAIL",
@@ -603,6 +634,7 @@ class Worker:
             try:
                 body = encode_payload(result, self.settings.payload_limit, "result")
             except PayloadError as exc:
+                job.span.failed(str(exc), exc)
                 self._finish(job, "FAIL", str(exc), "PayloadError", retryable=False)
                 return
             self._finish(job, "COMPLETE", body, "")
@@ -680,11 +712,14 @@ class Worker:
         )
         self.processed += 1
         self._ending_entries.add(job.entry)
+        # the span ends with the reply, which says the state the attempt left the task in
+        span, job.span = job.span, Attempt(None)
         if job.wf:
             # a workflow's task: its end and the workflow's accounting are one script call
             # (wf_finish.lua), off the batched path below
-            self._finish_workflow_task(job, ending)
+            self._finish_workflow_task(job, ending, span)
             return
+        self._spans[job.entry] = span
         self._finish_items.append((job.keys, ending, job.id, job.entry))
         if self._finisher is None or self._finisher.done():
             self._finish_idle.clear()
@@ -716,6 +751,8 @@ class Worker:
                         len(items),
                         exc,
                     )
+                    for _, e, _, entry in self._finish_items:
+                        self._end_span(entry, e.event)
                     # their entries stay marked as ending: the tasks are RUNNING under this
                     # worker's lease until the reaper takes them back, and must not run again
                     self._finish_items.clear()
@@ -723,15 +760,18 @@ class Worker:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
-            for (_, e, tid, _), err in done.failed:
+            for (_, e, tid, entry), err in done.failed:
                 # its task's data breaks finish.lua: the reaper takes the task back after
                 # its lease and quarantines it (its entry stays marked as ending)
                 log.error("worker %s: %s of task %s failed: %s", self.name, e.event, tid, err)
+                self._end_span(entry, e.event)
             bad = {tid for (_, _, tid, _), _ in done.failed}
             items = [i for i in items if i[2] not in bad]
             replies = [r for part in done.replies for r in part]
             self._ending_entries.difference_update(entry for *_, entry in items)
-            for (_, e, tid, _), (code, state) in zip(items, replies, strict=True):
+            for (_, e, tid, entry), (code, state) in zip(items, replies, strict=True):
+                # a refused end leaves the task as it was: the state says which
+                self._end_span(entry, e.event if code >= 0 else f"{e.event} refused", state)
                 if code < 0:
                     log.warning(
                         "worker %s: %s of task %s refused (task is %s)",
@@ -742,7 +782,12 @@ class Worker:
                     )
         self._finish_idle.set()
 
-    def _finish_workflow_task(self, job: _Job, ending: Ending) -> None:
+    def _end_span(self, entry: str, outcome: str, state: str = "") -> None:
+        span = self._spans.pop(entry, None)
+        if span is not None:
+            span.end(outcome, state)
+
+    def _finish_workflow_task(self, job: _Job, ending: Ending, span: Attempt) -> None:
         if self._wf_finisher is None:
             from ..workflows.finish import WorkflowFinisher
 
@@ -750,9 +795,12 @@ class Worker:
         finisher, entry = self._wf_finisher, job.entry
 
         async def call() -> int:
-            code = await finisher.finish(
-                job.wf, job.id, job.keys, ending, give_up_s=self.lease_ms / 1000
-            )
+            try:
+                code = await finisher.finish(
+                    job.wf, job.id, job.keys, ending, give_up_s=self.lease_ms / 1000
+                )
+            finally:
+                span.end(ending.event)
             if code:  # written (0: given up, the entry stays marked as ending)
                 self._ending_entries.discard(entry)
             return code

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import time
 from typing import Any
 
@@ -13,6 +12,7 @@ import msgspec
 
 from ..cli import CliError, load_object, settings_from_args
 from ..client import connect
+from ..logfmt import setup_logging
 from .client import WorkflowClient
 from .definition import WorkflowDefinition
 from .driver import WorkflowDriver
@@ -35,7 +35,7 @@ def _print_json(value: Any) -> None:
 
 
 async def cmd_drive(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(message)s")
+    setup_logging(args.log_level, args.log_format, "%(asctime)s %(levelname)s %(message)s")
     driver = WorkflowDriver(
         url=args.url,
         settings=settings_from_args(args),

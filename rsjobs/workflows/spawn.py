@@ -18,6 +18,7 @@ from ..labels import encode_labels
 from ..settings import Settings
 from ..store import Store, WfCode
 from ..store.layout import WfSpawnArgs, WfTask, task_options
+from ..tracing import NO_TRACE, TraceContext, enqueue_span
 from .plan import StagePlan, TaskPlan
 from .schemas import Asset, WorkflowInfo, decode_asset
 
@@ -91,8 +92,15 @@ def check_stage(
         encoded_payload(settings, stage, spec, task_payload(info, stage, spec, assets, retry))
 
 
-def wf_task(settings: Settings, tid: str, stage: StagePlan, spec: TaskPlan, payload: Any) -> WfTask:
-    """One task to create (``create_task`` in wf.lua)."""
+def wf_task(
+    settings: Settings,
+    tid: str,
+    stage: StagePlan,
+    spec: TaskPlan,
+    payload: Any,
+    trace: TraceContext = NO_TRACE,
+) -> WfTask:
+    """One task to create (``create_task`` in wf.lua), spawned in ``trace``."""
     return WfTask(
         tid,
         spec.type,
@@ -104,6 +112,8 @@ def wf_task(settings: Settings, tid: str, stage: StagePlan, spec: TaskPlan, payl
             backoff_base_ms=spec.backoff_base_ms,
             backoff_max_ms=spec.backoff_max_ms,
             labels=encode_labels(spec.labels),
+            traceparent=trace.traceparent,
+            tracestate=trace.tracestate,
         ),
         spec.item,
         spec.kind,
@@ -126,14 +136,30 @@ async def spawn(store: Store, wf_id: str, source: str) -> int:
             return 0
         stage = info.plan.stages[info.stage]
         assets = await current_assets(store, wf_id, info.version)
-        tasks = [
-            wf_task(store.settings, new_id(), stage, spec, task_payload(info, stage, spec, assets))
-            for spec in stage.tasks
-        ]
-        await store.tasks.remember_queues([stage.queue])
-        reply = await store.workflows.spawn(
-            source, wf_id, WfSpawnArgs(info.version, info.stage), tasks
-        )
+        attributes = {
+            "messaging.system": "rsjobs",
+            "messaging.operation.type": "send",
+            "messaging.destination.name": stage.queue,
+            "messaging.batch.message_count": len(stage.tasks),
+            "rsjobs.workflow.id": wf_id,
+            "rsjobs.workflow.stage": stage.name,
+        }
+        with enqueue_span(f"rsjobs.spawn {stage.name}", attributes) as trace:
+            tasks = [
+                wf_task(
+                    store.settings,
+                    new_id(),
+                    stage,
+                    spec,
+                    task_payload(info, stage, spec, assets),
+                    trace,
+                )
+                for spec in stage.tasks
+            ]
+            await store.tasks.remember_queues([stage.queue])
+            reply = await store.workflows.spawn(
+                source, wf_id, WfSpawnArgs(info.version, info.stage), tasks
+            )
         if reply.code is WfCode.APPLIED:
             return len(tasks)
         if reply.code is not WfCode.STALE:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from rsjobs import Context, Registry
@@ -27,3 +28,27 @@ async def wait(ctx: Context, payload: dict[str, Any] | None) -> dict[str, Any]:
     payload = payload or {}
     await asyncio.sleep(float(payload.get("s", 60)))
     return {"slept": payload.get("s", 60)}
+
+
+@tasks.handler("chatty")
+async def chatty(ctx: Context, payload: Any) -> str:
+    """Logs one line from the handler (the log-format tests read it)."""
+    logging.getLogger("tests.app").warning("async handler says %s", payload)
+    return "ok"
+
+
+@tasks.handler("chatty_sync")
+def chatty_sync(ctx: Context, payload: Any) -> str:
+    """As ``chatty``, from a sync handler's thread."""
+    logging.getLogger("tests.app").warning("sync handler says %s", payload)
+    return "ok"
+
+
+def _deep(n: int) -> None:
+    raise RuntimeError(f"broken at depth {n}")
+
+
+@tasks.handler("broken")
+async def broken(ctx: Context, payload: Any) -> None:
+    """Fails with a traceback that names this module (the failure-log tests read it)."""
+    _deep(int(payload))

@@ -43,13 +43,23 @@ def test_enqueue_status_history_cancel_queues(redis_url: str) -> None:
         "enqueue",
         "image.generate",
         "--payload",
-        "{}",
+        '{"prompt": "fox"}',
         "--queue",
         "gpu",
         "--dedup-key",
         "fox-1",
     )
     assert again.stdout.strip() == tid
+    # the key with another request is refused (exit 2, one line), as over HTTP
+    other = rsjobs(
+        redis_url, "enqueue", "image.generate", "--payload", "{}", "--queue", "gpu",
+        "--dedup-key", "fox-1",
+    )  # fmt: skip
+    assert other.returncode == 2 and other.stdout == "", other
+    assert other.stderr.strip().splitlines() == [
+        f"rsjobs: dedup key 'fox-1' already names task {tid}, submitted with a different "
+        "type, queue or payload"
+    ]
     status = rsjobs(redis_url, "status", tid)
     assert "PENDING" in status.stdout and "gpu" in status.stdout
     as_json = json.loads(rsjobs(redis_url, "status", tid, "--json").stdout)

