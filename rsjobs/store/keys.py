@@ -26,6 +26,12 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
     rsjobs:{default}:deadletter           stream  dead-lettered tasks (MAXLEN ~), by the reaper
     rsjobs:{default}:workers:dead         hash    worker name -> JSON {beat_at, since}: reaper marks
     rsjobs:{default}:reaper:guard         string  name of the reaper sweeping now (SET NX PX)
+    rsjobs:{default}:polls                zset    ``<queue>:<id>`` of DEFERRED tasks completed
+                                                  by polling, by next poll time (ms)
+    rsjobs:{default}:external:<p>:<id>    string  ``<attempt> <queue> <task id>`` of the task
+                                                  waiting on outside job ``<id>`` of provider
+                                                  ``<p>`` (scripts/defer.lua); expires with
+                                                  the task
     rsjobs:{default}:layout               string  the layout the namespace's data is in (``2``;
                                                   none: empty, or written before it had one;
                                                   see store/marker.py)
@@ -137,6 +143,7 @@ class Keys:
         "nodedup",
         "paused",
         "paused_tasks",
+        "polls",
         "prefix",
         "queues",
         "reaper_guard",
@@ -167,6 +174,7 @@ class Keys:
         self.workers_dead = p + "workers:dead"
         self.reaper_guard = p + "reaper:guard"
         self.layout = p + "layout"
+        self.polls = p + "polls"
         self.workflows = p + "workflows"
         self.workflows_active = p + "workflows:active"
         #: the list indexes: one stream per terminal state (TERMINAL_STATES' order), the
@@ -192,6 +200,10 @@ class Keys:
 
     def dedup(self, key: str) -> str:
         return f"{self.prefix}dedup:{key}"
+
+    def external(self, provider: str, external_id: str) -> str:
+        """The key mapping an outside job (its provider and id) to its DEFERRED task."""
+        return f"{self.prefix}external:{provider}:{external_id}"
 
     def workflow(self, wf_id: str) -> str:
         return f"{self.prefix}wf:{wf_id}"
