@@ -36,9 +36,7 @@ def check_external(external_id: str, provider: str) -> None:
     """Raise :class:`rsjobs.ConfigError` unless both follow their rules (an external id:
     1-200 letters, digits or ``._:/-``; a provider: a name)."""
     if not is_external(external_id):
-        raise ConfigError(
-            f"external id {external_id!r}: 1-200 letters, digits or '._:/-' expected"
-        )
+        raise ConfigError(f"external id {external_id!r}: 1-200 letters, digits or '._:/-' expected")
     if not is_name(provider):
         raise ConfigError(f"provider {provider!r}: 1-64 letters, digits or '._-' expected")
 

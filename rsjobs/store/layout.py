@@ -307,7 +307,9 @@ DEFER_TAIL = ("external", "polls")
 DEFER = Layout("defer", DeferArgs._fields, "task", (), TaskKeys._fields, DEFER_TAIL, exact=1)
 
 
-def defer(c: Common, k: Keys, source: str, keys: TaskKeys, external: str, args: DeferArgs) -> Packed:
+def defer(
+    c: Common, k: Keys, source: str, keys: TaskKeys, external: str, args: DeferArgs
+) -> Packed:
     return _pack(DEFER, c, source, args, [(keys, ())], (external, k.polls))
 
 

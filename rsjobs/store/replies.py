@@ -285,7 +285,9 @@ class PollClaim(NamedTuple):
         if code is not Code.APPLIED:
             return cls(code)
         _, tid, ttype, attempt, ext, provider, payload = raw
-        return cls(code, text(tid), text(ttype), int(attempt), text(ext), text(provider), text(payload))
+        return cls(
+            code, text(tid), text(ttype), int(attempt), text(ext), text(provider), text(payload)
+        )
 
 
 class Promoted(NamedTuple):

@@ -18,6 +18,7 @@ import os
 from collections.abc import AsyncIterator, Iterable, Mapping
 from importlib import resources
 
+import msgspec
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -28,6 +29,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ..callbacks import SECRET_ENV
 from ..client import Client
 from ..errors import (
     CorruptData,
@@ -43,6 +45,7 @@ from ..workflows import WorkflowClient, WorkflowDefinition
 from .actions import action_routes
 from .assets import asset_routes, check_asset_root
 from .auth import Auth
+from .callbacks import callback_routes
 from .config import WebConfig
 from .http import ApiError, error_response, store_error
 from .lists import list_routes
@@ -88,7 +91,8 @@ def create_app(
     the other ``/workflows`` routes serve any workflow of the namespace. ``asset_root``:
     a directory whose files ``GET /workflows/{id}/assets/...`` may serve (the recorded
     assets of a workflow the caller may see, and only those under this root); without it
-    that route answers 404.
+    that route answers 404. Provider callbacks (``POST /callbacks/...``): the secret of
+    ``config.callback_secret`` or ``RSJOBS_CALLBACK_SECRET``; without one they answer 404.
     """
     env = os.environ if env is None else env
     # ?access_token= must not reach uvicorn's access log (a no-op under other servers)
@@ -96,6 +100,9 @@ def create_app(
     auth = Auth.from_env(env, tokens=tokens, admin_token=admin_token, dev=dev)
     auth.check_startable()
     config = config or WebConfig()
+    if not config.callback_secret and env.get(SECRET_ENV):
+        # the provider callbacks' secret, shared with the workers (rsjobs.callbacks)
+        config = msgspec.structs.replace(config, callback_secret=env[SECRET_ENV])
     root = check_asset_root(asset_root)
     if settings is None:
         settings = Settings(namespace=namespace or env.get("RSJOBS_NAMESPACE") or "default")
@@ -139,6 +146,7 @@ def create_app(
         + list_routes(service)
         + task_routes(service)
         + workflow_routes(service)
+        + callback_routes(service)
         + asset_routes(service, root)
     )
     if config.serve_ui:

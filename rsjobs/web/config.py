@@ -42,6 +42,10 @@ class WebConfig(msgspec.Struct, frozen=True, kw_only=True):
     cors_origins: tuple[str, ...] = ()
     #: serve the example page at ``/ui/``
     serve_ui: bool = True
+    #: the secret callback tokens and provider signatures are checked with (HMAC-SHA256,
+    #: at least 16 bytes; the workers sign with the same, see rsjobs.callbacks); empty:
+    #: ``POST /callbacks/...`` answers 404
+    callback_secret: str = ""
 
     def __post_init__(self) -> None:
         if self.max_body_bytes < 1024:
@@ -59,5 +63,7 @@ class WebConfig(msgspec.Struct, frozen=True, kw_only=True):
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be positive")
+        if self.callback_secret and len(self.callback_secret.encode()) < 16:
+            raise ConfigError("callback_secret must be at least 16 bytes")
         if not 0 <= self.recent_history <= 1000:
             raise ConfigError("recent_history must be between 0 and 1000")

@@ -37,6 +37,8 @@ from .bodies import (
 from .schemas import (
     ActionRequest,
     BulkRequest,
+    CallbackRequest,
+    CallbackResult,
     CancelRequest,
     CancelResult,
     ControlResult,
@@ -88,6 +90,8 @@ _STRUCTS = (
     WorkflowStatus,
     WorkflowEvent,
     WorkflowPlan,
+    CallbackRequest,
+    CallbackResult,
 )
 
 
@@ -719,6 +723,59 @@ def _workflow_paths() -> dict[str, Any]:
     }  # fmt: skip
 
 
+_CALLBACK_ERRORS = {
+    **_UNAVAILABLE,
+    **_BODY_REFUSALS,
+    "400": _error("malformed or empty JSON, an unknown parameter, or a malformed provider "
+                  "or external id"),
+    "401": _error("a forged, altered, expired or missing signature (bad_signature): "
+                  "nothing is written"),
+    "404": _error("no task waits on that token or outside job, or callbacks are not "
+                  "enabled (no callback secret)"),
+    "409": _error("refused (recorded in the task's history): the attempt is not waiting "
+                  "any more (finished, timed out past its longest wait, cancelled, "
+                  "superseded by a regenerate) or is not the current one"),
+    "422": _error("unknown field, wrong type or value out of range"),
+}  # fmt: skip
+
+
+def _callback(summary: str, description: str, op: str, params: list[Any]) -> dict[str, Any]:
+    return {"post": {
+        "summary": summary, "description": description, "operationId": op,
+        "security": [], "parameters": params,
+        "requestBody": {"required": True, "content": _json("CallbackRequest")},
+        "responses": {
+            "200": {"description": "the task after the result (changed=false: a repeat of "
+                    "the result that ended the wait; nothing written)",
+                    "content": _json("CallbackResult")},
+            **_CALLBACK_ERRORS,
+        },
+    }}  # fmt: skip
+
+
+def _callback_paths() -> dict[str, Any]:
+    return {
+        "/callbacks/{token}": _callback(
+            "A provider's result for a deferred attempt, by its callback token",
+            "The token (ctx.callback_url() in the handler) names the task and attempt, "
+            "signed by the worker with the callback secret; no bearer token.",
+            "callbackByToken",
+            [{"name": "token", "in": "path", "required": True,
+              "schema": {"type": "string", "maxLength": 1024}}]),
+        "/callbacks/external/{provider}/{external_id}": _callback(
+            "A provider's result for a deferred attempt, by the outside job's id",
+            "The body is signed: X-Rsjobs-Signature: sha256=<hex HMAC-SHA256 of the body "
+            "under the callback secret>; no bearer token.",
+            "callbackByExternalId",
+            [{"name": "provider", "in": "path", "required": True,
+              "schema": {"type": "string", "pattern": _NAME_PATTERN}},
+             {"name": "external_id", "in": "path", "required": True,
+              "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.:/-]{1,200}$"}},
+             {"name": "X-Rsjobs-Signature", "in": "header", "required": True,
+              "schema": {"type": "string"}}]),
+    }  # fmt: skip
+
+
 def _narrow(components: dict[str, Any]) -> dict[str, Any]:
     for (struct, field), schema in _NARROWED.items():
         props = components[struct]["properties"]
@@ -756,7 +813,13 @@ def openapi_document() -> dict[str, Any]:
             "description": "Submit, follow and cancel rsjobs tasks; start, follow and act "
             "on workflows. See docs/web.md and docs/workflows.md.",
         },
-        "paths": {**_paths(), **_list_paths(), **_action_paths(), **_workflow_paths()},
+        "paths": {
+            **_paths(),
+            **_list_paths(),
+            **_action_paths(),
+            **_workflow_paths(),
+            **_callback_paths(),
+        },
         "components": {
             "schemas": _narrow(components),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

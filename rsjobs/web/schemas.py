@@ -138,6 +138,26 @@ class SubmitResult(msgspec.Struct, frozen=True, kw_only=True):
     duplicate: bool
 
 
+class CallbackRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A provider's result for a deferred attempt (``POST /callbacks/...``)."""
+
+    #: succeeded: ``result`` is the task's result; failed: the retry policy decides
+    status: Literal["succeeded", "failed"]
+    result: Any = None
+    error: Annotated[str, Meta(max_length=2000)] = ""
+    #: failed only: false fails the task at once
+    retryable: bool = True
+
+
+class CallbackResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer to a callback: the task and its state after it."""
+
+    id: str
+    state: str
+    #: false for a repeat of the result that ended the wait: nothing was written
+    changed: bool
+
+
 class CancelResult(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     state: str  #: the state after the call

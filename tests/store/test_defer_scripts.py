@@ -198,7 +198,9 @@ def test_polls_are_claimed_once_and_rescheduled() -> None:
     h.r.zadd(h.k.polls, {m: 0})
 
     def claim() -> Any:
-        return h.run(layout.poll(h.c, h.k, "worker", PollArgs(60_000), [(h.tk(A), layout.Member(m))]))
+        return h.run(
+            layout.poll(h.c, h.k, "worker", PollArgs(60_000), [(h.tk(A), layout.Member(m))])
+        )
 
     (first,) = claim()
     assert first[:6] == [1, A, "img", 1, "prov-1", "gen"]

@@ -104,7 +104,11 @@ class TaskMachine(RuleBasedStateMachine):
         assert list(h.run(call)) == list(self.model.defer(known, named=attempt))
         self.same_history()
 
-    @rule(event=st.sampled_from(("COMPLETE", "FAIL")), which=st.integers(0, 3), retryable=st.booleans())
+    @rule(
+        event=st.sampled_from(("COMPLETE", "FAIL")),
+        which=st.integers(0, 3),
+        retryable=st.booleans(),
+    )
     def resolve(self, event: str, which: int, retryable: bool) -> None:
         """An outside result for the current attempt (which = 0) or attempt ``which``."""
         self.note("RESOLVE_" + event)
