@@ -178,7 +178,7 @@ async def test_the_client_completes_and_fails_by_external_id(
         "gen.callback", {"provider": provider.url, "mode": "lose"}, max_attempts=1
     )
     ia = await wait_for_state(client, a, "DEFERRED", timeout=20)
-    ib = await wait_for_state(client, b, "DEFERRED", timeout=20)
+    await wait_for_state(client, b, "DEFERRED", timeout=20)
     assert (
         await client.complete_external(ia.external_id, {"v": 1}, provider="testprov") == "SUCCEEDED"
     )
