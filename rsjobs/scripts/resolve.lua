@@ -32,9 +32,13 @@ Returns: {code, state}:
   -1  the task no longer exists
   -2  refused (recorded): the task is not DEFERRED (finished, timed out, cancelled...)
   -3  refused (recorded): the result is for another attempt or external id
+A result that finds the wait over by Redis TIME (wait_until passed, the reaper has not
+swept it yet) times the attempt out first (TIMEOUT, as deadline.lua would), then is
+refused (-2).
 An error (nothing written) when the event, attempt, external id, error type, jitter or
 via is malformed.
-Events: COMPLETE (DEFERRED -> SUCCEEDED), FAIL (DEFERRED -> SCHEDULED | FAILED); refused
+Events: COMPLETE (DEFERRED -> SUCCEEDED), FAIL (DEFERRED -> SCHEDULED | FAILED), TIMEOUT
+  (DEFERRED -> SCHEDULED | TIMED_OUT, past the longest wait); refused
   ones recorded with rej=1. AGAIN is no event (a poll is no transition) and its refusals
   are not recorded: a stale poll's member is dropped.
 ]]
@@ -53,7 +57,7 @@ if not is_number(ARGV[11], 0, 1) then return bad_arg('jitter', ARGV[11]) end
 if not VIA[via] then return bad_arg('via', via) end
 local jitter = tonumber(ARGV[11])
 
-local names = {'external_id', 'provider', 'poll_ms', 'resolved'}
+local names = {'external_id', 'provider', 'poll_ms', 'resolved', 'wait_until'}
 for _, f in ipairs(ATTEMPT_FIELDS) do names[#names + 1] = f end
 local t = load(1, names)
 if t == nil then return {-1, ''} end
@@ -79,6 +83,17 @@ if att ~= t.attempt or not named then
       .. (t.f.external_id or '?') .. ')', att)
   end
   return {-3, t.state}
+end
+local until_ms = tonumber(t.f.wait_until) or 0
+if until_ms > 0 and until_ms <= NOW then
+  -- past its longest wait: the deadline holds here, not only at the reaper's next sweep
+  -- (deadline.lua): TIMEOUT, then the result is refused as any later one
+  leave_deferred(t, POLLS_KEY)
+  end_attempt(t, 'TIMEOUT', 'longest wait passed ' .. (NOW - until_ms) .. ' ms ago: no result '
+    .. 'from ' .. (t.f.provider or '?') .. '/' .. (t.f.external_id or '?') .. ' in time',
+    'DeferTimeout', true, -1, jitter, {'x', t.f.external_id or ''}, nil)
+  if event ~= 'AGAIN' then reject(t, event, what .. ': past its longest wait', att) end
+  return {-2, t.state}
 end
 if event == 'AGAIN' then
   local every = tonumber(t.f.poll_ms) or 0

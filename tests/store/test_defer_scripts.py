@@ -229,3 +229,17 @@ def test_malformed_resolve_writes_nothing() -> None:
         with pytest.raises(redis.ResponseError, match="rsjobs: invalid"):
             h.run(layout.resolve(h.c, h.k, "api", h.tk(A), xkey, bad))
     assert h.snapshot() == before
+
+
+def test_a_result_past_the_longest_wait_times_out_first_without_a_reaper() -> None:
+    h = LuaHarness()
+    _defer(h, _running(h, max_attempts=2), wait=1)
+    time.sleep(0.01)
+    assert _resolve(h, "COMPLETE", attempt=1) == [-2, "SCHEDULED"]
+    t = h.task(A)
+    assert t["error_type"] == "DeferTimeout" and "result" not in t
+    timeout, refused = h.history(A)[-2:]
+    assert (timeout.event, timeout.to_state, timeout.rejected) == ("TIMEOUT", "SCHEDULED", False)
+    assert refused.event == "COMPLETE" and refused.rejected
+    assert "past its longest wait" in refused.message
+    assert h.r.zscore(h.k.deadlines, f"q:{A}") is None
