@@ -110,7 +110,9 @@ def verify(secret: str | bytes, token: str, now_ms: int | None = None) -> Claims
         got = _unb64(mac)
     except ValueError:
         raise BadSignature("malformed callback token") from None
-    if not hmac.compare_digest(want, got):
+    # (the canonical spelling only: the last character of unpadded base64 has spare bits,
+    # and a token has one spelling)
+    if not hmac.compare_digest(want, got) or _b64(got) != mac:
         raise BadSignature("callback token signature does not verify")
     try:
         w = _decode.decode(_unb64(body))
