@@ -95,6 +95,7 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
         "FAIL": frozenset({"SCHEDULED", "FAILED"}),
         "TIMEOUT": frozenset({"SCHEDULED", "TIMED_OUT"}),
         "CANCEL": frozenset({"CANCELLED"}),
+        "DEADLETTER": frozenset({"FAILED"}),
     },
     "PAUSED": {
         "RESUME": frozenset({"PENDING"}),

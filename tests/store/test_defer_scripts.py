@@ -243,3 +243,17 @@ def test_a_result_past_the_longest_wait_times_out_first_without_a_reaper() -> No
     assert refused.event == "COMPLETE" and refused.rejected
     assert "past its longest wait" in refused.message
     assert h.r.zscore(h.k.deadlines, f"q:{A}") is None
+
+
+def test_a_deferred_task_whose_data_breaks_the_sweep_is_dead_lettered() -> None:
+    """quarantine.lua takes a DEFERRED task out of its wait (DEADLETTER -> FAILED): left in
+    place it would wait forever, its longest wait never enforced."""
+    from rsjobs.store.layout import QuarantineArgs
+
+    h = LuaHarness()
+    _defer(h, _running(h))
+    args = QuarantineArgs(A, "q", "deadlines", f"q:{A}", "deadlines", "wait_until garbled", 1000)
+    reply = h.run(layout.quarantine(h.c, h.k, "reaper", h.tk(A), args))
+    assert reply == ["DEADLETTERED", "FAILED"]
+    assert h.r.zscore(h.k.deadlines, f"q:{A}") is None
+    assert _resolve(h, "COMPLETE", attempt=1) == [-2, "FAILED"]
