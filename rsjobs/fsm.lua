@@ -255,7 +255,7 @@ local TERMINAL_DROP = {'e', 'lease_expires_at', 'deadline_at', 'consumer', 'b', 
 -- Who sends an event as a rule: a history entry of it from that source leaves its source
 -- token empty (rsjobs/store/history.py reads it back the same way).
 local USUAL_SOURCE = {ENQUEUE = 'api', START = 'worker', COMPLETE = 'worker', FAIL = 'worker',
-  PROGRESS = 'worker', REQUEUE = 'worker'}
+  PROGRESS = 'worker', REQUEUE = 'worker', DEFER = 'worker'}
 
 -- The state an event leads to when the table allows it only one (START: RUNNING...):
 -- a history entry of such an event leaves its state token empty (derived from the table
@@ -841,7 +841,7 @@ end
 -- (xp), the id an outside service gave its job; wait_until (xu), the end of its longest
 -- wait (Redis TIME ms, its score in the deadlines zset); poll_ms (xo, 0: no polls; else
 -- its member in the polls zset is scored by its next poll). resolved (xd) is
--- "<attempt>:<EVENT>" of the outside result that ended the wait: a repeat of that result
+-- "<attempt><C|F>" (COMPLETE, FAIL) of the outside result that ended the wait: a repeat of that result
 -- is answered from it, writing nothing. external_id, provider and resolved stay once the
 -- wait is over (a later result is refused from them, and recorded).
 

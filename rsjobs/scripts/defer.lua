@@ -28,7 +28,8 @@ Returns: {code, state}:
   -6  refused: the external id is the wait of another task (recorded)
 An error (nothing written) when an external id, provider, max_wait_ms, poll_every_ms,
 lease or message is malformed.
-Events: DEFER (RUNNING -> DEFERRED; history fields x, xp, wait_ms, poll_ms); refused ones
+Events: DEFER (RUNNING -> DEFERRED; history fields x external id, xw longest wait, xo poll
+  period (when > 0)); refused ones
   recorded with rej=1.
 ]]
 local _, bad = layout(6, 0, 3, 2, 1)
@@ -64,6 +65,9 @@ redis.call('SET', XKEY, t.attempt .. ' ' .. mine)
 if RETENTION_MS > 0 then redis.call('PEXPIRE', XKEY, max_wait + RETENTION_MS) end
 local fields = {'external_id', ext, 'provider', provider, 'wait_until', NOW + max_wait}
 if poll > 0 then fields[#fields + 1] = 'poll_ms'; fields[#fields + 1] = poll end
-transition(t, 'DEFER', 'DEFERRED', msg, fields,
-  {'x', ext, 'xp', provider, 'wait_ms', max_wait, 'poll_ms', poll})
+-- (short: a history entry over 64 bytes turns the task hash into a hashtable)
+-- (the provider is the hash's xp field: the entry names the job, the wait, the polls)
+local extra = {'x', ext, 'xw', max_wait}
+if poll > 0 then extra[#extra + 1] = 'xo'; extra[#extra + 1] = poll end
+transition(t, 'DEFER', 'DEFERRED', msg, fields, extra)
 return {1, t.state}

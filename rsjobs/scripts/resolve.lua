@@ -25,7 +25,8 @@ ARGV: common (see fsm.lua), then
   ARGV[9]   error_type   FAIL: a name for the error ('' for COMPLETE)
   ARGV[10]  retryable    '1' or '0' (FAIL only)
   ARGV[11]  jitter       random number in [0, 1) for the backoff jitter
-  ARGV[12]  via          callback | poll | api: how the result came (history field via)
+  ARGV[12]  via          callback | poll | api: how the result came (history field via, when
+                         it is not the call's source)
 Returns: {code, state}:
    1  applied; state is the new state (SUCCEEDED, SCHEDULED, FAILED; AGAIN: DEFERRED)
    2  a repeat of the result that ended the wait: nothing written
@@ -64,7 +65,7 @@ if t == nil then return {-1, ''} end
 local att = t.attempt
 if att_arg ~= '' then att = tonumber(att_arg) end
 local named = ext == '' or ext == t.f.external_id
-if event ~= 'AGAIN' and named and t.f.resolved == att .. ':' .. event then
+if event ~= 'AGAIN' and named and t.f.resolved == att .. string.sub(event, 1, 1) then
   return {2, t.state}  -- the result that ended the wait, again
 end
 local what = event .. ' via ' .. via .. ' (attempt ' .. att .. ', external id '
@@ -101,8 +102,11 @@ if event == 'AGAIN' then
   return {1, t.state}
 end
 leave_deferred(t, POLLS_KEY)
-redis.call('HSET', t.key, 'xd', att .. ':' .. event)
-end_attempt(t, event, body, etype, retryable, -1, jitter, {'via', via}, nil)
+redis.call('HSET', t.key, 'xd', att .. string.sub(event, 1, 1))
+-- (via: how the result came, when the source does not say it already)
+local extra = nil
+if via ~= SOURCE then extra = {'via', via} end
+end_attempt(t, event, body, etype, retryable, -1, jitter, extra, nil)
 if TERMINAL[t.state] and RETENTION_MS > 0 then
   local holder = redis.call('GET', XKEY)
   if holder == att .. ' ' .. t.queue .. ' ' .. t.id then

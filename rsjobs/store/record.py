@@ -127,7 +127,8 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     traceback: str = ""
     #: a deferred attempt (DEFERRED, scripts/defer.lua): the outside job's id and its
     #: provider (kept once the wait is over), the end of its longest wait and its poll
-    #: period (while DEFERRED), and "<attempt>:<EVENT>" of the outside result that ended it
+    #: period (while DEFERRED), and "<attempt><C|F>" (COMPLETE, FAIL) of the outside result
+    #: that ended it
     external_id: str = _short("external_id")
     provider: str = _short("provider")
     wait_until: int = _short_int("wait_until")

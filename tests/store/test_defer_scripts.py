@@ -120,7 +120,7 @@ def test_a_callback_completes_once_and_a_repeat_writes_nothing() -> None:
     _defer(h, _running(h))
     assert _resolve(h, "COMPLETE", attempt=1) == [1, "SUCCEEDED"]
     t = h.task(A)
-    assert t["result"] == '"done"' and t["resolved"] == "1:COMPLETE"
+    assert t["result"] == '"done"' and t["resolved"] == "1C"
     assert "wait_until" not in t and h.r.zscore(h.k.deadlines, f"q:{A}") is None
     assert h.history(A)[-1].event == "COMPLETE"
     before = h.snapshot()
