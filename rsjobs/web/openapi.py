@@ -201,8 +201,8 @@ def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any
 
 
 _MS = {"type": "integer", "minimum": 0, "maximum": 10**13 - 1}
-_STATES = ["PENDING", "SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED",
-           "TIMED_OUT"]  # fmt: skip
+_STATES = ["PENDING", "SCHEDULED", "RUNNING", "DEFERRED", "PAUSED", "SUCCEEDED", "FAILED",
+           "CANCELLED", "TIMED_OUT"]  # fmt: skip
 # the filters of GET /tasks and GET /tasks/export
 _FILTERS = [
     _query("state", "only tasks in these states (repeated or comma-separated)",

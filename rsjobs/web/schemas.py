@@ -85,7 +85,15 @@ class ActionRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
 
 StateName = Literal[
-    "PENDING", "SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"
+    "PENDING",
+    "SCHEDULED",
+    "RUNNING",
+    "DEFERRED",
+    "PAUSED",
+    "SUCCEEDED",
+    "FAILED",
+    "CANCELLED",
+    "TIMED_OUT",
 ]
 Time = Annotated[int, Meta(ge=0, le=10**15 - 1, description="Redis TIME, milliseconds")]
 

@@ -43,3 +43,20 @@ async def test_complete_and_fail_from_the_command_line(client: Client, redis_url
     assert bad.returncode == 2 and "not valid JSON" in bad.stderr
     missing = rsjobs(redis_url, *ns, "complete", "no-such-job", "--provider", "acme")
     assert missing.returncode == 2 and "no-such-job" in missing.stderr
+
+
+async def test_deferred_tasks_are_listed(client: Client, redis_url: str) -> None:
+    store = client.store
+    a = await _deferred(client, store, "job-l1")
+    b = await _deferred(client, store, "job-l2")
+    running = await client.enqueue("gen", {"n": 2}, timeout_ms=60_000)  # in deadlines too
+    k = store.keys
+    (d,) = await store.work.read("hand", {k.queue("default"): "default"}, 1, None)
+    await store.work.start("hand", 60_000, "hand-n", [d])
+    page = await client.list_tasks(state="DEFERRED")
+    assert sorted(t.id for t in page.items) == sorted([a, b])
+    assert all(t.state == "DEFERRED" for t in page.items)
+    everything = await client.list_tasks()
+    assert {a, b, running} <= {t.id for t in everything.items}
+    listed = rsjobs(redis_url, "--namespace", "t", "tasks", "--state", "DEFERRED")
+    assert a in listed.stdout or a[:8] in listed.stdout, listed.stdout + listed.stderr
