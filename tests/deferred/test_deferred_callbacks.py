@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,8 +17,9 @@ import redis as sync_redis
 from rsjobs import Client, InvalidTransition, TaskNotFound
 from rsjobs.callbacks import Claims, body_signature, sign
 from tests.deferred.conftest import NS, SECRET
-from tests.support.processes import wait_for_state
+from tests.support.processes import stop_process, wait_for_state
 from tests.support.provider import Provider
+from tests.support.reaper import spawn_reaper
 from tests.support.web import ServerThread
 
 pytestmark = pytest.mark.integration
@@ -188,3 +190,35 @@ async def test_the_client_completes_and_fails_by_external_id(
         await client.complete_external(b, {"v": 2})
     with pytest.raises(TaskNotFound):
         await client.complete_external("no-such-job", provider="testprov")
+
+
+async def test_the_reaper_never_takes_a_deferred_task_of_a_killed_worker(
+    client: Client, provider: Provider, workers: Any, redis_url: str, tmp_path: Path
+) -> None:
+    """SIGKILL the worker that deferred a task and runs another: within a few leases the
+    reaper takes the RUNNING one back (RECLAIM), while the DEFERRED one stays as it is (no
+    entry, no lease: nothing to reclaim); the provider's callback then completes it with no
+    worker alive."""
+    provider.hold()
+    worker = workers("-c", "2", "--lease-ms", "500")
+    tid = await client.enqueue("gen.callback", {"provider": provider.url})
+    await wait_for_state(client, tid, "DEFERRED", timeout=20)
+    running = await client.enqueue("slow", {"s": 60})
+    await wait_for_state(client, running, "RUNNING", timeout=20)
+    stop_process(worker)  # SIGKILL
+    reaper = spawn_reaper(redis_url, NS, str(tmp_path / "reaper.log"), "--interval-ms", "100",
+                          "--lease-ms", "500")  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while not any(e.event == "RECLAIM" for e in await client.history(running)):
+            assert time.monotonic() < deadline, "the reaper did not take the RUNNING task back"
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)  # two more leases of sweeps
+        info = await client.get(tid)
+        assert info.state == "DEFERRED" and info.attempt == 1
+        assert not any(e.event == "RECLAIM" for e in await client.history(tid))
+        provider.release()
+        done = await client.wait(tid, timeout_ms=20_000)
+        assert done.state == "SUCCEEDED" and done.attempt == 1
+    finally:
+        stop_process(reaper)

@@ -65,3 +65,12 @@ async def poll_gen(poll: PollContext) -> PollResult:
 @tasks.handler("quick")
 async def quick(ctx: Context, payload: Any) -> Any:
     return {"attempt": ctx.attempt}
+
+
+@tasks.handler("slow")
+async def slow(ctx: Context, payload: dict[str, Any]) -> Any:
+    """Runs ``s`` seconds (a RUNNING task for a reaper to take back once its worker died)."""
+    import asyncio
+
+    await asyncio.sleep(float(payload.get("s", 30)))
+    return {"attempt": ctx.attempt}
