@@ -157,9 +157,12 @@ class Deferred:
         error_type: str = "",
         retryable: bool = True,
         via: str = "api",
+        durable: bool = True,
     ) -> TaskReply:
         """``resolve.lua``: COMPLETE or FAIL of the wait (or AGAIN: the next poll) for
-        ``attempt`` (None: the current one) and ``external_id`` ('' = any)."""
+        ``attempt`` (None: the current one) and ``external_id`` ('' = any). ``durable``:
+        an outside result is a write its sender is answered for (durable mode: WAIT for
+        the replicas before answering); a poll's AGAIN need not be."""
         keys = self.keys.task_keys(task_id, ref.queue, ref.dedup or None)
         # the key of the wait the task is in (as read): the script expires it with the task
         ext_key = self.keys.external(
@@ -176,7 +179,7 @@ class Deferred:
             via,
         )
         call = layout.resolve(self.scripts.common, self.keys, source, keys, ext_key, args)
-        return TaskReply.of(await self.scripts.run(call))
+        return TaskReply.of(await self.scripts.run(call, durable=durable and event != "AGAIN"))
 
     async def due_polls(self, count: int) -> list[str]:
         """Members of the polls zset due now by the local clock (with 1 s of slack: the
