@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from .client import Client
 from .errors import (
+    BadSignature,
     ConfigError,
     CorruptData,
     DedupKeyReused,
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from .worker import Context, Registry, Worker
 
 __all__ = [
+    "BadSignature",
     "BulkItem",
     "BulkResult",
     "Client",

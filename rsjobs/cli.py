@@ -18,7 +18,14 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from .client import Client, connect
-from .errors import ConfigError, RedisUnavailable, RsjobsError, StoreError, WaitTimeout
+from .errors import (
+    ConfigError,
+    InvalidTransition,
+    RedisUnavailable,
+    RsjobsError,
+    StoreError,
+    WaitTimeout,
+)
 from .logfmt import FORMATS, setup_logging
 from .settings import Settings
 from .store import Store
@@ -199,6 +206,29 @@ async def cmd_control(args: argparse.Namespace) -> int:
         why = "a finished task accepts no " + args.command if before.terminal else ""
         warn(f"nothing changed: task {args.id} is already {state}" + (f" ({why})" if why else ""))
         return EXIT_UNCHANGED
+    return 0
+
+
+async def cmd_external(args: argparse.Namespace) -> int:
+    """``rsjobs complete`` / ``rsjobs fail``: end a DEFERRED task's wait (by its id, or by
+    the outside job's id with ``--provider``); prints the state after. A result the task
+    refuses (it is not waiting on that job) exits 1, recorded in its history."""
+    async with client_from_args(args) as client:
+        try:
+            if args.command == "complete":
+                try:
+                    result = json.loads(args.result) if args.result is not None else None
+                except json.JSONDecodeError as exc:
+                    raise CliError(f"--result is not valid JSON: {exc}") from None
+                state = await client.complete_external(args.id, result, provider=args.provider)
+            else:
+                state = await client.fail_external(
+                    args.id, args.error, retryable=not args.final, provider=args.provider
+                )
+        except InvalidTransition as exc:
+            warn(f"refused (recorded in the task's history): {exc}")
+            return 1
+    print(state)
     return 0
 
 
@@ -417,6 +447,20 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("id")
         c.add_argument("--reason", default="")
         c.set_defaults(func=cmd_control)
+
+    done = sub.add_parser(
+        "complete", help="end a DEFERRED task's wait with its result (an outside job's)"
+    )
+    done.add_argument("id", help="the task id, or the outside job's id (with --provider)")
+    done.add_argument("--result", help="the result (JSON)")
+    done.add_argument("--provider", help="the outside job's provider (the id is its job id)")
+    done.set_defaults(func=cmd_external)
+    fail = sub.add_parser("fail", help="fail a DEFERRED task's wait (the retry policy decides)")
+    fail.add_argument("id", help="the task id, or the outside job's id (with --provider)")
+    fail.add_argument("--error", required=True, help="what went wrong")
+    fail.add_argument("--final", action="store_true", help="no retry: FAILED at once")
+    fail.add_argument("--provider", help="the outside job's provider (the id is its job id)")
+    fail.set_defaults(func=cmd_external)
 
     # retry, replay, queue pause|resume, bulk cancel|retry
     from .console import actions

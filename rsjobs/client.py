@@ -65,6 +65,10 @@ def validate_task_id(task_id: str) -> str:
     return task_id
 
 
+def _is_task_id(value: str) -> bool:
+    return isinstance(value, str) and len(value) == 32 and set(value) <= _ID_CHARS
+
+
 def new_task_id() -> str:
     return uuid.uuid4().hex
 
@@ -739,6 +743,80 @@ class Client:
             )
 
         return await run_bulk("retry", found, dry_run, one)
+
+    # -- deferred attempts ---------------------------------------------------------------
+
+    async def complete_external(
+        self,
+        task_or_external_id: str,
+        result: Any = None,
+        *,
+        provider: str | None = None,
+        source: str | None = None,
+    ) -> str:
+        """End the wait of a DEFERRED task with its result (SUCCEEDED); returns the state
+        after the call. The task is named by its id, or (with ``provider``, or when the
+        value is no task id) by the outside job's id it deferred on. A repeat of the same
+        result answers the same state and writes nothing. Raises :class:`TaskNotFound`,
+        and :class:`InvalidTransition` when the task is not waiting on that job (finished,
+        timed out past its longest wait, cancelled, another attempt): recorded in its
+        history."""
+        return await self._external(
+            "COMPLETE", task_or_external_id, provider, source, result=result
+        )
+
+    async def fail_external(
+        self,
+        task_or_external_id: str,
+        error: str,
+        *,
+        retryable: bool = True,
+        provider: str | None = None,
+        source: str | None = None,
+    ) -> str:
+        """Fail the wait of a DEFERRED task: its retry policy decides (SCHEDULED for
+        another attempt, or FAILED; ``retryable=False``: FAILED at once). As
+        :meth:`complete_external` otherwise."""
+        _check_reason(error)
+        return await self._external(
+            "FAIL", task_or_external_id, provider, source, error=error, retryable=retryable
+        )
+
+    async def _external(
+        self,
+        event: str,
+        name: str,
+        provider: str | None,
+        source: str | None,
+        **kw: Any,
+    ) -> str:
+        from .external import resolve_external
+        from .store.deferred import DEFAULT_PROVIDER
+
+        src = self._source(source)
+        by_task = provider is None and _is_task_id(name)
+        outcome = await resolve_external(
+            self.store,
+            event=event,
+            task_id=name if by_task else None,
+            external_id="" if by_task else name,
+            provider=provider or DEFAULT_PROVIDER,
+            via="api",
+            source=src,
+            **kw,
+        )
+        if outcome.code is Code.NOT_FOUND:
+            raise TaskNotFound(name)
+        if outcome.code in (Code.REFUSED, Code.LEASE_LOST):
+            why = "not waiting on that outside job (" + outcome.state + ")"
+            raise error_of(
+                outcome.code,
+                subject=outcome.task_id,
+                action=event,
+                state=outcome.state,
+                message=why,
+            )
+        return outcome.state
 
     def _source(self, source: str | None) -> str:
         """Who acts, as history records it: ``source``, or the client's own."""

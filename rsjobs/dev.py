@@ -369,7 +369,7 @@ class DevStack:
 
 
 def _active(counts: dict[str, int]) -> bool:
-    return any(counts.get(s, 0) for s in ("PENDING", "SCHEDULED", "RUNNING", "PAUSED"))
+    return any(counts.get(s, 0) for s in ("PENDING", "SCHEDULED", "RUNNING", "DEFERRED", "PAUSED"))
 
 
 async def run_dev(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "ActionRefused",
+    "BadSignature",
     "ConfigError",
     "CorruptData",
     "CorruptWorkflow",
@@ -155,6 +156,11 @@ class NotMigrated(RsjobsError):
     def __init__(self, what: str, why: str) -> None:
         super().__init__(f"{what} {why}")
         self.what, self.why = what, why
+
+
+class BadSignature(RsjobsError):
+    """Raised when a callback's token or signature does not verify (forged, altered,
+    expired, or signed with another secret): nothing is written."""
 
 
 class NonRetryable(RsjobsError):

@@ -86,6 +86,19 @@ local TRANSITIONS = {
   ['RUNNING|PAUSE|PAUSED'] = true,
   ['RUNNING|CANCEL|CANCELLED'] = true,
   ['RUNNING|DEADLETTER|FAILED'] = true,
+  ['RUNNING|DEFER|DEFERRED'] = true,
+
+  -- DEFERRED: the handler handed the attempt to an outside service (defer.lua); no worker
+  -- holds it (no lease, no work entry). A result comes by callback, client or poll
+  -- (resolve.lua), fenced by the attempt and the external id; past its longest wait the
+  -- reaper times it out (deadline.lua). PAUSE is refused: the outside job runs on.
+  ['DEFERRED|COMPLETE|SUCCEEDED'] = true,
+  ['DEFERRED|FAIL|SCHEDULED'] = true,
+  ['DEFERRED|FAIL|FAILED'] = true,
+  ['DEFERRED|TIMEOUT|SCHEDULED'] = true,
+  ['DEFERRED|TIMEOUT|TIMED_OUT'] = true,
+  ['DEFERRED|CANCEL|CANCELLED'] = true,
+  ['DEFERRED|DEADLETTER|FAILED'] = true,
 
   ['PAUSED|RESUME|PENDING'] = true,
   ['PAUSED|CANCEL|CANCELLED'] = true,
@@ -221,7 +234,8 @@ end
 -- names and map them with fld(); every field not listed keeps its long name.
 local FIELD = {state = 's', type = 't', queue = 'q', payload = 'p', attempt = 'a',
   max_attempts = 'ma', failures = 'f', created_at = 'c', started_at = 'b', updated_at = 'u',
-  lease = 'l', result = 'r', entry = 'e', traceparent = 'tp', tracestate = 'ts'}
+  lease = 'l', result = 'r', entry = 'e', traceparent = 'tp', tracestate = 'ts',
+  external_id = 'x', provider = 'xp', wait_until = 'xu', poll_ms = 'xo', resolved = 'xd'}
 local function fld(name)
   return FIELD[name] or name
 end
@@ -242,7 +256,7 @@ local TERMINAL_DROP = {'e', 'lease_expires_at', 'deadline_at', 'consumer', 'b', 
 -- Who sends an event as a rule: a history entry of it from that source leaves its source
 -- token empty (rsjobs/store/history.py reads it back the same way).
 local USUAL_SOURCE = {ENQUEUE = 'api', START = 'worker', COMPLETE = 'worker', FAIL = 'worker',
-  PROGRESS = 'worker', REQUEUE = 'worker'}
+  PROGRESS = 'worker', REQUEUE = 'worker', DEFER = 'worker'}
 
 -- The state an event leads to when the table allows it only one (START: RUNNING...):
 -- a history entry of such an event leaves its state token empty (derived from the table
@@ -838,4 +852,37 @@ local function end_attempt(t, event, body, etype, retryable, delay, jitter, extr
   end
   fields[#fields + 1] = 'error'; fields[#fields + 1] = why
   transition(t, event, to, why, fields, hist)
+end
+
+-- Deferred attempts (DEFERRED in the table; defer.lua, resolve.lua, poll.lua, and the
+-- longest wait in deadline.lua). A DEFERRED task's hash holds external_id (x) and provider
+-- (xp), the id an outside service gave its job; wait_until (xu), the end of its longest
+-- wait (Redis TIME ms, its score in the deadlines zset); poll_ms (xo, 0: no polls; else
+-- its member in the polls zset is scored by its next poll). resolved (xd) is
+-- "<attempt><C|F>" (COMPLETE, FAIL) of the outside result that ended the wait: a repeat of that result
+-- is answered from it, writing nothing. external_id, provider and resolved stay once the
+-- wait is over (a later result is refused from them, and recorded).
+
+-- The longest external id (a provider's job id; one key per deferred task carries it).
+local EXTERNAL_MAX = 200
+
+-- An external id: 1 to EXTERNAL_MAX letters, digits or '._:/-' (rsjobs/store/deferred.py
+-- checks the same first).
+local function is_external(v)
+  return type(v) == 'string' and #v >= 1 and #v <= EXTERNAL_MAX
+    and string.match(v, '^[%w%._:/%-]+$') ~= nil
+end
+
+-- A provider name: 1 to 64 letters, digits or '._-'.
+local function is_provider(v)
+  return type(v) == 'string' and #v >= 1 and #v <= 64 and string.match(v, '^[%w%._%-]+$') ~= nil
+end
+
+-- The wait of DEFERRED task `t` is over (it is being resolved or timed out): its longest
+-- wait and its poll leave their zsets (polls_key nil: the caller has no polls key; its
+-- member, if any, is dropped by the next poll claim), and the wait fields are deleted.
+local function leave_deferred(t, polls_key)
+  redis.call('ZREM', DEADLINES_KEY, member(t))
+  if polls_key ~= nil then redis.call('ZREM', polls_key, member(t)) end
+  redis.call('HDEL', t.key, 'xu', 'xo')
 end

@@ -21,6 +21,9 @@ class State(StrEnum):
     RUNNING = "RUNNING"
     #: held back by a user (or a shutdown); RESUME puts it back on its queue
     PAUSED = "PAUSED"
+    #: the attempt waits on an outside service (no worker slot, no lease): a fenced
+    #: callback, a client call or a poll completes or fails it, its longest wait times it out
+    DEFERRED = "DEFERRED"
     #: the handler returned; the result is stored
     SUCCEEDED = "SUCCEEDED"
     #: the handler failed for good (attempts exhausted, non-retryable, worker lost)
@@ -49,6 +52,8 @@ class Event(StrEnum):
     DEADLETTER = "DEADLETTER"
     #: an operator starts a FAILED, TIMED_OUT or CANCELLED task over as a new task
     RETRY = "RETRY"
+    #: the handler hands its attempt to an outside service (RUNNING -> DEFERRED)
+    DEFER = "DEFER"
     #: an operator starts a SUCCEEDED task over as a new task
     REPLAY = "REPLAY"
 
@@ -81,6 +86,14 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
         "RECLAIM": frozenset({"PENDING", "FAILED"}),
         "REQUEUE": frozenset({"PENDING"}),
         "PAUSE": frozenset({"PAUSED"}),
+        "CANCEL": frozenset({"CANCELLED"}),
+        "DEADLETTER": frozenset({"FAILED"}),
+        "DEFER": frozenset({"DEFERRED"}),
+    },
+    "DEFERRED": {
+        "COMPLETE": frozenset({"SUCCEEDED"}),
+        "FAIL": frozenset({"SCHEDULED", "FAILED"}),
+        "TIMEOUT": frozenset({"SCHEDULED", "TIMED_OUT"}),
         "CANCEL": frozenset({"CANCELLED"}),
         "DEADLETTER": frozenset({"FAILED"}),
     },

@@ -14,10 +14,13 @@ import re
 from .errors import ConfigError
 
 __all__ = [
+    "EXTERNAL",
+    "EXTERNAL_SCHEMA",
     "NAME",
     "NAME_SCHEMA",
     "OWNER",
     "OWNER_SCHEMA",
+    "is_external",
     "is_name",
     "is_owner",
     "validate_name",
@@ -27,8 +30,14 @@ _NAME_CHARS = r"[A-Za-z0-9_.\-]{1,64}"
 # no '/' or space (dedup keys are scoped as "<owner>/<key>"), no ':' (a token's role suffix)
 _OWNER_CHARS = r"[A-Za-z0-9_.@\-]{1,128}"
 
+# an outside job's id (a provider's): ':' and '/' too, as provider ids often have them
+_EXTERNAL_CHARS = r"[A-Za-z0-9_.:/\-]{1,200}"
+
 #: namespace, queue, stage, item and definition names
 NAME = re.compile(_NAME_CHARS)
+#: external ids (``is_external`` in fsm.lua)
+EXTERNAL = re.compile(_EXTERNAL_CHARS)
+EXTERNAL_SCHEMA = rf"^{_EXTERNAL_CHARS}\Z"
 #: owner names (tokens, tasks, workflows)
 OWNER = re.compile(_OWNER_CHARS)
 #: the same rules as msgspec ``Meta`` patterns (anchored; ``\Z``, see the module)
@@ -39,6 +48,11 @@ OWNER_SCHEMA = rf"^{_OWNER_CHARS}\Z"
 def is_name(value: object) -> bool:
     """Whether ``value`` is a string that follows the name rule."""
     return isinstance(value, str) and NAME.fullmatch(value) is not None
+
+
+def is_external(value: object) -> bool:
+    """Whether ``value`` is a string that follows the external id rule."""
+    return isinstance(value, str) and EXTERNAL.fullmatch(value) is not None
 
 
 def is_owner(value: object) -> bool:

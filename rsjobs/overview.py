@@ -27,8 +27,8 @@ __all__ = [
 ]
 
 #: the states of a queue's counts, in the order a task passes through them
-_STATES = ("PENDING", "SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED",
-           "TIMED_OUT")  # fmt: skip
+_STATES = ("PENDING", "SCHEDULED", "RUNNING", "DEFERRED", "PAUSED", "SUCCEEDED", "FAILED",
+           "CANCELLED", "TIMED_OUT")  # fmt: skip
 _WAITING = ("PENDING", "SCHEDULED", "RUNNING")
 _ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 

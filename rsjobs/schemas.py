@@ -79,6 +79,11 @@ class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
     traceback: str = ""
     #: the task waits on a paused queue (read with the task; False once it is finished)
     queue_paused: bool = False
+    #: a deferred attempt's outside job (Context.defer): its id and provider (kept once
+    #: the wait is over), and the end of its longest wait while DEFERRED (ms)
+    external_id: str = ""
+    provider: str = ""
+    wait_until: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -126,6 +131,9 @@ class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
             retry_of=r.retry_of,
             retried_as=r.retried_as,
             traceback=r.traceback,
+            external_id=r.external_id,
+            provider=r.provider,
+            wait_until=r.wait_until,
         )
 
     @classmethod

@@ -323,6 +323,43 @@ class SyncClient:
         r = self._runner()
         return r.run(r.client.cancel(task_id, reason, source=source))
 
+    def complete_external(
+        self,
+        task_or_external_id: str,
+        result: Any = None,
+        *,
+        provider: str | None = None,
+        source: str | None = None,
+    ) -> str:
+        """End a DEFERRED task's wait with its result (see Client.complete_external)."""
+        r = self._runner()
+        return r.run(
+            r.client.complete_external(
+                task_or_external_id, result, provider=provider, source=source
+            )
+        )
+
+    def fail_external(
+        self,
+        task_or_external_id: str,
+        error: str,
+        *,
+        retryable: bool = True,
+        provider: str | None = None,
+        source: str | None = None,
+    ) -> str:
+        """Fail a DEFERRED task's wait (see Client.fail_external)."""
+        r = self._runner()
+        return r.run(
+            r.client.fail_external(
+                task_or_external_id,
+                error,
+                retryable=retryable,
+                provider=provider,
+                source=source,
+            )
+        )
+
     def pause(self, task_id: str, reason: str = "", *, source: str | None = None) -> str:
         """Hold the task back; raises :class:`rsjobs.InvalidTransition` when terminal."""
         r = self._runner()

@@ -237,6 +237,7 @@ local function cancel_task(t, reason)
   if from == 'PENDING' or from == 'RUNNING' then drop_entry(t.qkey, t.f.entry) end
   redis.call('ZREM', SCHED_KEY, member(t))
   redis.call('ZREM', DEADLINES_KEY, member(t))
+  if from == 'DEFERRED' then leave_deferred(t, nil) end
   transition(t, 'CANCEL', 'CANCELLED', reason, {'error', 'cancelled: ' .. reason}, nil)
   if from == 'RUNNING' then redis.call('PUBLISH', CHANNEL, 'CANCEL ' .. t.id) end
   return true

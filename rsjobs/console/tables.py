@@ -24,6 +24,7 @@ STATE_STYLES = {
     "PENDING": "",
     "SCHEDULED": "blue",
     "RUNNING": "cyan",
+    "DEFERRED": "magenta",
     "PAUSED": "blue",
     "SUCCEEDED": "green",
     "FAILED": "red",

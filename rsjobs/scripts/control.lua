@@ -47,6 +47,8 @@ elseif from == 'SCHEDULED' then
 elseif from == 'RUNNING' then
   drop_entry(t.qkey, t.f.entry)
   redis.call('ZREM', DEADLINES_KEY, member(t))
+elseif from == 'DEFERRED' then
+  leave_deferred(t, nil)  -- its longest wait; its poll, if any, is dropped when claimed
 end
 if event == 'RESUME' then
   fields = {'entry', push_entry(t)}

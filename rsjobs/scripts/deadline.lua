@@ -12,6 +12,9 @@ member is harmless:
     grace lets a live worker report its own timeout first. Its late result is refused by
     finish.lua; its next heartbeat tells it to stop.
   * PENDING or SCHEDULED, never started (attempt 0), expires_at <= now: EXPIRE -> TIMED_OUT.
+  * DEFERRED and wait_until <= now (its longest wait, defer.lua): TIMEOUT, the same retry
+    policy (DEFERRED -> SCHEDULED with backoff, else TIMED_OUT); an outside result that
+    comes later is refused by resolve.lua and recorded. No grace: no worker is involved.
   * due later than the member's score: the member is re-scored to that time.
   * anything else (task gone, PAUSED, finished, started without a deadline): ZREM.
 
@@ -30,7 +33,7 @@ Returns: per candidate one word:
   LATER      not due yet: member re-scored
   STALE      member removed, nothing else done
 An error (nothing written) when grace_ms or a jitter is malformed.
-Events: TIMEOUT (RUNNING -> SCHEDULED | TIMED_OUT), EXPIRE (PENDING | SCHEDULED -> TIMED_OUT).
+Events: TIMEOUT (RUNNING | DEFERRED -> SCHEDULED | TIMED_OUT), EXPIRE (PENDING | SCHEDULED -> TIMED_OUT).
 ]]
 local NARG, PER = 5, 2
 local n, bad = layout(1, PER, 3, 0)
@@ -46,7 +49,8 @@ for i = 1, n do
   local a = NARG + (i - 1) * PER
   local m, jitter = ARGV[a + 1], tonumber(ARGV[a + 2])
   local t = load(i, {'lease', 'entry', 'failures', 'max_attempts', 'backoff_base_ms',
-    'backoff_max_ms', 'deadline_at', 'expires_at', 'consumer', 'started_at', 'created_at'})
+    'backoff_max_ms', 'deadline_at', 'expires_at', 'consumer', 'started_at', 'created_at', 'wait_until',
+    'external_id', 'provider'})
   if t == nil then
     redis.call('ZREM', DEADLINES_KEY, m)
     out[i] = 'STALE'
@@ -61,6 +65,20 @@ for i = 1, n do
         .. (NOW - (tonumber(t.f.started_at) or NOW)) .. ' ms); worker ' .. worker
         .. ' did not end the attempt'
       end_attempt(t, 'TIMEOUT', body, 'TimeoutError', true, -1, jitter, {'worker', worker}, nil)
+      if t.state == 'SCHEDULED' then out[i] = 'RETRY' else out[i] = 'TIMED_OUT' end
+    end
+  elseif t.state == 'DEFERRED' and (tonumber(t.f.wait_until) or 0) > 0 then
+    local until_ms = tonumber(t.f.wait_until)
+    if until_ms > NOW then
+      redis.call('ZADD', DEADLINES_KEY, until_ms, m)
+      out[i] = 'LATER'
+    else
+      local ext = (t.f.provider or '?') .. '/' .. (t.f.external_id or '?')
+      local body = 'longest wait passed ' .. (NOW - until_ms) .. ' ms ago: no result from '
+        .. ext
+      leave_deferred(t, nil)
+      end_attempt(t, 'TIMEOUT', body, 'DeferTimeout', true, -1, jitter, {'x', t.f.external_id or ''},
+        nil)
       if t.state == 'SCHEDULED' then out[i] = 'RETRY' else out[i] = 'TIMED_OUT' end
     end
   elseif (t.state == 'PENDING' or t.state == 'SCHEDULED') and t.attempt == 0

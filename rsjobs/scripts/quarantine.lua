@@ -4,7 +4,7 @@ The reaper calls this for one task after a script failed on that task alone and 
 stored data was found defective (a hash without its id or queue, a field that does not
 parse, a key of the wrong type...). The task is read field by field here, not with
 fsm.lua's `load`, which refuses such a hash.
-  * PENDING, SCHEDULED or RUNNING, with a hash: DEADLETTER ->
+  * PENDING, SCHEDULED, RUNNING or DEFERRED, with a hash: DEADLETTER ->
     FAILED, with the reason; its work entry, deadline and schedule are dropped and an
     entry is added to the dead-letter stream. A missing id or queue field is restored
     from the caller's (the index named both), so the task reads and re-queues like any
@@ -30,7 +30,8 @@ ARGV: common (see fsm.lua), then
 Returns: {outcome, state}: outcome DEADLETTERED (DEADLETTER -> FAILED), REMOVED (reference
   taken out of its index, recorded on the dead-letter stream) or GONE (nothing to do);
   state: the task's state after the call ('' when it has none).
-Events: DEADLETTER (PENDING | SCHEDULED | RUNNING -> FAILED), extra fields step, dl.
+Events: DEADLETTER (PENDING | SCHEDULED | RUNNING | DEFERRED -> FAILED), extra fields step,
+  dl.
 ]]
 local _, bad = layout(7, 0, 3, 1, 1)
 if bad then return bad end

@@ -10,7 +10,8 @@ Redis errors become rsjobs's (:mod:`.transient`). Everything else calls a :class
 The parts are attributes, each one idea: ``tasks`` (clients and the web app), ``work``
 (workers), ``reaper``, ``quarantine``, ``workflows``, ``events`` (the web app's hub),
 ``migration`` (``rsjobs migrate``), ``index`` (task lists, and the trim of their indexes),
-``series`` (per-minute queue series).
+``series`` (per-minute queue series), ``deferred`` (attempts waiting on outside jobs:
+hand-off, results, polls).
 The namespace's layout is checked before the first script call (:mod:`.marker`); processes
 check it at start with :meth:`Store.require_layout`.
 """
@@ -21,6 +22,7 @@ from redis.asyncio import Redis
 
 from ..settings import Settings
 from .connection import connect, describe, reset_connections
+from .deferred import Deferred
 from .events import Events
 from .index import Index, ListQuery
 from .keys import GROUP, Keys, TaskKeys, WorkflowKeys
@@ -111,6 +113,7 @@ class Store:
         self.keys = self.scripts.keys
         self.tasks = Tasks(self.scripts)
         self.work = Work(self.scripts)
+        self.deferred = Deferred(self.scripts)
         self.reaper = Reaping(self.scripts)
         self.quarantine = Quarantine(self.scripts)
         self.workflows = Workflows(

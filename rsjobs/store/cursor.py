@@ -1,7 +1,7 @@
 """The cursor of a task list (:mod:`rsjobs.store.index`): where the last page stopped.
 
 A list is the merge, newest first, of the indexes its query reads (its *sources*, each
-named by an ident: ``q:<queue>``, ``s``, ``p``, ``d:<STATE>``, ``t``), ordered by the key
+named by an ident: ``q:<queue>``, ``s``, ``p``, ``w``, ``d:<STATE>``, ``t``), ordered by the key
 ``(ms, ident, position)``: the time the list orders a task by, then the source, then the
 task's position in that source (a stream entry id, a zset member). A cursor is the key of
 the last task a page handed out (or looked at, when the page stopped at its scan bound),

@@ -69,11 +69,21 @@ USUAL_SOURCE = {
     "FAIL": "worker",
     "PROGRESS": "worker",
     "REQUEUE": "worker",
+    "DEFER": "worker",
 }
 
 #: extra fields stored under a shorter name: the START entry's worker, a FAIL entry's
-#: exception type and traceback
-_EXTRA_NAMES = {"w": "worker", "et": "error_type", "tb": "traceback"}
+#: exception type and traceback, a DEFER entry's outside job and wait (an entry over 64
+#: bytes would turn the task hash from a listpack into a hashtable, four times its size)
+_EXTRA_NAMES = {
+    "w": "worker",
+    "et": "error_type",
+    "tb": "traceback",
+    "x": "external_id",
+    "xp": "provider",
+    "xw": "wait_ms",
+    "xo": "poll_ms",
+}
 
 
 def _parse(task_id: str, n: int, value: str, created: int, before: str) -> dict[str, str]:

@@ -5,7 +5,8 @@ and their trim with retention (``trim.lua``, the reaper's).
 A list is driven by one kind of index, chosen on its first page and kept in its cursor:
 
 - by state (driver ``s``): the sources of each state asked for: a queue's stream for
-  PENDING and RUNNING (RUNNING: its delivered entries), ``scheduled``, ``paused:tasks``, and a
+  PENDING and RUNNING (RUNNING: its delivered entries), ``scheduled``, ``paused:tasks``,
+  ``deadlines`` for DEFERRED (by the end of its longest wait), and a
   ``done:<STATE>`` stream per terminal state; merged by the time each orders a task by;
 - by tag (driver ``t<n>``): the tags index's range of the owner or of one label, ordered
   by creation time; chosen when that range holds fewer tasks than the state sources do.
@@ -280,6 +281,10 @@ class Index:
                 made.append(ScoreZset(k.scheduled, "s", "SCHEDULED", q.queues, top, q.since))
             if "PAUSED" in states:
                 made.append(ScoreZset(k.paused_tasks, "p", "PAUSED", q.queues, top, q.since))
+            if "DEFERRED" in states:
+                # the deadlines zset holds each DEFERRED task by the end of its longest
+                # wait (and other tasks' deadlines, which the state check skips)
+                made.append(ScoreZset(k.deadlines, "w", "DEFERRED", q.queues, top, q.since))
             for s in TERMINAL_STATES:
                 if s in states:
                     made.append(DoneStream(k.done_stream(s), s, q.queues, top, q.since))

@@ -29,6 +29,12 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
     rsjobs:{default}:series:<queue>       stream  the queue's counters sampled once a minute
                                                   by the reaper, id ``<minute ms>-0``, the
                                                   last 24 h (``scripts/series.lua``)
+    rsjobs:{default}:polls                zset    ``<queue>:<id>`` of DEFERRED tasks completed
+                                                  by polling, by next poll time (ms)
+    rsjobs:{default}:external:<p>:<id>    string  ``<attempt> <queue> <task id>`` of the task
+                                                  waiting on outside job ``<id>`` of provider
+                                                  ``<p>`` (scripts/defer.lua); expires with
+                                                  the task
     rsjobs:{default}:layout               string  the layout the namespace's data is in (``2``;
                                                   none: empty, or written before it had one;
                                                   see store/marker.py)
@@ -140,6 +146,7 @@ class Keys:
         "nodedup",
         "paused",
         "paused_tasks",
+        "polls",
         "prefix",
         "queues",
         "reaper_guard",
@@ -170,6 +177,7 @@ class Keys:
         self.workers_dead = p + "workers:dead"
         self.reaper_guard = p + "reaper:guard"
         self.layout = p + "layout"
+        self.polls = p + "polls"
         self.workflows = p + "workflows"
         self.workflows_active = p + "workflows:active"
         #: the list indexes: one stream per terminal state (TERMINAL_STATES' order), the
@@ -199,6 +207,10 @@ class Keys:
 
     def dedup(self, key: str) -> str:
         return f"{self.prefix}dedup:{key}"
+
+    def external(self, provider: str, external_id: str) -> str:
+        """The key mapping an outside job (its provider and id) to its DEFERRED task."""
+        return f"{self.prefix}external:{provider}:{external_id}"
 
     def workflow(self, wf_id: str) -> str:
         return f"{self.prefix}wf:{wf_id}"

@@ -35,6 +35,7 @@ __all__ = [
     "ControlArgs",
     "DeadlineArgs",
     "DeadlineItem",
+    "DeferArgs",
     "Ending",
     "Entry",
     "Expect",
@@ -45,9 +46,11 @@ __all__ = [
     "NewTask",
     "OpenTask",
     "Packed",
+    "PollArgs",
     "QuarantineArgs",
     "QueueArgs",
     "ReclaimArgs",
+    "ResolveArgs",
     "RetryArgs",
     "SeriesArgs",
     "SeriesQueue",
@@ -292,6 +295,71 @@ PROMOTE = Layout("promote", (), "candidate", Member._fields, TaskKeys._fields)
 
 def promote(c: Common, source: str, items: Iterable[tuple[TaskKeys, Member]]) -> Packed:
     return _pack(PROMOTE, c, source, (), items)
+
+
+# -- deferred attempts -----------------------------------------------------------------------
+
+
+class DeferArgs(NamedTuple):
+    """``defer.lua``: the lease holder hands its attempt to an outside job."""
+
+    lease: str
+    external_id: str
+    provider: str
+    max_wait_ms: int | str
+    #: 0 = no polls
+    poll_every_ms: int | str
+    message: str
+
+
+#: the keys a deferred task's calls take after its task keys
+DEFER_TAIL = ("external", "polls")
+
+DEFER = Layout("defer", DeferArgs._fields, "task", (), TaskKeys._fields, DEFER_TAIL, exact=1)
+
+
+def defer(
+    c: Common, k: Keys, source: str, keys: TaskKeys, external: str, args: DeferArgs
+) -> Packed:
+    return _pack(DEFER, c, source, args, [(keys, ())], (external, k.polls))
+
+
+class ResolveArgs(NamedTuple):
+    """``resolve.lua``: an outside result (COMPLETE, FAIL) or a poller's AGAIN."""
+
+    event: str
+    #: '' = the task's current attempt
+    attempt: int | str
+    #: '' = any
+    external_id: str
+    body: str | bytes
+    error_type: str
+    retryable: int | str
+    jitter: float | str
+    #: callback | poll | api
+    via: str
+
+
+RESOLVE = Layout("resolve", ResolveArgs._fields, "task", (), TaskKeys._fields, DEFER_TAIL, exact=1)
+
+
+def resolve(
+    c: Common, k: Keys, source: str, keys: TaskKeys, external: str, args: ResolveArgs
+) -> Packed:
+    return _pack(RESOLVE, c, source, args, [(keys, ())], (external, k.polls))
+
+
+class PollArgs(NamedTuple):
+    claim_ms: int | str
+
+
+POLL = Layout("poll", PollArgs._fields, "candidate", Member._fields, TaskKeys._fields, ("polls",))
+
+
+def poll(
+    c: Common, k: Keys, source: str, args: PollArgs, items: Iterable[tuple[TaskKeys, Member]]
+) -> Packed:
+    return _pack(POLL, c, source, args, items, (k.polls,))
 
 
 # -- control ---------------------------------------------------------------------------------
@@ -771,6 +839,9 @@ LAYOUTS: dict[str, Layout] = {
         QUEUE,
         PROMOTE,
         RELEASE,
+        DEFER,
+        RESOLVE,
+        POLL,
         RECLAIM,
         DEADLINE,
         WORKERS,

@@ -51,6 +51,11 @@ TASK_FIELDS = {
     # (55 B) keeps the hash within a listpack's 64 B value
     "traceparent": "tp",
     "tracestate": "ts",
+    "external_id": "x",
+    "provider": "xp",
+    "wait_until": "xu",
+    "poll_ms": "xo",
+    "resolved": "xd",
 }
 
 
@@ -124,6 +129,15 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     #: not a hash field: the traceback of the last failed attempt while its error stands
     #: (read from that attempt's FAIL history entry, see :func:`decode_task`)
     traceback: str = ""
+    #: a deferred attempt (DEFERRED, scripts/defer.lua): the outside job's id and its
+    #: provider (kept once the wait is over), the end of its longest wait and its poll
+    #: period (while DEFERRED), and "<attempt><C|F>" (COMPLETE, FAIL) of the outside result
+    #: that ended it
+    external_id: str = _short("external_id")
+    provider: str = _short("provider")
+    wait_until: int = _short_int("wait_until")
+    poll_ms: int = _short_int("poll_ms")
+    resolved: str = _short("resolved")
     #: the refusal entries of the current state (see ``reject`` in fsm.lua); the repeats
     #: of each are the fields ``rep:<entry id>`` and ``rep_ts:<entry id>``
     #: (:func:`rsjobs.schemas.repeat_fields`), not declared here

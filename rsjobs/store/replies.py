@@ -27,6 +27,7 @@ __all__ = [
     "Conversion",
     "DeadlineOutcome",
     "LinkCode",
+    "PollClaim",
     "Promoted",
     "QuarantineOutcome",
     "QueueReply",
@@ -54,7 +55,9 @@ def text(v: Any) -> str:
 
 class Code(IntEnum):
     """The codes of the task scripts (``control``, ``start``, ``finish``, ``release``,
-    ``retry``, ``queue``)."""
+    ``retry``, ``queue``, ``defer``, ``resolve``, ``poll``). ``resolve``: REPEATED is a
+    repeat of the outside result that ended the wait, LEASE_LOST a result for another
+    attempt or external id."""
 
     #: finish: a repeated COMPLETE of the lease holder, nothing written
     REPEATED = 2
@@ -73,6 +76,8 @@ class Code(IntEnum):
     EXPIRED = -4
     #: start: the task's queue is paused: the delivery was handed back (the task waits)
     QUEUE_PAUSED = -5
+    #: defer: the external id is the wait of another task (recorded)
+    EXTERNAL_TAKEN = -6
 
 
 class WfCode(IntEnum):
@@ -113,6 +118,7 @@ class Beat(StrEnum):
     PENDING = State.PENDING.value
     SCHEDULED = State.SCHEDULED.value
     PAUSED = State.PAUSED.value
+    DEFERRED = State.DEFERRED.value
     SUCCEEDED = State.SUCCEEDED.value
     FAILED = State.FAILED.value
     CANCELLED = State.CANCELLED.value
@@ -267,6 +273,30 @@ class Started(NamedTuple):
         )
 
 
+class PollClaim(NamedTuple):
+    """``poll.lua``'s reply for one candidate: APPLIED (claimed, with what the poller
+    needs), NOTHING (not due) or NOT_FOUND (stale member, dropped)."""
+
+    code: Code
+    id: str = ""
+    type: str = ""
+    attempt: int = 0
+    external_id: str = ""
+    provider: str = ""
+    #: the stored payload, as JSON text
+    payload: str = ""
+
+    @classmethod
+    def of(cls, raw: Sequence[Any]) -> PollClaim:
+        code = code_of(raw[0])
+        if code is not Code.APPLIED:
+            return cls(code)
+        _, tid, ttype, attempt, ext, provider, payload = raw
+        return cls(
+            code, text(tid), text(ttype), int(attempt), text(ext), text(provider), text(payload)
+        )
+
+
 class Promoted(NamedTuple):
     """``promote.lua``: how many were promoted; the earliest due time left (-1 = none)."""
 
@@ -340,6 +370,6 @@ def error_of(
         match code:
             case Code.NOT_FOUND:
                 return TaskNotFound(subject)
-            case Code.REFUSED | Code.LEASE_LOST | Code.EXPIRED:
+            case Code.REFUSED | Code.LEASE_LOST | Code.EXPIRED | Code.EXTERNAL_TAKEN:
                 return InvalidTransition(subject, action, state, message)
     raise ValueError(f"{code!r} is not a refusal")

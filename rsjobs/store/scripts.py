@@ -41,6 +41,10 @@ SCRIPT_NAMES = (
     "queue",
     "promote",
     "release",
+    # deferred attempts: hand-off, outside results, polls
+    "defer",
+    "resolve",
+    "poll",
     # the reaper's
     "reclaim",
     "deadline",

@@ -18,6 +18,7 @@ import os
 from collections.abc import AsyncIterator, Iterable, Mapping
 from importlib import resources
 
+import msgspec
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -29,6 +30,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import tracing
+from ..callbacks import SECRET_ENV
 from ..client import Client
 from ..errors import (
     CorruptData,
@@ -44,6 +46,7 @@ from ..workflows import WorkflowClient, WorkflowDefinition
 from .actions import action_routes
 from .assets import asset_routes, check_asset_root
 from .auth import Auth
+from .callbacks import callback_routes
 from .config import WebConfig
 from .dashboard import dashboard_routes
 from .http import ApiError, error_response, store_error
@@ -92,7 +95,8 @@ def create_app(
     the other ``/workflows`` routes serve any workflow of the namespace. ``asset_root``:
     a directory whose files ``GET /workflows/{id}/assets/...`` may serve (the recorded
     assets of a workflow the caller may see, and only those under this root); without it
-    that route answers 404.
+    that route answers 404. Provider callbacks (``POST /callbacks/...``): the secret of
+    ``config.callback_secret`` or ``RSJOBS_CALLBACK_SECRET``; without one they answer 404.
     """
     env = os.environ if env is None else env
     # ?access_token= must not reach uvicorn's access log (a no-op under other servers)
@@ -100,6 +104,9 @@ def create_app(
     auth = Auth.from_env(env, tokens=tokens, admin_token=admin_token, dev=dev)
     auth.check_startable()
     config = config or WebConfig()
+    if not config.callback_secret and env.get(SECRET_ENV):
+        # the provider callbacks' secret, shared with the workers (rsjobs.callbacks)
+        config = msgspec.structs.replace(config, callback_secret=env[SECRET_ENV])
     root = check_asset_root(asset_root)
     if settings is None:
         settings = Settings(namespace=namespace or env.get("RSJOBS_NAMESPACE") or "default")
@@ -144,6 +151,7 @@ def create_app(
         + live_routes(service)
         + task_routes(service)
         + workflow_routes(service)
+        + callback_routes(service)
         + asset_routes(service, root)
     )
     if config.serve_ui:

@@ -45,6 +45,10 @@ class WebConfig(msgspec.Struct, frozen=True, kw_only=True):
     cors_origins: tuple[str, ...] = ()
     #: serve the pages: the examples at ``/ui/``, the operator dashboard at ``/dashboard/``
     serve_ui: bool = True
+    #: the secret callback tokens and provider signatures are checked with (HMAC-SHA256,
+    #: at least 16 bytes; the workers sign with the same, see rsjobs.callbacks); empty:
+    #: ``POST /callbacks/...`` answers 404
+    callback_secret: str = ""
 
     def __post_init__(self) -> None:
         if self.max_body_bytes < 1024:
@@ -64,5 +68,7 @@ class WebConfig(msgspec.Struct, frozen=True, kw_only=True):
                 raise ConfigError(f"{name} must be positive")
         if self.live_stream_ms < 0:
             raise ConfigError("live_stream_ms must be >= 0 (0 = never ends)")
+        if self.callback_secret and len(self.callback_secret.encode()) < 16:
+            raise ConfigError("callback_secret must be at least 16 bytes")
         if not 0 <= self.recent_history <= 1000:
             raise ConfigError("recent_history must be between 0 and 1000")

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from .. import __version__
+from ..model import State
 from ..names import NAME_SCHEMA
 from ..overview import DeadLetterPage, QueueSeries
 from ..schemas import (
@@ -47,6 +48,8 @@ from .dashboard import FsmGraph
 from .schemas import (
     ActionRequest,
     BulkRequest,
+    CallbackRequest,
+    CallbackResult,
     CancelRequest,
     CancelResult,
     ControlResult,
@@ -102,6 +105,8 @@ _STRUCTS = (
     WorkflowStatus,
     WorkflowEvent,
     WorkflowPlan,
+    CallbackRequest,
+    CallbackResult,
 )
 
 
@@ -253,8 +258,7 @@ def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any
 
 _MS = {"type": "integer", "minimum": 0, "maximum": 10**13 - 1}
 _WF_STATES = [s.value for s in WfStatus]
-_STATES = ["PENDING", "SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED",
-           "TIMED_OUT"]  # fmt: skip
+_STATES = [s.value for s in State]  # the table's states (rsjobs.model mirrors fsm.lua)
 # the filters of GET /tasks and GET /tasks/export
 _FILTERS = [
     _query("state", "only tasks in these states (repeated or comma-separated)",
@@ -863,6 +867,59 @@ def _workflow_paths() -> dict[str, Any]:
     }  # fmt: skip
 
 
+_CALLBACK_ERRORS = {
+    **_UNAVAILABLE,
+    **_BODY_REFUSALS,
+    "400": _error("malformed or empty JSON, an unknown parameter, or a malformed provider "
+                  "or external id"),
+    "401": _error("a forged, altered, expired or missing signature (bad_signature): "
+                  "nothing is written"),
+    "404": _error("no task waits on that token or outside job, or callbacks are not "
+                  "enabled (no callback secret)"),
+    "409": _error("refused (recorded in the task's history): the attempt is not waiting "
+                  "any more (finished, timed out past its longest wait, cancelled, "
+                  "superseded by a regenerate) or is not the current one"),
+    "422": _error("unknown field, wrong type or value out of range"),
+}  # fmt: skip
+
+
+def _callback(summary: str, description: str, op: str, params: list[Any]) -> dict[str, Any]:
+    return {"post": {
+        "summary": summary, "description": description, "operationId": op,
+        "security": [], "parameters": params,
+        "requestBody": {"required": True, "content": _json("CallbackRequest")},
+        "responses": {
+            "200": {"description": "the task after the result (changed=false: a repeat of "
+                    "the result that ended the wait; nothing written)",
+                    "content": _json("CallbackResult")},
+            **_CALLBACK_ERRORS,
+        },
+    }}  # fmt: skip
+
+
+def _callback_paths() -> dict[str, Any]:
+    return {
+        "/callbacks/{token}": _callback(
+            "A provider's result for a deferred attempt, by its callback token",
+            "The token (ctx.callback_url() in the handler) names the task and attempt, "
+            "signed by the worker with the callback secret; no bearer token.",
+            "callbackByToken",
+            [{"name": "token", "in": "path", "required": True,
+              "schema": {"type": "string", "maxLength": 1024}}]),
+        "/callbacks/external/{provider}/{external_id}": _callback(
+            "A provider's result for a deferred attempt, by the outside job's id",
+            "The body is signed: X-Rsjobs-Signature: sha256=<hex HMAC-SHA256 of the body "
+            "under the callback secret>; no bearer token.",
+            "callbackByExternalId",
+            [{"name": "provider", "in": "path", "required": True,
+              "schema": {"type": "string", "pattern": _NAME_PATTERN}},
+             {"name": "external_id", "in": "path", "required": True,
+              "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.:/-]{1,200}$"}},
+             {"name": "X-Rsjobs-Signature", "in": "header", "required": True,
+              "schema": {"type": "string"}}]),
+    }  # fmt: skip
+
+
 def _narrow(components: dict[str, Any]) -> dict[str, Any]:
     for (struct, field), schema in _NARROWED.items():
         props = components[struct]["properties"]
@@ -909,7 +966,13 @@ def openapi_document() -> dict[str, Any]:
             "description": "Submit, follow and cancel rsjobs tasks; start, follow and act "
             "on workflows. See docs/web.md and docs/workflows.md.",
         },
-        "paths": {**_paths(), **_list_paths(), **_action_paths(), **_workflow_paths()},
+        "paths": {
+            **_paths(),
+            **_list_paths(),
+            **_action_paths(),
+            **_workflow_paths(),
+            **_callback_paths(),
+        },
         "components": {
             "schemas": _narrow(components),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

@@ -86,7 +86,15 @@ class ActionRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
 
 StateName = Literal[
-    "PENDING", "SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"
+    "PENDING",
+    "SCHEDULED",
+    "RUNNING",
+    "DEFERRED",
+    "PAUSED",
+    "SUCCEEDED",
+    "FAILED",
+    "CANCELLED",
+    "TIMED_OUT",
 ]
 Time = Annotated[int, Meta(ge=0, le=10**15 - 1, description="Redis TIME, milliseconds")]
 
@@ -141,6 +149,26 @@ class SubmitResult(msgspec.Struct, frozen=True, kw_only=True):
     state: str
     #: true when the idempotency key named an existing task (nothing was written)
     duplicate: bool
+
+
+class CallbackRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A provider's result for a deferred attempt (``POST /callbacks/...``)."""
+
+    #: succeeded: ``result`` is the task's result; failed: the retry policy decides
+    status: Literal["succeeded", "failed"]
+    result: Any = None
+    error: Annotated[str, Meta(max_length=2000)] = ""
+    #: failed only: false fails the task at once
+    retryable: bool = True
+
+
+class CallbackResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer to a callback: the task and its state after it."""
+
+    id: str
+    state: str
+    #: false for a repeat of the result that ended the wait: nothing was written
+    changed: bool
 
 
 class CancelResult(msgspec.Struct, frozen=True, kw_only=True):

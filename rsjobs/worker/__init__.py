@@ -1,7 +1,17 @@
 """The worker side: handler registry, handler context and the worker loop."""
 
 from .context import Context
-from .registry import Handler, Registry
+from .deferral import Deferral, PollContext, PollResult
+from .registry import Handler, Poller, Registry
 from .worker import Worker
 
-__all__ = ["Context", "Handler", "Registry", "Worker"]
+__all__ = [
+    "Context",
+    "Deferral",
+    "Handler",
+    "PollContext",
+    "PollResult",
+    "Poller",
+    "Registry",
+    "Worker",
+]

@@ -8,7 +8,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..callbacks import TOKEN_TTL_MS, Claims, sign
 from ..errors import ConfigError, LeaseLost
+from ..store.deferred import DEFAULT_PROVIDER
+from .deferral import Deferral
 
 __all__ = ["Context"]
 
@@ -25,7 +28,10 @@ class Context:
     """
 
     __slots__ = (
+        "_callback_base",
+        "_callback_secret",
         "_loop",
+        "_namespace",
         "_on_progress",
         "attempt",
         "cancelled",
@@ -53,6 +59,9 @@ class Context:
         worker: str,
         loop: asyncio.AbstractEventLoop,
         on_progress: Callable[[], None],
+        namespace: str = "default",
+        callback_secret: str | None = None,
+        callback_base: str | None = None,
     ) -> None:
         self.task_id = task_id
         self.type = type
@@ -70,6 +79,9 @@ class Context:
         self.progress_msg = ""
         self._loop = loop
         self._on_progress = on_progress
+        self._namespace = namespace
+        self._callback_secret = callback_secret
+        self._callback_base = callback_base
 
     @property
     def is_cancelled(self) -> bool:
@@ -99,3 +111,52 @@ class Context:
         alike)."""
         self._set_progress(value, message)
         self._loop.call_soon_threadsafe(self._on_progress)
+
+    # -- deferred completion -----------------------------------------------------------
+
+    def defer(
+        self,
+        external_id: str,
+        *,
+        max_wait_ms: int = 600_000,
+        poll_every_ms: int = 0,
+        provider: str = DEFAULT_PROVIDER,
+        message: str = "",
+    ) -> Deferral:
+        """What a handler returns to hand its attempt to an outside job: ``return
+        ctx.defer("prov-123", max_wait_ms=600_000)``. The task becomes DEFERRED and the
+        worker's slot is free at once; the provider's callback (:meth:`callback_url`), a
+        client's :meth:`rsjobs.Client.complete_external`, or the type's poller (every
+        ``poll_every_ms``, see :meth:`rsjobs.Registry.poller`) ends the wait. Past
+        ``max_wait_ms`` the attempt times out (the retry policy decides) and a later
+        result is refused. Raises :class:`rsjobs.ConfigError` for a malformed value."""
+        return Deferral.checked(
+            external_id,
+            provider=provider,
+            max_wait_ms=max_wait_ms,
+            poll_every_ms=poll_every_ms,
+            message=message,
+        )
+
+    def callback_token(self, ttl_ms: int = TOKEN_TTL_MS) -> str:
+        """A token that lets an outside service end this attempt's wait (and no other
+        attempt's): signed with the worker's callback secret (rsjobs.callbacks). Raises
+        :class:`rsjobs.ConfigError` when the worker has none."""
+        if not self._callback_secret:
+            raise ConfigError(
+                "the worker has no callback secret (Worker(callback_secret=...) or "
+                "RSJOBS_CALLBACK_SECRET)"
+            )
+        expires = int(time.time() * 1000) + ttl_ms
+        claims = Claims(self._namespace, self.task_id, self.queue, self.attempt, expires)
+        return sign(self._callback_secret, claims)
+
+    def callback_url(self, ttl_ms: int = TOKEN_TTL_MS) -> str:
+        """The URL a provider POSTs this attempt's result to: ``<base>/callbacks/<token>``
+        (the base: Worker(callback_url=...) or RSJOBS_CALLBACK_URL, the web app's)."""
+        if not self._callback_base:
+            raise ConfigError(
+                "the worker has no callback base URL (Worker(callback_url=...) or "
+                "RSJOBS_CALLBACK_URL)"
+            )
+        return f"{self._callback_base.rstrip('/')}/callbacks/{self.callback_token(ttl_ms)}"

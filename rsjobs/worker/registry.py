@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from ..errors import ConfigError
 from ..keys import validate_name
 
-__all__ = ["DEFAULT_QUEUE", "Handler", "Registry"]
+__all__ = ["DEFAULT_QUEUE", "Handler", "Poller", "Registry"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,6 +40,18 @@ class Handler:
         self.queue = queue
 
 
+class Poller:
+    """A registered poller: ``fn(poll)`` (async), asked how the outside job of a DEFERRED
+    task of its type is doing (``poll``: a :class:`rsjobs.worker.PollContext`); it answers
+    a :class:`rsjobs.worker.PollResult`."""
+
+    __slots__ = ("fn", "type")
+
+    def __init__(self, type: str, fn: Callable[..., Awaitable[Any]]) -> None:
+        self.type = type
+        self.fn = fn
+
+
 class Registry:
     """The task types a worker can run, and the queues they are submitted to.
 
@@ -54,6 +66,7 @@ class Registry:
 
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
+        self._pollers: dict[str, Poller] = {}
 
     def handler(
         self,
@@ -93,6 +106,30 @@ class Registry:
             except ValueError as exc:
                 raise ConfigError(f"handler for {type!r}: {exc}") from None
         self._handlers[type] = Handler(type, fn, non_retryable, queue)
+
+    def poller(self, type: str) -> Callable[[F], F]:
+        """Register the async ``fn(poll)`` that polls the outside jobs of the tasks of
+        ``type`` deferred with ``poll_every_ms`` (see :meth:`rsjobs.Context.defer`). It runs
+        on any worker of this registry, holding no handler slot between polls."""
+
+        def register(fn: F) -> F:
+            if not type or not isinstance(type, str):
+                raise ConfigError("task type must be a non-empty string")
+            if type in self._pollers:
+                raise ConfigError(f"a poller for {type!r} is already registered")
+            if not inspect.iscoroutinefunction(fn):
+                raise ConfigError(f"the poller for {type!r} must be an async function")
+            self._pollers[type] = Poller(type, fn)
+            return fn
+
+        return register
+
+    def get_poller(self, type: str) -> Poller | None:
+        return self._pollers.get(type)
+
+    @property
+    def has_pollers(self) -> bool:
+        return bool(self._pollers)
 
     def get(self, type: str) -> Handler | None:
         return self._handlers.get(type)

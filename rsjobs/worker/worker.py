@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import msgspec
 from redis.asyncio import Redis
 
+from ..callbacks import secret_from_env
 from ..codec import decode, encode, encode_payload
 from ..errors import (
     ConfigError,
@@ -43,7 +44,9 @@ from ..store.quarantine import DEADLETTER_MAXLEN
 from ..store.transient import is_failover
 from ..tracing import Attempt, TraceContext, start_attempt, task_attributes
 from .context import Context
+from .deferral import Deferral
 from .failures import TRACEBACK_CHARS, TRACEBACK_MAX, format_traceback, log_failure
+from .polling import PollRunner
 from .registry import Registry
 from .threads import HandlerThread
 
@@ -137,6 +140,11 @@ class Worker:
         name: str | None = None,
         handle_signals: bool = True,
         traceback_chars: int = TRACEBACK_CHARS,
+        callback_secret: str | None = None,
+        callback_url: str | None = None,
+        poll_ms: int = 250,
+        poll_claim_ms: int = 30_000,
+        poll_concurrency: int = 8,
     ) -> None:
         if not queues:
             raise ConfigError("a worker needs at least one queue")
@@ -217,6 +225,24 @@ class Worker:
         #: how often each queue was seen going (see _resumed)
         self._resumes: dict[str, int] = {}
         self.traceback_chars = traceback_chars
+        #: deferred attempts (Context.defer): the secret their callback tokens are signed
+        #: with and the web app's base URL (rsjobs.callbacks), the DEFER calls in flight,
+        #: and the polls of DEFERRED tasks this registry has pollers for
+        self.callback_secret = callback_secret or secret_from_env()
+        self.callback_url = callback_url or os.environ.get("RSJOBS_CALLBACK_URL") or None
+        self._defer_pending: set[asyncio.Task[None]] = set()
+        if poll_ms < 10 or poll_claim_ms < 100 or poll_concurrency < 1:
+            raise ConfigError("poll_ms >= 10, poll_claim_ms >= 100, poll_concurrency >= 1")
+        self.polls = PollRunner(
+            self.store,
+            registry,
+            self.settings,
+            name=self.name,
+            every_ms=poll_ms,
+            claim_ms=poll_claim_ms,
+            concurrency=poll_concurrency,
+        )
+        self._polls_closing = asyncio.Event()
         self.processed = 0
         self.started_at = 0.0
 
@@ -251,6 +277,10 @@ class Worker:
             asyncio.create_task(self._control_loop(), name="rsjobs-control"),
             asyncio.create_task(self._promote_loop(), name="rsjobs-promote"),
         ]
+        if self.registry.has_pollers:
+            helpers.append(
+                asyncio.create_task(self.polls.run(self._polls_closing), name="rsjobs-polls")
+            )
         log.info(
             "worker %s: queues=%s concurrency=%d redis=%s",
             self.name,
@@ -266,6 +296,7 @@ class Worker:
             # error, which the loops would retry: they also check this flag, and the wait
             # is bounded
             self._closing = True
+            self._polls_closing.set()
             for h in helpers:
                 h.cancel()
             await asyncio.wait(helpers, timeout=5)
@@ -517,6 +548,9 @@ class Worker:
                 worker=self.name,
                 loop=loop,
                 on_progress=self._progress_wake.set,
+                namespace=self.keys.namespace,
+                callback_secret=self.callback_secret,
+                callback_base=self.callback_url,
             )
             job.ctx = ctx
             attributes = task_attributes(r.id, r.type, d.queue, "process")
@@ -630,6 +664,9 @@ class Worker:
                     retryable=retryable,
                     traceback=format_traceback(exc, self.traceback_chars),
                 )
+                return
+            if isinstance(result, Deferral):
+                self._defer(job, result)
                 return
             try:
                 body = encode_payload(result, self.settings.payload_limit, "result")
@@ -809,6 +846,56 @@ class Worker:
         self._wf_pending.add(task)
         task.add_done_callback(self._wf_pending.discard)
 
+    def _defer(self, job: _Job, d: Deferral) -> None:
+        """The handler handed its attempt to an outside job: DEFER (defer.lua), off the
+        handler's slot (freed when _run returns). Retried through a Redis outage until the
+        lease would lapse (then the reaper takes the task back: RECLAIM)."""
+        self.processed += 1
+        self._ending_entries.add(job.entry)
+        deferred, entry = self.store.deferred, job.entry
+
+        async def call() -> None:
+            backoff, give_up = 0.05, time.monotonic() + self.lease_ms / 1000
+            while True:
+                try:
+                    reply = await deferred.defer(
+                        job.keys,
+                        job.lease,
+                        d.external_id,
+                        d.provider,
+                        d.max_wait_ms,
+                        d.poll_every_ms,
+                        d.message,
+                    )
+                    break
+                except RedisUnavailable as exc:
+                    if time.monotonic() > give_up:
+                        log.error(
+                            "worker %s: DEFER of task %s dropped after redis outage (%s)",
+                            self.name,
+                            job.id,
+                            exc,
+                        )
+                        return
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 2.0)
+                except RsjobsError as exc:
+                    log.error("worker %s: DEFER of task %s failed: %s", self.name, job.id, exc)
+                    return
+            self._ending_entries.discard(entry)
+            if reply.code < 0:
+                log.warning(
+                    "worker %s: DEFER of task %s refused (%s, task is %s)",
+                    self.name,
+                    job.id,
+                    reply.code.name,
+                    reply.state,
+                )
+
+        task = asyncio.get_running_loop().create_task(call())
+        self._defer_pending.add(task)
+        task.add_done_callback(self._defer_pending.discard)
+
     async def _flush_all(self) -> None:
         while self._finisher is not None and not self._finisher.done():
             await self._finisher
@@ -816,6 +903,9 @@ class Worker:
             await self._flush_finishes()
         if self._wf_pending:
             await asyncio.gather(*self._wf_pending, return_exceptions=True)
+        if self._defer_pending:
+            await asyncio.gather(*self._defer_pending, return_exceptions=True)
+        await self.polls.drain()
 
     # -- heartbeats, progress, control ---------------------------------------------------
 

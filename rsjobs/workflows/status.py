@@ -68,7 +68,7 @@ def build_status(
         state = _text(h.get("state")) or "GONE"
         # (a SUCCEEDED task's hash leaves its progress, 100, out)
         progress = float(h.get("progress") or (100 if state == "SUCCEEDED" else 0))
-        if state == "RUNNING":
+        if state in ("RUNNING", "DEFERRED"):  # (DEFERRED: its outside job runs)
             running += 1
             moving += progress
         elif state in _WAITING:

@@ -21,6 +21,7 @@ from tools.chaos import RunData, check
 from tools.chaos.records import (
     CancelAck,
     Execution,
+    ExternalAck,
     FaultEvent,
     Flood,
     PoisonInput,
@@ -360,6 +361,64 @@ CORRUPTIONS: dict[str, tuple[Callable[[], RunData], str]] = {
         ),
         "HEALTHY_TASK_RECLAIMED",
     ),
+    "a late outside result accepted": (
+        lambda: _deferred_run(
+            [
+                ExternalAck(
+                    task_id=T1,
+                    attempt=1,
+                    mode="late",
+                    send=1,
+                    late=True,
+                    ack_ms=ACK + 40,
+                    answer="SUCCEEDED",
+                )
+            ]
+        ),
+        "LATE_RESULT_ACCEPTED",
+    ),
+    "a repeated outside result answered otherwise": (
+        lambda: _deferred_run(
+            [
+                ExternalAck(
+                    task_id=T1,
+                    attempt=1,
+                    mode="dup",
+                    send=1,
+                    late=False,
+                    ack_ms=ACK + 30,
+                    answer="SUCCEEDED",
+                ),
+                ExternalAck(
+                    task_id=T1,
+                    attempt=1,
+                    mode="dup",
+                    send=2,
+                    late=False,
+                    ack_ms=ACK + 31,
+                    answer="refused",
+                ),
+            ]
+        ),
+        "DUPLICATE_RESULT_CHANGED",
+    ),
+    "an accepted outside result lost": (
+        lambda: _deferred_run(
+            [
+                ExternalAck(
+                    task_id=T1,
+                    attempt=1,
+                    mode="ok",
+                    send=1,
+                    late=False,
+                    ack_ms=ACK + 30,
+                    answer="SUCCEEDED",
+                )
+            ],
+            state="TIMED_OUT",
+        ),
+        "TERMINAL_CHANGED",
+    ),
     "a worker crashed": (
         lambda: good_run(
             faults=[
@@ -369,6 +428,55 @@ CORRUPTIONS: dict[str, tuple[Callable[[], RunData], str]] = {
         "PROCESS_CRASH",
     ),
 }
+
+
+def _deferred_history(state: str = "SUCCEEDED") -> list[HistoryEntry]:
+    end = (
+        entry(30, "COMPLETE", "DEFERRED", "SUCCEEDED", 1, src="api", via="api")
+        if state == "SUCCEEDED"
+        else entry(30, "TIMEOUT", "DEFERRED", "TIMED_OUT", 1, src="reaper")
+    )
+    return [
+        entry(1, "ENQUEUE", "", "PENDING", src="api"),
+        entry(10, "START", "PENDING", "RUNNING", 1, worker=W1),
+        entry(20, "DEFER", "RUNNING", "DEFERRED", 1, x="chaos-x-a1", xp="chaos"),
+        end,
+    ]
+
+
+def _deferred_run(external: list[ExternalAck], state: str = "SUCCEEDED") -> RunData:
+    """One deferred task, run by W1, ended by its outside job's result (or timed out)."""
+    hist = _deferred_history(state)
+    extra = {"result": result(1, W1)} if state == "SUCCEEDED" else {}
+    return good_run(
+        submissions=[Submission(seq=0, kind="deferred", task_id=T1, ack_ms=ACK)],
+        tasks={
+            T1: TaskRecord(
+                task_id=T1, fields=fields(state, 1, kind="deferred", **extra), history=hist
+            )
+        },
+        executions=[
+            execution("x1", 1, W1, "start", ACK + 11),
+            execution("x1", 1, W1, "end", ACK + 15, "deferred"),
+        ],
+        external=external,
+    )
+
+
+def test_a_deferred_task_ended_by_its_outside_result_passes() -> None:
+    acks = [
+        ExternalAck(task_id=T1, attempt=1, mode="dup", send=n, late=False, ack_ms=ACK + 30 + n,
+                    answer="SUCCEEDED")
+        for n in (1, 2)
+    ]  # fmt: skip
+    res = check(_deferred_run(acks))
+    assert res.ok, res.violations
+    assert res.counts["deferred_waits"] == 1 and res.counts["external_duplicates"] == 1
+    late = ExternalAck(task_id=T1, attempt=1, mode="late", send=1, late=True, ack_ms=ACK + 40,
+                       answer="refused")  # fmt: skip
+    res = check(_deferred_run([late], state="TIMED_OUT"))
+    assert res.ok, res.violations
+    assert res.counts["external_late"] == 1 and res.counts["deferred_timeouts"] == 1
 
 
 @pytest.mark.parametrize("name", sorted(CORRUPTIONS))

@@ -62,6 +62,9 @@ def test_short_run_everysec_has_no_violation(tmp_path: Path) -> None:
     assert isinstance(faults, dict)
     _every_kind_applied_or_skipped(rep, faults, faults_for("single"))
     assert counts["executions"] <= counts["starts"]
+    # deferred tasks waited on their outside jobs, whose results (repeats and late ones
+    # among them) were sent and each accounted for by the checker
+    assert counts["deferred_waits"] >= 1 and counts["external_results"] >= 1, counts
     # every started workflow was accounted for (terminal, its tasks consistent)
     assert counts["workflows_started"] >= 8
     assert counts["workflows_started"] == sum(

@@ -47,7 +47,9 @@ def test_heartbeat_and_quarantine_words() -> None:
     assert quarantine == {m.value for m in QuarantineOutcome}
 
 
-@pytest.mark.parametrize("script", ["control", "finish", "start", "retry", "queue"])
+@pytest.mark.parametrize(
+    "script", ["control", "finish", "start", "retry", "queue", "defer", "resolve", "poll"]
+)
 def test_task_script_codes_have_names(script: str) -> None:
     codes = {int(c) for c in re.findall(r"^\s+\{?(-?\d+)[,} ]", _returns(script), re.M)}
     assert codes, script

@@ -31,6 +31,8 @@ class TaskModel:
         self.refusals = 0
         #: tasks RETRY / REPLAY made of this one (a repeat makes none)
         self.restarts = 0
+        #: (attempt, event) of the outside result that ended the current wait, if any
+        self.resolved: tuple[int, str] | None = None
 
     # -- history -------------------------------------------------------------------------
 
@@ -87,6 +89,45 @@ class TaskModel:
                 self.state = "TIMED_OUT" if event == "TIMEOUT" else "FAILED"
         self._moved(event, "RUNNING")
         return 1, self.state
+
+    def defer(self, lease: int, named: int | None = None) -> tuple[int, str]:
+        """DEFER (defer.lua) with the lease of attempt ``lease`` (-1 = none issued); the
+        same outside job every time."""
+        if self.state == "DEFERRED" and lease == self.lease:
+            return 2, self.state  # a repeat of the lease holder's DEFER
+        if self.state != "RUNNING" or lease != self.lease:
+            self._refuse("DEFER", lease if named is None else named)
+            return (-3 if self.state == "RUNNING" else -2), self.state
+        self.state = "DEFERRED"
+        self.resolved = None
+        self._moved("DEFER", "RUNNING")
+        return 1, self.state
+
+    def resolve(self, event: str, attempt: int, retryable: bool) -> tuple[int, str]:
+        """An outside result (resolve.lua) for ``attempt``: COMPLETE or FAIL."""
+        if self.resolved == (attempt, event):
+            return 2, self.state
+        if self.state != "DEFERRED" or attempt != self.attempt:
+            self._refuse(event, attempt)
+            return (-2 if self.state != "DEFERRED" else -3), self.state
+        self.resolved = (attempt, event)
+        if event == "COMPLETE":
+            self.state = "SUCCEEDED"
+            # (the lease stays on the hash: its holder's repeated COMPLETE answers 2)
+            self.success_lease = self.lease
+        else:
+            self.failures += 1
+            retry = retryable and self.failures < self.max_attempts
+            self.state = "SCHEDULED" if retry else "FAILED"
+        self._moved(event, "DEFERRED")
+        return 1, self.state
+
+    def wait_passes(self) -> None:
+        """The reaper finds a DEFERRED task past its longest wait: TIMEOUT."""
+        assert self.state == "DEFERRED"
+        self.failures += 1
+        self.state = "SCHEDULED" if self.failures < self.max_attempts else "TIMED_OUT"
+        self._moved("TIMEOUT", "DEFERRED")
 
     def heartbeat(self, lease: int, progress: bool = False, named: int | None = None) -> str:
         event = "PROGRESS" if progress else "HEARTBEAT"

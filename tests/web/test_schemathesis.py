@@ -41,6 +41,9 @@ from tests.support.workflows import Hand, character
 pytestmark = pytest.mark.integration
 
 EXAMPLES = 30
+#: the provider callbacks are served (and every generated token or signature is refused:
+#: 401, nothing written)
+CALLBACK_SECRET = "schemathesis-callback-secret-0123"
 KEYS = Keys(NAMESPACE)
 #: positive_data_acceptance: valid per the document, yet refused. The document cannot say
 #: every rule (backoff_max_ms >= backoff_base_ms, the definitions a server knows, a plan's
@@ -104,7 +107,8 @@ def served(redis_url: str, tmp_path: Path) -> Iterator[ServerThread]:
     seeds = asyncio.run(_seed(redis_url, tmp_path))
     SEEDS.__dict__.update(seeds.__dict__)
     app = create_app(redis_url, namespace=NAMESPACE, tokens=TOKENS, admin_token=ADMIN, env={},
-                     config=WebConfig(keepalive_ms=200, live_stream_ms=300),
+                     config=WebConfig(keepalive_ms=200, live_stream_ms=300,
+                                      callback_secret=CALLBACK_SECRET),
                      definitions=[character()],
                      asset_root=tmp_path)  # fmt: skip
     server = ServerThread(app).start()

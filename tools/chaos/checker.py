@@ -27,7 +27,10 @@ RERUN_UNDER_LEASE    a handler ran twice under one START
 EXCESS_EXECUTIONS    more handler runs than STARTs
 IMPOSSIBLE_OUTCOME   a final state the task's behaviour cannot lead to
 CANCEL_NOT_HONOURED  a cancel answered CANCELLED, the task ended otherwise
-TERMINAL_CHANGED     a state seen terminal by the producer changed afterwards
+TERMINAL_CHANGED     a state seen terminal by the producer changed afterwards (also: an
+                     outside result of a deferred task answered SUCCEEDED, it ended else)
+LATE_RESULT_ACCEPTED an outside result sent past its attempt's longest wait was accepted
+DUPLICATE_RESULT_CHANGED  a repeat of an outside result answered otherwise than the first
 DEDUP_SPLIT          one dedup key answered with two ids, or names another task
 DEDUP_DUPLICATE      two tasks carry the same dedup key
 PHANTOM_TASK         a task in Redis that no submit created
@@ -221,6 +224,7 @@ class _Checker:
         if d.stats is not None:
             self.r.violations += stats_findings(d.stats, present, d.wf_records)
         self.check_cancels()
+        self.check_external(c)
         self.check_dedup(present)
         kills = [(e.worker, e.ts) for e in d.executions if e.ev == "kill"]
         items = recoveries(present.values(), d.faults, d.lease_ms, kills)
@@ -510,6 +514,54 @@ class _Checker:
                     written_ms=a.ack_ms,
                     durable_write=True,
                 )
+
+    def check_external(self, c: Counter[str]) -> None:
+        """The outside results of deferred tasks: one sent past its attempt's longest wait
+        must be refused; a repeat must answer as the first did; a result answered
+        SUCCEEDED must be the task's final state and result."""
+        first: dict[tuple[str, int], str] = {}
+        for a in self.d.external:
+            c["external_results"] += 1
+            c[f"external_{a.answer.lower()}"] += 1
+            rec = self.d.tasks.get(a.task_id)
+            state = rec.fields.get("state", "") if rec is not None else ""
+            if a.late:
+                c["external_late"] += 1
+                if a.answer not in ("refused", "not_found"):
+                    self.bad(
+                        "LATE_RESULT_ACCEPTED",
+                        a.task_id,
+                        f"attempt {a.attempt}'s result, sent past its longest wait, answered "
+                        f"{a.answer}",
+                    )
+                continue
+            key = (a.task_id, a.attempt)
+            if a.send > 1:
+                c["external_duplicates"] += 1
+                if first.get(key) == "SUCCEEDED" and a.answer != "SUCCEEDED":
+                    self.bad(
+                        "DUPLICATE_RESULT_CHANGED",
+                        a.task_id,
+                        f"attempt {a.attempt}'s result answered SUCCEEDED, its repeat {a.answer}",
+                    )
+            else:
+                first[key] = a.answer
+            if a.answer == "SUCCEEDED" and state != "SUCCEEDED":
+                self.bad(
+                    "TERMINAL_CHANGED",
+                    a.task_id,
+                    f"an outside result answered SUCCEEDED, task ended {state or 'missing'}",
+                    written_ms=a.ack_ms,
+                    durable_write=True,
+                )
+        for rec in self.d.tasks.values():
+            deferred = [e for e in rec.history if e.event == "DEFER" and not e.rejected]
+            c["deferred_waits"] += len(deferred)
+            c["deferred_timeouts"] += sum(
+                1
+                for e in rec.history
+                if e.event == "TIMEOUT" and not e.rejected and e.from_state == "DEFERRED"
+            )
 
     def check_dedup(self, present: dict[str, TaskRecord]) -> None:
         ids: dict[str, list[tuple[int, str]]] = defaultdict(list)

@@ -30,7 +30,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from rsjobs.errors import NonRetryable
 from rsjobs.worker import Context, Registry
 
-__all__ = ["exec_key", "tasks"]
+__all__ = ["exec_key", "external_id", "jobs_key", "tasks"]
 
 tasks = Registry()
 
@@ -41,6 +41,17 @@ _redis: Redis | None = None
 def exec_key(namespace: str) -> str:
     """The stream of execution records of a chaos run in ``namespace``."""
     return f"rschaos:{{{namespace}}}:exec"
+
+
+def jobs_key(namespace: str) -> str:
+    """The hash of the outside jobs deferred tasks hand their attempts to: external id ->
+    the result the job will deliver (JSON), which the producer, as the provider, sends."""
+    return f"rschaos:{{{namespace}}}:jobs"
+
+
+def external_id(task_id: str, attempt: int) -> str:
+    """The outside job of one attempt of a deferred task."""
+    return f"chaos-{task_id}-a{attempt}"
 
 
 def _conn() -> Redis:
@@ -84,6 +95,18 @@ async def _record(
             await asyncio.sleep(0.1)
 
 
+async def _hset(key: str, field: str, value: dict[str, Any]) -> None:
+    """HSET, retried through Redis restarts (idempotent)."""
+    import json
+
+    while True:
+        try:
+            await _conn().hset(key, field, json.dumps(value))
+            return
+        except _TRANSIENT:
+            await asyncio.sleep(0.1)
+
+
 class Flaky(RuntimeError):
     """Raised by a flaky task's early attempts (retryable)."""
 
@@ -110,7 +133,7 @@ if "RSJOBS_CHAOS_NAMESPACE" in os.environ:  # inside a chaos worker only
 
 
 @tasks.handler("chaos")
-async def chaos(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
+async def chaos(ctx: Context, payload: dict[str, Any]) -> Any:
     xid = uuid.uuid4().hex
     await _record(ctx, xid, "start", began=int(time.time() * 1000))
     kind = str(payload.get("k", "fast"))
@@ -133,6 +156,15 @@ async def chaos(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
         if kind == "fatal":
             await _record(ctx, xid, "end", "fatal")
             raise Fatal("this task can never succeed")
+        if kind == "deferred":
+            # the outside job: what it will deliver is written down first (the producer,
+            # as the provider, sends it); this attempt is then the job's to end
+            ext = external_id(ctx.task_id, ctx.attempt)
+            result = {"attempt": ctx.attempt, "worker": ctx.worker, "pid": os.getpid(),
+                      "exec": xid}  # fmt: skip
+            await _hset(jobs_key(os.environ.get("RSJOBS_CHAOS_NAMESPACE", "chaos")), ext, result)
+            await _record(ctx, xid, "end", "deferred")
+            return ctx.defer(ext, provider="chaos", max_wait_ms=int(payload.get("wait") or 1500))
     except asyncio.CancelledError:
         await _record(ctx, xid, "stop", ctx.stop_reason or "cancelled", give_up_s=1.0)
         raise

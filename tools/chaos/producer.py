@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import httpx
 
 from rsjobs.client import Client
+from rsjobs.codec import decode
 from rsjobs.errors import InvalidTransition, RsjobsError, TaskNotFound
 from rsjobs.model import TERMINAL
 from rsjobs.workflows import TERMINAL as WF_TERMINAL
@@ -26,8 +28,9 @@ from rsjobs.workflows import ActionRefused, WorkflowClient
 
 from .aio import stop_tasks
 from .flows import NAME
+from .handlers import external_id, jobs_key
 from .poison import PoisonSender
-from .records import CancelAck, Submission, WorkflowStart
+from .records import CancelAck, ExternalAck, Submission, WorkflowStart
 from .supervisor import now_ms
 from .transient import TRANSIENT
 from .workload import PoisonSpec, TaskSpec, WorkflowSpec
@@ -78,6 +81,8 @@ class Producer:
         self.paused = 0
         self.pause_missed = 0
         self.retries = 0
+        #: the outside results sent for deferred tasks, and what each answered
+        self.external: list[ExternalAck] = []
         self._side: set[asyncio.Task[None]] = set()
 
     @property
@@ -312,6 +317,8 @@ class Producer:
             self._spawn(self._cancel_when_running(tid))
         elif s.kind == "pause_resume":
             self._spawn(self._pause_resume(tid, int(s.payload.get("hold") or 0) / 1000))
+        elif s.kind == "deferred":
+            self._spawn(self._provide(tid, str(s.payload.get("mode")), int(s.payload["wait"])))
 
     async def _cancel(self, tid: str, phase: str) -> None:
         try:
@@ -365,6 +372,62 @@ class Producer:
             self.resumes.append(
                 CancelAck(task_id=tid, phase="resume", ack_ms=now_ms(), state=str(state))
             )
+
+    # -- the outside service of deferred tasks -------------------------------------------
+
+    async def _provide(self, tid: str, mode: str, wait_ms: int) -> None:
+        """Act as the outside service of a deferred task: for each attempt seen DEFERRED,
+        send the job's result (``Client.complete_external`` by the job's id) as ``mode``
+        says: ok once; dup twice; lost and late: the first attempt's result never / only
+        past its longest wait (refused), the next attempts' once; never: no result ever
+        (the task times out). Until the task is terminal (bounded)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 120
+        done: set[int] = set()
+        jobs = jobs_key(self.client.settings.namespace)
+        while loop.time() < end:
+            try:
+                info = await self.client.get(tid)
+            except TaskNotFound:
+                return
+            except TRANSIENT:
+                await asyncio.sleep(0.2)
+                continue
+            if info.terminal:
+                return
+            att = info.attempt
+            if info.state != "DEFERRED" or att in done:
+                await asyncio.sleep(0.05)
+                continue
+            done.add(att)
+            first = att == 1
+            if mode == "never" or (mode == "lost" and first):
+                continue
+            ext = external_id(tid, att)
+            raw = await self._retrying(functools.partial(self.client.redis.hget, jobs, ext))
+            result = decode(raw) if raw else None
+            late = mode == "late" and first
+            if late:
+                await asyncio.sleep(wait_ms / 1000 + 0.7)  # past the attempt's longest wait
+            for send in (1, 2) if mode == "dup" else (1,):
+                answer = await self._external(ext, result)
+                ack = ExternalAck(task_id=tid, attempt=att, mode=mode, send=send, late=late,
+                                  ack_ms=now_ms(), answer=answer)  # fmt: skip
+                self.external.append(ack)
+
+    async def _external(self, ext: str, result: Any) -> str:
+        """One outside result, retried through Redis faults (a repeat of an applied one
+        answers the same state: idempotent); the state it answered, or why not."""
+        try:
+            return str(
+                await self._retrying(
+                    lambda: self.client.complete_external(ext, result, provider="chaos")
+                )
+            )
+        except InvalidTransition:
+            return "refused"
+        except TaskNotFound:
+            return "not_found"
 
     async def finish(self, timeout_s: float) -> int:
         """Wait for the side tasks (repeats, cancels); returns how many had to be dropped."""

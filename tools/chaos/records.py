@@ -15,6 +15,7 @@ from rsjobs.workflows import WorkflowEvent
 __all__ = [
     "CancelAck",
     "Execution",
+    "ExternalAck",
     "FaultEvent",
     "Flood",
     "PoisonInput",
@@ -54,6 +55,22 @@ class CancelAck(msgspec.Struct, frozen=True, kw_only=True):
     phase: str  #: "pending" (right after submit) or "running" (seen RUNNING first)
     ack_ms: int
     state: str
+
+
+class ExternalAck(msgspec.Struct, frozen=True, kw_only=True):
+    """An outside result the producer sent for a deferred task (as its provider would, by
+    ``Client.complete_external`` with the outside job's id), and what it answered."""
+
+    task_id: str
+    attempt: int
+    #: the task's mode (ok, dup, lost, late, never) and which send this was (1, 2)
+    mode: str
+    send: int
+    #: sent past that attempt's longest wait (it must be refused)
+    late: bool
+    ack_ms: int
+    #: the state answered, or "refused" (InvalidTransition) / "not_found"
+    answer: str
 
 
 class FaultEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -174,6 +191,8 @@ class RunData(msgspec.Struct, frozen=True, kw_only=True):
     cancels: list[CancelAck] = msgspec.field(default_factory=list)
     #: the producer's acknowledged RESUMEs of the tasks it paused (``state``: the answer)
     resumes: list[CancelAck] = msgspec.field(default_factory=list)
+    #: the outside results the producer sent for deferred tasks
+    external: list[ExternalAck] = msgspec.field(default_factory=list)
     faults: list[FaultEvent] = msgspec.field(default_factory=list)
     #: every task found in the namespace, plus every accepted id (found or not)
     tasks: dict[str, TaskRecord] = msgspec.field(default_factory=dict)

@@ -361,6 +361,7 @@ class ChaosRun:
             indeterminate=producer.indeterminate,
             cancels=producer.cancels,
             resumes=producer.resumes,
+            external=producer.external,
             faults=self.cluster.events,
             tasks=tasks,
             executions=await read_executions(redis, cfg.namespace),

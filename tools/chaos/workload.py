@@ -42,6 +42,7 @@ KINDS: dict[str, Kind] = {
     "pause_resume": Kind(3, False, True, False, False, "runs 1-3 s; paused, then resumed"),
     "timeout": Kind(3, False, False, True, False, "outlives its 800 ms deadline: TIMED_OUT"),
     "expire": Kind(2, False, True, True, False, "delayed 3 s with a 1 s queue-wait deadline"),
+    "deferred": Kind(5, False, True, True, False, "defers to an outside job the producer ends"),
     "poison": Kind(0, False, False, False, False, "SIGKILLs its own worker: dead-lettered"),
     # created by a workflow (tools.chaos.flows), not submitted; cancelled with it
     "wf": Kind(0, True, True, False, False, "a task of a workflow (chaos.wf handler)"),
@@ -114,6 +115,12 @@ def _spec(rng: random.Random, seq: int, kind: str, at_s: float, lease_ms: int) -
     elif kind == "expire":
         p["ms"] = 10
         opts.update(delay_ms=3000, wait_timeout_ms=1000)
+    elif kind == "deferred":
+        # the outside job's result: sent once, twice, lost on the first attempt, late past
+        # the first attempt's longest wait, or never (see Producer._provide)
+        p["mode"] = rng.choices(["ok", "dup", "lost", "late", "never"], [4, 3, 2, 2, 1])[0]
+        p["wait"] = 1500  # the longest wait (ms)
+        opts["max_attempts"] = rng.randint(2, 3)
     elif kind == "poison":
         # more attempts than the reaper's max deliveries: it must be dead-lettered
         opts["max_attempts"] = 10

@@ -1,0 +1,224 @@
+"""Deferred completion end to end: real Redis, real worker processes, the web app's
+callback route and the test provider. Slots are freed while tasks wait; duplicate
+callbacks change nothing; late and forged ones are refused (forged: 401, Redis
+unchanged); the client completes by external id; a regenerate's old callback is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis as sync_redis
+
+from rsjobs import Client, InvalidTransition, TaskNotFound
+from rsjobs.callbacks import Claims, body_signature, sign
+from tests.deferred.conftest import NS, SECRET
+from tests.support.processes import stop_process, wait_for_state
+from tests.support.provider import Provider
+from tests.support.reaper import spawn_reaper
+from tests.support.web import ServerThread
+
+pytestmark = pytest.mark.integration
+
+
+def _snapshot(url: str) -> dict[str, Any]:
+    """Every key of the server and its content (what a refused request must not touch)."""
+    r = sync_redis.Redis.from_url(url, decode_responses=True)
+    out: dict[str, Any] = {}
+    try:
+        for key in sorted(r.keys("*")):
+            kind = r.type(key)
+            if kind == "hash":
+                out[key] = r.hgetall(key)
+            elif kind == "stream":
+                out[key] = r.xrange(key)
+            elif kind == "zset":
+                out[key] = r.zrange(key, 0, -1, withscores=True)
+            elif kind == "string":
+                out[key] = r.get(key)
+            elif kind == "set":
+                out[key] = sorted(r.smembers(key))
+            else:
+                out[key] = kind
+    finally:
+        r.close()
+    return out
+
+
+async def _all_done(client: Client, ids: list[str], timeout: float) -> list[Any]:
+    return [await client.wait(t, timeout_ms=int(timeout * 1000)) for t in ids]
+
+
+async def test_forty_deferred_tasks_wait_at_once_on_four_slots(
+    client: Client, provider: Provider, workers: Any
+) -> None:
+    provider.hold()
+    workers("-c", "4")
+    payload = {"provider": provider.url, "delay_ms": 10}
+    ids = [await client.enqueue("gen.callback", payload) for _ in range(40)]
+    # every one is DEFERRED at once: four slots could not hold forty running handlers
+    deadline = time.monotonic() + 60
+    while True:
+        waiting = sum(
+            1 for i in await client.get_many(ids) if i is not None and i.state == "DEFERRED"
+        )
+        if waiting == 40:
+            break
+        assert time.monotonic() < deadline, f"only {waiting} of 40 DEFERRED"
+        await asyncio.sleep(0.1)
+    provider.release()
+    done = await _all_done(client, ids, 60)
+    assert [i.state for i in done] == ["SUCCEEDED"] * 40
+    assert all(i.result == {"image": f"{i.external_id}.png"} for i in done)
+    assert all(i.attempt == 1 and i.provider == "testprov" for i in done)
+
+
+async def test_duplicate_callbacks_change_nothing(
+    client: Client, provider: Provider, workers: Any, redis_url: str
+) -> None:
+    workers("-c", "2")
+    tid = await client.enqueue("gen.callback", {"provider": provider.url, "mode": "duplicate"})
+    info = await client.wait(tid, timeout_ms=20_000)
+    assert info.state == "SUCCEEDED"
+    deadline = time.monotonic() + 10
+    while len(provider.sent(info.external_id)) < 3:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    # each of the three got 200; the first ended the wait, the others wrote nothing
+    assert provider.sent(info.external_id) == [200, 200, 200]
+    history = await client.history(tid)
+    assert [e.event for e in history if e.event == "COMPLETE"] == ["COMPLETE"]
+    assert not any(e.rejected for e in history)
+    before = _snapshot(redis_url)
+    assert await client.complete_external(info.external_id, {"image": f"{info.external_id}.png"},
+                                          provider="testprov") == "SUCCEEDED"  # fmt: skip
+    assert _snapshot(redis_url) == before
+
+
+async def test_a_callback_after_the_longest_wait_is_refused_and_recorded(
+    client: Client, provider: Provider, workers: Any, reaper_proc: Any
+) -> None:
+    provider.late_ms = 2500
+    workers("-c", "2")
+    tid = await client.enqueue(
+        "gen.callback",
+        {"provider": provider.url, "mode": "delay", "max_wait_ms": 500},
+        max_attempts=1,
+    )
+    info = await client.wait(tid, timeout_ms=20_000)
+    assert info.state == "TIMED_OUT" and info.error_type == "DeferTimeout"
+    deadline = time.monotonic() + 15
+    while not provider.sent(info.external_id):
+        assert time.monotonic() < deadline, "the late callback was not sent"
+        await asyncio.sleep(0.05)
+    assert provider.sent(info.external_id) == [409]
+    after = await client.get(tid)
+    assert after.state == "TIMED_OUT" and after.result is None
+    refused = [e for e in await client.history(tid) if e.rejected]
+    assert len(refused) == 1 and refused[0].event == "COMPLETE"
+    assert "task is TIMED_OUT" in refused[0].message and refused[0].source == "callback"
+
+
+async def test_a_forged_callback_is_401_and_writes_nothing(
+    client: Client, provider: Provider, workers: Any, web: ServerThread, redis_url: str
+) -> None:
+    provider.hold()
+    workers("-c", "2")
+    tid = await client.enqueue("gen.callback", {"provider": provider.url, "mode": "forge"})
+    info = await wait_for_state(client, tid, "DEFERRED", timeout=20)
+    await asyncio.sleep(0.3)  # the worker's writes are done (stats, registration aside)
+    r = sync_redis.Redis.from_url(redis_url, decode_responses=True)
+    stats = r.hgetall(f"rsjobs:{{{NS}}}:stats")
+    task_before = r.hgetall(f"rsjobs:{{{NS}}}:task:{tid}")
+    keys_before = sorted(k for k in r.keys("*") if not k.endswith(":workers"))
+    provider.release()
+    deadline = time.monotonic() + 10
+    while not provider.sent(info.external_id):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    assert provider.sent(info.external_id) == [401]
+    # more forgeries, straight at the server: a token signed with another secret, a
+    # token naming another attempt unsigned, a body signature under another secret
+    other = sign("another-secret-entirely-xyz", Claims(NS, tid, "default", 1, 2**41))
+    valid = sign(SECRET, Claims(NS, tid, "default", 1, 2**41))
+    body = b'{"status": "succeeded", "result": 1}'
+    async with httpx.AsyncClient(base_url=web.url) as http:
+        assert (
+            await http.post(
+                f"/callbacks/{other}", content=body, headers={"content-type": "application/json"}
+            )
+        ).status_code == 401
+        tampered = valid[: valid.index(".")] + "x" + valid[valid.index(".") :]
+        assert (await http.post(f"/callbacks/{tampered}", content=body)).status_code == 401
+        assert (await http.post("/callbacks/garbage", content=body)).status_code == 401
+        ext = f"/callbacks/external/testprov/{info.external_id}"
+        bad = {"x-rsjobs-signature": body_signature("another-secret-entirely-xyz", body)}
+        assert (await http.post(ext, content=body, headers=bad)).status_code == 401
+        assert (await http.post(ext, content=body)).status_code == 401
+    assert r.hgetall(f"rsjobs:{{{NS}}}:stats") == stats
+    assert r.hgetall(f"rsjobs:{{{NS}}}:task:{tid}") == task_before
+    assert sorted(k for k in r.keys("*") if not k.endswith(":workers")) == keys_before
+    r.close()
+    assert (await client.get(tid)).state == "DEFERRED"
+    # the real provider's result, by external id with a valid body signature, completes it
+    async with httpx.AsyncClient(base_url=web.url) as http:
+        ok = await http.post(ext, content=body,
+                             headers={"x-rsjobs-signature": body_signature(SECRET, body)})  # fmt: skip
+    assert ok.status_code == 200 and ok.json()["state"] == "SUCCEEDED"
+
+
+async def test_the_client_completes_and_fails_by_external_id(
+    client: Client, provider: Provider, workers: Any
+) -> None:
+    workers("-c", "2")
+    a = await client.enqueue("gen.callback", {"provider": provider.url, "mode": "lose"})
+    b = await client.enqueue(
+        "gen.callback", {"provider": provider.url, "mode": "lose"}, max_attempts=1
+    )
+    ia = await wait_for_state(client, a, "DEFERRED", timeout=20)
+    await wait_for_state(client, b, "DEFERRED", timeout=20)
+    assert (
+        await client.complete_external(ia.external_id, {"v": 1}, provider="testprov") == "SUCCEEDED"
+    )
+    assert (await client.get(a)).result == {"v": 1}
+    assert await client.fail_external(b, "provider lost it", retryable=False) == "FAILED"
+    with pytest.raises(InvalidTransition):
+        await client.complete_external(b, {"v": 2})
+    with pytest.raises(TaskNotFound):
+        await client.complete_external("no-such-job", provider="testprov")
+
+
+async def test_the_reaper_never_takes_a_deferred_task_of_a_killed_worker(
+    client: Client, provider: Provider, workers: Any, redis_url: str, tmp_path: Path
+) -> None:
+    """SIGKILL the worker that deferred a task and runs another: within a few leases the
+    reaper takes the RUNNING one back (RECLAIM), while the DEFERRED one stays as it is (no
+    entry, no lease: nothing to reclaim); the provider's callback then completes it with no
+    worker alive."""
+    provider.hold()
+    worker = workers("-c", "2", "--lease-ms", "500")
+    tid = await client.enqueue("gen.callback", {"provider": provider.url})
+    await wait_for_state(client, tid, "DEFERRED", timeout=20)
+    running = await client.enqueue("slow", {"s": 60})
+    await wait_for_state(client, running, "RUNNING", timeout=20)
+    stop_process(worker)  # SIGKILL
+    reaper = spawn_reaper(redis_url, NS, str(tmp_path / "reaper.log"), "--interval-ms", "100",
+                          "--lease-ms", "500")  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while not any(e.event == "RECLAIM" for e in await client.history(running)):
+            assert time.monotonic() < deadline, "the reaper did not take the RUNNING task back"
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)  # two more leases of sweeps
+        info = await client.get(tid)
+        assert info.state == "DEFERRED" and info.attempt == 1
+        assert not any(e.event == "RECLAIM" for e in await client.history(tid))
+        provider.release()
+        done = await client.wait(tid, timeout_ms=20_000)
+        assert done.state == "SUCCEEDED" and done.attempt == 1
+    finally:
+        stop_process(reaper)
