@@ -451,7 +451,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: modules with a ``register(subparsers)`` adding their commands (``rsjobs reaper`` ...)
-_PLUGINS = ("rsjobs.reaper.cli", "rsjobs.web.cli", "rsjobs.workflows.cli", "rsjobs.console.migrate")
+_PLUGINS = (
+    "rsjobs.reaper.cli",
+    "rsjobs.web.cli",
+    "rsjobs.workflows.cli",
+    "rsjobs.console.migrate",
+    "rsjobs.hooks.cli",
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,8 @@ Redis errors become rsjobs's (:mod:`.transient`). Everything else calls a :class
 
 The parts are attributes, each one idea: ``tasks`` (clients and the web app), ``work``
 (workers), ``reaper``, ``quarantine``, ``workflows``, ``events`` (the web app's hub),
-``migration`` (``rsjobs migrate``), ``index`` (task lists, and the trim of their indexes).
+``migration`` (``rsjobs migrate``), ``index`` (task lists, and the trim of their indexes),
+``hooks`` (the hook stream, its retries, dead letters and webhooks: ``rsjobs hooks``).
 The namespace's layout is checked before the first script call (:mod:`.marker`); processes
 check it at start with :meth:`Store.require_layout`.
 """
@@ -21,6 +22,7 @@ from redis.asyncio import Redis
 from ..settings import Settings
 from .connection import connect, describe, reset_connections
 from .events import Events
+from .hooks import HookStore
 from .index import Index, ListQuery
 from .keys import GROUP, Keys, TaskKeys, WorkflowKeys
 from .marker import LayoutState
@@ -116,6 +118,7 @@ class Store:
         self.events = Events(self.scripts)
         self.migration = Migration(self.scripts)
         self.index = Index(self.scripts)
+        self.hooks = HookStore(self.scripts)
 
     async def ping(self) -> None:
         with boundary("PING"):

@@ -38,6 +38,7 @@ __all__ = [
     "Ending",
     "Entry",
     "Expect",
+    "HooksDueArgs",
     "Layout",
     "Layout1Task",
     "Member",
@@ -726,6 +727,20 @@ def migrate(c: Common, source: str, args: MigrateArgs, tasks: Iterable[Layout1Ta
 
 
 #: every script's layout, by name (``rsjobs.store.scripts.SCRIPT_NAMES``)
+class HooksDueArgs(NamedTuple):
+    #: the most retries to claim
+    most: int
+    #: how long a claim holds (ms)
+    claim_ms: int
+
+
+HOOKS_DUE = Layout("hooks_due", HooksDueArgs._fields, tail_keys=("hooks_retry",))
+
+
+def hooks_due(c: Common, k: Keys, source: str, args: HooksDueArgs) -> Packed:
+    return _pack(HOOKS_DUE, c, source, args, (), (k.hooks_retry,))
+
+
 LAYOUTS: dict[str, Layout] = {
     lay.script: lay
     for lay in (
@@ -756,5 +771,6 @@ LAYOUTS: dict[str, Layout] = {
         WF_CANCEL,
         WF_SYNC,
         WF_ABORT,
+        HOOKS_DUE,
     )
 }

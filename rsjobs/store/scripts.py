@@ -52,6 +52,8 @@ SCRIPT_NAMES = (
     "migrate",
     "trim",
     "summaries",
+    # the hook runner's (rsjobs.hooks)
+    "hooks_due",
     # the workflows': fsm.lua + wf.lua + the script
     "wf_start",
     "wf_spawn",
