@@ -128,7 +128,7 @@ async def cmd_webhooks_add(args: argparse.Namespace) -> int:
     try:
         hook = make_webhook(
             args.name,
-            args.url,
+            args.webhook_url,
             secret,
             _csv(args.on) if args.on else FINISHED,
             _csv(args.types or ""),
@@ -214,7 +214,7 @@ def register(sub: Any) -> None:
     ws = w.add_subparsers(dest="webhooks_command", required=True)
     a = ws.add_parser("add", help="add or replace a webhook")
     a.add_argument("name")
-    a.add_argument("url")
+    a.add_argument("webhook_url", metavar="URL")
     a.add_argument("--secret", default="", help="signing secret (env RSJOBS_WEBHOOK_SECRET)")
     a.add_argument("--on", default="", help="states, comma-separated (default: terminal ones)")
     a.add_argument("--types", default="", help="task type patterns, comma-separated")
