@@ -457,6 +457,7 @@ _PLUGINS = (
     "rsjobs.workflows.cli",
     "rsjobs.console.migrate",
     "rsjobs.hooks.cli",
+    "rsjobs.console.schedules",
 )
 
 

@@ -102,6 +102,8 @@ class SweepReport(msgspec.Struct, kw_only=True):
     #: entries of the list indexes removed with their tasks after the retention period
     #: (done:<STATE> entries and tags members; trim.lua)
     index_trimmed: int = 0
+    #: ticks of recurring schedules this sweep fired (rsjobs.schedules)
+    ticks_fired: int = 0
     ms: int = 0
 
     @property
@@ -212,6 +214,10 @@ class Reaper:
             report.promoted = pr["PROMOTED"]
             self._isolated(report, pr)
 
+        # recurring schedules: each due tick enqueues one task, however many reapers run
+        ticks = await self._step(report, "schedules", self._fire_schedules)
+        report.ticks_fired = ticks or 0
+
         retention = self.settings.retention_ms
         if retention > 0:  # the events of tasks past their retention (0: kept for ever)
             trimmed = await self._step(
@@ -248,6 +254,10 @@ class Reaper:
             }
         )
         return report
+
+    async def _fire_schedules(self) -> int:
+        """Fire the due ticks by Redis TIME now (the sweep's earlier steps took time)."""
+        return await self.store.schedules.fire_due(SOURCE, await self.store.reaper.now_ms())
 
     async def _step(
         self, report: SweepReport, name: str, run: Callable[[], Awaitable[T]]

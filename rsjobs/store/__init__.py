@@ -46,6 +46,7 @@ from .replies import (
     WfReply,
     error_of,
 )
+from .schedules import Schedules
 from .scripts import Scripts
 from .tasks import TaskRef, Tasks
 from .transient import boundary
@@ -119,6 +120,7 @@ class Store:
         self.migration = Migration(self.scripts)
         self.index = Index(self.scripts)
         self.hooks = HookStore(self.scripts)
+        self.schedules = Schedules(self.scripts)
 
     async def ping(self) -> None:
         with boundary("PING"):

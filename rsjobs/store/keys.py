@@ -30,6 +30,13 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
                                                   none: empty, or written before it had one;
                                                   see store/marker.py)
 
+Recurring tasks (``rsjobs.schedules``; the reaper fires their ticks with ``schedule.lua``)::
+
+    rsjobs:{default}:schedules            hash    schedule name -> its settings (JSON)
+    rsjobs:{default}:schedules:due        zset    schedule name by its next tick (ms)
+    rsjobs:{default}:schedules:log        hash    ``<name>:fired`` / ``:skipped`` counts,
+                                                  ``<name>:last`` task id, ``:last_at`` tick
+
 The list indexes (``rsjobs.store.index`` reads them; ``index_move`` in ``fsm.lua`` keeps
 them; the reaper trims them with retention). PENDING and RUNNING tasks are listed from
 their queue's stream, SCHEDULED ones from ``scheduled``: nothing else is kept for them::
@@ -157,6 +164,9 @@ class Keys:
         "queues",
         "reaper_guard",
         "scheduled",
+        "schedules",
+        "schedules_due",
+        "schedules_log",
         "stats",
         "tags",
         "tags_trim",
@@ -200,6 +210,10 @@ class Keys:
         self.hooks_retry = p + "hooks:retry"
         self.hooks_dead = p + "hooks:dead"
         self.webhooks = p + "webhooks"
+        #: recurring tasks (rsjobs.schedules): settings, next tick, what fired
+        self.schedules = p + "schedules"
+        self.schedules_due = p + "schedules:due"
+        self.schedules_log = p + "schedules:log"
         # Passed in KEYS where a script expects a dedup key but the task has none; never
         # written (the script checks its flag first), it only keeps KEYS positional.
         self.nodedup = p + "dedup:"

@@ -50,6 +50,7 @@ __all__ = [
     "QueueArgs",
     "ReclaimArgs",
     "RetryArgs",
+    "ScheduleArgs",
     "StartArgs",
     "SummaryArgs",
     "TrimArgs",
@@ -741,6 +742,38 @@ def hooks_due(c: Common, k: Keys, source: str, args: HooksDueArgs) -> Packed:
     return _pack(HOOKS_DUE, c, source, args, (), (k.hooks_retry,))
 
 
+class ScheduleArgs(NamedTuple):
+    """A tick of a recurring schedule (``schedule.lua``)."""
+
+    name: str
+    #: its settings as read (JSON text)
+    settings: str
+    #: the tick fired, and the next one after now (ms)
+    due: int
+    next: int
+    #: ticks missed and not fired
+    skipped: int
+
+
+SCHEDULE = Layout(
+    "schedule",
+    ScheduleArgs._fields,
+    "task",
+    NewTask._fields,
+    TaskKeys._fields,
+    ("schedules", "schedules_due", "schedules_log"),
+    exact=1,
+)
+
+
+def schedule(
+    c: Common, k: Keys, source: str, args: ScheduleArgs, keys: TaskKeys, task: NewTask
+) -> Packed:
+    return _pack(
+        SCHEDULE, c, source, args, [(keys, task)], (k.schedules, k.schedules_due, k.schedules_log)
+    )
+
+
 LAYOUTS: dict[str, Layout] = {
     lay.script: lay
     for lay in (
@@ -772,5 +805,6 @@ LAYOUTS: dict[str, Layout] = {
         WF_SYNC,
         WF_ABORT,
         HOOKS_DUE,
+        SCHEDULE,
     )
 }

@@ -54,6 +54,8 @@ SCRIPT_NAMES = (
     "summaries",
     # the hook runner's (rsjobs.hooks)
     "hooks_due",
+    # the reaper's, for recurring tasks (rsjobs.schedules)
+    "schedule",
     # the workflows': fsm.lua + wf.lua + the script
     "wf_start",
     "wf_spawn",
