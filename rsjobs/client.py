@@ -36,6 +36,7 @@ from .schemas import (
     TaskFilter,
     TaskInfo,
     TaskPage,
+    WebhookDelivery,
 )
 from .settings import Settings
 from .store import Code, Store, TaskRef, error_of
@@ -62,6 +63,9 @@ def validate_task_id(task_id: str) -> str:
     if not isinstance(task_id, str) or len(task_id) != 32 or not set(task_id) <= _ID_CHARS:
         raise ConfigError(f"invalid task id {task_id!r}: expected 32 lowercase hex characters")
     return task_id
+
+
+_delivery = msgspec.json.Decoder(WebhookDelivery)
 
 
 def new_task_id() -> str:
@@ -463,6 +467,10 @@ class Client:
         await self.store.require_layout()
         now = await self.store.reaper.now_ms()
         return await self.store.schedules.put(msgspec.structs.replace(s, anchor_ms=now), now)
+
+    async def webhook_deliveries(self, task_id: str) -> list[WebhookDelivery]:
+        """The task's webhook deliveries, every attempt, newest first (docs/hooks.md)."""
+        return [_delivery.decode(raw) for raw in await self.store.hooks.deliveries(task_id)]
 
     async def unschedule(self, name: str) -> bool:
         """Remove the schedule ``name`` (its tasks stay); whether there was one."""

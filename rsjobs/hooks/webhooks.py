@@ -24,6 +24,7 @@ import msgspec
 
 from ..errors import ConfigError
 from ..names import validate_name
+from ..schemas import WebhookDelivery as Delivery
 from .registry import HookEvent, check_states, check_types, matches
 
 __all__ = [
@@ -63,22 +64,6 @@ class Webhook(msgspec.Struct, frozen=True, kw_only=True):
 
     def wants(self, state: str, type: str) -> bool:
         return matches(self.on, self.types, state, type)
-
-
-class Delivery(msgspec.Struct, frozen=True, kw_only=True):
-    """One attempt of one webhook delivery, as the task's webhook log keeps it."""
-
-    webhook: str
-    delivery: str
-    state: str
-    attempt: int
-    #: Unix time (ms) the attempt started
-    at: int
-    ms: int
-    #: the HTTP status (0: no answer)
-    status: int = 0
-    ok: bool = False
-    error: str = ""
 
 
 def make_webhook(

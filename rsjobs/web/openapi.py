@@ -19,7 +19,7 @@ import msgspec
 from .. import __version__
 from ..names import NAME_SCHEMA
 from ..overview import DeadLetterPage
-from ..schemas import BulkResult, HistoryEntry, QueuePause, RetryResult, TaskPage
+from ..schemas import BulkResult, HistoryEntry, QueuePause, RetryResult, TaskPage, WebhookDelivery
 from ..workflows.schemas import WorkflowEvent, WorkflowStatus
 from .assets import MEDIA_TYPES
 from .bodies import (
@@ -49,6 +49,7 @@ from .schemas import (
     SubmitRequest,
     SubmitResult,
     TaskView,
+    WebhookLog,
     WorkerList,
 )
 
@@ -63,6 +64,8 @@ _STRUCTS = (
     TaskView,
     HistoryEntry,
     HistoryPage,
+    WebhookLog,
+    WebhookDelivery,
     StreamEnd,
     Health,
     TaskPage,
@@ -343,6 +346,15 @@ def _paths() -> dict[str, Any]:
                 "parameters": [_TASK_ID, *_PAGE_PARAMS],
                 "responses": {"200": {"description": "a page of history",
                                       "content": _json("HistoryPage")}, **_TASK_ERRORS},
+            }
+        },
+        "/tasks/{task_id}/webhooks": {
+            "get": {
+                "summary": "The task's webhook deliveries, every attempt, newest first",
+                "operationId": "getTaskWebhooks",
+                "parameters": [_TASK_ID],
+                "responses": {"200": {"description": "the delivery log",
+                                      "content": _json("WebhookLog")}, **_TASK_ERRORS},
             }
         },
         "/tasks/{task_id}/cancel": {
