@@ -8,7 +8,7 @@ OLDEST := .venv-oldest
 OLDEST_REDIS := redis==5.2.*
 OLDEST_STAMP := $(OLDEST)/.installed
 
-.PHONY: setup setup-oldest demo test test-newest test-oldest lint typecheck unit browser bench soak chaos clean
+.PHONY: setup setup-oldest demo test test-newest test-oldest lint typecheck unit browser bench soak chaos schedules-minute clean
 
 setup: $(STAMP)
 
@@ -75,6 +75,12 @@ soak:
 CHAOS_DURATION ?= 600
 chaos: setup
 	$(BIN)/python -m tools.chaos --duration $(CHAOS_DURATION) --tasks 6000 --report chaos-report.json $(CHAOS_ARGS)
+
+# a schedule ticking every second for a full minute under three reapers, one SIGKILLed
+# half-way: exactly one task per tick (the suite runs the same test for 14 s)
+schedules-minute: setup
+	RSJOBS_SCHEDULE_SECONDS=60 $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/reaper/test_schedules.py -k three_reapers
 
 # the tiers without a real Redis (no Redis, and the scripts on fakeredis)
 unit: setup

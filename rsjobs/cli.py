@@ -514,7 +514,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: modules with a ``register(subparsers)`` adding their commands (``rsjobs reaper`` ...)
-_PLUGINS = ("rsjobs.reaper.cli", "rsjobs.web.cli", "rsjobs.workflows.cli", "rsjobs.console.migrate")
+_PLUGINS = (
+    "rsjobs.reaper.cli",
+    "rsjobs.web.cli",
+    "rsjobs.workflows.cli",
+    "rsjobs.console.migrate",
+    "rsjobs.hooks.cli",
+    "rsjobs.console.schedules",
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,8 @@ from .labels import encode_labels, validate_labels
 from .model import RESTART, allowed, is_terminal
 from .names import validate_name
 from .queries import Labels, Names, list_query
+from .schedules import Schedule, ScheduleInfo
+from .schedules import check as check_schedule
 from .schemas import (
     BulkItem,
     BulkResult,
@@ -35,6 +37,7 @@ from .schemas import (
     TaskFilter,
     TaskInfo,
     TaskPage,
+    WebhookDelivery,
 )
 from .settings import Settings
 from .store import Code, Store, TaskRef, error_of
@@ -67,6 +70,9 @@ def validate_task_id(task_id: str) -> str:
 
 def _is_task_id(value: str) -> bool:
     return isinstance(value, str) and len(value) == 32 and set(value) <= _ID_CHARS
+
+
+_delivery = msgspec.json.Decoder(WebhookDelivery)
 
 
 def new_task_id() -> str:
@@ -517,6 +523,57 @@ class Client:
         if code is Code.NOT_FOUND or (code is Code.REFUSED and event != "CANCEL"):
             raise error_of(code, subject=task_id, action=event, state=state)
         return code, state
+
+    # -- recurring tasks -------------------------------------------------------------------
+
+    async def schedule(
+        self,
+        name: str,
+        *,
+        type: str,
+        payload: Any = None,
+        cron: str = "",
+        every_ms: int = 0,
+        queue: str = "default",
+        max_attempts: int = 3,
+        timeout_ms: int = 0,
+        owner: str | None = None,
+        wait_timeout_ms: int = 0,
+        labels: Mapping[str, str] | None = None,
+    ) -> int:
+        """Add (or replace) the recurring schedule ``name``: a task of ``type`` with
+        ``payload`` each tick of ``cron`` (UTC) or every ``every_ms`` from now; fired by the
+        reaper, one task per tick however many reapers run (:mod:`rsjobs.schedules` says
+        what happens to ticks missed while none ran). Returns the first tick (ms, Redis
+        TIME). Raises :class:`ConfigError` or :class:`PayloadError`, writing nothing."""
+        req = EnqueueRequest(
+            type=type,
+            payload=payload,
+            queue=queue,
+            max_attempts=max_attempts,
+            timeout_ms=timeout_ms,
+            owner=owner,
+            wait_timeout_ms=wait_timeout_ms,
+            labels=dict(labels) if labels is not None else None,
+        )
+        _check_request(req, self.settings.payload_limit)
+        s = Schedule(name=name, cron=cron, every_ms=every_ms, task=req)
+        check_schedule(s)
+        await self.store.require_layout()
+        now = await self.store.reaper.now_ms()
+        return await self.store.schedules.put(msgspec.structs.replace(s, anchor_ms=now), now)
+
+    async def webhook_deliveries(self, task_id: str) -> list[WebhookDelivery]:
+        """The task's webhook deliveries, every attempt, newest first (docs/hooks.md)."""
+        return [_delivery.decode(raw) for raw in await self.store.hooks.deliveries(task_id)]
+
+    async def unschedule(self, name: str) -> bool:
+        """Remove the schedule ``name`` (its tasks stay); whether there was one."""
+        return await self.store.schedules.remove(name)
+
+    async def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule with its next tick and what it fired."""
+        return await self.store.schedules.list()
 
     async def cancel(self, task_id: str, reason: str = "", *, source: str | None = None) -> str:
         """Cancel the task from any non-terminal state; returns the state after the call.

@@ -15,6 +15,10 @@ Common KEYS (every transition script):
   KEYS[9]  paused_tasks zset  "<queue>:<id>" of PAUSED tasks, scored by when paused
   KEYS[10] tags       zset    the owner and label index (score 0, text order)
   KEYS[11] tags_trim  stream  finished tasks with tags, for the reaper's trim
+  KEYS[12] hooks      stream  a task's changes of state that a hook or webhook listens for
+                              (see note_hook); read by `rsjobs hooks` through its group
+  KEYS[13] hooks_on   hash    listener -> the states it listens for ("*" = all); empty:
+                              nothing is written to KEYS[12]
 (KEYS[5..11] are the list indexes: see index_move.)
 The task keys, three per task (a script's items: its tasks, entries, members... follow the
 common KEYS, each with its keys; then the script's own keys, if any):
@@ -115,11 +119,12 @@ local TRANSITIONS = {
 local EVENTS_KEY, STATS_KEY, SCHED_KEY, DEADLINES_KEY = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local DONE_KEYS = {SUCCEEDED = KEYS[5], FAILED = KEYS[6], CANCELLED = KEYS[7], TIMED_OUT = KEYS[8]}
 local PAUSED_TASKS_KEY, TAGS_KEY, TAGS_TRIM_KEY = KEYS[9], KEYS[10], KEYS[11]
+local HOOKS_KEY, HOOKS_ON_KEY = KEYS[12], KEYS[13]
 local SOURCE = ARGV[1]
 local EVENTS_MAX = tonumber(ARGV[2])
 local RETENTION_MS = tonumber(ARGV[3])
 local GROUP = ARGV[4]
-local NCOMMON = 11  -- common KEYS
+local NCOMMON = 13  -- common KEYS
 local NARGV = 4  -- common ARGV
 
 -- Counter increments of this call: field -> sum, written by finish_call().
@@ -486,6 +491,33 @@ local function index_move(t, from, to)
   end
 end
 
+-- The states some hook or webhook listens for (HOOKS_ON_KEY's values, comma-separated
+-- lists or "*"), read once per call at its first change of state; false = none, so that
+-- a namespace without hooks pays one HVALS of an empty hash per call and writes nothing.
+local HOOK_STATES = nil
+local function hook_states()
+  if HOOK_STATES == nil then
+    HOOK_STATES = false
+    for _, v in ipairs(redis.call('HVALS', HOOKS_ON_KEY)) do
+      for s in string.gmatch(v, '[^,]+') do
+        if HOOK_STATES == false then HOOK_STATES = {} end
+        HOOK_STATES[s] = true
+      end
+    end
+  end
+  return HOOK_STATES
+end
+
+-- Tell the hook stream that `t` reached `to` by `event` (history entry `hid`), when some
+-- listener wants that state. The stream is not trimmed: `rsjobs hooks` deletes an entry
+-- once every listener has run on it or holds a retry of it (rsjobs/hooks), so that no
+-- delivery is lost to trimming; hooks run there, outside this transition.
+local function note_hook(t, event, to, hid)
+  local on = hook_states()
+  if on == false or not (on[to] or on['*']) then return end
+  redis.call('XADD', HOOKS_KEY, '*', 'id', t.id, 'q', t.queue, 's', to, 'e', event, 'hid', hid)
+end
+
 local function transition(t, event, to, msg, fields, extra)
   if not allowed(t.state, event, to) then
     error('rsjobs: illegal transition ' .. t.state .. ' -' .. event .. '-> ' .. to)
@@ -513,6 +545,7 @@ local function transition(t, event, to, msg, fields, extra)
     if from ~= '' then count(t.queue .. ':' .. from, -1) end
     count(t.queue .. ':' .. to, 1)
     index_move(t, from, to)
+    note_hook(t, event, to, hid)
   end
   count('ev:' .. event, 1)
   -- per queue, for its per-minute series (scripts/series.lua): the other series counters

@@ -26,6 +26,7 @@ __all__ = [
     "TaskInfo",
     "TaskPage",
     "TaskSummary",
+    "WebhookDelivery",
     "repeat_fields",
 ]
 
@@ -398,3 +399,19 @@ class BulkResult(msgspec.Struct, frozen=True, kw_only=True):
     ids: list[str]
     changed: int = 0
     items: list[BulkItem] = msgspec.field(default_factory=list)
+
+
+class WebhookDelivery(msgspec.Struct, frozen=True, kw_only=True):
+    """One attempt of one webhook delivery, as the task's webhook log keeps it."""
+
+    webhook: str
+    delivery: str
+    state: str
+    attempt: int
+    #: Unix time (ms) the attempt started
+    at: int
+    ms: int
+    #: the HTTP status (0: no answer)
+    status: int = 0
+    ok: bool = False
+    error: str = ""

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .client import Client, connect
 from .errors import ConfigError
 from .queries import Labels, Names
+from .schedules import ScheduleInfo
 from .schemas import (
     BulkResult,
     EnqueueRequest,
@@ -317,6 +318,49 @@ class SyncClient:
         """CANCEL, PAUSE or RESUME: the reply code and the state after the call."""
         r = self._runner()
         return r.run(r.client.control(task_id, event, reason, ref=ref, source=source))
+
+    def schedule(
+        self,
+        name: str,
+        *,
+        type: str,
+        payload: Any = None,
+        cron: str = "",
+        every_ms: int = 0,
+        queue: str = "default",
+        max_attempts: int = 3,
+        timeout_ms: int = 0,
+        owner: str | None = None,
+        wait_timeout_ms: int = 0,
+        labels: Mapping[str, str] | None = None,
+    ) -> int:
+        """Add or replace a recurring schedule; its first tick (see :meth:`Client.schedule`)."""
+        r = self._runner()
+        return r.run(
+            r.client.schedule(
+                name,
+                type=type,
+                payload=payload,
+                cron=cron,
+                every_ms=every_ms,
+                queue=queue,
+                max_attempts=max_attempts,
+                timeout_ms=timeout_ms,
+                owner=owner,
+                wait_timeout_ms=wait_timeout_ms,
+                labels=labels,
+            )
+        )
+
+    def unschedule(self, name: str) -> bool:
+        """Remove a recurring schedule; whether there was one."""
+        r = self._runner()
+        return r.run(r.client.unschedule(name))
+
+    def schedules(self) -> list[ScheduleInfo]:
+        """Every recurring schedule, its next tick and what it fired."""
+        r = self._runner()
+        return r.run(r.client.schedules())
 
     def cancel(self, task_id: str, reason: str = "", *, source: str | None = None) -> str:
         """Cancel the task; returns the state after the call (idempotent)."""

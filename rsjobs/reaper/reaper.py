@@ -105,6 +105,8 @@ class SweepReport(msgspec.Struct, kw_only=True):
     index_trimmed: int = 0
     #: queues whose counters were sampled for their per-minute series (series.lua)
     series_sampled: int = 0
+    #: ticks of recurring schedules this sweep fired (rsjobs.schedules)
+    ticks_fired: int = 0
     ms: int = 0
 
     @property
@@ -217,6 +219,10 @@ class Reaper:
             report.promoted = pr["PROMOTED"]
             self._isolated(report, pr)
 
+        # recurring schedules: each due tick enqueues one task, however many reapers run
+        ticks = await self._step(report, "schedules", self._fire_schedules)
+        report.ticks_fired = ticks or 0
+
         retention = self.settings.retention_ms
         if retention > 0:  # the events of tasks past their retention (0: kept for ever)
             trimmed = await self._step(
@@ -266,6 +272,10 @@ class Reaper:
         oldest = await self.store.index.oldest_pending(queues)
         done, _ = await self.store.series.sample(SOURCE, oldest)
         return done
+
+    async def _fire_schedules(self) -> int:
+        """Fire the due ticks by Redis TIME now (the sweep's earlier steps took time)."""
+        return await self.store.schedules.fire_due(SOURCE, await self.store.reaper.now_ms())
 
     async def _step(
         self, report: SweepReport, name: str, run: Callable[[], Awaitable[T]]

@@ -11,7 +11,8 @@ The parts are attributes, each one idea: ``tasks`` (clients and the web app), ``
 (workers), ``reaper``, ``quarantine``, ``workflows``, ``events`` (the web app's hub),
 ``migration`` (``rsjobs migrate``), ``index`` (task lists, and the trim of their indexes),
 ``series`` (per-minute queue series), ``deferred`` (attempts waiting on outside jobs:
-hand-off, results, polls).
+hand-off, results, polls), ``hooks`` (the hook stream, its retries, dead letters and
+webhooks: ``rsjobs hooks``), ``schedules`` (recurring tasks).
 The namespace's layout is checked before the first script call (:mod:`.marker`); processes
 check it at start with :meth:`Store.require_layout`.
 """
@@ -24,6 +25,7 @@ from ..settings import Settings
 from .connection import connect, describe, reset_connections
 from .deferred import Deferred
 from .events import Events
+from .hooks import HookStore
 from .index import Index, ListQuery
 from .keys import GROUP, Keys, TaskKeys, WorkflowKeys
 from .marker import LayoutState
@@ -47,6 +49,7 @@ from .replies import (
     WfReply,
     error_of,
 )
+from .schedules import Schedules
 from .scripts import Scripts
 from .series import Series
 from .tasks import TaskRef, Tasks
@@ -123,6 +126,8 @@ class Store:
         self.migration = Migration(self.scripts)
         self.index = Index(self.scripts)
         self.series = Series(self.scripts)
+        self.hooks = HookStore(self.scripts)
+        self.schedules = Schedules(self.scripts)
 
     async def ping(self) -> None:
         with boundary("PING"):

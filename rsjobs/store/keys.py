@@ -39,6 +39,13 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
                                                   none: empty, or written before it had one;
                                                   see store/marker.py)
 
+Recurring tasks (``rsjobs.schedules``; the reaper fires their ticks with ``schedule.lua``)::
+
+    rsjobs:{default}:schedules            hash    schedule name -> its settings (JSON)
+    rsjobs:{default}:schedules:due        zset    schedule name by its next tick (ms)
+    rsjobs:{default}:schedules:log        hash    ``<name>:fired`` / ``:skipped`` counts,
+                                                  ``<name>:last`` task id, ``:last_at`` tick
+
 The list indexes (``rsjobs.store.index`` reads them; ``index_move`` in ``fsm.lua`` keeps
 them; the reaper trims them with retention). PENDING and RUNNING tasks are listed from
 their queue's stream, SCHEDULED ones from ``scheduled``: nothing else is kept for them::
@@ -55,6 +62,18 @@ their queue's stream, SCHEDULED ones from ``scheduled``: nothing else is kept fo
     rsjobs:{default}:tags:trim            stream  per finished task with tags: id, created
                                                   time, owner, labels; the reaper removes its
                                                   tags entries once past retention
+
+Hooks and webhooks (``rsjobs.hooks``; see ``docs/hooks.md``)::
+
+    rsjobs:{default}:hooks                stream  id, q, s (state), e (event), hid of each
+                                                  change of state a listener wants (group
+                                                  ``hooks``; deleted once handled, no MAXLEN)
+    rsjobs:{default}:hooks:on             hash    listener -> states it listens for ("*")
+    rsjobs:{default}:hooks:retry          zset    JSON of a pending retry, by due time (ms)
+    rsjobs:{default}:hooks:dead           stream  hook runs that failed every attempt
+    rsjobs:{default}:webhooks             hash    webhook name -> its settings (JSON)
+    rsjobs:{default}:webhooks:log:<id>    list    a task's webhook deliveries (JSON), newest
+                                                  first, capped, kept as long as the task
 
 Workflows (``rsjobs.workflows``; the scripts ``scripts/wf_*.lua`` get these seven keys, in
 this order, after their task keys; see ``wf.lua``)::
@@ -141,6 +160,10 @@ class Keys:
         "deadlines",
         "done",
         "events",
+        "hooks",
+        "hooks_dead",
+        "hooks_on",
+        "hooks_retry",
         "layout",
         "namespace",
         "nodedup",
@@ -151,9 +174,13 @@ class Keys:
         "queues",
         "reaper_guard",
         "scheduled",
+        "schedules",
+        "schedules_due",
+        "schedules_log",
         "stats",
         "tags",
         "tags_trim",
+        "webhooks",
         "workers",
         "workers_dead",
         "workflows",
@@ -186,6 +213,18 @@ class Keys:
         self.paused_tasks = p + "paused:tasks"
         self.tags = p + "tags"
         self.tags_trim = p + "tags:trim"
+        #: hooks (rsjobs.hooks): the stream the scripts write changes of state to when a
+        #: listener wants them, who listens for what, the retries by due time, the dead
+        #: letters, the webhooks' settings
+        self.hooks = p + "hooks"
+        self.hooks_on = p + "hooks:on"
+        self.hooks_retry = p + "hooks:retry"
+        self.hooks_dead = p + "hooks:dead"
+        self.webhooks = p + "webhooks"
+        #: recurring tasks (rsjobs.schedules): settings, next tick, what fired
+        self.schedules = p + "schedules"
+        self.schedules_due = p + "schedules:due"
+        self.schedules_log = p + "schedules:log"
         # Passed in KEYS where a script expects a dedup key but the task has none; never
         # written (the script checks its flag first), it only keeps KEYS positional.
         self.nodedup = p + "dedup:"
@@ -243,10 +282,14 @@ class Keys:
         """The ``done:<STATE>`` stream of a terminal state."""
         return self.done[TERMINAL_STATES.index(state)]
 
+    def webhook_log(self, task_id: str) -> str:
+        """The delivery log of the webhooks of one task (newest first, capped)."""
+        return f"{self.prefix}webhooks:log:{task_id}"
+
     def common(self) -> tuple[str, ...]:
-        """The eleven KEYS every transition script starts with (see ``fsm.lua``): events,
+        """The thirteen KEYS every transition script starts with (see ``fsm.lua``): events,
         stats, scheduled, deadlines, the four ``done:<STATE>`` streams, paused:tasks, tags,
-        tags:trim."""
+        tags:trim, hooks, hooks:on."""
         return (
             self.events,
             self.stats,
@@ -256,6 +299,8 @@ class Keys:
             self.paused_tasks,
             self.tags,
             self.tags_trim,
+            self.hooks,
+            self.hooks_on,
         )
 
     def task_keys(self, task_id: str, queue: str, dedup: str | None = None) -> TaskKeys:

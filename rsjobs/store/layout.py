@@ -39,6 +39,7 @@ __all__ = [
     "Ending",
     "Entry",
     "Expect",
+    "HooksDueArgs",
     "Layout",
     "Layout1Task",
     "Member",
@@ -52,6 +53,7 @@ __all__ = [
     "ReclaimArgs",
     "ResolveArgs",
     "RetryArgs",
+    "ScheduleArgs",
     "SeriesArgs",
     "SeriesQueue",
     "StartArgs",
@@ -827,6 +829,52 @@ def migrate(c: Common, source: str, args: MigrateArgs, tasks: Iterable[Layout1Ta
 
 
 #: every script's layout, by name (``rsjobs.store.scripts.SCRIPT_NAMES``)
+class HooksDueArgs(NamedTuple):
+    #: the most retries to claim
+    most: int
+    #: how long a claim holds (ms)
+    claim_ms: int
+
+
+HOOKS_DUE = Layout("hooks_due", HooksDueArgs._fields, tail_keys=("hooks_retry",))
+
+
+def hooks_due(c: Common, k: Keys, source: str, args: HooksDueArgs) -> Packed:
+    return _pack(HOOKS_DUE, c, source, args, (), (k.hooks_retry,))
+
+
+class ScheduleArgs(NamedTuple):
+    """A tick of a recurring schedule (``schedule.lua``)."""
+
+    name: str
+    #: its settings as read (JSON text)
+    settings: str
+    #: the tick fired, and the next one after now (ms)
+    due: int
+    next: int
+    #: ticks missed and not fired
+    skipped: int
+
+
+SCHEDULE = Layout(
+    "schedule",
+    ScheduleArgs._fields,
+    "task",
+    NewTask._fields,
+    TaskKeys._fields,
+    ("schedules", "schedules_due", "schedules_log"),
+    exact=1,
+)
+
+
+def schedule(
+    c: Common, k: Keys, source: str, args: ScheduleArgs, keys: TaskKeys, task: NewTask
+) -> Packed:
+    return _pack(
+        SCHEDULE, c, source, args, [(keys, task)], (k.schedules, k.schedules_due, k.schedules_log)
+    )
+
+
 LAYOUTS: dict[str, Layout] = {
     lay.script: lay
     for lay in (
@@ -861,5 +909,7 @@ LAYOUTS: dict[str, Layout] = {
         WF_CANCEL,
         WF_SYNC,
         WF_ABORT,
+        HOOKS_DUE,
+        SCHEDULE,
     )
 }

@@ -57,6 +57,10 @@ SCRIPT_NAMES = (
     "trim",
     "summaries",
     "series",
+    # the hook runner's (rsjobs.hooks)
+    "hooks_due",
+    # the reaper's, for recurring tasks (rsjobs.schedules)
+    "schedule",
     # the workflows': fsm.lua + wf.lua + the script
     "wf_start",
     "wf_spawn",

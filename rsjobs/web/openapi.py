@@ -27,6 +27,7 @@ from ..schemas import (
     QueuePause,
     RetryResult,
     TaskPage,
+    WebhookDelivery,
 )
 from ..workflows.listing import WorkflowPage
 from ..workflows.model import WfStatus
@@ -62,6 +63,7 @@ from .schemas import (
     SubmitRequest,
     SubmitResult,
     TaskView,
+    WebhookLog,
     WorkerList,
 )
 
@@ -77,6 +79,8 @@ _STRUCTS = (
     TaskView,
     HistoryEntry,
     HistoryPage,
+    WebhookLog,
+    WebhookDelivery,
     StreamEnd,
     Health,
     TaskPage,
@@ -428,6 +432,15 @@ def _paths() -> dict[str, Any]:
                 "parameters": [_TASK_ID, *_PAGE_PARAMS],
                 "responses": {"200": {"description": "a page of history",
                                       "content": _json("HistoryPage")}, **_TASK_ERRORS},
+            }
+        },
+        "/tasks/{task_id}/webhooks": {
+            "get": {
+                "summary": "The task's webhook deliveries, every attempt, newest first",
+                "operationId": "getTaskWebhooks",
+                "parameters": [_TASK_ID],
+                "responses": {"200": {"description": "the delivery log",
+                                      "content": _json("WebhookLog")}, **_TASK_ERRORS},
             }
         },
         "/tasks/{task_id}/cancel": {

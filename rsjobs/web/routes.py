@@ -36,6 +36,7 @@ from .schemas import (
     SubmitRequest,
     SubmitResult,
     TaskView,
+    WebhookLog,
 )
 from .service import Service
 from .sse import EventStreamResponse, events, snapshot
@@ -171,6 +172,13 @@ class Api(Handlers):
             HistoryPage(id=tid, entries=entries, next=entries[-1].id if entries else None)
         )
 
+    async def webhooks(self, request: Request) -> Response:
+        who = self.principal(request)
+        tid = self.task_id(request)
+        await self.visible_task(who, tid)
+        deliveries = await self.client.webhook_deliveries(tid)
+        return json_response(WebhookLog(id=tid, deliveries=deliveries))
+
     async def cancel(self, request: Request) -> Response:
         who = self.principal(request)
         tid = self.task_id(request)
@@ -270,6 +278,7 @@ def task_routes(service: Service) -> list[BaseRoute]:
         Route("/tasks", api.submit, methods=["POST"]),
         Route("/tasks/{task_id}", api.get_task, methods=["GET"], name="task"),
         Route("/tasks/{task_id}/history", api.history, methods=["GET"]),
+        Route("/tasks/{task_id}/webhooks", api.webhooks, methods=["GET"]),
         Route("/tasks/{task_id}/cancel", api.cancel, methods=["POST"]),
         Route("/tasks/{task_id}/events", api.task_events, methods=["GET"]),
         Route("/healthz", api.healthz, methods=["GET"]),

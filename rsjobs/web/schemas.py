@@ -16,7 +16,7 @@ from ..labels import MAX_LABELS, MAX_VALUE
 from ..names import NAME_SCHEMA, OWNER_SCHEMA
 from ..overview import QueueView
 from ..reaper.registry import WorkerInfo
-from ..schemas import HistoryEntry, TaskInfo
+from ..schemas import HistoryEntry, TaskInfo, WebhookDelivery
 
 __all__ = [
     "ActionRequest",
@@ -34,6 +34,7 @@ __all__ = [
     "SubmitRequest",
     "SubmitResult",
     "TaskView",
+    "WebhookLog",
     "WorkerList",
     "decode_body",
     "encode",
@@ -273,6 +274,13 @@ class HistoryPage(msgspec.Struct, frozen=True, kw_only=True):
     entries: list[HistoryEntry]
     #: the id of the last entry, or null when this page is empty
     next: str | None
+
+
+class WebhookLog(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /tasks/{id}/webhooks``: every webhook delivery attempt for it, newest first."""
+
+    id: str
+    deliveries: list[WebhookDelivery]
 
 
 class Health(msgspec.Struct, frozen=True, kw_only=True):
