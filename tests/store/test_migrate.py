@@ -233,7 +233,7 @@ async def _migrate_and_use(redis_url: str, client: Client, ids: dict[str, Any]) 
     assert (reply.code, reply.state) == (1, "SUCCEEDED")
     assert (await client.get(ids["running"])).result == "ok"
     # the dedup key still names its task
-    assert await client.enqueue("echo", None, queue="jobs", dedup_key="d1") == ids["dedup"]
+    assert await client.enqueue("echo", {"n": 2}, queue="jobs", dedup_key="d1") == ids["dedup"]
     await client.resume(ids["paused"])
     # the reaper of this release takes back the one its dead worker held
     await asyncio.sleep(0.5)

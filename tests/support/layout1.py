@@ -102,20 +102,39 @@ def old_keys(call: Packed) -> list[str]:
     return out + tail
 
 
+#: what later releases appended to a script's reply for one item: the values to read
+#: where layout 1 answered none (START: the task's owner and trace context, which the
+#: worker's span of the attempt names)
+_NEWER_REPLY_TAIL = {"start": ("", "", "")}
+
+
+def new_reply(call: Packed, reply: Any) -> Any:
+    """Layout 1's ``reply`` to ``call`` as this release's parser reads it: an applied
+    item's reply padded with what later releases added (nothing that layout 1 knew)."""
+    tail = _NEWER_REPLY_TAIL.get(call.script)
+    if not tail or not isinstance(reply, list):
+        return reply
+    return [
+        [*item, *tail] if isinstance(item, list) and item and item[0] == 1 else item
+        for item in reply
+    ]
+
+
 def run_sync(r: Any, call: Packed) -> Any:
     """Run a packed call with the script of layout 1 on a synchronous client."""
     keys = old_keys(call)
-    return r.eval(source(call.script), len(keys), *keys, *old_call(call).argv)
+    return new_reply(call, r.eval(source(call.script), len(keys), *keys, *old_call(call).argv))
 
 
 async def _run_layout1(self: Scripts, call: Packed, *, durable: bool = False) -> Any:
     keys = old_keys(call)
     try:
-        return await self.redis.execute_command(
+        reply = await self.redis.execute_command(
             "EVAL", source(call.script), len(keys), *keys, *old_call(call).argv
         )
     except (RedisError, OSError) as exc:
         raise translate(exc, f"{call.script}.lua (layout 1)") from exc
+    return new_reply(call, reply)
 
 
 async def _no_check(self: Scripts) -> LayoutState:
