@@ -74,7 +74,13 @@ async def test_forty_deferred_tasks_wait_at_once_on_four_slots(
     done = await _all_done(client, ids, 60)
     assert [i.state for i in done] == ["SUCCEEDED"] * 40
     assert all(i.result == {"image": f"{i.external_id}.png"} for i in done)
-    assert all(i.attempt == 1 and i.provider == "testprov" for i in done)
+    assert all(i.provider == "testprov" for i in done)
+    # (a second attempt only after a failed first one: the handler's call to the provider
+    # failed, e.g. timed out on a loaded machine; never a retry without a recorded cause)
+    for i in done:
+        if i.attempt > 1:
+            events = [(e.event, e.to_state, e.message) for e in await client.history(i.id)]
+            assert any(e[0] in ("FAIL", "RECLAIM", "TIMEOUT") for e in events), events
 
 
 async def test_duplicate_callbacks_change_nothing(
