@@ -280,11 +280,11 @@ async def test_bulk_retry_after_a_confirmed_dry_run(
             "retry: 3 of 3 changed"
         )
         assert all([(await client.get(t)).retried_as for t in ids])
-        # a label filter cannot be a bulk selection: said, nothing done
-        await page.evaluate("location.hash = '#/tasks?state=FAILED&label=a=b'")
-        await page.click("[data-testid=bulk-cancel]")
+        # a label filter selects by label: the dry run counts the labelled tasks only
+        await page.evaluate("location.hash = '#/tasks?state=FAILED&label=batch=b2'")
+        await page.click("[data-testid=bulk-retry]")
         await expect(page.locator("[data-testid=bulk-result]")).to_contain_text(
-            "do not select by label"
+            "no task matches label batch=b2, state=FAILED"
         )
         await expect(dialog).to_be_hidden()
         assert errors == []

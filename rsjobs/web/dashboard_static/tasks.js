@@ -129,11 +129,15 @@ class TaskListView {
     go("tasks", q);
   }
 
-  // the bulk routes' filter: one state and queue at most, no labels
+  // the bulk routes' filter: one state and queue at most; labels as {key: value}
   bulkFilter() {
     const p = this.params;
-    if (p.getAll("label").length) throw new Error("bulk actions do not select by label: remove the label filter");
     const f = {};
+    for (const lbl of p.getAll("label")) {
+      const at = lbl.indexOf("=");
+      if (at < 1) throw new Error(`label filter ${lbl}: expected key=value`);
+      f.labels = { ...(f.labels || {}), [lbl.slice(0, at)]: lbl.slice(at + 1) };
+    }
     for (const name of ["state", "queue"]) {
       const v = p.get(name);
       if (v && v.includes(",")) throw new Error(`bulk actions take one ${name}`);
@@ -163,7 +167,9 @@ class TaskListView {
     });
     try {
       const dry = await call(true);
-      const words = Object.entries(filter).map(([k, v]) => `${k}=${k === "since" || k === "until" ? fmtDate(v) : v}`).join(", ");
+      const shown = (k, v) => k === "labels" ? Object.entries(v).map(([a, b]) => `${a}=${b}`).join(", ")
+        : k === "since" || k === "until" ? fmtDate(v) : v;
+      const words = Object.entries(filter).map(([k, v]) => k === "labels" ? `label ${shown(k, v)}` : `${k}=${shown(k, v)}`).join(", ");
       if (!dry.matched) {
         this.result.textContent = `dry run: no task matches ${words}; nothing to ${action}`;
         return;
