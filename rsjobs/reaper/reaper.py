@@ -163,8 +163,9 @@ class Reaper:
         #: running sums of the numeric fields of every sweep report (for tests, metrics)
         self.totals: Counter[str] = Counter()
         self._stopping = asyncio.Event()
-        #: the minute (ms) of the last series sample this reaper took or found taken
-        self._sampled_minute = -1
+        #: the minute (ms) of the last series sample this reaper took or found taken, and
+        #: the queues it sampled
+        self._sampled: tuple[int, frozenset[str]] = (-1, frozenset())
 
     async def close(self) -> None:
         if self._own_redis:
@@ -242,11 +243,12 @@ class Reaper:
 
         # the queues' counters, sampled once a minute for their series (one sample per
         # minute however many reapers sweep: series.lua keeps the first)
-        minute = now_ms - now_ms % 60_000
-        if minute != self._sampled_minute:
+        # (again within a minute when a queue appeared: it gets its first sample at once)
+        seen = (now_ms - now_ms % 60_000, frozenset(queues))
+        if seen[0] != self._sampled[0] or not seen[1] <= self._sampled[1]:
             sampled = await self._step(report, "series", lambda: self._sample(queues))
             if sampled is not None:
-                report.series_sampled, self._sampled_minute = sampled, minute
+                report.series_sampled, self._sampled = sampled, seen
 
         # workflows whose tasks the sweep (or anything else) ended advance here too, so a
         # deployment needs no separate driver process

@@ -163,3 +163,15 @@ async def test_a_broken_queue_does_not_stop_the_sampling_of_the_others(redis_url
         assert report.series_sampled == 2  # gpu and broken (its counters read; nothing waits)
         rows = await c.redis.xrange(k.series("gpu"))
         assert len(rows) == 1 and rows[0][1]["n"] == "1" and rows[0][1]["p"] == "1"
+
+
+async def test_a_new_queue_is_sampled_at_the_next_sweep(redis_url: str) -> None:
+    async with Client.from_url(redis_url, namespace=NAMESPACE) as c:
+        await c.enqueue("img", {}, queue="gpu")
+        reaper = Reaper(
+            redis=c.redis, settings=Settings(namespace=NAMESPACE), config=ReaperConfig(guard=False)
+        )
+        assert (await reaper.sweep_once()).series_sampled == 1
+        await c.enqueue("img", {}, queue="late")
+        assert (await reaper.sweep_once()).series_sampled >= 1  # not a minute later
+        assert await c.redis.xlen(c.store.keys.series("late")) == 1
