@@ -41,6 +41,7 @@ from .schemas import (
     TaskFilter,
     TaskInfo,
     TaskPage,
+    WebhookDelivery,
 )
 from .settings import Settings
 from .store import Code, TaskRef
@@ -351,6 +352,11 @@ class SyncClient:
                 labels=labels,
             )
         )
+
+    def webhook_deliveries(self, task_id: str) -> list[WebhookDelivery]:
+        """The task's webhook deliveries, every attempt, newest first."""
+        r = self._runner()
+        return r.run(r.client.webhook_deliveries(task_id))
 
     def unschedule(self, name: str) -> bool:
         """Remove a recurring schedule; whether there was one."""

@@ -140,18 +140,18 @@ async def test_an_entry_a_dead_runner_held_is_taken_over(client: Client) -> None
     async def takeover(event: HookEvent) -> None:
         seen.append(event.task_id)
 
-    r1 = HookRunner(client.store, hooks, name="r1", block_ms=10, claim_idle_ms=300)
+    r1 = HookRunner(client.store, hooks, name="r1", block_ms=10, claim_idle_ms=3000)
     await r1.start()
     tid = await client.enqueue("x", {})
     await client.cancel(tid)
     # r1 reads the entry and dies before running it
     held = await client.store.hooks.read("r1", 10, 10)
     assert [e.task_id for e in held] == [tid]
-    r2 = HookRunner(client.store, hooks, name="r2", block_ms=10, claim_idle_ms=300)
+    r2 = HookRunner(client.store, hooks, name="r2", block_ms=10, claim_idle_ms=3000)
     try:
         await r2.step()
         assert seen == []  # not yet idle long enough: r1 may still be at it
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(3.1)
         await _drain(r2)
         assert seen == [tid]
     finally:
