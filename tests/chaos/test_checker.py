@@ -133,7 +133,13 @@ def kinds(data: RunData) -> set[str]:
     return {v.kind for v in check(data).violations}
 
 
-GOOD_STATS = {"chaos:SUCCEEDED": 1, "ev:ENQUEUE": 1, "ev:START": 1, "ev:COMPLETE": 1}
+GOOD_STATS = {
+    "chaos:SUCCEEDED": 1,
+    "ev:ENQUEUE": 1,
+    "ev:START": 1,
+    "ev:COMPLETE": 1,
+    "started:chaos": 1,
+}
 
 
 def test_a_clean_run_passes() -> None:
@@ -336,6 +342,10 @@ CORRUPTIONS: dict[str, tuple[Callable[[], RunData], str]] = {
     ),
     "stats counters drifted": (
         lambda: good_run(stats={**GOOD_STATS, "chaos:RUNNING": 1, "ev:START": 2}),
+        "STATS_DRIFT",
+    ),
+    "a queue's started counter drifted": (
+        lambda: good_run(stats={**GOOD_STATS, "started:chaos": 2}),
         "STATS_DRIFT",
     ),
     "a healthy worker's task reclaimed": (

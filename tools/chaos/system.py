@@ -115,8 +115,8 @@ def stats_findings(
 ) -> list[Violation]:
     """In a fresh namespace the stats hash must equal what the tasks and workflows say:
     state counts per queue (terminal ones are totals), ev:<EVENT> per accepted history
-    entry and rej:<EVENT> per refusal: a refusal entry and the repeats coalesced into it
-    (PROGRESS notes are not transitions and have no ev: counter), wfev: / wfrej: per
+    entry and rej:<EVENT> per refusal: a refusal entry and the repeats coalesced into it,
+    started:<queue> per accepted START of the queue's tasks (PROGRESS notes are not transitions and have no ev: counter), wfev: / wfrej: per
     workflow history entry (SPAWN and ASSET notes have none)."""
     want: Counter[str] = Counter()
     for wf in (workflows or {}).values():
@@ -134,6 +134,8 @@ def stats_findings(
                 want[f"rej:{e.event}"] += e.count  # the entry and its coalesced repeats
             elif e.event != "PROGRESS":
                 want[f"ev:{e.event}"] += 1
+                if e.event == "START" and q:  # per queue, for its per-minute series
+                    want[f"started:{q}"] += 1
     # (the duration histogram's dur: fields are no counts of tasks or entries)
     have = {k: v for k, v in stats.items() if v and k != "ev:PROGRESS" and not k.startswith("dur")}
     return [
