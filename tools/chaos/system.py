@@ -116,8 +116,9 @@ def stats_findings(
     """In a fresh namespace the stats hash must equal what the tasks and workflows say:
     state counts per queue (terminal ones are totals), ev:<EVENT> per accepted history
     entry and rej:<EVENT> per refusal: a refusal entry and the repeats coalesced into it,
-    started:<queue> per accepted START of the queue's tasks (PROGRESS notes are not transitions and have no ev: counter), wfev: / wfrej: per
-    workflow history entry (SPAWN and ASSET notes have none)."""
+    started:<queue> per accepted START of the queue's tasks (PROGRESS notes are not
+    transitions and have no ev: counter), wfev: / wfrej: per workflow history entry
+    (SPAWN and ASSET notes have none)."""
     want: Counter[str] = Counter()
     for wf in (workflows or {}).values():
         for w in wf.history:
