@@ -221,14 +221,18 @@ def page_params(request: Request) -> tuple[str, int]:
 
 def last_event_id(request: Request) -> str | None:
     """The resume point of an SSE request (``Last-Event-ID`` header, or ``last_event_id``
-    in the query for a page that reconnects by hand); a 400 :class:`ApiError` if malformed."""
+    in the query for a page that reconnects by hand; the header wins when both are sent); a
+    400 :class:`ApiError` if either is malformed."""
     from .hub import parse_id
 
-    last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-    try:
-        parse_id(last or "0-0")
-    except ValueError:
-        raise ApiError(
-            400, "invalid_last_event_id", "Last-Event-ID: an id this stream sent"
-        ) from None
-    return last
+    header = request.headers.get("last-event-id")
+    query = request.query_params.get("last_event_id")
+    # both are checked: a malformed one is refused even when the other one is there
+    for given in (header, query):
+        try:
+            parse_id(given or "0-0")
+        except ValueError:
+            raise ApiError(
+                400, "invalid_last_event_id", "Last-Event-ID: an id this stream sent"
+            ) from None
+    return header or query

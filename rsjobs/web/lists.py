@@ -174,10 +174,13 @@ class Lists(Handlers):
     async def deadletters(self, request: Request) -> Response:
         self.admin(request, ("cursor", "limit"))
         limit = _limit(request, 50, 1000)
-        try:
-            page = await deadletter_page(
-                self.store, cursor=request.query_params.get("cursor") or None, limit=limit
+        cursor = request.query_params.get("cursor")
+        if cursor == "":
+            raise ApiError(
+                400, "invalid_cursor", "cursor: a page's cursor (leave it out for the first)"
             )
+        try:
+            page = await deadletter_page(self.store, cursor=cursor, limit=limit)
         except ConfigError as exc:
             raise ApiError(400, "invalid_cursor", str(exc)) from None
         return json_response(page)

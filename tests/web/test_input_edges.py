@@ -151,6 +151,9 @@ def test_stream_ids_redis_refuses_are_400(
         if bad.isascii():  # (headers are latin-1)
             refused(tc, rdb, 400, "invalid_last_event_id", method="GET", url=path,
                     headers={**ALICE, "Last-Event-ID": bad})  # fmt: skip
+        # a malformed query id is refused even beside a well-formed header
+        refused(tc, rdb, 400, "invalid_last_event_id", method="GET", url=path,
+                headers={**ALICE, "Last-Event-ID": "1-0"}, params={"last_event_id": bad})  # fmt: skip
 
 
 def test_the_largest_stream_id_is_valid_and_nothing_follows_it(

@@ -177,6 +177,7 @@ def test_deadletters_are_paged(tc: TestClient, rdb: sync_redis.Redis) -> None:
         ("/tasks/export", {"state": "DONE"}, "invalid_filter"),
         ("/tasks/export", {"cursor": "x"}, "unknown_parameter"),
         ("/deadletters", {"cursor": "nope"}, "invalid_cursor"),
+        ("/deadletters", {"cursor": ""}, "invalid_cursor"),
         ("/deadletters", {"limit": "1001"}, "invalid_limit"),
         ("/queues", {"x": "1"}, "unknown_parameter"),
         ("/workers", {"x": "1"}, "unknown_parameter"),
