@@ -178,6 +178,12 @@ class ReplicaSet:
         except (RedisError, OSError):
             return "down"
 
+    def _snapshot(self) -> str:
+        """What every sentinel reports and every node says, for a timeout's message."""
+        reported = [self._reported(s) for s in self.sentinels]
+        roles = {n.port: self.role(n.port) for n in self.nodes}
+        return f"sentinels report {reported}, nodes say {roles}"
+
     def wait_primary(self, port: int, timeout: float = 30.0) -> None:
         """Until every sentinel names ``port`` and that node says it is a writable master."""
         deadline = time.monotonic() + timeout
@@ -186,7 +192,9 @@ class ReplicaSet:
             if agree and self.role(port) == "master":
                 return
             time.sleep(0.1)
-        raise TimeoutError(f"sentinels did not agree on primary {port} within {timeout:g}s")
+        raise TimeoutError(
+            f"sentinels did not agree on primary {port} within {timeout:g}s: {self._snapshot()}"
+        )
 
     def wait_synced(self, timeout: float = 30.0) -> None:
         """Until every replica of the current primary reports its link up."""
@@ -205,24 +213,35 @@ class ReplicaSet:
             time.sleep(0.05)
         raise TimeoutError("replicas did not sync")
 
-    def failover(self, timeout: float = 30.0) -> int:
+    def failover(self, timeout: float = 60.0) -> int:
         """``SENTINEL FAILOVER``: a replica becomes primary; returns its port once every
-        sentinel names it and it accepts writes."""
+        sentinel names the same new primary and it accepts writes.
+
+        On a loaded machine a sentinel may start a second failover right after the first
+        (the new primary missed ``down_after_ms`` of pings): the wait is for any new
+        primary that every sentinel agrees on, not for the first one named. The command
+        is sent again while no sentinel has moved (a sentinel refuses it while a replica
+        is still syncing).
+        """
         old = self.primary_port()
-        for s in self.sentinels:
-            try:
-                _call(s.port, "SENTINEL", "FAILOVER", self.service)
-                break
-            except (RedisError, OSError):
-                continue
         deadline = time.monotonic() + timeout
+        asked_at = 0.0
         while time.monotonic() < deadline:
-            new = self.primary_port()
-            if new is not None and new != old:
-                self.wait_primary(new, timeout=max(1.0, deadline - time.monotonic()))
-                return new
+            reported = {self._reported(s) for s in self.sentinels}
+            if reported == {old} and time.monotonic() - asked_at > 3.0:
+                for s in self.sentinels:
+                    try:
+                        _call(s.port, "SENTINEL", "FAILOVER", self.service)
+                        asked_at = time.monotonic()
+                        break
+                    except (RedisError, OSError):
+                        continue
+            if len(reported) == 1:
+                (new,) = reported
+                if new is not None and new != old and self.role(new) == "master":
+                    return new
             time.sleep(0.1)
-        raise TimeoutError(f"no failover within {timeout:g}s")
+        raise TimeoutError(f"no agreed failover within {timeout:g}s: {self._snapshot()}")
 
     def cleanup(self) -> None:
         for s in self.sentinels:
