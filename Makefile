@@ -8,7 +8,7 @@ OLDEST := .venv-oldest
 OLDEST_REDIS := redis==5.2.*
 OLDEST_STAMP := $(OLDEST)/.installed
 
-.PHONY: setup setup-oldest demo test test-newest test-oldest lint typecheck unit browser bench soak chaos schedules-minute clean
+.PHONY: fuzz setup setup-oldest demo test test-newest test-oldest lint typecheck unit browser bench soak chaos schedules-minute clean
 
 setup: $(STAMP)
 
@@ -81,6 +81,12 @@ chaos: setup
 schedules-minute: setup
 	RSJOBS_SCHEDULE_SECONDS=60 $(BIN)/python -m pytest -q -p no:cacheprovider \
 		tests/reaper/test_schedules.py -k three_reapers
+
+# the HTTP fuzzing with more cases per operation than the suite's 12 (about 25 minutes)
+FUZZ_EXAMPLES ?= 100
+fuzz: setup
+	RSJOBS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/web/test_schemathesis.py
 
 # the tiers without a real Redis (no Redis, and the scripts on fakeredis)
 unit: setup

@@ -49,7 +49,8 @@ def test_in_a_terminal_the_page_stays_up_until_ctrl_c(tmp_path: str) -> None:
             r"stay up until Ctrl-C: (http://127\.0\.0\.1:\d+)/ui/workflow\.html\?id=([0-9a-f]{32})"
         )
         base, wid = child.match.groups()
-        child.expect(r"try, in another shell:\r\n((?:    .* queues\r\n)+)")
+        # up to the blank line after them: the lines may arrive in more than one read
+        child.expect(r"try, in another shell:\r\n((?:    .* queues\r\n)+)\r\n")
         tries = [line.strip() for line in child.match.group(1).splitlines() if line.strip()]
         # it would have stopped by now; it stays up: the page, the API and the CLI line work
         time.sleep(4)
