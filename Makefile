@@ -82,7 +82,7 @@ schedules-minute: setup
 	RSJOBS_SCHEDULE_SECONDS=60 $(BIN)/python -m pytest -q -p no:cacheprovider \
 		tests/reaper/test_schedules.py -k three_reapers
 
-# the HTTP fuzzing with more cases per operation than the suite's 12 (about 25 minutes)
+# the HTTP fuzzing with more cases per operation than the suite's 30 (about 25 minutes)
 FUZZ_EXAMPLES ?= 100
 fuzz: setup
 	RSJOBS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider \
