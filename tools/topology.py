@@ -220,22 +220,22 @@ class ReplicaSet:
         On a loaded machine a sentinel may start a second failover right after the first
         (the new primary missed ``down_after_ms`` of pings): the wait is for any new
         primary that every sentinel agrees on, not for the first one named. The command
-        is sent again while no sentinel has moved (a sentinel refuses it while a replica
-        is still syncing).
+        is sent until a sentinel accepts it (one refuses it while a replica is still
+        syncing), and never again after that: a second accepted command would be a second
+        failover.
         """
         old = self.primary_port()
         deadline = time.monotonic() + timeout
-        asked_at = 0.0
+        accepted = False
         while time.monotonic() < deadline:
+            for s in [] if accepted else self.sentinels:
+                try:
+                    _call(s.port, "SENTINEL", "FAILOVER", self.service)
+                    accepted = True
+                    break
+                except (RedisError, OSError):
+                    continue
             reported = {self._reported(s) for s in self.sentinels}
-            if reported == {old} and time.monotonic() - asked_at > 3.0:
-                for s in self.sentinels:
-                    try:
-                        _call(s.port, "SENTINEL", "FAILOVER", self.service)
-                        asked_at = time.monotonic()
-                        break
-                    except (RedisError, OSError):
-                        continue
             if len(reported) == 1:
                 (new,) = reported
                 if new is not None and new != old and self.role(new) == "master":
