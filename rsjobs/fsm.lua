@@ -19,6 +19,9 @@ Common KEYS (every transition script):
                               (see note_hook); read by `rsjobs hooks` through its group
   KEYS[13] hooks_on   hash    listener -> the states it listens for ("*" = all); empty:
                               nothing is written to KEYS[12]
+  KEYS[14] release    stream  finished predecessors whose successors wait on them
+  KEYS[15] costs      hash    run time, attempts and charges per queue, type, owner, stage
+  KEYS[16] running    hash    "<queue>|<owner>" -> its RUNNING tasks (per-owner limits)
 (KEYS[5..11] are the list indexes: see index_move.)
 The task keys, three per task (a script's items: its tasks, entries, members... follow the
 common KEYS, each with its keys; then the script's own keys, if any):
@@ -120,11 +123,12 @@ local EVENTS_KEY, STATS_KEY, SCHED_KEY, DEADLINES_KEY = KEYS[1], KEYS[2], KEYS[3
 local DONE_KEYS = {SUCCEEDED = KEYS[5], FAILED = KEYS[6], CANCELLED = KEYS[7], TIMED_OUT = KEYS[8]}
 local PAUSED_TASKS_KEY, TAGS_KEY, TAGS_TRIM_KEY = KEYS[9], KEYS[10], KEYS[11]
 local HOOKS_KEY, HOOKS_ON_KEY = KEYS[12], KEYS[13]
+local RELEASE_KEY, COSTS_KEY, RUNNING_KEY = KEYS[14], KEYS[15], KEYS[16]
 local SOURCE = ARGV[1]
 local EVENTS_MAX = tonumber(ARGV[2])
 local RETENTION_MS = tonumber(ARGV[3])
 local GROUP = ARGV[4]
-local NCOMMON = 13  -- common KEYS
+local NCOMMON = 16  -- common KEYS
 local NARGV = 4  -- common ARGV
 
 -- Counter increments of this call: field -> sum, written by finish_call().

@@ -156,6 +156,7 @@ class Keys:
 
     __slots__ = (
         "control",
+        "costs",
         "deadletter",
         "deadlines",
         "done",
@@ -173,6 +174,8 @@ class Keys:
         "prefix",
         "queues",
         "reaper_guard",
+        "release",
+        "running",
         "scheduled",
         "schedules",
         "schedules_due",
@@ -221,6 +224,11 @@ class Keys:
         self.hooks_retry = p + "hooks:retry"
         self.hooks_dead = p + "hooks:dead"
         self.webhooks = p + "webhooks"
+        #: successors (the finished predecessors whose successors wait), costs (run time,
+        #: attempts and charges), per-owner RUNNING counts (limits)
+        self.release = p + "release"
+        self.costs = p + "costs"
+        self.running = p + "running"
         #: recurring tasks (rsjobs.schedules): settings, next tick, what fired
         self.schedules = p + "schedules"
         self.schedules_due = p + "schedules:due"
@@ -287,9 +295,9 @@ class Keys:
         return f"{self.prefix}webhooks:log:{task_id}"
 
     def common(self) -> tuple[str, ...]:
-        """The thirteen KEYS every transition script starts with (see ``fsm.lua``): events,
+        """The sixteen KEYS every transition script starts with (see ``fsm.lua``): events,
         stats, scheduled, deadlines, the four ``done:<STATE>`` streams, paused:tasks, tags,
-        tags:trim, hooks, hooks:on."""
+        tags:trim, hooks, hooks:on, release, costs, running."""
         return (
             self.events,
             self.stats,
@@ -301,6 +309,9 @@ class Keys:
             self.tags_trim,
             self.hooks,
             self.hooks_on,
+            self.release,
+            self.costs,
+            self.running,
         )
 
     def task_keys(self, task_id: str, queue: str, dedup: str | None = None) -> TaskKeys:
