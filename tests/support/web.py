@@ -231,8 +231,20 @@ def wait_healthy(base: str, proc: subprocess.Popen[str]) -> None:
         time.sleep(0.05)
 
 
-def redis_state(r: sync_redis.Redis) -> dict[bytes, bytes | None]:
-    """Every key with its DUMP: equal before and after means nothing was written."""
-    state = {k: r.dump(k) for k in sorted(r.scan_iter(count=1000))}
+def key_content(r: sync_redis.Redis, key: bytes | str) -> Any:
+    """What a key holds, comparable before and after: a hash's fields and a set's members
+    by content (a hashtable-encoded one DUMPs differently with the same content: its order
+    follows insertion and rehashing), any other type by its DUMP."""
+    kind = r.type(key)
+    if kind in (b"hash", "hash"):
+        return ("hash", sorted(r.hgetall(key).items()))
+    if kind in (b"set", "set"):
+        return ("set", sorted(r.smembers(key)))
+    return ("dump", r.dump(key))
+
+
+def redis_state(r: sync_redis.Redis) -> dict[bytes, Any]:
+    """Every key with its content: equal before and after means nothing was written."""
+    state = {k: key_content(r, k) for k in sorted(r.scan_iter(count=1000))}
     assert state, "expected a non-empty database"
     return state
