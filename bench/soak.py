@@ -145,9 +145,9 @@ class _Sampler:
 
     async def sample(self, run: _Run, retained: Retained, lat: LatencySampler) -> dict[str, Any]:
         now = time.monotonic()
-        info: dict[str, Any] = await self.raw.execute_command(
-            "INFO", "memory", "cpu", "stats", "keyspace"
-        )
+        # one consistent reading of memory, cpu, stats and keyspace (Redis 6.2 takes one
+        # section name per INFO: "all" covers them)
+        info: dict[str, Any] = await self.raw.execute_command("INFO", "all")
         dbsize = int(await self.raw.dbsize())
         stats = (await self.client.stats()).get(QUEUE, {})
         held = await retained.count(self.client)

