@@ -52,16 +52,24 @@ def test_short_run_everysec_has_no_violation(tmp_path: Path) -> None:
     assert rep["passed"] and rep["violations"] == [], out[-6000:]
     counts = rep["counts"]
     assert isinstance(counts, dict)
-    # total accounting: every accepted task was found and is terminal
+    # total accounting: every accepted task was found and is terminal, but for a write
+    # that Redis took less than the AOF window (appendfsync everysec) before a SIGKILL:
+    # reported apart, each with the kill that lost it (documented in docs/chaos.md)
+    window = rep["aof_window_losses"]
+    assert isinstance(window, list)
+    lost = [w for w in window if w["kind"] == "LOST"]
+    assert all("Redis SIGKILLed" in w["detail"] for w in window), window
     assert counts["accepted"] >= 500
     assert counts["tasks_found"] == (
-        counts["accepted"] + counts.get("unacked_created", 0) + counts["workflow_tasks"]
-    )
+        counts["accepted"] + counts.get("unacked_created", 0) + counts["workflow_tasks"] - len(lost)
+    ), window
     assert sum(rep["states"].values()) == counts["tasks_found"]  # type: ignore[attr-defined]
     faults = rep["fault_counts"]
     assert isinstance(faults, dict)
     _every_kind_applied_or_skipped(rep, faults, faults_for("single"))
-    assert counts["executions"] <= counts["starts"]
+    # an execution under a START lost in the window has no START to count
+    unleased = sum(1 for w in window if w["kind"] == "UNLEASED_EXECUTION")
+    assert counts["executions"] <= counts["starts"] + unleased, window
     # deferred tasks waited on their outside jobs, whose results (repeats and late ones
     # among them) were sent and each accounted for by the checker
     assert counts["deferred_waits"] >= 1 and counts["external_results"] >= 1, counts
