@@ -10,7 +10,8 @@ mkdir -p .test-logs
 rm -rf .test-logs/tmp-newest .test-logs/tmp-oldest
 newest=(.venv/bin/python -m pytest -q --durations=30 --basetemp=.test-logs/tmp-newest)
 oldest=(.venv-oldest/bin/python -m pytest -q --durations=15 -p no:cacheprovider --basetemp=.test-logs/tmp-oldest)
-for f in $OLDEST_SKIP; do oldest+=("--ignore=$f"); done
+for f in ${NEWEST_SKIP:-}; do newest+=("--ignore=$f"); done
+for f in ${OLDEST_SKIP:-}; do oldest+=("--ignore=$f"); done
 
 "${newest[@]}" > .test-logs/newest.log 2>&1 &
 n=$!
