@@ -369,7 +369,8 @@ class DevStack:
 
 
 def _active(counts: dict[str, int]) -> bool:
-    return any(counts.get(s, 0) for s in ("PENDING", "SCHEDULED", "RUNNING", "DEFERRED", "PAUSED"))
+    live = ("WAITING", "PENDING", "SCHEDULED", "RUNNING", "DEFERRED", "PAUSED")
+    return any(counts.get(s, 0) for s in live)
 
 
 async def run_dev(

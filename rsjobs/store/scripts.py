@@ -33,6 +33,9 @@ __all__ = ["SCRIPT_NAMES", "UNGATED", "Scripts", "script_sha", "script_source"]
 
 SCRIPT_NAMES = (
     "enqueue",
+    # successors: the enqueue of one, and the release step (rsjobs.store.successors)
+    "after",
+    "successors",
     "start",
     "finish",
     "heartbeat",
