@@ -118,19 +118,8 @@ async def test_a_sigkilled_worker_mid_chain_a_reaper_and_another_worker_finish_i
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     log = os.path.join(str(tmp_path), "reaper.log")
-    procs.append(
-        spawn_reaper(
-            redis_url,
-            "t",
-            log,
-            "--interval-ms",
-            "200",
-            "--lease-ms",
-            "1000",
-            "--dead-after-leases",
-            "2",
-        )  # fmt: skip
-    )
+    args = ("--interval-ms", "200", "--lease-ms", "1000", "--dead-after-leases", "2")
+    procs.append(spawn_reaper(redis_url, "t", log, *args))
     second = spawn_worker(redis_url, "t", "--name", "w2", *lease, app=APP)
     procs.append(second)
     await wait_registered(client, ["w2"])
