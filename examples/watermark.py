@@ -108,10 +108,10 @@ async def run(url: str) -> int:
                 ("cy", "a harbour", "normal")]  # fmt: skip
         pairs = []
         for owner, prompt, mode in plan:
-            r = await client.enqueue("image.render", {"prompt": prompt, "mode": mode,
-                                     "provider": provider.url}, owner=owner, max_attempts=1)  # fmt: skip
-            w = await client.enqueue("image.watermark", {"text": "© rsjobs"}, after=[r],
-                                     owner=owner)  # fmt: skip
+            job = {"prompt": prompt, "mode": mode, "provider": provider.url}
+            r = await client.enqueue("image.render", job, owner=owner, max_attempts=1)
+            mark = {"text": "© rsjobs"}
+            w = await client.enqueue("image.watermark", mark, after=[r], owner=owner)
             print(f"{owner}: render {r[:8]} -> watermark {w[:8]} ({(await client.get(w)).state})")
             pairs.append((owner, mode, r, w))
         for owner, mode, r, w in pairs:
@@ -128,7 +128,7 @@ async def run(url: str) -> int:
             else:
                 ok = ok and rendered.state == marked.state == "SUCCEEDED"
                 ok = ok and marked.result["from"] == rendered.result["image"]
-                ok = ok and Path(marked.result["image"]).exists()
+                ok = ok and os.path.exists(marked.result["image"])
         for _ in range(200):  # the hook runs beside the tasks: wait for its three mails
             if len(mailed) >= len(plan):
                 break
