@@ -128,7 +128,7 @@ async def run(url: str) -> int:
             else:
                 ok = ok and rendered.state == marked.state == "SUCCEEDED"
                 ok = ok and marked.result["from"] == rendered.result["image"]
-                ok = ok and os.path.exists(marked.result["image"])
+                ok = ok and await asyncio.to_thread(os.path.exists, marked.result["image"])
         for _ in range(200):  # the hook runs beside the tasks: wait for its three mails
             if len(mailed) >= len(plan):
                 break
