@@ -39,6 +39,7 @@ __all__ = [
     "Ending",
     "Entry",
     "Expect",
+    "HookConsumer",
     "HooksDueArgs",
     "Layout",
     "Layout1Task",
@@ -899,6 +900,19 @@ def hooks_due(c: Common, k: Keys, source: str, args: HooksDueArgs) -> Packed:
     return _pack(HOOKS_DUE, c, source, args, (), (k.hooks_retry,))
 
 
+class HookConsumer(NamedTuple):
+    """A consumer of the hook stream's group (``hooks_forget.lua``)."""
+
+    name: str
+
+
+HOOKS_FORGET = Layout("hooks_forget", ("group",), "consumer", HookConsumer._fields, (), ("hooks",))
+
+
+def hooks_forget(c: Common, k: Keys, source: str, group: str, names: Iterable[str]) -> Packed:
+    return _pack(HOOKS_FORGET, c, source, (group,), (((), (n,)) for n in names), (k.hooks,))
+
+
 class ScheduleArgs(NamedTuple):
     """A tick of a recurring schedule (``schedule.lua``)."""
 
@@ -968,6 +982,7 @@ LAYOUTS: dict[str, Layout] = {
         WF_SYNC,
         WF_ABORT,
         HOOKS_DUE,
+        HOOKS_FORGET,
         SCHEDULE,
     )
 }

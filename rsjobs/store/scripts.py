@@ -62,6 +62,7 @@ SCRIPT_NAMES = (
     "series",
     # the hook runner's (rsjobs.hooks)
     "hooks_due",
+    "hooks_forget",
     # the reaper's, for recurring tasks (rsjobs.schedules)
     "schedule",
     # the workflows': fsm.lua + wf.lua + the script

@@ -164,6 +164,7 @@ def _calls() -> dict[str, layout.Packed]:
         "summaries": L.summaries(c, "src", _named(L.SummaryArgs), [("task", _named(L.Expect))] * 2),
         "series": L.series(c, "src", _named(L.SeriesArgs), [("series", _named(L.SeriesQueue))] * 2),
         "hooks_due": L.hooks_due(c, k, "src", _named(L.HooksDueArgs)),
+        "hooks_forget": L.hooks_forget(c, k, "src", "group", ["name"] * 2),
         "schedule": L.schedule(c, k, "src", _named(L.ScheduleArgs), tk, _named(L.NewTask)),
         "wf_start": L.wf_start(c, "src", 10, wk, _named(L.WfStartArgs)),
         "wf_spawn": L.wf_spawn(
