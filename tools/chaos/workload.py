@@ -152,7 +152,7 @@ def _chains(rng: random.Random, specs: list[TaskSpec], active_s: float) -> list[
             payload = {**s.payload, "cancel": rng.random() < 1 / 7}
             chain.append(msgspec.structs.replace(s, payload=payload))
         else:
-            after = (chain[-1].seq,)
+            after: tuple[int, ...] = (chain[-1].seq,)
             if len(chain) == 2 and rng.random() < 0.3:
                 after = (chain[-1].seq, chain[0].seq)
             policy = "always" if rng.random() < 0.25 else "succeeded"
