@@ -14,6 +14,7 @@ do. An entry whose call fails on its data stays (logged) and the others go on.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -36,6 +37,8 @@ PAGE = 100
 #: more successors is a call of its own)
 CALL_MAX = 500
 _TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"})
+#: a task id as the scripts' lists hold them (``is_task_id`` in fsm.lua)
+_TASK_ID = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
 class PredecessorRef(NamedTuple):
@@ -211,8 +214,9 @@ def _parse(rows: list[Any]) -> tuple[list[_Entry], list[str]]:
     for raw_id, fields in rows:
         eid = text(raw_id)
         f = {text(k): text(v) for k, v in (fields or {}).items()}
-        successors = [s for s in f.get("sc", "").split(",") if s]
-        if not f.get("id") or f.get("s") not in _TERMINAL or not successors:
+        successors = f.get("sc", "").split(",")
+        well_formed = all(_TASK_ID.fullmatch(s) for s in successors)
+        if not f.get("id") or f.get("s") not in _TERMINAL or not well_formed:
             junk.append(eid)
             continue
         entries.append(_Entry(eid, f.get("q") or "default", successors))

@@ -143,3 +143,12 @@ async def test_a_sigkilled_worker_mid_chain_a_reaper_and_another_worker_finish_i
     assert await client.store.successors.pending() == 0
     # both workers ran links: the first until it was killed, the second the rest
     assert {info.worker for info in infos if info is not None} == {"w1", "w2"}
+
+
+async def test_release_entries_that_do_not_read_are_deleted_not_read_forever(
+    client: Client,
+) -> None:
+    await client.redis.xadd(client.keys.release, {"id": "x", "s": "FAILED", "sc": "a b,c"})
+    await client.redis.xadd(client.keys.release, {"id": "x", "s": "RUNNING", "sc": "c"})
+    report = await client.store.successors.release("reaper")
+    assert report.handled == 0 and await client.store.successors.pending() == 0

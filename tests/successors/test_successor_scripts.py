@@ -401,3 +401,26 @@ def test_a_heartbeat_or_start_of_a_waiting_task_is_refused() -> None:
     assert h.heartbeat(B, "1:x", "1-1") == "WAITING"
     assert h.start(B, "1-1")[0] == -2
     assert _state(h, B) == "WAITING"
+
+
+def test_a_quarantined_predecessor_cancels_its_successor() -> None:
+    from rsjobs.store.layout import QuarantineArgs
+
+    h = _harness()
+    h.enqueue(A)
+    h.after(B, [A])
+    (entry,) = h.deliver()
+    h.start(A, entry)
+    h.r.hset(h.k.task(A), "type", "garbled")  # what a quarantine is for: data that breaks
+    args = QuarantineArgs(A, "q", "queue", entry, "recovery", "broken on purpose", 1000)
+    assert h.run(layout.quarantine(h.c, h.k, "reaper", h.tk(A), args))[0] == "DEADLETTERED"
+    assert h.release_all() == ["CANCELLED"]
+    assert h.history(B)[-1].extra == {"pred": A, "pred_state": "FAILED"}
+
+
+def test_an_entry_naming_what_is_not_a_task_id_is_refused_writing_nothing() -> None:
+    h = _harness()
+    h.r.xadd(h.k.release, {"id": A, "q": "q", "s": "FAILED", "sc": "x y"})
+    ((eid, _),) = h.r.xrange(h.k.release)
+    items = [(h.tk("x y"), SuccessorItem(eid, "x y"))]
+    _fails_writing_nothing(h, layout.successors(h.c, h.k, "worker", items))
