@@ -152,3 +152,23 @@ async def test_release_entries_that_do_not_read_are_deleted_not_read_forever(
     await client.redis.xadd(client.keys.release, {"id": "x", "s": "RUNNING", "sc": "c"})
     report = await client.store.successors.release("reaper")
     assert report.handled == 0 and await client.store.successors.pending() == 0
+
+
+async def test_two_release_steps_at_once_release_twenty_successors_once_each(
+    client: Client, redis_url: str
+) -> None:
+    a = await client.enqueue("link", {"name": "A"})
+    succ = [await client.enqueue("link", {"name": f"S{i}"}, after=[a]) for i in range(20)]
+    (started,) = await start_as(client, "ghost")
+    ending = Ending("COMPLETE", started.lease, '{"n": 1}', "", 1, -1, 0.5)
+    await client.store.work.finish([(client.keys.task_keys(a, "default"), ending)])
+    async with Client.from_url(redis_url, namespace="t") as other:
+        one, two = await asyncio.gather(
+            client.store.successors.release("worker"), other.store.successors.release("reaper")
+        )
+    assert one.released + two.released == 20 and one.handled + two.handled == 1
+    entries = await client.redis.xrange(client.keys.queue("default"))
+    queued = sorted(f["id"] for _, f in entries)
+    assert queued == sorted(succ)  # one queue entry each
+    for tid in succ:
+        assert [e.event for e in await client.history(tid)] == ["ENQUEUE", "RELEASE"]
