@@ -172,3 +172,7 @@ def test_the_command_line_submits_and_lists_successors(
     assert main(_cli(redis_url, "status", b, "--json")) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["state"] == "WAITING" and status["after"] == [a]
+    assert main(_cli(redis_url, "status", b)) == 0
+    assert f"{a}:awaited" in capsys.readouterr().out
+    assert main(_cli(redis_url, "status", a)) == 0
+    assert b in capsys.readouterr().out  # its successors
