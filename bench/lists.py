@@ -110,7 +110,7 @@ def fill(
                 for tid, end in items:
                     if end == "CANCEL":
                         args = ControlArgs("CANCEL", "bench", k.control)
-                        _run(r, shas, layout.control(c, "api", k.task_keys(tid, q), args))
+                        _run(r, shas, layout.control(c, k, "api", k.task_keys(tid, q), args))
                 rows = r.xreadgroup(GROUP, "bench", {k.queue(q): ">"}, count=batch)
                 entries = rows[0][1] if rows else []
                 if not entries:

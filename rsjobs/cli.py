@@ -141,6 +141,8 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
         raise CliError(f"--payload is not valid JSON: {exc}") from None
     if args.timeout is not None and not args.wait:
         raise CliError("--timeout needs --wait")
+    if args.after_policy != "succeeded" and not args.after:
+        raise CliError("--after-policy needs --after")
     if args.timeout is not None and not 0 < args.timeout <= 365 * 24 * 3600:
         raise CliError("--timeout must be a positive number of seconds")
     labels: dict[str, str] = {}
@@ -162,6 +164,8 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
             dedup_key=args.dedup_key,
             owner=args.owner,
             labels=labels or None,
+            after=args.after or None,
+            after_policy=args.after_policy,
         )
         print(tid, flush=True)
         from .console.commands import live_workers
@@ -419,6 +423,20 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--owner")
     e.add_argument(
         "--label", action="append", metavar="KEY=VALUE", help="a label (repeatable, at most 8)"
+    )
+    e.add_argument(
+        "--after",
+        action="append",
+        metavar="ID",
+        help="a predecessor (repeatable, at most 32): the task waits (WAITING) until they "
+        "succeeded, and is cancelled when one does not",
+    )
+    e.add_argument(
+        "--after-policy",
+        choices=("succeeded", "always"),
+        default="succeeded",
+        help="with --after: run once every predecessor SUCCEEDED (default), or once every "
+        "one finished, however it ended (always)",
     )
     e.add_argument(
         "--wait",

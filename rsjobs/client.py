@@ -19,7 +19,15 @@ from redis.asyncio import Redis
 from .bulk import RETRYABLE, check_filter, check_limit, run_bulk
 from .codec import decode, encode_payload
 from .dedup import Submitted, check_batch, check_repeat
-from .errors import ConfigError, InvalidTransition, RedisUnavailable, TaskNotFound, WaitTimeout
+from .errors import (
+    ConfigError,
+    InvalidTransition,
+    PredecessorRefused,
+    RedisUnavailable,
+    TaskNotFound,
+    UnknownPredecessor,
+    WaitTimeout,
+)
 from .labels import encode_labels, validate_labels
 from .model import RESTART, allowed, is_terminal
 from .names import validate_name
@@ -44,8 +52,10 @@ from .store import Code, Store, TaskRef, error_of
 from .store.connection import connect
 from .store.history import position as history_position
 from .store.layout import NewTask, task_options
+from .store.replies import AfterReply
 from .store.selection import Selected
 from .store.tasks import pause_record
+from .successors import SUCCESSORS_MAX, check_after
 from .tracing import NO_TRACE, TraceContext, enqueue_span, task_attributes
 
 if TYPE_CHECKING:
@@ -111,6 +121,7 @@ def _check_request(r: EnqueueRequest, limit: int) -> bytes:
         raise ConfigError("owner must be a string of 1-200 characters")
     if r.labels is not None:
         validate_labels(r.labels)
+    check_after(r.after, r.after_policy)
     return encode_payload(r.payload, limit)
 
 
@@ -135,8 +146,18 @@ def new_task(
             labels=encode_labels(r.labels),
             traceparent=trace.traceparent,
             tracestate=trace.tracestate,
+            after_policy=r.after_policy if r.after else "",
         ),
     )
+
+
+def _after_result(reply: AfterReply) -> EnqueueResult:
+    """What ``after.lua`` answered, or the exception it stands for."""
+    if reply.code is Code.NOT_FOUND:
+        raise UnknownPredecessor(reply.message)
+    if reply.code is Code.REFUSED:
+        raise PredecessorRefused(reply.message)
+    return EnqueueResult(id=reply.id, state=reply.state, duplicate=reply.code is Code.NOTHING)
 
 
 class Client:
@@ -187,6 +208,8 @@ class Client:
         backoff_max_ms: int = 300_000,
         wait_timeout_ms: int = 0,
         labels: Mapping[str, str] | None = None,
+        after: Sequence[str] | None = None,
+        after_policy: str = "succeeded",
     ) -> str:
         """Submit one task; returns its id.
 
@@ -198,8 +221,14 @@ class Client:
         :class:`DedupKeyReused` (see :mod:`rsjobs.dedup`); ``owner`` is recorded for access
         control; ``wait_timeout_ms`` expires it if no worker starts it in time; ``labels``
         (at most 8 ``key: value`` texts, :mod:`rsjobs.labels`) are shown with it and listed
-        by. Raises :class:`ConfigError` or :class:`PayloadError` on bad input, before any
-        write.
+        by. ``after`` (1-32 task ids of the same owner) makes it a successor: it waits
+        (WAITING) until they all SUCCEEDED, then runs with their results
+        (``ctx.predecessors``); one that fails, times out or is cancelled cancels it, with
+        that reason, unless ``after_policy="always"`` (it runs once all are finished). Its
+        delay and queue-wait deadline start when it is released (:mod:`rsjobs.successors`).
+        Raises :class:`ConfigError` or :class:`PayloadError` on bad input,
+        :class:`UnknownPredecessor` (no such task, or another owner's) or
+        :class:`PredecessorRefused`, before any write.
         """
         result = await self.submit(
             EnqueueRequest(
@@ -215,6 +244,8 @@ class Client:
                 backoff_max_ms=backoff_max_ms,
                 wait_timeout_ms=wait_timeout_ms,
                 labels=dict(labels) if labels is not None else None,
+                after=list(after) if after is not None else None,
+                after_policy=after_policy,
             )
         )
         return result.id
@@ -229,9 +260,17 @@ class Client:
         attributes = task_attributes(tid, req.type, req.queue, "send")
         attributes["rsjobs.task.owner"] = req.owner
         with enqueue_span(f"rsjobs.enqueue {req.type}", attributes) as trace:
-            (result,) = await self.store.tasks.enqueue(
-                self.source, [(keys, new_task(tid, req, encoded, trace))], durable=True
-            )
+            task = new_task(tid, req, encoded, trace)
+            if req.after:
+                result = _after_result(
+                    await self.store.successors.enqueue(
+                        self.source, keys, task, req.after, durable=True
+                    )
+                )
+            else:
+                (result,) = await self.store.tasks.enqueue(
+                    self.source, [(keys, task)], durable=True
+                )
             if result.duplicate and req.dedup_key is not None:
                 # enqueue.lua wrote nothing; the task the key names must be this request
                 info = await self.store.tasks.get(result.id)
@@ -248,12 +287,16 @@ class Client:
         key that names a live task with another type, queue or payload, or two requests
         of the call sharing a key with different ones, raise :class:`DedupKeyReused` and
         nothing is written. Should such a task appear while the call runs, the requests
-        are submitted and the call raises :class:`DedupKeyReused` at the end.
+        are submitted and the call raises :class:`DedupKeyReused` at the end. The
+        predecessors of successors (``after``) are checked before the first write too
+        (:class:`UnknownPredecessor`, :class:`PredecessorRefused`); each successor is one
+        script call of its own.
         """
         reqs = list(requests)
         limit = self.settings.payload_limit
         encoded = [_check_request(r, limit) for r in reqs]
         await self._check_dedup(reqs, encoded)
+        await self._check_predecessors(reqs)
         queues = {r.queue for r in reqs}
         await self._remember_queues(queues)
         attributes: dict[str, Any] = {
@@ -274,21 +317,43 @@ class Client:
         # Redis runs the previous one
         gate = asyncio.Semaphore(2)
         k = self.keys
+        plain = [i for i, r in enumerate(reqs) if not r.after]
 
         async def send(start: int) -> list[EnqueueResult]:
             async with gate:
                 tasks = []
-                for r, payload in zip(
-                    reqs[start : start + chunk], encoded[start : start + chunk], strict=True
-                ):
-                    tid = new_task_id()
+                for i in plain[start : start + chunk]:
+                    r, tid = reqs[i], new_task_id()
                     tasks.append(
-                        (k.task_keys(tid, r.queue, r.dedup_key), new_task(tid, r, payload, trace))
+                        (
+                            k.task_keys(tid, r.queue, r.dedup_key),
+                            new_task(tid, r, encoded[i], trace),
+                        )
                     )
                 return await self.store.tasks.enqueue(self.source, tasks, durable=True)
 
-        parts = await asyncio.gather(*(send(i) for i in range(0, len(reqs), chunk)))
-        results = [r for part in parts for r in part]
+        async def send_successor(i: int) -> EnqueueResult:
+            async with gate:
+                r, tid = reqs[i], new_task_id()
+                reply = await self.store.successors.enqueue(
+                    self.source,
+                    k.task_keys(tid, r.queue, r.dedup_key),
+                    new_task(tid, r, encoded[i], trace),
+                    r.after or (),
+                    durable=True,
+                )
+                return _after_result(reply)
+
+        parts = await asyncio.gather(*(send(i) for i in range(0, len(plain), chunk)))
+        out: list[EnqueueResult | None] = [None] * len(reqs)
+        for i, res in zip(plain, (r for part in parts for r in part), strict=True):
+            out[i] = res
+        # the successors after the plain tasks, in their order (their predecessors were
+        # checked above: an error now means one was cancelled and expired meanwhile)
+        for i, r in enumerate(reqs):
+            if r.after:
+                out[i] = await send_successor(i)
+        results = [res for res in out if res is not None]
         # a task submitted by someone else since the check above: the same rule, after
         dups = [
             (r.dedup_key, r, e, res.id)
@@ -317,6 +382,32 @@ class Client:
         for (key, (type_, queue, payload)), info in zip(keyed, infos, strict=True):
             if info is not None:
                 check_repeat(info, key, type_, queue, payload)
+
+    async def _check_predecessors(self, reqs: list[EnqueueRequest]) -> None:
+        """The predecessors of the successors of one batch, before any write: each one a
+        task of the successor's owner (:class:`UnknownPredecessor` otherwise), not a
+        workflow's, and with room for the batch's successors (:class:`PredecessorRefused`;
+        after.lua checks the same again)."""
+        named = list(dict.fromkeys(p for r in reqs for p in r.after or ()))
+        if not named:
+            return
+        refs = dict(zip(named, await self.store.successors.predecessors(named), strict=True))
+        adding: dict[str, int] = {}
+        for r in reqs:
+            for p in r.after or ():
+                ref = refs[p]
+                if ref is None or ref.owner != (r.owner or ""):
+                    raise UnknownPredecessor(p)
+                if ref.wf:
+                    raise PredecessorRefused(
+                        f"predecessor {p} is a task of workflow {ref.wf}: a workflow orders "
+                        "its tasks by its stages"
+                    )
+                adding[p] = adding.get(p, 0) + 1
+                if not is_terminal(ref.state) and ref.successors + adding[p] > SUCCESSORS_MAX:
+                    raise PredecessorRefused(
+                        f"predecessor {p} would have more than {SUCCESSORS_MAX} successors"
+                    )
 
     async def _remember_queues(self, queues: set[str]) -> None:
         new = queues - self._known_queues

@@ -2,7 +2,9 @@
 
 One redis-server child (AOF on; in a data directory that is kept when named, else a
 temporary one removed at exit), a worker for every queue there is work for, the reaper
-(it also drives workflows) and the web app in dev mode (no tokens).
+(it also drives workflows), the web app in dev mode (no tokens), and a hook runner when
+the registry declares hooks (``Registry(hooks=...)``) or webhooks are configured (at
+start: one added later needs a restart, or an ``rsjobs hooks run`` of its own).
 
 Which queues the worker serves: the ones given with ``-q``; else every queue the
 registry's handlers declare, the queues of the ``--workflows`` stages, and every queue
@@ -204,6 +206,8 @@ class DevStack:
         self.reaper: Any = None
         self.web: Any = None
         self.service: Any = None
+        self.hook_runner: Any = None
+        self.hooks_stop = asyncio.Event()
 
     def say(self, text: str) -> None:
         self.out.write(f"rsjobs dev: {text}\n")
@@ -222,6 +226,7 @@ class DevStack:
             self.worker.stop(force=force)
         if self.reaper is not None:
             self.reaper.stop()
+        self.hooks_stop.set()
         if self.service is not None:
             self.service.close_streams()  # open event streams would hold the web's stop
         if self.web is not None:
@@ -267,6 +272,22 @@ class DevStack:
                 ", ".join(left_out),
             )
         return chosen
+
+    async def hooks(self, client: Client) -> Any:
+        """The hook runner to run beside the worker (None: no hooks declared and no
+        webhook configured; hooks and webhooks are then run by no one here)."""
+        hooks = self.registry.hooks
+        webhooks = await client.store.hooks.webhooks()
+        if not webhooks and (hooks is None or len(hooks) == 0):
+            return None
+        from .hooks import HookRunner
+
+        names = [h.name for h in hooks or ()]
+        self.say(
+            f"hooks  {', '.join(names) or 'none'}; webhooks {', '.join(sorted(webhooks)) or 'none'}"
+        )
+        # a short block: the runner sees the stop within it
+        return HookRunner(client.store, hooks, name=f"dev-{os.getpid()}", block_ms=200)
 
     async def watch(self, client: Client, served: Sequence[str]) -> None:
         """Warn once for each queue with work and no live worker, until it is served."""
@@ -319,6 +340,7 @@ class DevStack:
             self.reaper = Reaper(
                 url=url, settings=opts.settings, config=ReaperConfig(log_idle=False)
             )
+            self.hook_runner = await self.hooks(client)
             app = create_app(url, settings=opts.settings, dev=True, definitions=self.definitions)
             self.service = app.state.rsjobs
             self.web = _web_server(app, opts.web_port)
@@ -338,6 +360,8 @@ class DevStack:
                 asyncio.ensure_future(self.reaper.run()): "reaper",
                 asyncio.ensure_future(self.web.serve(sockets=[self.web_sock])): "web",
             }
+            if self.hook_runner is not None:
+                parts[asyncio.ensure_future(self.hook_runner.run(self.hooks_stop))] = "hook runner"
             watcher = asyncio.ensure_future(self.watch(client, served))
             # the ready line once the page answers (uvicorn bound its socket and ran the
             # app's startup): whoever reads it may connect at once (uvicorn's flag has no
@@ -365,11 +389,14 @@ class DevStack:
         finally:
             if self.reaper is not None:
                 await self.reaper.close()
+            if self.hook_runner is not None:
+                await self.hook_runner.close()
             await client.close()
 
 
 def _active(counts: dict[str, int]) -> bool:
-    return any(counts.get(s, 0) for s in ("PENDING", "SCHEDULED", "RUNNING", "DEFERRED", "PAUSED"))
+    live = ("WAITING", "PENDING", "SCHEDULED", "RUNNING", "DEFERRED", "PAUSED")
+    return any(counts.get(s, 0) for s in live)
 
 
 async def run_dev(

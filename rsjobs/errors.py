@@ -15,11 +15,13 @@ __all__ = [
     "NotMigrated",
     "NotReplicated",
     "PayloadError",
+    "PredecessorRefused",
     "RedisUnavailable",
     "RsjobsError",
     "StoreError",
     "TaskNotFound",
     "UnknownDefinition",
+    "UnknownPredecessor",
     "UnknownQueue",
     "WaitTimeout",
     "WorkflowError",
@@ -70,6 +72,27 @@ class UnknownQueue(RsjobsError, LookupError):
     def __init__(self, queue: str) -> None:
         super().__init__(f"no such queue: {queue}")
         self.queue = queue
+
+
+class UnknownPredecessor(ConfigError, LookupError):
+    """Raised when a predecessor named in ``after`` names no task the submitter may wait
+    for: no task has that id (never existed, or expired after retention), or the task is
+    another owner's. The two are answered alike, so that an owner cannot learn the ids of
+    another owner's tasks. Nothing was written."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"unknown predecessor: {task_id}")
+        self.task_id = task_id
+
+
+class PredecessorRefused(ConfigError):
+    """Raised when a predecessor named in ``after`` cannot take one more successor: it is a
+    workflow's task (its workflow orders its tasks by stages), or it has the most
+    successors a task may have (1000). Nothing was written; ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class InvalidTransition(RsjobsError):

@@ -19,7 +19,10 @@ Common KEYS (every transition script):
                               (see note_hook); read by `rsjobs hooks` through its group
   KEYS[13] hooks_on   hash    listener -> the states it listens for ("*" = all); empty:
                               nothing is written to KEYS[12]
-  KEYS[14] release    stream  finished predecessors whose successors wait on them
+  KEYS[14] release    stream  finished predecessors whose successors wait on them: an entry
+                              per predecessor (with successors) reaching a terminal state:
+                              id, q, s (the state), sc (its successors), r (result) or err
+                              (see note_release); scripts/successors.lua consumes them
   KEYS[15] costs      hash    run time, attempts and charges per queue, type, owner, stage
   KEYS[16] running    hash    "<queue>|<owner>" -> its RUNNING tasks (per-owner limits)
 (KEYS[5..11] are the list indexes: see index_move.)
@@ -67,6 +70,16 @@ local TERMINAL = {SUCCEEDED = true, FAILED = true, CANCELLED = true, TIMED_OUT =
 local TRANSITIONS = {
   ['|ENQUEUE|PENDING'] = true,
   ['|ENQUEUE|SCHEDULED'] = true,
+  ['|ENQUEUE|WAITING'] = true,
+
+  -- WAITING: a successor waits for its predecessors (after.lua); it has no work entry,
+  -- lease or deadline: nothing starts, reclaims or expires it. When its last predecessor
+  -- succeeded (or, under the policy "always", finished) it is RELEASEd onto its queue
+  -- (SCHEDULED when it has a delay); a predecessor that fails, times out or is cancelled
+  -- cancels it (successors.lua). PAUSE is refused: it holds nothing to pause.
+  ['WAITING|RELEASE|PENDING'] = true,
+  ['WAITING|RELEASE|SCHEDULED'] = true,
+  ['WAITING|CANCEL|CANCELLED'] = true,
 
   ['PENDING|START|RUNNING'] = true,
   ['PENDING|PAUSE|PAUSED'] = true,
@@ -205,8 +218,11 @@ local function allowed(from, event, to)
   return TRANSITIONS[from .. '|' .. event .. '|' .. to] == true
 end
 
--- The three keys of the i-th task (1-based) of this call: task, queue, dedup.
+-- The three keys of the i-th task (1-based) of this call: task, queue, dedup. `i` may be
+-- the three keys themselves, {task, queue, dedup}: a task that is not one of the call's
+-- items (after.lua's new task, which follows its predecessors).
 local function task_keys(i)
+  if type(i) == 'table' then return i[1], i[2], i[3] end
   local b = NCOMMON + (i - 1) * 3
   return KEYS[b + 1], KEYS[b + 2], KEYS[b + 3]
 end
@@ -244,7 +260,9 @@ end
 local FIELD = {state = 's', type = 't', queue = 'q', payload = 'p', attempt = 'a',
   max_attempts = 'ma', failures = 'f', created_at = 'c', started_at = 'b', updated_at = 'u',
   lease = 'l', result = 'r', entry = 'e', traceparent = 'tp', tracestate = 'ts',
-  external_id = 'x', provider = 'xp', wait_until = 'xu', poll_ms = 'xo', resolved = 'xd'}
+  external_id = 'x', provider = 'xp', wait_until = 'xu', poll_ms = 'xo', resolved = 'xd',
+  after = 'af', after_policy = 'ap', predecessors = 'pr', successors = 'sc',
+  release_delay_ms = 'rd', release_wait_ms = 'rw'}
 local function fld(name)
   return FIELD[name] or name
 end
@@ -522,6 +540,45 @@ local function note_hook(t, event, to, hid)
   redis.call('XADD', HOOKS_KEY, '*', 'id', t.id, 'q', t.queue, 's', to, 'e', event, 'hid', hid)
 end
 
+-- The longest prefix of `s` of at most `n` bytes that ends on a character boundary
+-- (UTF-8: a cut never splits a character, which readers could not decode).
+local function utf8_prefix(s, n)
+  if #s <= n then return s end
+  local j = n + 1
+  -- back off over continuation bytes (10xxxxxx): the byte at j starts a character
+  while j > 1 and string.byte(s, j) >= 128 and string.byte(s, j) < 192 do j = j - 1 end
+  return string.sub(s, 1, j - 1)
+end
+
+-- Successors (after.lua, successors.lua; docs/successors.md). A predecessor's hash holds
+-- sc (successors): the ids of the tasks waiting on it, "<id>,<id>..." (only a task that
+-- has successors: others store nothing). Its first terminal transition appends an entry
+-- to the release stream (KEYS[14]) in the same call: everything its successors need,
+-- should its hash expire before they are released (retention). RELEASES counts the
+-- entries this call wrote (scripts answer it, so that their caller runs the release step).
+local RELEASES = 0
+-- the longest error text a release entry carries (its successors' cancel reason)
+local RELEASE_ERR_MAX = 200
+
+-- A script's reply `reply` with a 1 appended when this call wrote a release entry (a
+-- caller that reads it runs the release step; replies without one stay as they were).
+local function with_released(reply)
+  if RELEASES > 0 then reply[#reply + 1] = 1 end
+  return reply
+end
+
+local function note_release(t, to)
+  local v = redis.call('HMGET', t.key, fld('result'), 'error')
+  local f = {'id', t.id, 'q', t.queue, 's', to, 'sc', t.succ}
+  if to == 'SUCCEEDED' then
+    if v[1] then f[#f + 1] = 'r'; f[#f + 1] = v[1] end
+  elseif v[2] then
+    f[#f + 1] = 'err'; f[#f + 1] = utf8_prefix(v[2], RELEASE_ERR_MAX)
+  end
+  redis.call('XADD', RELEASE_KEY, '*', unpack(f))
+  RELEASES = RELEASES + 1
+end
+
 local function transition(t, event, to, msg, fields, extra)
   if not allowed(t.state, event, to) then
     error('rsjobs: illegal transition ' .. t.state .. ' -' .. event .. '-> ' .. to)
@@ -550,6 +607,8 @@ local function transition(t, event, to, msg, fields, extra)
     count(t.queue .. ':' .. to, 1)
     index_move(t, from, to)
     note_hook(t, event, to, hid)
+    -- (a terminal state is never left: this is the task's first and only end)
+    if TERMINAL[to] and (t.succ or '') ~= '' then note_release(t, to) end
   end
   count('ev:' .. event, 1)
   -- per queue, for its per-minute series (scripts/series.lua): the other series counters
@@ -564,7 +623,8 @@ local function transition(t, event, to, msg, fields, extra)
   return hid
 end
 
--- Load the i-th task of this call: keys plus the named hash fields (t.f[name]).
+-- Load the i-th task of this call (or the task of keys {task, queue, dedup}, see
+-- task_keys): keys plus the named hash fields (t.f[name]).
 -- Returns nil when the task hash does not exist. A hash without its id or queue (written
 -- by something else than these scripts), or of layout 1, raises here, before anything is
 -- written for the task: every helper below needs both, and would fail half-way through
@@ -573,7 +633,9 @@ local function load(i, names)
   local key, qkey, dkey = task_keys(i)
   -- (wf, the workflow of a workflow's task, is read here for append_entry's events entry:
   -- one HMGET per task and call, not a read per entry; owner and labels for index_move)
-  local q = {'s', 'id', 'q', 'a', 'dedup', 'refusals', 'c', 'hn', 'b', 'wf', 'owner', 'labels'}
+  -- (sc: a predecessor's successors, for note_release: empty for every other task)
+  local q = {'s', 'id', 'q', 'a', 'dedup', 'refusals', 'c', 'hn', 'b', 'wf', 'owner', 'labels',
+    'sc'}
   local base = #q
   for j = 1, #names do q[#q + 1] = fld(names[j]) end
   local v = redis.call('HMGET', key, unpack(q))
@@ -593,7 +655,7 @@ local function load(i, names)
   local t = {key = key, qkey = qkey, dkey = dkey, state = v[1], id = v[2],
     queue = v[3], attempt = tonumber(v[4]) or 0, dedup = v[5], refusals = v[6],
     created = tonumber(v[7]), hn = tonumber(v[8]) or 0, started = tonumber(v[9]),
-    wf = v[10] or '', owner = v[11] or '', labels = v[12] or '', f = {}}
+    wf = v[10] or '', owner = v[11] or '', labels = v[12] or '', succ = v[13] or '', f = {}}
   for j = 1, #names do t.f[names[j]] = v[base + j] end
   return t
 end
@@ -627,7 +689,11 @@ local MAX_ATTEMPTS = 3
 local TASK_OPTIONS = {max_attempts = 'count', timeout_ms = 'count', delay_ms = 'count',
   wait_timeout_ms = 'count', backoff_base_ms = 'count', backoff_max_ms = 'count',
   dedup = 'text', owner = 'text', labels = 'labels', traceparent = 'trace',
-  tracestate = 'trace'}
+  tracestate = 'trace', after_policy = 'policy'}
+-- What a successor waits for (after_policy; after.lua): 'succeeded' (the default) releases
+-- it once every predecessor SUCCEEDED and cancels it when one does not; 'always' releases
+-- it once every predecessor is finished, however it ended.
+local AFTER_POLICIES = {succeeded = true, always = true}
 -- The longest trace context text a task keeps (rsjobs/tracing.py stores at most 512).
 local TRACE_MAX = 600
 
@@ -673,6 +739,8 @@ local function task_options(raw)
       if type(v) ~= 'string' or #v > TRACE_MAX or string.find(v, '%c') then
         return nil, 'option ' .. name .. ' (a W3C trace context text, see rsjobs/tracing.py)'
       end
+    elseif kind == 'policy' then
+      if not AFTER_POLICIES[v] then return nil, 'option after_policy (succeeded or always)' end
     elseif kind ~= 'text' or type(v) ~= 'string' then
       return nil, 'option ' .. tostring(name)
     end
@@ -682,9 +750,12 @@ local function task_options(raw)
   return o, nil
 end
 
--- ENQUEUE a new task, PENDING or SCHEDULED (delay_ms): the fields of a task hash are
--- created here and nowhere else (enqueue.lua, and wf.lua's create_task). `i` is the
--- task's index in KEYS; `o` its options (task_options); `msg` the history message;
+-- ENQUEUE a new task, PENDING or SCHEDULED (delay_ms), or WAITING when `o.after` lists
+-- its predecessors (after.lua: a successor's delay and queue-wait deadline start at its
+-- release, so they are kept as release_delay_ms / release_wait_ms): the fields of a task
+-- hash are created here and nowhere else (enqueue.lua, and wf.lua's create_task). `i` is
+-- the task's index in KEYS (or its keys, see task_keys); `o` its options (task_options);
+-- `msg` the history message;
 -- `more` extra hash fields and `extra` extra history fields (flat arrays, may be nil).
 -- Fields equal to their defaults are left out (failures 0, progress 0, no timeout, the
 -- backoff's defaults, which end_attempt applies when they are missing). Returns the task.
@@ -726,6 +797,21 @@ local function new_task(i, id, typ, queue, payload, o, msg, more, extra)
     redis.call('SET', dkey, id)
   end
   local wait_ms = o.wait_timeout_ms or 0
+  local delay_ms = o.delay_ms or 0
+  if o.after ~= nil then
+    -- a successor: nothing indexes it for a worker or the reaper until its release
+    fields[#fields + 1] = 'after'; fields[#fields + 1] = table.concat(o.after, ',')
+    if o.after_policy == 'always' then
+      fields[#fields + 1] = 'after_policy'; fields[#fields + 1] = 'always'
+    end
+    if delay_ms > 0 then
+      fields[#fields + 1] = 'release_delay_ms'; fields[#fields + 1] = delay_ms
+    end
+    if wait_ms > 0 then
+      fields[#fields + 1] = 'release_wait_ms'; fields[#fields + 1] = wait_ms
+    end
+    wait_ms, delay_ms = 0, 0
+  end
   if wait_ms > 0 then
     fields[#fields + 1] = 'expires_at'; fields[#fields + 1] = NOW + wait_ms
     -- indexed for the reaper, which expires the task if no worker started it in time
@@ -735,8 +821,9 @@ local function new_task(i, id, typ, queue, payload, o, msg, more, extra)
     for j = 1, #more do fields[#fields + 1] = more[j] end
   end
   local to = 'PENDING'
-  local delay_ms = o.delay_ms or 0
-  if delay_ms > 0 then
+  if o.after ~= nil then
+    to = 'WAITING'
+  elseif delay_ms > 0 then
     to = 'SCHEDULED'
     fields[#fields + 1] = 'due_at'; fields[#fields + 1] = NOW + delay_ms
     redis.call('ZADD', SCHED_KEY, NOW + delay_ms, member(t))
@@ -745,6 +832,132 @@ local function new_task(i, id, typ, queue, payload, o, msg, more, extra)
   end
   transition(t, 'ENQUEUE', to, msg, fields, extra)
   return t
+end
+
+-- Successors and their predecessors (after.lua, successors.lua; docs/successors.md). A
+-- successor's hash holds after (af): its predecessors in the order given, each "<id>" while
+-- awaited and "<id>:<STATE>" once its end is counted ("<id>,<id>:SUCCEEDED..."); after_policy
+-- (ap) "always" (left out: succeeded); predecessors (pr), a JSON object of the results of
+-- the predecessors that SUCCEEDED, {"<id>": <result>, ...} (the result as stored, null for
+-- none: the handler's ctx.predecessors); release_delay_ms (rd) and release_wait_ms (rw),
+-- its delay and queue-wait deadline, which start when it is released. A WAITING task is in
+-- the waiting zset (each script that moves one in or out of WAITING gets it as a key).
+
+-- The most predecessors a task may wait for, and the most successors a task may have.
+local AFTER_MAX, SUCCESSORS_MAX = 32, 1000
+-- The hash fields of a successor that count_predecessor reads (load it with these).
+local SUCCESSOR_FIELDS = {'after', 'after_policy', 'predecessors', 'release_delay_ms',
+  'release_wait_ms'}
+-- The error type of a successor cancelled by its predecessor's end.
+local PREDECESSOR_ENDED = {FAILED = 'PredecessorFailed', CANCELLED = 'PredecessorCancelled',
+  TIMED_OUT = 'PredecessorTimedOut'}
+
+-- A task id as the lists of successors and predecessors hold them: 1 to 64 letters, digits
+-- or '_.-' (no ',' or ':', their separators).
+local function is_task_id(v)
+  return type(v) == 'string' and #v >= 1 and #v <= 64 and string.match(v, '^[%w_%.%-]+$') ~= nil
+end
+
+-- How many ids a comma-separated list holds.
+local function list_len(v)
+  if v == nil or v == '' then return 0 end
+  local _, commas = string.gsub(v, ',', '')
+  return commas + 1
+end
+
+-- A successor's after field as a list of {id, state} (state '' while awaited), and back.
+local function parse_after(af)
+  local out = {}
+  for item in string.gmatch(af or '', '[^,]+') do
+    local id, st = string.match(item, '^([^:]*):?(.*)$')
+    out[#out + 1] = {id = id, state = st}
+  end
+  return out
+end
+local function format_after(list)
+  local parts = {}
+  for j, e in ipairs(list) do
+    parts[j] = e.id
+    if e.state ~= '' then parts[j] = e.id .. ':' .. e.state end
+  end
+  return table.concat(parts, ',')
+end
+
+-- The predecessors field `pr` with the result `raw` (JSON text as stored; nil: null) of
+-- predecessor `id` added: built as text, so that a result is passed on as it was stored.
+local function add_result(pr, id, raw)
+  local item = cjson.encode(id) .. ':' .. (raw or 'null')
+  if pr == nil or pr == false or pr == '' then return '{' .. item .. '}' end
+  return string.sub(pr, 1, -2) .. ',' .. item .. '}'
+end
+
+-- RELEASE the WAITING successor `t` onto its queue (`fields`: hash fields to set with it):
+-- PENDING, or SCHEDULED when it has a delay; its queue-wait deadline starts now.
+local function release_successor(t, waiting_key, fields, msg, extra)
+  redis.call('ZREM', waiting_key, member(t))
+  local delay = tonumber(t.f.release_delay_ms) or 0
+  local wait = tonumber(t.f.release_wait_ms) or 0
+  if wait > 0 then
+    fields[#fields + 1] = 'expires_at'; fields[#fields + 1] = NOW + wait
+    redis.call('ZADD', DEADLINES_KEY, NOW + wait, member(t))
+  end
+  local to = 'PENDING'
+  if delay > 0 then
+    to = 'SCHEDULED'
+    fields[#fields + 1] = 'due_at'; fields[#fields + 1] = NOW + delay
+    redis.call('ZADD', SCHED_KEY, NOW + delay, member(t))
+  else
+    fields[#fields + 1] = 'entry'; fields[#fields + 1] = push_entry(t)
+  end
+  transition(t, 'RELEASE', to, msg, fields, extra)
+end
+
+-- Count the end of predecessor `pid` (its state `pstate`, its result `result` or error
+-- text `err`, either may be nil) for the successor `t` (loaded with SUCCESSOR_FIELDS):
+-- CANCELLED when it did not succeed and the policy is "succeeded" (the reason names it),
+-- RELEASED when it was the last one awaited, else COUNTED (its state and result are kept);
+-- STALE, writing nothing, when `t` is not WAITING or its end was counted already (a
+-- repeat). Every other change of a successor goes through the table (transition).
+local function count_predecessor(t, waiting_key, pid, pstate, result, err)
+  if t.state ~= 'WAITING' then return 'STALE' end
+  local list = parse_after(t.f.after)
+  local at = nil
+  for _, e in ipairs(list) do
+    if e.id == pid then at = e end
+  end
+  if at == nil or at.state ~= '' then return 'STALE' end
+  at.state = pstate
+  local awaiting, ended = 0, 0
+  for _, e in ipairs(list) do
+    if e.state == '' then
+      awaiting = awaiting + 1
+    elseif e.state ~= 'SUCCEEDED' then
+      ended = ended + 1
+    end
+  end
+  t.f.after = format_after(list)
+  local fields = {'after', t.f.after}
+  if pstate == 'SUCCEEDED' then
+    t.f.predecessors = add_result(t.f.predecessors, pid, result)
+    fields[3] = 'predecessors'; fields[4] = t.f.predecessors
+  end
+  if pstate ~= 'SUCCEEDED' and t.f.after_policy ~= 'always' then
+    redis.call('ZREM', waiting_key, member(t))
+    local why = 'predecessor ' .. pid .. ' ' .. pstate
+    if err ~= nil and err ~= false and err ~= '' then why = why .. ': ' .. err end
+    fields[#fields + 1] = 'error'; fields[#fields + 1] = why
+    fields[#fields + 1] = 'error_type'; fields[#fields + 1] = PREDECESSOR_ENDED[pstate] or 'Predecessor'
+    transition(t, 'CANCEL', 'CANCELLED', why, fields, {'pred', pid, 'pred_state', pstate})
+    return 'CANCELLED'
+  end
+  if awaiting > 0 then
+    redis.call('HSET', t.key, unpack(fields_of(fields)))
+    return 'COUNTED'
+  end
+  local msg = 'predecessors succeeded'
+  if ended > 0 then msg = 'predecessors finished (' .. ended .. ' did not succeed)' end
+  release_successor(t, waiting_key, fields, msg, {'pred', pid})
+  return 'RELEASED'
 end
 
 -- Exponential backoff with equal jitter: half fixed, half random (jitter in [0, 1)).

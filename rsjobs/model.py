@@ -13,6 +13,9 @@ __all__ = ["RESTART", "TERMINAL", "TRANSITIONS", "Event", "State", "allowed", "i
 
 
 class State(StrEnum):
+    #: a successor waiting for its predecessors (no work entry, lease or deadline): released
+    #: onto its queue once they succeeded, cancelled when one does not
+    WAITING = "WAITING"
     #: queued on its stream, waiting for a worker
     PENDING = "PENDING"
     #: waiting for a time: a delay, or the backoff before a retry
@@ -56,13 +59,19 @@ class Event(StrEnum):
     DEFER = "DEFER"
     #: an operator starts a SUCCEEDED task over as a new task
     REPLAY = "REPLAY"
+    #: a successor's predecessors allow it to run (WAITING -> PENDING | SCHEDULED)
+    RELEASE = "RELEASE"
 
 
 TERMINAL: frozenset[str] = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"})
 
 #: TRANSITIONS[from][event] = the states the event may lead to. "" = not yet created.
 TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
-    "": {"ENQUEUE": frozenset({"PENDING", "SCHEDULED"})},
+    "": {"ENQUEUE": frozenset({"PENDING", "SCHEDULED", "WAITING"})},
+    "WAITING": {
+        "RELEASE": frozenset({"PENDING", "SCHEDULED"}),
+        "CANCEL": frozenset({"CANCELLED"}),
+    },
     "PENDING": {
         "START": frozenset({"RUNNING"}),
         "PAUSE": frozenset({"PAUSED"}),

@@ -27,8 +27,8 @@ __all__ = [
 ]
 
 #: the states of a queue's counts, in the order a task passes through them
-_STATES = ("PENDING", "SCHEDULED", "RUNNING", "DEFERRED", "PAUSED", "SUCCEEDED", "FAILED",
-           "CANCELLED", "TIMED_OUT")  # fmt: skip
+_STATES = ("WAITING", "PENDING", "SCHEDULED", "RUNNING", "DEFERRED", "PAUSED", "SUCCEEDED",
+           "FAILED", "CANCELLED", "TIMED_OUT")  # fmt: skip
 _WAITING = ("PENDING", "SCHEDULED", "RUNNING")
 _ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 
@@ -42,7 +42,8 @@ class QueueView(msgspec.Struct, frozen=True, kw_only=True):
     #: tasks per state (the terminal states' counts are totals since the namespace began:
     #: finished tasks expire after the retention period)
     counts: dict[str, int]
-    #: tasks that still need a worker (PENDING, SCHEDULED, RUNNING)
+    #: tasks that still need a worker (PENDING, SCHEDULED, RUNNING; a WAITING successor
+    #: needs one only once its predecessors release it)
     waiting: int
     #: ms since the oldest undelivered task was queued (0: none waits)
     oldest_pending_ms: int

@@ -85,6 +85,16 @@ class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
     external_id: str = ""
     provider: str = ""
     wait_until: int = 0
+    #: a successor (``Client.enqueue(after=...)``): its predecessors in the order it named
+    #: them, its policy ("succeeded" or "always"; '' for a task without predecessors), the
+    #: state of each predecessor whose end it counted, and the results of those that
+    #: SUCCEEDED (what its handler gets as ``ctx.predecessors``)
+    after: list[str] = msgspec.field(default_factory=list)
+    after_policy: str = ""
+    predecessor_states: dict[str, str] = msgspec.field(default_factory=dict)
+    predecessor_results: dict[str, Any] = msgspec.field(default_factory=dict)
+    #: the tasks that wait (or waited) for this one
+    successors: list[str] = msgspec.field(default_factory=list)
 
     @property
     def terminal(self) -> bool:
@@ -97,11 +107,14 @@ class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
         """The task of a decoded task hash (:func:`rsjobs.store.record.decode_task`).
         Raises :class:`rsjobs.CorruptData` when its payload or result does not decode."""
         from .labels import decode_labels
+        from .successors import decode_predecessors, parse_after
 
         try:
             payload, result = decode(r.payload), decode(r.result)
+            results = decode_predecessors(r.predecessors)
         except (msgspec.DecodeError, PayloadError) as exc:
             raise CorruptData("task", r.id or "?", f"its payload or result: {exc}") from None
+        after = parse_after(r.after)
         return cls(
             id=r.id,
             type=r.type,
@@ -135,6 +148,11 @@ class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
             external_id=r.external_id,
             provider=r.provider,
             wait_until=r.wait_until,
+            after=[tid for tid, _ in after],
+            after_policy=(r.after_policy or "succeeded") if after else "",
+            predecessor_states={tid: s for tid, s in after if s},
+            predecessor_results=results,
+            successors=[s for s in r.successors.split(",") if s],
         )
 
     @classmethod
@@ -177,7 +195,8 @@ class TaskSummary(msgspec.Struct, frozen=True, kw_only=True):
     due_at: int = 0
     #: the time the list orders it by: for a list read by state, when it entered that
     #: state (PENDING and RUNNING: when its work entry was queued; SCHEDULED: when it is
-    #: due); for a list read by owner or label, when it was created
+    #: due; WAITING: when it was created); for a list read by owner or label, when it
+    #: was created
     listed_at: int = 0
 
     @classmethod
@@ -325,6 +344,10 @@ class EnqueueRequest(msgspec.Struct, frozen=True, kw_only=True):
     wait_timeout_ms: int = 0
     #: a few ``key: value`` texts to list it by (rsjobs.labels)
     labels: dict[str, str] | None = None
+    #: the tasks it waits for (a successor: rsjobs.successors), and what it waits for:
+    #: "succeeded" (every one SUCCEEDED) or "always" (every one finished)
+    after: list[str] | None = None
+    after_policy: str = "succeeded"
 
 
 class EnqueueResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -169,8 +169,11 @@ class SyncClient:
         backoff_max_ms: int = 300_000,
         wait_timeout_ms: int = 0,
         labels: Mapping[str, str] | None = None,
+        after: Sequence[str] | None = None,
+        after_policy: str = "succeeded",
     ) -> str:
-        """Submit one task; returns its id (see :meth:`rsjobs.Client.enqueue`)."""
+        """Submit one task; returns its id (see :meth:`rsjobs.Client.enqueue`; ``after``
+        makes it a successor of those tasks)."""
         r = self._runner()
         return r.run(
             r.client.enqueue(
@@ -186,6 +189,8 @@ class SyncClient:
                 backoff_max_ms=backoff_max_ms,
                 wait_timeout_ms=wait_timeout_ms,
                 labels=dict(labels) if labels is not None else None,
+                after=list(after) if after is not None else None,
+                after_policy=after_policy,
             )
         )
 

@@ -21,6 +21,7 @@ __all__ = ["STATE_STYLES", "Column", "is_terminal", "print_table", "render_table
 
 #: colours of task states on a terminal (the same everywhere a state is printed)
 STATE_STYLES = {
+    "WAITING": "dim",
     "PENDING": "",
     "SCHEDULED": "blue",
     "RUNNING": "cyan",

@@ -82,6 +82,13 @@ def status_table(info: TaskInfo) -> Table:
         rows.append(["retry of", info.retry_of])
     if info.retried_as:
         rows.append(["retried as", info.retried_as])
+    if info.after:
+        # a successor: each predecessor with the state its end was counted in
+        states = info.predecessor_states
+        after = " ".join(f"{p}:{states.get(p, 'awaited')}" for p in info.after)
+        rows.append([f"after ({info.after_policy})", after])
+    if info.successors:
+        rows.append(["successors", " ".join(info.successors)])
     return [Column("field"), Column("value")], rows
 
 

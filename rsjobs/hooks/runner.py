@@ -89,9 +89,11 @@ class HookRunner:
         self._own_http = http is None
         self._webhooks: dict[str, Webhook] = {}
         self._refreshed = -1.0
+        self._forgot = -1.0
         self._started = False
-        #: runs made, failed runs, dead letters (for logs and tests)
-        self.runs = self.failures = self.buried = 0
+        #: runs made, failed runs, dead letters, consumers of gone runners removed from the
+        #: group (for logs and tests)
+        self.runs = self.failures = self.buried = self.forgotten = 0
 
     async def start(self) -> None:
         """Create the group and tell the scripts which states the hooks want."""
@@ -124,6 +126,7 @@ class HookRunner:
         await self._refresh()
         held = await hs.pending_of(self.name, self.batch)
         held += await hs.reclaim(self.name, self.claim_idle_ms, self.batch)
+        await self._forget_gone()
         done = await self._entries(held)
         done += await self._retries()
         block = 1 if done else self.block_ms
@@ -133,6 +136,18 @@ class HookRunner:
     @property
     def webhook_count(self) -> int:
         return len(self._webhooks)
+
+    async def _forget_gone(self) -> None:
+        """Once per ``claim_idle_ms``: remove from the group the consumers of runners that
+        are gone (idle that long) and hold nothing (what they held was reclaimed above)."""
+        loop = asyncio.get_running_loop()
+        if self._forgot >= 0 and (loop.time() - self._forgot) * 1000 < self.claim_idle_ms:
+            return
+        self._forgot = loop.time()
+        gone = await self.store.hooks.forget_idle(self.name, self.claim_idle_ms)
+        if gone:
+            self.forgotten += len(gone)
+            log.info("removed the consumers of gone hook runners: %s", ", ".join(gone))
 
     # -- listeners ---------------------------------------------------------------------------
 

@@ -56,6 +56,8 @@ async def memory_report(store: Store, *, sample: int = 20) -> MemoryReport:
         "deadletter": keys.deadletter,
         "workers:dead": keys.workers_dead,
         "queues": keys.queues,
+        "waiting": keys.waiting,
+        "release": keys.release,
     }
     sizes_shared = await reaper.memory_usage(list(shared.values()))
     shared_bytes = dict(zip(shared, sizes_shared, strict=True))

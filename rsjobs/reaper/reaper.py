@@ -1,5 +1,6 @@
-"""The reaper sidecar: one sweep recovers lost deliveries, enforces deadlines, promotes
-delayed work, keeps the workers registry honest and trims the list indexes with retention;
+"""The reaper sidecar: one sweep recovers lost deliveries, enforces deadlines, releases
+successors, promotes delayed work, keeps the workers registry honest and trims the list
+indexes with retention;
 :meth:`Reaper.run` sweeps forever.
 
 Any number of reapers may run beside the workers. A guard key (``SET NX PX``) lets one
@@ -80,6 +81,11 @@ class SweepReport(msgspec.Struct, kw_only=True):
     timeout_retried: int = 0
     timed_out: int = 0
     expired: int = 0
+    #: the release step (successors): release entries handled, successors released onto
+    #: their queues and cancelled by their predecessors' ends
+    release_entries: int = 0
+    successors_released: int = 0
+    successors_cancelled: int = 0
     #: delayed or backed-off tasks moved to their queues
     promoted: int = 0
     #: events stream entries older than the retention, dropped
@@ -121,6 +127,8 @@ class SweepReport(msgspec.Struct, kw_only=True):
             + self.timed_out
             + self.expired
             + self.promoted
+            + self.successors_released
+            + self.successors_cancelled
             + self.quarantined
             + self.workflows_spawned
             + self.workflows_aborted
@@ -214,6 +222,15 @@ class Reaper:
             report.timeout_retried, report.timed_out = dl["RETRY"], dl["TIMED_OUT"]
             report.expired = dl["EXPIRED"]
             self._isolated(report, dl)
+
+        # the successors of tasks that ended (here, or anywhere a release entry was left
+        # behind by a crash): after recovery and deadlines, so that what they ended is
+        # released in the same sweep; one XRANGE of an empty stream when idle
+        rel = await self._step(report, "successors", lambda: self.store.successors.release(SOURCE))
+        if rel is not None:
+            report.release_entries = rel.handled
+            report.successors_released, report.successors_cancelled = rel.released, rel.cancelled
+            report.errors += rel.failed
 
         pr = await self._step(report, "promotion", lambda: promote(self.store, cfg))
         if pr is not None:

@@ -2,22 +2,25 @@
 
 KEYS: common (see fsm.lua), then
   per task (one): the task keys (see fsm.lua)
+  waiting  zset  "<queue>:<id>" of every WAITING task (a cancelled one leaves it)
 ARGV: common (see fsm.lua), then
   ARGV[5]  event     CANCEL | PAUSE | RESUME
   ARGV[6]  message   reason given by the caller ('' = none)
   ARGV[7]  channel   pub/sub channel on which running workers hear "<EVENT> <id>"
-Returns: {code, state}
+Returns: {code, state} ({code, state, 1} when a cancel wrote the task's release entry: it
+  has successors, and the caller runs the release step, successors.lua):
    1  applied; state is the new state
    0  nothing to do: the task is already in the state asked for (idempotent repeat)
   -1  no such task
   -2  refused (the task is terminal, or the event does not apply): state is unchanged
 An error (nothing written) for an unknown event, a message over 4096 bytes or no channel.
 Events: CANCEL (-> CANCELLED), PAUSE (-> PAUSED), RESUME (PAUSED -> PENDING); refused ones
-  are recorded with rej=1 (coalesced, see reject in fsm.lua). A RUNNING task's entry is
+  are recorded with rej=1 (coalesced, see reject in fsm.lua); PAUSE of a WAITING task is
+  refused (it holds nothing to pause: its predecessors decide when it runs). A RUNNING task's entry is
   acked and its worker notified. RESUME of a task never started re-indexes its queue-wait
   deadline (a pause does not stop that clock).
 ]]
-local _, bad = layout(3, 0, 3, 0, 1)
+local _, bad = layout(3, 0, 3, 1, 1)
 if bad then return bad end
 local event, msg, channel = ARGV[5], ARGV[6], ARGV[7]
 local TARGET = {CANCEL = 'CANCELLED', PAUSE = 'PAUSED', RESUME = 'PENDING'}
@@ -40,7 +43,9 @@ if not allowed(t.state, event, to) then
 end
 local from = t.state
 local fields = {}
-if from == 'PENDING' then
+if from == 'WAITING' then
+  redis.call('ZREM', KEYS[#KEYS], member(t))
+elseif from == 'PENDING' then
   drop_entry(t.qkey, t.f.entry)
 elseif from == 'SCHEDULED' then
   redis.call('ZREM', SCHED_KEY, member(t))
@@ -65,4 +70,4 @@ transition(t, event, to, msg, fields, nil)
 if from == 'RUNNING' then
   redis.call('PUBLISH', channel, event .. ' ' .. t.id)
 end
-return {1, to}
+return with_released({1, to})

@@ -12,7 +12,8 @@ ARGV: common (see fsm.lua), then
     delay_ms    retry delay override, '-1' = the task's exponential backoff
     jitter      random number in [0, 1) for the backoff jitter
     traceback   FAIL: the bounded traceback of the handler's exception ('' = none)
-Returns: per task {code, state}:
+Returns: per task {code, state} ({code, state, 1} when the end wrote the task's release
+  entry: it has successors, and the worker runs the release step, successors.lua):
    1  applied; state is the new state (SUCCEEDED, SCHEDULED, FAILED, TIMED_OUT, PENDING)
    2  a repeated COMPLETE from the lease holder of a SUCCEEDED task: nothing written
   -1  the task no longer exists
@@ -51,9 +52,11 @@ for i = 1, n do
   else
     out[i] = check_lease(t, event, lease)
     if out[i] == nil then
+      local before = RELEASES
       end_attempt(t, event, body, etype, retryable, delay, jitter,
         failure_fields(event, etype, ARGV[a + 8]))
       out[i] = {1, t.state}
+      if RELEASES > before then out[i][3] = 1 end
     end
   end
 end

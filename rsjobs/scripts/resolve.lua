@@ -27,7 +27,8 @@ ARGV: common (see fsm.lua), then
   ARGV[11]  jitter       random number in [0, 1) for the backoff jitter
   ARGV[12]  via          callback | poll | api: how the result came (history field via, when
                          it is not the call's source)
-Returns: {code, state}:
+Returns: {code, state} ({code, state, 1} when the end wrote the task's release entry: it
+  has successors, and the caller runs the release step, successors.lua):
    1  applied; state is the new state (SUCCEEDED, SCHEDULED, FAILED; AGAIN: DEFERRED)
    2  a repeat of the result that ended the wait: nothing written
   -1  the task no longer exists
@@ -94,7 +95,7 @@ if until_ms > 0 and until_ms <= NOW then
     .. 'from ' .. (t.f.provider or '?') .. '/' .. (t.f.external_id or '?') .. ' in time',
     'DeferTimeout', true, -1, jitter, {'x', t.f.external_id or ''}, nil)
   if event ~= 'AGAIN' then reject(t, event, what .. ': past its longest wait', att) end
-  return {-2, t.state}
+  return with_released({-2, t.state})
 end
 if event == 'AGAIN' then
   local every = tonumber(t.f.poll_ms) or 0
@@ -113,4 +114,4 @@ if TERMINAL[t.state] and RETENTION_MS > 0 then
     redis.call('PEXPIRE', XKEY, RETENTION_MS)
   end
 end
-return {1, t.state}
+return with_released({1, t.state})

@@ -11,6 +11,11 @@ task, names the new one from now on: a submit with it answers the new task.
 Starting the same task over again answers the task its `retried_as` names while that one
 exists (nothing written); the caller that found it gone names it in `replaces`, and then a
 new task is made. A workflow's task is refused: its workflow retries it (wf_retry.lua).
+Successors (after.lua): the new task of a predecessor has no successors (the old one's were
+released or cancelled by its end, once); a successor that was released (every predecessor
+counted, and succeeded unless its policy is "always") starts over at once with the same
+predecessors and their results, and one cancelled while it waited is refused (its
+predecessors did not all succeed: submit it again after them).
 
 KEYS: common (see fsm.lua), then
   per task (two, the old then the new): the task keys (see fsm.lua)
@@ -26,8 +31,8 @@ Returns: {code, id, state, message}
   -1  no such task
   -2  refused, recorded in the old task's history (coalesced, see reject in fsm.lua): the
       task is not finished, the event is not its own (RETRY of a SUCCEEDED task, REPLAY of
-      another), it is a workflow's task, its type or payload is missing, or its labels are
-      not what rsjobs writes; state is its
+      another), it is a workflow's task or a successor that was never released, its type
+      or payload is missing, or its labels are not what rsjobs writes; state is its
       state, message says why
 An error (nothing written) for an unknown event, an empty or used new id, a message over
 4096 bytes, or a new task's queue or dedup key that is not the old one's.
@@ -54,7 +59,8 @@ if new_qkey ~= old_qkey or new_dkey ~= old_dkey then
 end
 if redis.call('EXISTS', new_key) == 1 then return bad_arg('new id (in use)', new_id) end
 local t = load(1, {'type', 'payload', 'max_attempts', 'timeout_ms', 'backoff_base_ms',
-  'backoff_max_ms', 'expires_at', 'owner', 'wf', 'retried_as', 'labels'})
+  'backoff_max_ms', 'expires_at', 'owner', 'wf', 'retried_as', 'labels', 'after',
+  'after_policy', 'predecessors', 'release_wait_ms'})
 if t == nil then return {-1, '', '', 'no such task'} end
 t.wf = t.f.wf or ''
 local dedup = t.dedup or ''
@@ -74,6 +80,16 @@ elseif not allowed(t.state, event, t.state) then
     .. STARTS[event] .. ' over)'
 elseif t.wf ~= '' then
   why = 'task of workflow ' .. t.wf .. ': retry it through its workflow'
+elseif t.f.after then
+  -- a successor: started over only once it was released (what it ran with is kept)
+  for _, e in ipairs(parse_after(t.f.after)) do
+    if e.state == '' or (e.state ~= 'SUCCEEDED' and t.f.after_policy ~= 'always') then
+      why = 'successor never released (predecessor ' .. e.id .. ' '
+        .. (e.state ~= '' and e.state or 'not finished') .. '): submit it again after its '
+        .. 'predecessors'
+      break
+    end
+  end
 elseif not t.f.type or not t.f.payload then
   why = 'task has no type or payload to start over with'
 elseif t.f.labels and not decode_labels(t.f.labels) then
@@ -101,7 +117,9 @@ if t.f.labels then
   o.label_table = decode_labels(t.f.labels)
 end
 local expires = tonumber(t.f.expires_at) or 0
-if expires > 0 and t.created and expires > t.created then
+if t.f.release_wait_ms then
+  o.wait_timeout_ms = tonumber(t.f.release_wait_ms)  -- a successor's, from its release
+elseif expires > 0 and t.created and expires > t.created then
   o.wait_timeout_ms = expires - t.created  -- the same queue-wait deadline, from now
 end
 if dedup ~= '' then
@@ -110,6 +128,12 @@ if dedup ~= '' then
   if named == false or named == t.id then o.dedup = dedup end
 end
 local more = {'retry_of', t.id}
+if t.f.after then
+  -- a released successor runs again with what it ran with (PENDING at once)
+  more[3] = 'after'; more[4] = t.f.after
+  if t.f.after_policy then more[#more + 1] = 'after_policy'; more[#more + 1] = t.f.after_policy end
+  if t.f.predecessors then more[#more + 1] = 'predecessors'; more[#more + 1] = t.f.predecessors end
+end
 local note = string.lower(event) .. ' of ' .. t.id .. ' (' .. t.state .. ')'
 if msg ~= '' then note = note .. ': ' .. msg end
 local new = new_task(2, new_id, t.f.type, t.queue, t.f.payload, o, note, more, nil)

@@ -11,11 +11,14 @@ ARGV: common (see fsm.lua), then
     entry  the stream entry id that was delivered
 Returns: per task either
   {1, id, type, payload, attempt, lease, deadline_at (0 = none), dedup, timeout_ms, wf,
-   owner, traceparent, tracestate}
+   owner, traceparent, tracestate, after, predecessors}
                         wf: the id of the workflow the task belongs to ('' = none); the
                         worker ends such a task through wf_finish.lua (rsjobs.workflows).
                         owner, traceparent, tracestate: '' when the task has none (the
                         worker's span of the attempt, rsjobs/tracing.py).
+                        after, predecessors: a successor's predecessors and their
+                        results (fsm.lua; the handler's ctx.predecessors), '' for any
+                        other task
                         A repeated START of a task this consumer started from this entry
                         under this nonce (its reply was lost) answers the same, writing
                         nothing (like a repeated COMPLETE of the lease holder)
@@ -51,7 +54,8 @@ local function started(t, lease, deadline, timeout)
   -- a missing field must not end the reply early (a nil ends a Lua array): the worker
   -- fails such a task (no handler for '', no payload) instead of losing the batch
   return {1, t.id, t.f.type or '', t.f.payload or '', t.attempt, lease, deadline,
-    t.dedup or '', timeout, t.f.wf or '', t.owner or '', t.f.tp or '', t.f.ts or ''}
+    t.dedup or '', timeout, t.f.wf or '', t.owner or '', t.f.tp or '', t.f.ts or '',
+    t.f.after or '', t.f.predecessors or ''}
 end
 
 -- whether a queue is paused, read once per queue and call
@@ -65,7 +69,7 @@ local out = {}
 for i = 1, n do
   local entry = ARGV[NARGV + 3 + i]
   local t = load(i, {'entry', 'timeout_ms', 'type', 'payload', 'wf', 'expires_at', 'lease',
-    'consumer', 'deadline_at', 'tp', 'ts'})
+    'consumer', 'deadline_at', 'tp', 'ts', 'after', 'predecessors'})
   if t == nil then
     local _, qkey = task_keys(i)
     drop_entry(qkey, entry)

@@ -12,7 +12,8 @@ The parts are attributes, each one idea: ``tasks`` (clients and the web app), ``
 ``migration`` (``rsjobs migrate``), ``index`` (task lists, and the trim of their indexes),
 ``series`` (per-minute queue series), ``deferred`` (attempts waiting on outside jobs:
 hand-off, results, polls), ``hooks`` (the hook stream, its retries, dead letters and
-webhooks: ``rsjobs hooks``), ``schedules`` (recurring tasks).
+webhooks: ``rsjobs hooks``), ``schedules`` (recurring tasks), ``successors`` (tasks that
+wait for others: their submit and the release step).
 The namespace's layout is checked before the first script call (:mod:`.marker`); processes
 check it at start with :meth:`Store.require_layout`.
 """
@@ -52,6 +53,7 @@ from .replies import (
 from .schedules import Schedules
 from .scripts import Scripts
 from .series import Series
+from .successors import ReleaseReport, Successors
 from .tasks import TaskRef, Tasks
 from .transient import boundary
 from .work import Delivery, Work
@@ -73,6 +75,7 @@ __all__ = [
     "QuarantineOutcome",
     "QueueReply",
     "Recovery",
+    "ReleaseReport",
     "RetryReply",
     "Series",
     "Started",
@@ -128,6 +131,7 @@ class Store:
         self.series = Series(self.scripts)
         self.hooks = HookStore(self.scripts)
         self.schedules = Schedules(self.scripts)
+        self.successors = Successors(self.scripts)
 
     async def ping(self) -> None:
         with boundary("PING"):

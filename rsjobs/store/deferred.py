@@ -24,6 +24,7 @@ from .layout import DeferArgs, Member, PollArgs, ResolveArgs
 from .record import field
 from .replies import PollClaim, TaskReply, text
 from .scripts import Scripts
+from .successors import Successors
 from .transient import boundary
 
 __all__ = ["DEFAULT_PROVIDER", "Deferred", "External", "WaitRef", "check_external"]
@@ -179,7 +180,12 @@ class Deferred:
             via,
         )
         call = layout.resolve(self.scripts.common, self.keys, source, keys, ext_key, args)
-        return TaskReply.of(await self.scripts.run(call, durable=durable and event != "AGAIN"))
+        reply = TaskReply.of(await self.scripts.run(call, durable=durable and event != "AGAIN"))
+        if reply.released:
+            # the task had successors: they are released (or cancelled) now, not at the
+            # reaper's next sweep
+            await Successors(self.scripts).release_soon(source)
+        return reply
 
     async def due_polls(self, count: int) -> list[str]:
         """Members of the polls zset due now by the local clock (with 1 s of slack: the

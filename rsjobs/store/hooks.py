@@ -8,7 +8,8 @@ acked and deleted only together with the retries of the listeners that failed on
 MULTI), so no delivery is lost between the two, and an entry a dead runner held is taken
 over with XAUTOCLAIM. Retries wait in a zset by due time and are claimed by a script
 (``hooks_due.lua``) that gives each a claim of its own time, so that one claimed by a runner
-that then died comes due again.
+that then died comes due again. Consumers of runners that are gone and hold nothing are
+removed from the group (``hooks_forget.lua``), so that it does not grow for ever.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Any, NamedTuple
 import msgspec
 from redis.exceptions import ResponseError
 
-from .layout import HooksDueArgs, hooks_due
+from ..errors import StoreError
+from .layout import HooksDueArgs, hooks_due, hooks_forget
 from .replies import text
 from .scripts import Scripts
 from .transient import boundary
@@ -187,6 +189,30 @@ class HookStore:
                 pipe.xack(k.hooks, HOOK_GROUP, *entries)
                 pipe.xdel(k.hooks, *entries)
                 await pipe.execute()
+
+    async def forget_idle(self, keep: str, min_idle_ms: int) -> list[str]:
+        """Remove from the group the consumers (but ``keep``) that hold nothing and have
+        not read for ``min_idle_ms``: runners that are gone (``hooks_forget.lua`` checks
+        again that each holds nothing as it removes it). The names removed."""
+        try:
+            with boundary("XINFO CONSUMERS hooks"):
+                rows: Any = await self.redis.xinfo_consumers(self.keys.hooks, HOOK_GROUP)
+        except StoreError as exc:
+            if exc.code == "NOGROUP" or "no such key" in exc.reply.lower():
+                return []  # no runner ever ran: nothing to forget
+            raise
+        idle = [
+            text(r["name"])
+            for r in rows
+            if int(r.get("pending", 0)) == 0
+            and int(r.get("idle", 0)) >= min_idle_ms
+            and text(r["name"]) != keep
+        ]
+        if not idle:
+            return []
+        call = hooks_forget(self.scripts.common, self.keys, "hooks", HOOK_GROUP, idle)
+        replies = await self.scripts.run(call)
+        return [name for name, done in zip(idle, replies, strict=True) if int(done) == 1]
 
     async def backlog(self) -> dict[str, int]:
         """How much waits: entries on the stream (unread or unsettled), retries, dead."""

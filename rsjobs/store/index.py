@@ -5,7 +5,8 @@ and their trim with retention (``trim.lua``, the reaper's).
 A list is driven by one kind of index, chosen on its first page and kept in its cursor:
 
 - by state (driver ``s``): the sources of each state asked for: a queue's stream for
-  PENDING and RUNNING (RUNNING: its delivered entries), ``scheduled``, ``paused:tasks``,
+  PENDING and RUNNING (RUNNING: its delivered entries), ``waiting`` (by creation time),
+  ``scheduled``, ``paused:tasks``,
   ``deadlines`` for DEFERRED (by the end of its longest wait), and a
   ``done:<STATE>`` stream per terminal state; merged by the time each orders a task by;
 - by tag (driver ``t<n>``): the tags index's range of the owner or of one label, ordered
@@ -277,6 +278,8 @@ class Index:
                 for name in queues:
                     cap = delivered.get(name) if "PENDING" not in active else None
                     made.append(QueueStream(k.queue(name), name, active, top, q.since, cap))
+            if "WAITING" in states:
+                made.append(ScoreZset(k.waiting, "a", "WAITING", q.queues, top, q.since))
             if "SCHEDULED" in states:
                 made.append(ScoreZset(k.scheduled, "s", "SCHEDULED", q.queues, top, q.since))
             if "PAUSED" in states:

@@ -35,6 +35,13 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
                                                   waiting on outside job ``<id>`` of provider
                                                   ``<p>`` (scripts/defer.lua); expires with
                                                   the task
+    rsjobs:{default}:release              stream  per finished predecessor that has successors:
+                                                  id, q, s (its state), sc (its successors),
+                                                  r (result) or err; deleted once its
+                                                  successors counted it (scripts/successors.lua)
+    rsjobs:{default}:waiting              zset    ``<queue>:<id>`` of each WAITING task (a
+                                                  successor waiting for its predecessors), by
+                                                  the time it was created (ms)
     rsjobs:{default}:layout               string  the layout the namespace's data is in (``2``;
                                                   none: empty, or written before it had one;
                                                   see store/marker.py)
@@ -48,7 +55,9 @@ Recurring tasks (``rsjobs.schedules``; the reaper fires their ticks with ``sched
 
 The list indexes (``rsjobs.store.index`` reads them; ``index_move`` in ``fsm.lua`` keeps
 them; the reaper trims them with retention). PENDING and RUNNING tasks are listed from
-their queue's stream, SCHEDULED ones from ``scheduled``: nothing else is kept for them::
+their queue's stream, SCHEDULED ones from ``scheduled``, WAITING ones from ``waiting``
+(kept by the scripts that move a task in or out of WAITING): nothing else is kept for
+them::
 
     rsjobs:{default}:done:<STATE>         stream  per terminal state, one entry per task that
                                                   reached it: field = its queue, value = its id
@@ -183,6 +192,7 @@ class Keys:
         "stats",
         "tags",
         "tags_trim",
+        "waiting",
         "webhooks",
         "workers",
         "workers_dead",
@@ -229,6 +239,9 @@ class Keys:
         self.release = p + "release"
         self.costs = p + "costs"
         self.running = p + "running"
+        #: the WAITING tasks (successors waiting for their predecessors; the list index of
+        #: that state)
+        self.waiting = p + "waiting"
         #: recurring tasks (rsjobs.schedules): settings, next tick, what fired
         self.schedules = p + "schedules"
         self.schedules_due = p + "schedules:due"

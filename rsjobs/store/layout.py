@@ -39,6 +39,7 @@ __all__ = [
     "Ending",
     "Entry",
     "Expect",
+    "HookConsumer",
     "HooksDueArgs",
     "Layout",
     "Layout1Task",
@@ -48,6 +49,7 @@ __all__ = [
     "OpenTask",
     "Packed",
     "PollArgs",
+    "Predecessor",
     "QuarantineArgs",
     "QueueArgs",
     "ReclaimArgs",
@@ -57,6 +59,7 @@ __all__ = [
     "SeriesArgs",
     "SeriesQueue",
     "StartArgs",
+    "SuccessorItem",
     "SummaryArgs",
     "TrimArgs",
     "WfAbortArgs",
@@ -147,6 +150,7 @@ TASK_OPTIONS = (
     "labels",
     "traceparent",
     "tracestate",
+    "after_policy",
 )
 _options = msgspec.json.Encoder()
 
@@ -164,11 +168,14 @@ def task_options(
     labels: str | None = None,
     traceparent: str = "",
     tracestate: str = "",
+    after_policy: str = "",
 ) -> bytes:
     """A new task's options as the one JSON object the scripts take; 0 and empty values
     are left out (the scripts read a missing name as 0 or ''). ``labels``: the JSON text
     :func:`rsjobs.labels.encode_labels` makes; ``traceparent`` / ``tracestate``: the
-    submitter's W3C trace context (:mod:`rsjobs.tracing`), stored only when given."""
+    submitter's W3C trace context (:mod:`rsjobs.tracing`), stored only when given;
+    ``after_policy``: a successor's (``after.lua``), left out for the default
+    ("succeeded")."""
     o: dict[str, Any] = {"max_attempts": max_attempts}
     if timeout_ms:
         o["timeout_ms"] = timeout_ms
@@ -190,6 +197,8 @@ def task_options(
         o["traceparent"] = traceparent
         if tracestate:
             o["tracestate"] = tracestate
+    if after_policy and after_policy != "succeeded":
+        o["after_policy"] = after_policy
     return _options.encode(o)
 
 
@@ -208,6 +217,52 @@ ENQUEUE = Layout("enqueue", item="task", item_args=NewTask._fields, item_keys=Ta
 
 def enqueue(c: Common, source: str, tasks: Iterable[tuple[TaskKeys, NewTask]]) -> Packed:
     return _pack(ENQUEUE, c, source, (), tasks)
+
+
+# -- successors ------------------------------------------------------------------------------
+
+
+class Predecessor(NamedTuple):
+    """One predecessor of a new successor (``after.lua``): its id (its key: its hash)."""
+
+    id: str
+
+
+AFTER = Layout(
+    "after",
+    NewTask._fields,
+    "predecessor",
+    Predecessor._fields,
+    ("predecessor",),
+    (*TaskKeys._fields, "waiting"),
+)
+
+
+def after(
+    c: Common, k: Keys, source: str, keys: TaskKeys, task: NewTask, predecessors: Iterable[str]
+) -> Packed:
+    """``after.lua``: the successor ``task`` (its keys ``keys``) of ``predecessors``."""
+    items = (((k.task(p),), Predecessor(p)) for p in predecessors)
+    return _pack(AFTER, c, source, task, items, (*keys, k.waiting))
+
+
+class SuccessorItem(NamedTuple):
+    """One successor of a release entry (``successors.lua``)."""
+
+    #: the release entry naming its predecessor
+    entry: str
+    id: str
+
+
+SUCCESSORS = Layout(
+    "successors", (), "successor", SuccessorItem._fields, TaskKeys._fields, ("waiting",)
+)
+
+
+def successors(
+    c: Common, k: Keys, source: str, items: Iterable[tuple[TaskKeys, SuccessorItem]]
+) -> Packed:
+    return _pack(SUCCESSORS, c, source, (), items, (k.waiting,))
 
 
 # -- the worker's hot path -------------------------------------------------------------------
@@ -373,11 +428,13 @@ class ControlArgs(NamedTuple):
     channel: str
 
 
-CONTROL = Layout("control", ControlArgs._fields, "task", (), TaskKeys._fields, exact=1)
+CONTROL = Layout(
+    "control", ControlArgs._fields, "task", (), TaskKeys._fields, ("waiting",), exact=1
+)
 
 
-def control(c: Common, source: str, keys: TaskKeys, args: ControlArgs) -> Packed:
-    return _pack(CONTROL, c, source, args, [(keys, ())])
+def control(c: Common, k: Keys, source: str, keys: TaskKeys, args: ControlArgs) -> Packed:
+    return _pack(CONTROL, c, source, args, [(keys, ())], (k.waiting,))
 
 
 class RetryArgs(NamedTuple):
@@ -843,6 +900,19 @@ def hooks_due(c: Common, k: Keys, source: str, args: HooksDueArgs) -> Packed:
     return _pack(HOOKS_DUE, c, source, args, (), (k.hooks_retry,))
 
 
+class HookConsumer(NamedTuple):
+    """A consumer of the hook stream's group (``hooks_forget.lua``)."""
+
+    name: str
+
+
+HOOKS_FORGET = Layout("hooks_forget", ("group",), "consumer", HookConsumer._fields, (), ("hooks",))
+
+
+def hooks_forget(c: Common, k: Keys, source: str, group: str, names: Iterable[str]) -> Packed:
+    return _pack(HOOKS_FORGET, c, source, (group,), (((), (n,)) for n in names), (k.hooks,))
+
+
 class ScheduleArgs(NamedTuple):
     """A tick of a recurring schedule (``schedule.lua``)."""
 
@@ -879,6 +949,8 @@ LAYOUTS: dict[str, Layout] = {
     lay.script: lay
     for lay in (
         ENQUEUE,
+        AFTER,
+        SUCCESSORS,
         START,
         FINISH,
         HEARTBEAT,
@@ -910,6 +982,7 @@ LAYOUTS: dict[str, Layout] = {
         WF_SYNC,
         WF_ABORT,
         HOOKS_DUE,
+        HOOKS_FORGET,
         SCHEDULE,
     )
 }

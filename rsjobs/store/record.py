@@ -56,6 +56,13 @@ TASK_FIELDS = {
     "wait_until": "xu",
     "poll_ms": "xo",
     "resolved": "xd",
+    # successors (after.lua): only on a task that has predecessors or successors
+    "after": "af",
+    "after_policy": "ap",
+    "predecessors": "pr",
+    "successors": "sc",
+    "release_delay_ms": "rd",
+    "release_wait_ms": "rw",
 }
 
 
@@ -154,6 +161,16 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     #: the W3C trace context the task was submitted in (rsjobs.tracing; '' = none)
     traceparent: str = _short("traceparent")
     tracestate: str = _short("tracestate")
+    #: a successor (after.lua): its predecessors, "<id>" while awaited and "<id>:<STATE>"
+    #: once counted, comma-separated; "always" when that is its policy; the results of
+    #: those that SUCCEEDED (a JSON object, id -> result); its delay and queue-wait
+    #: deadline, which start at its release. A predecessor: its successors' ids.
+    after: str = _short("after")
+    after_policy: str = _short("after_policy")
+    predecessors: str = _short("predecessors")
+    successors: str = _short("successors")
+    release_delay_ms: int = _short_int("release_delay_ms")
+    release_wait_ms: int = _short_int("release_wait_ms")
     #: the number of history entries (fields ``h1``... ``h<hn>``, :mod:`.history`)
     hn: int = 0
 

@@ -22,6 +22,7 @@ from ..errors import (
 from ..model import State
 
 __all__ = [
+    "AfterReply",
     "Beat",
     "Code",
     "Conversion",
@@ -32,6 +33,8 @@ __all__ = [
     "QuarantineOutcome",
     "QueueReply",
     "Recovery",
+    "ReleaseReply",
+    "Released",
     "RetryReply",
     "Started",
     "TaskReply",
@@ -55,9 +58,11 @@ def text(v: Any) -> str:
 
 class Code(IntEnum):
     """The codes of the task scripts (``control``, ``start``, ``finish``, ``release``,
-    ``retry``, ``queue``, ``defer``, ``resolve``, ``poll``). ``resolve``: REPEATED is a
-    repeat of the outside result that ended the wait, LEASE_LOST a result for another
-    attempt or external id."""
+    ``retry``, ``queue``, ``defer``, ``resolve``, ``poll``, ``after``). ``resolve``:
+    REPEATED is a repeat of the outside result that ended the wait, LEASE_LOST a result for
+    another attempt or external id. ``after``: NOTHING is a duplicate (its dedup key names
+    a live task), NOT_FOUND an unknown predecessor, REFUSED a predecessor that cannot take
+    the successor."""
 
     #: finish: a repeated COMPLETE of the lease holder, nothing written
     REPEATED = 2
@@ -115,6 +120,7 @@ class Beat(StrEnum):
     OK = "OK"
     LOST = "LOST"
     GONE = "GONE"
+    WAITING = State.WAITING.value
     PENDING = State.PENDING.value
     SCHEDULED = State.SCHEDULED.value
     PAUSED = State.PAUSED.value
@@ -187,14 +193,74 @@ class Conversion(StrEnum):
 
 
 class TaskReply(NamedTuple):
-    """``{code, state}`` (``control``, ``finish``)."""
+    """``{code, state}`` (``control``, ``finish``, ``defer``, ``resolve``); ``released``:
+    the call wrote a release entry (the task had successors: run the release step,
+    :meth:`rsjobs.store.successors.Successors.release`). The scripts append a 1 to such a
+    reply; it still reads as ``(code, state)``."""
 
     code: Code
     state: str
 
+    @property
+    def released(self) -> bool:
+        return False
+
     @classmethod
     def of(cls, raw: Sequence[Any]) -> TaskReply:
-        return cls(code_of(raw[0]), text(raw[1]) if len(raw) > 1 else "")
+        n = len(raw)
+        reply = (code_of(raw[0]), text(raw[1]) if n > 1 else "")
+        if n > 2 and int(raw[2]) > 0:
+            return _Releasing(*reply)
+        return cls(*reply)
+
+
+class _Releasing(TaskReply):
+    """A :class:`TaskReply` of a call that wrote a release entry."""
+
+    __slots__ = ()
+
+    @property
+    def released(self) -> bool:
+        return True
+
+
+class AfterReply(NamedTuple):
+    """``after.lua``: ``{code, id, state, message}``: APPLIED (the new task), NOTHING (the
+    live task its dedup key or id names; state '' when named by the key), NOT_FOUND
+    (message: the unknown predecessor's id), REFUSED (message: why)."""
+
+    code: Code
+    id: str
+    state: str
+    message: str
+
+    @classmethod
+    def of(cls, raw: Sequence[Any]) -> AfterReply:
+        return cls(code_of(raw[0]), text(raw[1]), text(raw[2]), text(raw[3]))
+
+
+class Released(StrEnum):
+    """``successors.lua``'s word per successor."""
+
+    RELEASED = "RELEASED"
+    CANCELLED = "CANCELLED"
+    COUNTED = "COUNTED"
+    STALE = "STALE"
+    GONE = "GONE"
+    DONE = "DONE"
+
+
+class ReleaseReply(NamedTuple):
+    """``successors.lua``: a word per successor, the entries handled (and deleted), the
+    release entries the call wrote (successors cancelled that have successors)."""
+
+    words: list[Released]
+    handled: int
+    written: int
+
+    @classmethod
+    def of(cls, raw: Sequence[Any]) -> ReleaseReply:
+        return cls([Released(text(w)) for w in raw[0]], int(raw[1]), int(raw[2]))
 
 
 class RetryReply(NamedTuple):
@@ -248,13 +314,19 @@ class Started(NamedTuple):
     #: the W3C trace context it was submitted in ('' = none; rsjobs.tracing)
     traceparent: str = ""
     tracestate: str = ""
+    #: a successor's predecessors and their results, as its hash keeps them ('' = none:
+    #: see after.lua; rsjobs.worker.context.predecessors_of reads them)
+    after: str = ""
+    predecessors: str = ""
 
     @classmethod
     def of(cls, raw: Sequence[Any]) -> Started:
         code = code_of(raw[0])
         if code is not Code.APPLIED:
             return cls(code, text(raw[1]) if len(raw) > 1 else "")
-        _, tid, ttype, payload, attempt, lease, deadline, dedup, timeout, wf, owner, tp, ts = raw
+        _, tid, ttype, payload, attempt, lease, deadline, dedup, timeout, wf, owner, tp, ts = raw[
+            :13
+        ]
         return cls(
             code,
             State.RUNNING.value,
@@ -270,6 +342,8 @@ class Started(NamedTuple):
             text(owner),
             text(tp),
             text(ts),
+            text(raw[13]) if len(raw) > 13 else "",
+            text(raw[14]) if len(raw) > 14 else "",
         )
 
 

@@ -33,6 +33,9 @@ __all__ = ["SCRIPT_NAMES", "UNGATED", "Scripts", "script_sha", "script_source"]
 
 SCRIPT_NAMES = (
     "enqueue",
+    # successors: the enqueue of one, and the release step (rsjobs.store.successors)
+    "after",
+    "successors",
     "start",
     "finish",
     "heartbeat",
@@ -59,6 +62,7 @@ SCRIPT_NAMES = (
     "series",
     # the hook runner's (rsjobs.hooks)
     "hooks_due",
+    "hooks_forget",
     # the reaper's, for recurring tasks (rsjobs.schedules)
     "schedule",
     # the workflows': fsm.lua + wf.lua + the script

@@ -24,6 +24,7 @@ from .marker import check_task
 from .record import decode_task, field, text_fields
 from .replies import QueueReply, RetryReply, TaskReply, text
 from .scripts import Scripts
+from .successors import Successors
 from .transient import boundary
 
 if TYPE_CHECKING:
@@ -84,6 +85,7 @@ class Tasks:
         self.scripts = scripts
         self.redis = scripts.redis
         self.keys = scripts.keys
+        self.successors = Successors(scripts)
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -117,12 +119,18 @@ class Tasks:
         durable: bool = False,
     ) -> TaskReply:
         """``control.lua``: CANCEL, PAUSE or RESUME of one task (``ref`` from
-        :meth:`ref`)."""
-        keys = self.keys.task_keys(task_id, ref.queue, ref.dedup or None)
+        :meth:`ref`). A cancel of a task with successors runs the release step at once
+        (they are cancelled, or released under the policy "always"; the reaper's next
+        sweep does it when this cannot)."""
+        k = self.keys
+        keys = k.task_keys(task_id, ref.queue, ref.dedup or None)
         call = layout.control(
-            self.scripts.common, source, keys, ControlArgs(event, reason, self.keys.control)
+            self.scripts.common, k, source, keys, ControlArgs(event, reason, k.control)
         )
-        return TaskReply.of(await self.scripts.run(call, durable=durable))
+        reply = TaskReply.of(await self.scripts.run(call, durable=durable))
+        if reply.released:
+            await self.successors.release_soon(source)
+        return reply
 
     async def retry(
         self,

@@ -412,8 +412,14 @@ def _paths() -> dict[str, Any]:
                     "403": _error("owner set by a non-admin token"),
                     "413": _error("body or payload over the size limit"),
                     "415": _error("body is not application/json"),
-                    "422": _error("unknown field, wrong type, value out of range, or an "
-                                  "idempotency key reused with a different request"),
+                    "422": _error("unknown field, wrong type, value out of range "
+                                  "(invalid_body: after names 1-32 distinct task ids), an "
+                                  "idempotency key reused with a different request "
+                                  "(idempotency_key_reused), a predecessor that is no task "
+                                  "of this owner (unknown_predecessor: none and another "
+                                  "owner's are answered alike), or one that cannot take "
+                                  "another successor: a workflow's task, or one with 1000 "
+                                  "successors (predecessor_refused)"),
                 },
             }
         },

@@ -12,7 +12,15 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ..dedup import same_request
-from ..errors import ConfigError, DedupKeyReused, PayloadError, RsjobsError, TaskNotFound
+from ..errors import (
+    ConfigError,
+    DedupKeyReused,
+    PayloadError,
+    PredecessorRefused,
+    RsjobsError,
+    TaskNotFound,
+    UnknownPredecessor,
+)
 from ..model import is_terminal
 from ..schemas import EnqueueRequest, HistoryEntry, TaskInfo
 from .handlers import Handlers, StreamHold, not_found
@@ -112,12 +120,19 @@ class Api(Handlers):
                     backoff_max_ms=req.backoff_max_ms,
                     wait_timeout_ms=req.wait_timeout_ms,
                     labels=req.labels,
+                    after=req.after,
+                    after_policy=req.after_policy,
                 )
             )
         except DedupKeyReused as exc:  # a concurrent submit with the key won the race
             raise key_reused(exc.task_id or "") from None
         except PayloadError as exc:
             raise ApiError(413, "payload_too_large", str(exc)) from None
+        except UnknownPredecessor as exc:
+            # (none, or another owner's: answered alike, as a task of another owner is 404)
+            raise ApiError(422, "unknown_predecessor", str(exc)) from None
+        except PredecessorRefused as exc:
+            raise ApiError(422, "predecessor_refused", str(exc)) from None
         except ConfigError as exc:
             raise ApiError(422, "invalid_body", str(exc)) from None
         state = result.state

@@ -51,6 +51,8 @@ LabelKey = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_./\-]{1,32}\Z")]
 LabelValue = Annotated[str, Meta(min_length=1, max_length=MAX_VALUE)]
 Labels = Annotated[dict[LabelKey, LabelValue], Meta(max_length=MAX_LABELS)]
 FilterLabels = Annotated[dict[LabelKey, LabelValue], Meta(min_length=1, max_length=MAX_LABELS)]
+#: A task id: 32 lowercase hex characters.
+TaskId = Annotated[str, Meta(pattern=r"^[0-9a-f]{32}\Z", description="task id")]
 
 
 class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -71,6 +73,12 @@ class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     owner: OwnerName | None = None
     #: a few key: value texts to list it by (GET /tasks?label=key=value)
     labels: Labels | None = None
+    #: its predecessors (1-32 distinct tasks of the same owner): it waits (WAITING) until
+    #: they succeeded, then runs with their results; one that fails, times out or is
+    #: cancelled cancels it (docs/successors.md)
+    after: Annotated[list[TaskId], Meta(min_length=1, max_length=32)] | None = None
+    #: succeeded: run once every predecessor SUCCEEDED; always: once every one finished
+    after_policy: Literal["succeeded", "always"] = "succeeded"
 
 
 class CancelRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -87,6 +95,7 @@ class ActionRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
 
 StateName = Literal[
+    "WAITING",
     "PENDING",
     "SCHEDULED",
     "RUNNING",
@@ -217,6 +226,13 @@ class TaskView(msgspec.Struct, frozen=True, kw_only=True):
     worker: str = ""
     #: the execution deadline of an attempt (0: none)
     timeout_ms: int = 0
+    #: a successor: the tasks it waits for (in its order), its policy ("succeeded",
+    #: "always"; '' for a task without predecessors) and the state of each predecessor
+    #: whose end it counted; the tasks that wait (or waited) for this one
+    after: list[str] = msgspec.field(default_factory=list)
+    after_policy: str = ""
+    predecessor_states: dict[str, str] = msgspec.field(default_factory=dict)
+    successors: list[str] = msgspec.field(default_factory=list)
     #: the last entries of the task's history, oldest first
     recent: list[HistoryEntry] = msgspec.field(default_factory=list)
 
@@ -251,6 +267,10 @@ class TaskView(msgspec.Struct, frozen=True, kw_only=True):
             queue_paused=info.queue_paused,
             worker=info.worker,
             timeout_ms=info.timeout_ms,
+            after=info.after,
+            after_policy=info.after_policy,
+            predecessor_states=info.predecessor_states,
+            successors=info.successors,
             recent=recent,
         )
 

@@ -38,6 +38,8 @@ class Context:
         "deadline",
         "max_attempts",
         "payload",
+        "predecessor_states",
+        "predecessors",
         "progress_msg",
         "progress_value",
         "queue",
@@ -62,6 +64,7 @@ class Context:
         namespace: str = "default",
         callback_secret: str | None = None,
         callback_base: str | None = None,
+        predecessor_states: dict[str, str] | None = None,
     ) -> None:
         self.task_id = task_id
         self.type = type
@@ -72,6 +75,12 @@ class Context:
         #: time.monotonic() value of the execution deadline, or None
         self.deadline = deadline
         self.worker = worker
+        #: a successor's predecessors that SUCCEEDED: id -> its result, decoded (empty for a
+        #: task without predecessors; see rsjobs.successors)
+        self.predecessors: dict[str, Any] = {}
+        #: a successor's predecessors: id -> the state it ended in (SUCCEEDED; under
+        #: after_policy "always" also FAILED, TIMED_OUT or CANCELLED)
+        self.predecessor_states: dict[str, str] = dict(predecessor_states or {})
         self.cancelled = threading.Event()
         #: why the worker stopped the handler: CANCELLED, PAUSED, LOST, TIMEOUT, SHUTDOWN
         self.stop_reason = ""

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ConfigError
 from ..keys import validate_name
+
+if TYPE_CHECKING:
+    from ..hooks import Hooks
 
 __all__ = ["DEFAULT_QUEUE", "Handler", "Poller", "Registry"]
 
@@ -62,11 +65,16 @@ class Registry:
     ...     return {"url": "..."}
     >>> tasks.queues()
     ['gpu']
+
+    ``hooks`` declares the hooks that go with these handlers (:class:`rsjobs.hooks.Hooks`):
+    ``rsjobs dev`` runs them beside its worker; elsewhere ``rsjobs hooks run`` does.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, hooks: Hooks | None = None) -> None:
         self._handlers: dict[str, Handler] = {}
         self._pollers: dict[str, Poller] = {}
+        #: the hooks declared with these handlers (None: none)
+        self.hooks = hooks
 
     def handler(
         self,

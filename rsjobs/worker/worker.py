@@ -42,6 +42,7 @@ from ..store.isolation import about_server, each_alone
 from ..store.layout import BeatItem, Ending
 from ..store.quarantine import DEADLETTER_MAXLEN
 from ..store.transient import is_failover
+from ..successors import decode_predecessors, parse_after
 from ..tracing import Attempt, TraceContext, start_attempt, task_attributes
 from .context import Context
 from .deferral import Deferral
@@ -216,6 +217,10 @@ class Worker:
         # workflow tasks end through wf_finish.lua, one call each (rsjobs.workflows)
         self._wf_finisher: WorkflowFinisher | None = None
         self._wf_pending: set[asyncio.Task[int]] = set()
+        #: the release step (successors), run after a finish batch that wrote release
+        #: entries: one at a time; asked again while it runs, it runs once more
+        self._releaser: asyncio.Task[None] | None = None
+        self._release_again = False
         #: threads of sync handlers that outlived their job (they ignored ctx.cancelled):
         #: each holds a slot until it returns (see _hold); key -> what it ran
         self._stuck: dict[int, _Stuck] = {}
@@ -551,6 +556,7 @@ class Worker:
                 namespace=self.keys.namespace,
                 callback_secret=self.callback_secret,
                 callback_base=self.callback_url,
+                predecessor_states={t: s for t, s in parse_after(r.after) if s},
             )
             job.ctx = ctx
             attributes = task_attributes(r.id, r.type, d.queue, "process")
@@ -569,7 +575,9 @@ class Worker:
                 # result would be refused, so stop it now
                 old.stop("LOST")
             self.jobs[r.id] = job
-            job.task = loop.create_task(self._run(job, r.type, r.payload, timeout_s))
+            job.task = loop.create_task(
+                self._run(job, r.type, r.payload, timeout_s, r.predecessors)
+            )
 
     async def _quarantine(self, failed: list[tuple[Delivery, Exception]]) -> None:
         """Deliveries whose task start.lua fails on: quarantined (FAILED through DEADLETTER
@@ -601,19 +609,32 @@ class Worker:
 
     # -- running -------------------------------------------------------------------------
 
-    async def _run(self, job: _Job, ttype: str, raw_payload: str, timeout_s: float | None) -> None:
+    async def _run(
+        self,
+        job: _Job,
+        ttype: str,
+        raw_payload: str,
+        timeout_s: float | None,
+        raw_predecessors: str = "",
+    ) -> None:
         ctx = job.ctx
         assert ctx is not None
         bind_task(TaskFields(job.id, ttype, job.queue, ctx.attempt))  # this Task's lines
         try:
             with job.span.active():  # the handler's own spans are children of the attempt's
-                await self._attempt(job, ctx, ttype, raw_payload, timeout_s)
+                await self._attempt(job, ctx, ttype, raw_payload, timeout_s, raw_predecessors)
         finally:
             # not handed to a finish (stopped: cancelled, paused, lost; or cancelled itself)
             job.span.end(ctx.stop_reason or "STOPPED")
 
     async def _attempt(
-        self, job: _Job, ctx: Context, ttype: str, raw_payload: str, timeout_s: float | None
+        self,
+        job: _Job,
+        ctx: Context,
+        ttype: str,
+        raw_payload: str,
+        timeout_s: float | None,
+        raw_predecessors: str = "",
     ) -> None:
         handler = self.registry.get(ttype)
         try:
@@ -625,6 +646,7 @@ class Worker:
                 return
             try:
                 ctx.payload = _payload(raw_payload)
+                ctx.predecessors = decode_predecessors(raw_predecessors)
             except PayloadError as exc:  # no attempt can do better: fail it at once
                 log_failure(log, self.name, job.id, ttype, job.queue, ctx.attempt, str(exc))
                 job.span.failed(str(exc), exc)
@@ -805,6 +827,10 @@ class Worker:
             bad = {tid for (_, _, tid, _), _ in done.failed}
             items = [i for i in items if i[2] not in bad]
             replies = [r for part in done.replies for r in part]
+            if any(r.released for r in replies):
+                # tasks with successors ended: release (or cancel) them now, not at the
+                # reaper's next sweep
+                self._release_successors()
             self._ending_entries.difference_update(entry for *_, entry in items)
             for (_, e, tid, entry), (code, state) in zip(items, replies, strict=True):
                 # a refused end leaves the task as it was: the state says which
@@ -818,6 +844,23 @@ class Worker:
                         state,
                     )
         self._finish_idle.set()
+
+    def _release_successors(self) -> None:
+        self._release_again = True
+        if self._releaser is None or self._releaser.done():
+            self._releaser = asyncio.get_running_loop().create_task(self._run_releases())
+
+    async def _run_releases(self) -> None:
+        while self._release_again:
+            self._release_again = False
+            try:
+                await self.store.successors.release("worker")
+            except RsjobsError as exc:
+                # the entries stay on the release stream: the reaper's sweep handles them
+                log.warning(
+                    "worker %s: release step failed (%s); left to the reaper", self.name, exc
+                )
+                return
 
     def _end_span(self, entry: str, outcome: str, state: str = "") -> None:
         span = self._spans.pop(entry, None)
@@ -905,6 +948,8 @@ class Worker:
             await asyncio.gather(*self._wf_pending, return_exceptions=True)
         if self._defer_pending:
             await asyncio.gather(*self._defer_pending, return_exceptions=True)
+        if self._releaser is not None:
+            await asyncio.gather(self._releaser, return_exceptions=True)
         await self.polls.drain()
 
     # -- heartbeats, progress, control ---------------------------------------------------

@@ -1416,3 +1416,134 @@ def test_a_task_left_paused_by_a_lost_resume_is_dated_by_the_resume() -> None:
     assert "NOT_TERMINAL" in kinds(paused(True, window, durable=True))
     assert "NOT_TERMINAL" in kinds(paused(True, []))
     assert "NOT_TERMINAL" in kinds(paused(False, window))
+
+
+# -- successors ---------------------------------------------------------------------------
+
+
+def _chain_run(
+    head: str = "SUCCEEDED",
+    *,
+    released_at: int = 25,
+    got: list[str] | None = None,
+    cancel: dict[str, str] | None = None,
+    policy: str = "",
+    cancels: list[CancelAck] | None = None,
+) -> RunData:
+    """A chain of two: T1 (run by W1, ends ``head`` at ACK+20) and its successor T2, which
+    waits, is released at ``released_at`` and succeeds with the results it says it ``got``
+    (default: those of T1 if it succeeded); or, with ``cancel``, is cancelled while it
+    waits with those history fields."""
+    head_end = (
+        entry(20, "COMPLETE", "RUNNING", "SUCCEEDED", 1)
+        if head == "SUCCEEDED"
+        else entry(20, "FAIL", "RUNNING", "FAILED", 1)
+    )
+    head_hist = [
+        entry(1, "ENQUEUE", "", "PENDING", src="api"),
+        entry(10, "START", "PENDING", "RUNNING", 1, worker=W1),
+        head_end,
+    ]
+    succ_hist = [entry(2, "ENQUEUE", "", "WAITING", src="api", tid=T2)]
+    extra: dict[str, Any] = {"id": T2, "after": f"{T1}:{head}"}
+    if policy:
+        extra["after_policy"] = policy
+    execs = [
+        execution("x1", 1, W1, "start", ACK + 11),
+        execution("x1", 1, W1, "end", ACK + 15, "ok" if head == "SUCCEEDED" else "fatal"),
+    ]
+    if cancel is not None:
+        succ_hist.append(
+            entry(30, "CANCEL", "WAITING", "CANCELLED", src="worker", tid=T2, **cancel)
+        )
+        succ = fields("CANCELLED", 0, kind="chain", **extra)
+    else:
+        got = [T1] if got is None and head == "SUCCEEDED" else got or []
+        succ_hist += [
+            entry(released_at, "RELEASE", "WAITING", "PENDING", src="worker", tid=T2),
+            entry(released_at + 5, "START", "PENDING", "RUNNING", 1, tid=T2, worker=W1),
+            entry(released_at + 10, "COMPLETE", "RUNNING", "SUCCEEDED", 1, tid=T2),
+        ]
+        res = json.dumps({"attempt": 1, "worker": W1, "pid": 1, "exec": "x2", "got": got})
+        succ = fields("SUCCEEDED", 1, kind="chain", result=res, **extra)
+        execs += [
+            Execution(exec_id="x2", task_id=T2, attempt=1, worker=W1, pid=1, ev="start",
+                      ts=ACK + released_at + 6),
+            Execution(exec_id="x2", task_id=T2, attempt=1, worker=W1, pid=1, ev="end",
+                      ts=ACK + released_at + 8, outcome="ok"),
+        ]  # fmt: skip
+    head_fields = fields(head, 1, kind="chain", successors=T2)
+    if head == "SUCCEEDED":
+        head_fields["result"] = result(1, W1)
+    return good_run(
+        submissions=[
+            Submission(seq=0, kind="chain", task_id=T1, ack_ms=ACK),
+            Submission(seq=1, kind="chain", task_id=T2, ack_ms=ACK + 2),
+        ],
+        tasks={
+            T1: TaskRecord(task_id=T1, fields=head_fields, history=head_hist),
+            T2: TaskRecord(task_id=T2, fields=succ, history=succ_hist),
+        },
+        executions=execs,
+        cancels=cancels or [],
+    )
+
+
+def test_a_clean_chain_passes() -> None:
+    res = check(_chain_run())
+    assert res.ok, res.violations
+    assert res.counts["successors"] == res.counts["successors_released"] == 1
+    # a failed head cancels its successor, which names it
+    failed = check(_chain_run("FAILED", cancel={"pred": T1, "pred_state": "FAILED"}))
+    assert failed.ok, failed.violations
+    assert failed.counts["successors_cancelled"] == 1
+    # under "always" the successor runs after the failure, with no results
+    always = check(_chain_run("FAILED", policy="always"))
+    assert always.ok, always.violations
+    # a successor the producer cancelled while it waited need name no predecessor
+    mine = CancelAck(task_id=T2, phase="pending", ack_ms=ACK + 30, state="CANCELLED")
+    by_hand = check(_chain_run(cancel={}, cancels=[mine]))
+    assert by_hand.ok, by_hand.violations
+
+
+SUCCESSOR_CORRUPTIONS: dict[str, tuple[Callable[[], RunData], str]] = {
+    "released before its predecessor ended": (
+        lambda: _chain_run(released_at=15),
+        "SUCCESSOR_EARLY",
+    ),
+    "released though its predecessor failed": (
+        lambda: _chain_run("FAILED"),
+        "SUCCESSOR_EARLY",
+    ),
+    "cancelled while waiting, naming no predecessor": (
+        lambda: _chain_run(cancel={}),
+        "SUCCESSOR_CANCEL",
+    ),
+    "cancelled naming a predecessor that succeeded": (
+        lambda: _chain_run(cancel={"pred": T1, "pred_state": "SUCCEEDED"}),
+        "SUCCESSOR_CANCEL",
+    ),
+    "ran without its predecessor's result": (
+        lambda: _chain_run(got=[]),
+        "SUCCESSOR_RESULTS",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SUCCESSOR_CORRUPTIONS))
+def test_each_successor_corruption_is_reported(name: str) -> None:
+    make, kind = SUCCESSOR_CORRUPTIONS[name]
+    assert kind in kinds(make()), check(make()).violations
+
+
+def test_the_workload_links_chains_of_successors() -> None:
+    from tools.chaos.workload import plan_tasks
+
+    plan = plan_tasks(11, 2000, 30.0, 2000)
+    by_seq = {s.seq: s for s in plan}
+    links = [s for s in plan if s.after]
+    assert links and all(by_seq[p].kind == "chain" and p < s.seq for s in links for p in s.after)
+    assert all(by_seq[p].at_s <= s.at_s for s in links for p in s.after)
+    assert {s.after_policy for s in links} == {"succeeded", "always"}
+    assert any(len(s.after) == 2 for s in links)
+    assert any(s.payload.get("cancel") for s in plan if s.kind == "chain" and not s.after)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any
 
 from rsjobs import Context, Registry
+from rsjobs.hooks import HookEvent, Hooks
 
 tasks = Registry()
 
@@ -52,3 +54,20 @@ def _deep(n: int) -> None:
 async def broken(ctx: Context, payload: Any) -> None:
     """Fails with a traceback that names this module (the failure-log tests read it)."""
     _deep(int(payload))
+
+
+# a registry that declares its hooks (``rsjobs dev`` runs them): each finished ``done``
+# task's id is appended to the file RSJOBS_TEST_HOOK_LOG names
+hooks = Hooks()
+hooked = Registry(hooks=hooks)
+
+
+@hooked.handler("done")
+async def done(ctx: Context, payload: Any) -> str:
+    return "done"
+
+
+@hooks.hook(on=["SUCCEEDED"], types=["done"], name="log_done")
+def log_done(event: HookEvent) -> None:
+    with open(os.environ["RSJOBS_TEST_HOOK_LOG"], "a") as f:
+        f.write(event.task_id + "\n")

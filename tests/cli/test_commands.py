@@ -118,8 +118,8 @@ async def test_queues_flags_work_that_no_live_worker_serves(redis_url: str) -> N
     out = rsjobs(redis_url, "queues")
     assert out.returncode == 0
     header, row = out.stdout.splitlines()
-    assert header.split()[:4] == ["queue", "workers", "stream", "PENDING"]
-    assert row.split()[:4] == ["lonely", "0", "2", "2"] and row.endswith("NO LIVE WORKER")
+    assert header.split()[:5] == ["queue", "workers", "stream", "WAITING", "PENDING"]
+    assert row.split()[:5] == ["lonely", "0", "2", "0", "2"] and row.endswith("NO LIVE WORKER")
     assert "queue 'lonely' has 2 task(s) waiting and no live worker serves it" in out.stderr
     doc = json.loads(rsjobs(redis_url, "queues", "--json").stdout)
     assert doc["lonely"]["unserved"] is True and doc["lonely"]["workers"] == 0

@@ -173,3 +173,51 @@ async def test_workflows_are_served_with_their_stage_queues(tmp_path: Path) -> N
         assert dev.stop(signal.SIGTERM) == 0, dev.output[-4000:]
     finally:
         dev.kill()
+
+
+async def test_a_registry_that_declares_hooks_gets_a_hook_runner(tmp_path: Path) -> None:
+    log = tmp_path / "hooked.log"
+    dev = Dev("tests.cli.apps:hooked", RSJOBS_TEST_HOOK_LOG=str(log))
+    try:
+        url, _, _ = dev.started()
+        dev.expect(r"hooks  log_done; webhooks none")
+        out = rsjobs(url, "enqueue", "done", "--wait", "--timeout", "20")
+        tid = out.stdout.split()[0]
+        deadline = time.monotonic() + 20
+        while not (log.exists() and tid in log.read_text()):
+            assert time.monotonic() < deadline, dev.output[-4000:]
+            await asyncio.sleep(0.05)
+        assert dev.stop(signal.SIGTERM) == 0, dev.output[-4000:]
+    finally:
+        dev.kill()
+    assert log.read_text().split() == [tid]  # once
+    assert "Traceback" not in dev.output
+
+
+async def test_configured_webhooks_get_a_hook_runner_and_none_without(redis_url: str) -> None:
+    from rsjobs import Settings
+    from rsjobs.dev import DevOptions, DevStack
+    from tests.cli.apps import tasks
+
+    out: list[str] = []
+
+    class Out:
+        def write(self, text: str) -> None:
+            out.append(text)
+
+        def flush(self) -> None:
+            pass
+
+    stack = DevStack(
+        tasks, (), DevOptions(settings=Settings(namespace="t")), Out(), socket.socket()
+    )  # type: ignore[arg-type]
+    async with Client.from_url(redis_url, namespace="t") as client:
+        assert await stack.hooks(client) is None  # no hooks, no webhooks: no runner
+        await client.store.hooks.put_webhook(
+            "frontend", b'{"url": "http://127.0.0.1:9/x"}', ["SUCCEEDED"]
+        )
+        runner = await stack.hooks(client)
+        assert runner is not None and len(runner.hooks) == 0
+        await runner.close()
+    stack.web_sock.close()
+    assert "hooks  none; webhooks frontend\n" in "".join(out)

@@ -112,7 +112,7 @@ def test_rows_say_what_the_data_says() -> None:
     assert [r[2] for r in t["history"][1]] == ["", "REFUSED x3"]  # first refusal + 2 repeats
     queues = {r[0]: r for r in t["queues"][1]}
     assert queues["gpu"][-1] == "NO LIVE WORKER" and queues["cpu"][-1] == ""
-    assert queues["gpu"][1:4] == [0, 4, 3]  # workers, stream, PENDING
+    assert queues["gpu"][1:5] == [0, 4, 0, 3]  # workers, stream, WAITING, PENDING
     letters = t["deadletters"][1]
     assert letters[0][6] == f"requeued as {'a' * 32}"
     assert letters[1][6] == "quarantined by deadlines: DEADLETTER; task expired; cannot requeue"

@@ -65,7 +65,7 @@ def test_in_a_terminal_the_page_stays_up_until_ctrl_c(tmp_path: str) -> None:
             assert "SUCCEEDED" in out.stdout.splitlines()[0]  # the table's header
         shown = subprocess.run(tries[0].split(), cwd=ROOT, capture_output=True, text=True)
         assert re.search(
-            r"^default\s+0\s+0\s+0\s+0\s+0\s+0\s+0\s+\d+\s+1\s+1\s+1", shown.stdout, re.M
+            r"^default\s+0\s+0\s+0\s+0\s+0\s+0\s+0\s+0\s+\d+\s+1\s+1\s+1", shown.stdout, re.M
         )
         child.sendintr()  # Ctrl-C on the terminal
         child.expect(pexpect.EOF, timeout=30)

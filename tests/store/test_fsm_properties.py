@@ -18,6 +18,9 @@ from tests.support.lua import LuaHarness
 from tests.support.reference import TaskModel, replay
 
 TID = "0" * 31 + "1"
+#: the predecessor of a machine whose task is a successor (on a queue of its own)
+PID = "0" * 31 + "2"
+PRED_OUTCOMES = ("COMPLETE", "FAIL", "CANCEL")
 WORKER_EVENTS = ("COMPLETE", "FAIL", "TIMEOUT", "REQUEUE")
 
 #: (state, event) pairs the machine has exercised, over all examples of the run
@@ -33,12 +36,31 @@ class TaskMachine(RuleBasedStateMachine):
         self.spawned = 0  # new task ids handed to RETRY / REPLAY
         self.model: TaskModel
 
-    @initialize(max_attempts=st.integers(1, 3), delayed=st.booleans())
-    def create(self, max_attempts: int, delayed: bool) -> None:
-        _, state, dup = self.h.enqueue(
-            TID, delay_ms=1 if delayed else 0, max_attempts=max_attempts, timeout_ms=60_000
-        )
-        self.model = TaskModel(max_attempts, delayed)
+    @initialize(
+        max_attempts=st.integers(1, 3),
+        delayed=st.booleans(),
+        successor=st.booleans(),
+        always=st.booleans(),
+    )
+    def create(
+        self, max_attempts: int, delayed: bool, successor: bool = False, always: bool = False
+    ) -> None:
+        self.pred_open = successor
+        options: dict[str, Any] = {
+            "delay_ms": 1 if delayed else 0,
+            "max_attempts": max_attempts,
+            "timeout_ms": 60_000,
+        }
+        if successor:
+            # a successor (after.lua) of a predecessor on a queue of its own, whose counts
+            # and indexes stay out of this task's
+            self.h.group("pq")
+            self.h.enqueue(PID, queue="pq")
+            reply = self.h.after(TID, [PID], after_policy="always" if always else "", **options)
+            state, dup = reply[2], 1 - reply[0]
+        else:
+            _, state, dup = self.h.enqueue(TID, **options)
+        self.model = TaskModel(max_attempts, delayed, waiting=successor, always=always)
         assert (state, dup) == (self.model.state, 0)
         self.same_history()
         COVERED.add(("", "ENQUEUE"))
@@ -167,6 +189,26 @@ class TaskMachine(RuleBasedStateMachine):
             assert not self.h.r.exists(self.h.k.task(new))
         self.same_history()
 
+    @precondition(lambda self: self.pred_open)
+    @rule(outcome=st.sampled_from(PRED_OUTCOMES))
+    def predecessor_ends(self, outcome: str) -> None:
+        """The predecessor ends (its worker's COMPLETE or FAIL, or a CANCEL) and the release
+        step runs; then again (a repeat of the step finds nothing to do)."""
+        self.note("PRED_" + outcome)
+        h = self.h
+        self.pred_open = False
+        if outcome == "CANCEL":
+            assert h.control(PID, "CANCEL", queue="pq")[:2] == [1, "CANCELLED"]
+            state = "CANCELLED"
+        else:
+            (entry,) = h.deliver(queue="pq")
+            lease = h.start(PID, entry, queue="pq")[5]
+            reply = h.finish(PID, outcome, lease, body='"p"', retryable=False, queue="pq")
+            state = reply[1]
+        assert h.release() == [[self.model.predecessor_ends(state)], 1, 0]
+        assert h.release() is None
+        self.same_history()
+
     @precondition(lambda self: self.model.state == "SCHEDULED")
     @rule()
     def promote(self) -> None:
@@ -197,6 +239,7 @@ class TaskMachine(RuleBasedStateMachine):
         assert pending <= (1 if state in ("PENDING", "RUNNING") else 0), state
         member = f"q:{TID}"
         assert (h.r.zscore(h.k.scheduled, member) is not None) == (state == "SCHEDULED")
+        assert (h.r.zscore(h.k.waiting, member) is not None) == (state == "WAITING")
         in_deadlines = h.r.zscore(h.k.deadlines, member) is not None
         assert in_deadlines == (state in ("RUNNING", "DEFERRED"))
         counts = {
@@ -241,6 +284,7 @@ TestTaskMachine.settings = settings(
 
 #: how to bring a fresh task into each state with the machine's own rules
 PATHS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "WAITING": [],
     "PENDING": [],
     "SCHEDULED": [],
     "RUNNING": [("start", {"stale": False})],
@@ -285,12 +329,13 @@ PROBES: list[tuple[str, dict[str, Any]]] = [
         for w in (0, 3)
         for r in (True, False)
     ],
+    *[("predecessor_ends", {"outcome": o}) for o in PRED_OUTCOMES],
 ]
 
 
 def _machine_in(state: str) -> TaskMachine:
     m = TaskMachine()
-    m.create(max_attempts=1, delayed=state == "SCHEDULED")
+    m.create(max_attempts=1, delayed=state == "SCHEDULED", successor=state == "WAITING")
     for rule_name, kwargs in PATHS[state]:
         getattr(m, rule_name)(**kwargs)
     assert m.model.state == state
@@ -307,6 +352,8 @@ def test_every_state_event_pair_agrees_with_the_model() -> None:
                 if rule_name == "promote" and m.model.state != "SCHEDULED":
                     break
                 if rule_name == "wait_passes" and m.model.state != "DEFERRED":
+                    break
+                if rule_name == "predecessor_ends" and not m.pred_open:
                     break
                 getattr(m, rule_name)(**kwargs)
                 m.same_state()
@@ -333,5 +380,6 @@ def test_every_state_event_pair_agrees_with_the_model() -> None:
     }
     wanted = {(s, e) for s in TRANSITIONS if s for e in state_events}
     wanted |= {("SCHEDULED", "PROMOTE"), ("", "ENQUEUE"), ("DEFERRED", "WAIT_PASSES")}
+    wanted |= {("WAITING", "PRED_" + o) for o in PRED_OUTCOMES}
     missing = wanted - COVERED
     assert not missing, sorted(missing)

@@ -138,10 +138,12 @@ def _calls() -> dict[str, layout.Packed]:
     L = layout
     return {
         "enqueue": L.enqueue(c, "src", [(tk, _named(L.NewTask))] * 2),
+        "after": L.after(c, k, "src", tk, _named(L.NewTask), ["id"] * 2),
+        "successors": L.successors(c, k, "src", [(tk, _named(L.SuccessorItem))] * 2),
         "start": L.start(c, k, "src", _named(L.StartArgs), [(tk, _named(L.Entry))] * 2),
         "finish": L.finish(c, "src", [(tk, _named(L.Ending))] * 2),
         "heartbeat": L.heartbeat(c, "src", _named(L.BeatArgs), [(tk, _named(L.BeatItem))] * 2),
-        "control": L.control(c, "src", tk, _named(L.ControlArgs)),
+        "control": L.control(c, k, "src", tk, _named(L.ControlArgs)),
         "retry": L.retry(c, "src", tk, tk, _named(L.RetryArgs)),
         "queue": L.queue(c, k, "src", _named(L.QueueArgs)),
         "promote": L.promote(c, "src", [(tk, _named(L.Member))] * 2),
@@ -162,6 +164,7 @@ def _calls() -> dict[str, layout.Packed]:
         "summaries": L.summaries(c, "src", _named(L.SummaryArgs), [("task", _named(L.Expect))] * 2),
         "series": L.series(c, "src", _named(L.SeriesArgs), [("series", _named(L.SeriesQueue))] * 2),
         "hooks_due": L.hooks_due(c, k, "src", _named(L.HooksDueArgs)),
+        "hooks_forget": L.hooks_forget(c, k, "src", "group", ["name"] * 2),
         "schedule": L.schedule(c, k, "src", _named(L.ScheduleArgs), tk, _named(L.NewTask)),
         "wf_start": L.wf_start(c, "src", 10, wk, _named(L.WfStartArgs)),
         "wf_spawn": L.wf_spawn(
@@ -201,6 +204,9 @@ def test_each_packer_places_the_values_its_layout_names(script: str) -> None:
     item_keys = list(call.keys[common : len(call.keys) - len(lay.tail_keys)])
     if script == "workers":
         assert item_keys == [k.queue("q1"), k.queue("q2")]
+    elif script == "after":
+        # (a predecessor's key is its hash: its id is the item's value)
+        assert item_keys == [k.task("id")] * n
     elif script == "wf_retry":
         names = [n.removeprefix("failed_") for n in lay.item_keys]
         assert item_keys == names * n
@@ -210,8 +216,10 @@ def test_each_packer_places_the_values_its_layout_names(script: str) -> None:
     if lay.tail_keys == WorkflowKeys._fields:
         assert tail == list(WorkflowKeys._fields)
     else:
-        # (a deferred task's external key is the packer's argument: named as itself)
-        assert tail == [name if name == "external" else getattr(k, name) for name in lay.tail_keys]
+        # (a deferred task's external key, and a successor's own task keys, are the
+        # packer's arguments: named as themselves)
+        own_keys = ("external", *TaskKeys._fields)
+        assert tail == [name if name in own_keys else getattr(k, name) for name in lay.tail_keys]
     assert call.argv[:4] == ["src", "1000", "0", "workers"]
     own = list(lay.args)
     if own[:2] == list(WF_COMMON):

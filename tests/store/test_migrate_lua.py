@@ -197,7 +197,7 @@ def test_the_ttl_of_a_finished_task_is_kept() -> None:
     h.group()
     h.enqueue(TID, dedup="k")
     args = layout.ControlArgs("CANCEL", "", h.k.control)
-    h.run(layout.control(h.c, "user", h.tk(TID, "q", "k"), args))
+    h.run(layout.control(h.c, h.k, "user", h.tk(TID, "q", "k"), args))
     ttl = h.r.pttl(h.k.task(TID))
     assert 0 < ttl <= 600_000 and h.r.pttl(h.k.history(TID)) > 0
     check_converted(h, TID)
@@ -418,7 +418,7 @@ def test_the_scripts_refuse_a_task_of_layout_1_and_keep_its_entry(h: Layout1Harn
             layout.StartArgs("w1", 30_000, "n"),
             [(h.tk(TID), layout.Entry(entry))],
         ),
-        layout.control(h.c, "user", h.tk(TID), layout.ControlArgs("CANCEL", "", h.k.control)),
+        layout.control(h.c, h.k, "user", h.tk(TID), layout.ControlArgs("CANCEL", "", h.k.control)),
         layout.finish(h.c, "worker", [(h.tk(TID), h.ending("COMPLETE", "1:n", '"x"'))]),
         layout.release(h.c, "worker", [(h.tk(TID), layout.Entry(entry))]),
     ]

@@ -37,6 +37,25 @@ def test_word_replies_are_the_enum(script: str, enum: type[Recovery | DeadlineOu
     assert set(words) == {m.value for m in enum}
 
 
+def test_the_release_steps_words_are_the_enum() -> None:
+    from rsjobs.store.replies import Released
+
+    words = set(
+        re.findall(r"\b(RELEASED|CANCELLED|COUNTED|STALE|GONE|DONE)\b", _returns("successors"))
+    )
+    assert words == {m.value for m in Released}
+
+
+def test_a_reply_that_wrote_a_release_entry_says_so_and_still_reads_as_a_pair() -> None:
+    from rsjobs.store.replies import TaskReply
+
+    plain, releasing = TaskReply.of([1, "FAILED"]), TaskReply.of([1, "FAILED", 1])
+    assert not plain.released and releasing.released
+    assert tuple(releasing) == tuple(plain) == (Code.APPLIED, "FAILED")
+    code, state = releasing
+    assert (code, state) == (Code.APPLIED, "FAILED")
+
+
 def test_heartbeat_and_quarantine_words() -> None:
     words = set(re.findall(r"^  ([A-Z]+) {2,}", _returns("heartbeat"), re.M))
     assert words == {"OK", "LOST", "GONE"}  # and "<STATE>": every state but RUNNING
@@ -48,7 +67,7 @@ def test_heartbeat_and_quarantine_words() -> None:
 
 
 @pytest.mark.parametrize(
-    "script", ["control", "finish", "start", "retry", "queue", "defer", "resolve", "poll"]
+    "script", ["control", "finish", "start", "retry", "queue", "defer", "resolve", "poll", "after"]
 )
 def test_task_script_codes_have_names(script: str) -> None:
     codes = {int(c) for c in re.findall(r"^\s+\{?(-?\d+)[,} ]", _returns(script), re.M)}

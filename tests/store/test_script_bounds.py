@@ -308,7 +308,7 @@ def test_heartbeat_start_enqueue_deadline_control_check_arguments_first() -> Non
         ControlArgs("CANCEL", "x" * 5000, h.k.control),
         ControlArgs("CANCEL", "", ""),
     ):
-        _fails_writing_nothing(h, layout.control(h.c, "user", h.tk(A), args))
+        _fails_writing_nothing(h, layout.control(h.c, h.k, "user", h.tk(A), args))
 
 
 def test_release_start_and_worker_texts_are_checked_first() -> None:

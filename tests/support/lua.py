@@ -28,6 +28,7 @@ from rsjobs.store.layout import (
     QueueArgs,
     RetryArgs,
     StartArgs,
+    SuccessorItem,
     task_options,
 )
 from rsjobs.store.record import TASK_FIELDS, TaskRecord, decode_task
@@ -71,6 +72,7 @@ class LuaHarness:
         payload: str = '{"p":1}',
         owner: str | None = None,
         labels: str | None = None,
+        after_policy: str = "",
     ) -> NewTask:
         options = task_options(
             max_attempts=max_attempts,
@@ -82,12 +84,56 @@ class LuaHarness:
             dedup=dedup,
             owner=owner,
             labels=labels,
+            after_policy=after_policy,
         )
         return NewTask(tid, "img", queue, payload, options)
 
     def enqueue(self, tid: str, *, queue: str = "q", dedup: str | None = None, **kw: Any) -> Any:
         task = self.new_task(tid, queue=queue, dedup=dedup, **kw)
         return self.run(layout.enqueue(self.c, "api", [(self.tk(tid, queue, dedup), task)]))[0]
+
+    def after(
+        self,
+        tid: str,
+        predecessors: list[str],
+        *,
+        queue: str = "q",
+        dedup: str | None = None,
+        source: str = "api",
+        **kw: Any,
+    ) -> Any:
+        """``after.lua``: the successor ``tid`` of ``predecessors``; its reply."""
+        task = self.new_task(tid, queue=queue, dedup=dedup, **kw)
+        call = layout.after(self.c, self.k, source, self.tk(tid, queue, dedup), task, predecessors)
+        return self.run(call)
+
+    def release_items(self) -> list[tuple[TaskKeys, SuccessorItem]]:
+        """The items of a release step over the whole release stream, as the store builds
+        them (each successor's keys from its hash)."""
+        items = []
+        for eid, f in self.r.xrange(self.k.release):
+            for sid in f["sc"].split(","):
+                q, dedup = self.r.hmget(self.k.task(sid), ["q", "dedup"])
+                items.append((self.tk(sid, q or f["q"], dedup or None), SuccessorItem(eid, sid)))
+        return items
+
+    def release(self, source: str = "worker") -> Any:
+        """``successors.lua`` over the whole release stream (one call; nothing when it is
+        empty): its reply, or None."""
+        items = self.release_items()
+        if not items:
+            return None
+        return self.run(layout.successors(self.c, self.k, source, items))
+
+    def release_all(self, source: str = "worker") -> list[str]:
+        """Release steps until the release stream is empty: the words of every call."""
+        words: list[str] = []
+        for _ in range(100):
+            reply = self.release(source)
+            if reply is None:
+                return words
+            words += reply[0]
+        raise AssertionError("the release stream does not drain")
 
     def group(self, queue: str = "q") -> None:
         try:
@@ -145,7 +191,7 @@ class LuaHarness:
 
     def control(self, tid: str, event: str, queue: str = "q", message: str = "") -> Any:
         args = ControlArgs(event, message, self.k.control)
-        return self.run(layout.control(self.c, "user", self.tk(tid, queue), args))
+        return self.run(layout.control(self.c, self.k, "user", self.tk(tid, queue), args))
 
     def retry(
         self,

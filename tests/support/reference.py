@@ -16,8 +16,16 @@ class TaskModel:
     """What one task's state, and its history, must be after each event, by the rules in
     DESIGN.md and the refusal coalescing of ``fsm.lua`` (``reject``)."""
 
-    def __init__(self, max_attempts: int, delayed: bool) -> None:
-        self.state = "SCHEDULED" if delayed else "PENDING"
+    def __init__(
+        self, max_attempts: int, delayed: bool, *, waiting: bool = False, always: bool = False
+    ) -> None:
+        self.state = "WAITING" if waiting else "SCHEDULED" if delayed else "PENDING"
+        self.delayed = delayed
+        #: a successor (after.lua) of one predecessor, and its policy; released: its
+        #: predecessor let it run (a successor never released is not started over)
+        self.successor = waiting
+        self.always = always
+        self.released = not waiting
         self.max_attempts = max_attempts
         self.attempt = 0
         self.failures = 0
@@ -158,7 +166,7 @@ class TaskModel:
         """RETRY / REPLAY (retry.lua): in a terminal state that takes ``event``, a note
         that leaves the state as it is (refusals stay coalesced, as after a PROGRESS), the
         first time; a repeat answers the first one's task (0, nothing written)."""
-        if not allowed(self.state, event, self.state):
+        if not allowed(self.state, event, self.state) or not self.released:
             self._refuse(event)
             return -2
         if self.restarts:
@@ -166,6 +174,20 @@ class TaskModel:
         self.restarts += 1
         self.history.append([event, self.state, self.state, False, self.attempt, 0])
         return 1
+
+    def predecessor_ends(self, state: str) -> str:
+        """Its predecessor ended in ``state`` and the release step ran (successors.lua):
+        the word it answers for this task."""
+        if self.state != "WAITING":
+            return "STALE"
+        if state == "SUCCEEDED" or self.always:
+            self.state = "SCHEDULED" if self.delayed else "PENDING"
+            self.released = True
+            self._moved("RELEASE", "WAITING")
+            return "RELEASED"
+        self.state = "CANCELLED"
+        self._moved("CANCEL", "WAITING")
+        return "CANCELLED"
 
     def promote(self) -> bool:
         if self.state == "SCHEDULED":

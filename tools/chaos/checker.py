@@ -41,6 +41,14 @@ HEALTHY_TASK_RECLAIMED  a RECLAIM of an attempt whose worker no fault hit (no ki
                      exit, graceful stop or poison kill record of it during the attempt)
                      and no Redis disruption overlapped (restart, freeze, failover, drop):
                      "a healthy long task must never be stolen" (DESIGN.md)
+SUCCESSOR_EARLY      a successor released (or started) before every predecessor ended,
+                     or though one did not succeed (its policy not "always"), or released
+                     twice
+SUCCESSOR_CANCEL     a successor cancelled while it waited, by nobody (the producer did
+                     not cancel it) and without naming a predecessor that ended otherwise
+                     than SUCCEEDED (pred, pred_state of its CANCEL entry)
+SUCCESSOR_RESULTS    a successor ran without the results of exactly its predecessors
+                     that SUCCEEDED (ctx.predecessors, as its result says)
 SHUTDOWN_FAILED      a SIGTERMed worker exited non-zero, or not within grace + 10 s
 PROCESS_CRASH        a worker, reaper, the web app, a Redis server or sentinel exited on
                      its own (a worker SIGKILLed by a poison task, status -9, is the
@@ -61,6 +69,7 @@ import msgspec
 from rsjobs.codec import decode
 from rsjobs.model import TERMINAL
 from rsjobs.schemas import HistoryEntry
+from rsjobs.successors import parse_after
 
 from .poisoncheck import marker_of, poison_findings
 from .records import Execution, FaultEvent, RunData, TaskRecord, Violation
@@ -224,6 +233,7 @@ class _Checker:
         if d.stats is not None:
             self.r.violations += stats_findings(d.stats, present, d.wf_records)
         self.check_cancels()
+        self.check_successors(present, c)
         self.check_external(c)
         self.check_dedup(present)
         kills = [(e.worker, e.ts) for e in d.executions if e.ev == "kill"]
@@ -343,7 +353,12 @@ class _Checker:
             why = "succeeded, but its handler never returns"
         elif state == "TIMED_OUT" and not k.can_time_out:
             why = "timed out, but it has no deadline"
-        elif state == "CANCELLED" and tid not in self.cancelled and not self.wf_cancelled(tid):
+        elif (
+            state == "CANCELLED"
+            and tid not in self.cancelled
+            and not self.wf_cancelled(tid)
+            and not _cancelled_by_predecessor(acc)
+        ):
             why = "cancelled, but nobody cancelled it"
         elif not k.raises and any(e.event == "FAIL" and e.source == "worker" for e in acc):
             why = "a worker reported FAIL, but its handler never raises"
@@ -563,6 +578,63 @@ class _Checker:
                 if e.event == "TIMEOUT" and not e.rejected and e.from_state == "DEFERRED"
             )
 
+    def check_successors(self, present: dict[str, TaskRecord], c: Counter[str]) -> None:
+        """Successors (``after``): released once, after every predecessor ended and only
+        if each SUCCEEDED (or under "always"); cancelled while waiting only by the
+        producer or by a predecessor that ended otherwise, named in the CANCEL entry;
+        run with the results of exactly the predecessors that SUCCEEDED."""
+        for tid, rec in sorted(present.items()):
+            after = parse_after(rec.fields.get("after", ""))
+            if not after:
+                continue
+            c["successors"] += 1
+            policy = rec.fields.get("after_policy") or "succeeded"
+            ends = {p: _end(present.get(p)) for p, _ in after}
+            accepted = [e for e in rec.history if not e.rejected]
+            released = [e for e in accepted if e.event == "RELEASE"]
+            starts = [e for e in accepted if e.event == "START"]
+            if len(released) > 1:
+                self.bad("SUCCESSOR_EARLY", tid, f"released {len(released)} times")
+            first = released[0] if released else starts[0] if starts else None
+            if first is not None:
+                c["successors_released"] += 1
+                for p, (state, ts) in ends.items():
+                    why = ""
+                    if state not in TERMINAL:
+                        why = f"while predecessor {p} was {state or 'missing'}"
+                    elif ts > first.ts:
+                        why = f"at {first.ts}, before predecessor {p} ended ({ts})"
+                    elif state != "SUCCEEDED" and policy != "always":
+                        why = f"though predecessor {p} ended {state} (policy {policy})"
+                    if why:
+                        self.bad("SUCCESSOR_EARLY", tid, f"{first.event} {why}")
+            for e in accepted:
+                if e.event != "CANCEL" or e.from_state != "WAITING":
+                    continue
+                c["successors_cancelled"] += 1
+                if tid in self.cancelled:
+                    continue
+                pred, named = e.extra.get("pred", ""), e.extra.get("pred_state", "")
+                state = ends.get(pred, ("", 0))[0]
+                if not pred or state in ("", "SUCCEEDED") or named != state or policy == "always":
+                    self.bad(
+                        "SUCCESSOR_CANCEL",
+                        tid,
+                        f"cancelled while waiting, naming predecessor {pred or 'none'} "
+                        f"({named or '-'}), which ended {state or 'missing'}",
+                    )
+            if rec.fields.get("state") == "SUCCEEDED":
+                res = _result(rec.fields) or {}
+                got = sorted(res.get("got") or [])
+                want = sorted(p for p, (state, _) in ends.items() if state == "SUCCEEDED")
+                if got != want:
+                    self.bad(
+                        "SUCCESSOR_RESULTS",
+                        tid,
+                        f"ran with the results of {got}, its predecessors that succeeded "
+                        f"are {want}",
+                    )
+
     def check_dedup(self, present: dict[str, TaskRecord]) -> None:
         ids: dict[str, list[tuple[int, str]]] = defaultdict(list)
         for s in self.d.submissions:
@@ -588,6 +660,26 @@ class _Checker:
         for key, tids in sorted(holders.items()):
             if len(tids) > 1:
                 self.bad("DEDUP_DUPLICATE", tids[0], f"dedup key {key} on tasks {sorted(tids)}")
+
+
+def _cancelled_by_predecessor(accepted: list[HistoryEntry]) -> bool:
+    """A successor cancelled while waiting, its CANCEL naming a predecessor (whether that
+    is a lawful reason is check_successors' business)."""
+    return any(
+        e.event == "CANCEL" and e.from_state == "WAITING" and e.extra.get("pred") for e in accepted
+    )
+
+
+def _end(rec: TaskRecord | None) -> tuple[str, int]:
+    """A predecessor's final state and when it reached it (its terminal entry's time);
+    ('', 0) when it is missing, (its state, 0) when it is not terminal."""
+    if rec is None or not rec.fields:
+        return "", 0
+    state = rec.fields.get("state", "")
+    for e in rec.history:
+        if not e.rejected and e.to_state in TERMINAL and e.from_state not in TERMINAL:
+            return state, e.ts
+    return state, 0
 
 
 def _began(recs: list[Execution]) -> int:

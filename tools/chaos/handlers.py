@@ -153,7 +153,7 @@ async def chaos(ctx: Context, payload: dict[str, Any]) -> Any:
         if kind == "flaky" and ctx.attempt <= int(payload.get("fail") or 0):
             await _record(ctx, xid, "end", "fail")
             raise Flaky(f"attempt {ctx.attempt} fails on purpose")
-        if kind == "fatal":
+        if kind == "fatal" or (kind == "chain" and payload.get("fail")):
             await _record(ctx, xid, "end", "fatal")
             raise Fatal("this task can never succeed")
         if kind == "deferred":
@@ -169,7 +169,13 @@ async def chaos(ctx: Context, payload: dict[str, Any]) -> Any:
         await _record(ctx, xid, "stop", ctx.stop_reason or "cancelled", give_up_s=1.0)
         raise
     await _record(ctx, xid, "end", "ok")
-    return {"attempt": ctx.attempt, "worker": ctx.worker, "pid": os.getpid(), "exec": xid}
+    out: dict[str, Any] = {"attempt": ctx.attempt, "worker": ctx.worker, "pid": os.getpid(),
+                           "exec": xid}  # fmt: skip
+    if kind == "chain":
+        # what it was given of its predecessors: the checker compares it with their ends
+        out["got"] = sorted(ctx.predecessors)
+        out["states"] = dict(ctx.predecessor_states)
+    return out
 
 
 @tasks.handler("chaos.wf")

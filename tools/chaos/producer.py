@@ -6,7 +6,8 @@ every acknowledgement it gets (that is what the checker holds Redis to).
 It rides out Redis restarts: a submit whose reply never came is *indeterminate* (the task
 may or may not exist). Plain tasks are then submitted again (new ids; an orphan created by
 the first call is reported by the checker as "created without ack"); tasks with a dedup key
-are retried with the same key, which makes the retry idempotent.
+are retried with the same key, which makes the retry idempotent. A successor (chain kind)
+is submitted once its predecessors' submits were acknowledged, naming their ids.
 """
 
 from __future__ import annotations
@@ -84,6 +85,11 @@ class Producer:
         #: the outside results sent for deferred tasks, and what each answered
         self.external: list[ExternalAck] = []
         self._side: set[asyncio.Task[None]] = set()
+        #: seq -> the task id its acknowledged submit answered (a successor names them)
+        self._ids: dict[int, str] = {}
+        #: successors whose submit was refused, or whose predecessors were never
+        #: acknowledged (a predecessor lost with an AOF window: the checker reports it)
+        self.successors_unsubmitted = 0
 
     @property
     def all_workflow_starts(self) -> list[WorkflowStart]:
@@ -131,7 +137,10 @@ class Producer:
             keyed = [s for s in due if s.dedup]
             for s in keyed:
                 self._spawn(self._submit_keyed(s))
-            plain = [s for s in due if not s.dedup]
+            for s in due:
+                if s.after:
+                    self._spawn(self._submit_successor(s))
+            plain = [s for s in due if not s.dedup and not s.after]
             if plain:
                 await self._submit_plain(plain)
 
@@ -151,6 +160,37 @@ class Producer:
         for s, tid in zip(specs, ids, strict=True):
             self.submissions.append(Submission(seq=s.seq, kind=s.kind, task_id=tid, ack_ms=ack))
             self._after_submit(s, tid)
+
+    async def _submit_successor(self, s: TaskSpec) -> None:
+        """Once its predecessors' submits were acknowledged (60 s at most), submit it
+        naming their ids; a reply lost makes it indeterminate and it is submitted again
+        (new id), as a plain task is."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 60
+        while not all(p in self._ids for p in s.after):
+            if loop.time() > end:
+                self.successors_unsubmitted += 1
+                return
+            await asyncio.sleep(0.02)
+        req = s.request(after=[self._ids[p] for p in s.after])
+        backoff = 0.05
+        while True:
+            try:
+                result = await self.client.submit(req)
+                break
+            except TRANSIENT:
+                self.indeterminate.append(s.seq)
+                self.retries += 1
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+            except RsjobsError:
+                # a predecessor gone (lost with Redis' AOF window): nothing to wait for
+                self.successors_unsubmitted += 1
+                return
+        self.submissions.append(
+            Submission(seq=s.seq, kind=s.kind, task_id=result.id, ack_ms=now_ms())
+        )
+        self._after_submit(s, result.id)
 
     async def _submit_keyed(self, s: TaskSpec) -> None:
         req = s.request()
@@ -311,7 +351,8 @@ class Producer:
     # -- cancelling ----------------------------------------------------------------------
 
     def _after_submit(self, s: TaskSpec, tid: str) -> None:
-        if s.kind == "cancel_pending":
+        self._ids.setdefault(s.seq, tid)
+        if s.kind == "cancel_pending" or (s.kind == "chain" and s.payload.get("cancel")):
             self._spawn(self._cancel(tid, "pending"))
         elif s.kind == "cancel_running":
             self._spawn(self._cancel_when_running(tid))

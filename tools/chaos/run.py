@@ -330,6 +330,7 @@ class ChaosRun:
                 "cancel_running_missed": producer.cancel_missed,
                 "paused_and_resumed": producer.paused,
                 "pause_missed": producer.pause_missed,
+                "successors_unsubmitted": producer.successors_unsubmitted,
                 "side_tasks_dropped": dropped,
                 "stuck_at_drain_bound": stuck[:100],
                 "forced_stops": forced,

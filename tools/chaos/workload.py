@@ -44,6 +44,9 @@ KINDS: dict[str, Kind] = {
     "expire": Kind(2, False, True, True, False, "delayed 3 s with a 1 s queue-wait deadline"),
     "deferred": Kind(5, False, True, True, False, "defers to an outside job the producer ends"),
     "poison": Kind(0, False, False, False, False, "SIGKILLs its own worker: dead-lettered"),
+    # a link of a successor chain of 2-4 (each after the one before it; see _chains): fast,
+    # or fails for good; cancelled when a predecessor did not succeed (policy "succeeded")
+    "chain": Kind(6, True, True, False, False, "a link of a successor chain (after=[...])"),
     # created by a workflow (tools.chaos.flows), not submitted; cancelled with it
     "wf": Kind(0, True, True, False, False, "a task of a workflow (chaos.wf handler)"),
 }
@@ -63,9 +66,15 @@ class TaskSpec(msgspec.Struct, frozen=True, kw_only=True):
     dedup: str = ""
     #: seconds after the first submit to submit it again (dedup kind); < 0 = only once
     repeat_after_s: float = -1.0
+    #: a successor (chain kind): the seq numbers of its predecessors, and its policy
+    after: tuple[int, ...] = ()
+    after_policy: str = "succeeded"
 
-    def request(self, queue: str = QUEUE) -> EnqueueRequest:
+    def request(self, queue: str = QUEUE, after: list[str] | None = None) -> EnqueueRequest:
+        """The submit of this task (``after``: its predecessors' ids, as acknowledged)."""
         return EnqueueRequest(
+            after=after,
+            after_policy=self.after_policy,
             type="chaos",
             payload=self.payload,
             queue=queue,
@@ -124,7 +133,35 @@ def _spec(rng: random.Random, seq: int, kind: str, at_s: float, lease_ms: int) -
     elif kind == "poison":
         # more attempts than the reaper's max deliveries: it must be dead-lettered
         opts["max_attempts"] = 10
+    elif kind == "chain":
+        p["ms"] = rng.randint(0, 30)
+        p["fail"] = rng.random() < 0.15  # fails for good (NonRetryable)
     return TaskSpec(seq=seq, kind=kind, at_s=at_s, payload=p, **opts)
+
+
+def _chains(rng: random.Random, specs: list[TaskSpec], active_s: float) -> list[TaskSpec]:
+    """The chain specs linked into chains of 2-4, in seq order: each link after the one
+    before it (the third also after the head, at times: a successor of two), submitted
+    just after its predecessors; a link's policy is "always" one time in four; a head is
+    cancelled right after its submit one time in seven (its successors then are too)."""
+    out: list[TaskSpec] = []
+    chain: list[TaskSpec] = []
+    size = rng.randint(2, 4)
+    for s in sorted(specs, key=lambda s: s.seq):
+        if not chain:
+            payload = {**s.payload, "cancel": rng.random() < 1 / 7}
+            chain.append(msgspec.structs.replace(s, payload=payload))
+        else:
+            after: tuple[int, ...] = (chain[-1].seq,)
+            if len(chain) == 2 and rng.random() < 0.3:
+                after = (chain[-1].seq, chain[0].seq)
+            policy = "always" if rng.random() < 0.25 else "succeeded"
+            at = min(active_s, round(chain[-1].at_s + 0.02, 3))
+            chain.append(msgspec.structs.replace(s, at_s=at, after=after, after_policy=policy))
+        if len(chain) == size:
+            out += chain
+            chain, size = [], rng.randint(2, 4)
+    return out + chain
 
 
 def plan_tasks(
@@ -143,6 +180,9 @@ def plan_tasks(
         _spec(rng, seq, kind, round(rng.uniform(0, active_s), 3), lease_ms)
         for seq, kind in enumerate(chosen)
     ]
+    specs = [s for s in specs if s.kind != "chain"] + _chains(
+        rng, [s for s in specs if s.kind == "chain"], active_s
+    )
     return sorted(specs, key=lambda s: (s.at_s, s.seq))
 
 

@@ -3,7 +3,7 @@
 // dialog and the namespace's live events (GET /events, debounced for the views).
 "use strict";
 
-const STATES = ["PENDING", "SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"];
+const STATES = ["WAITING", "PENDING", "SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"];
 const FINISHED = new Set(["SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"]);
 // a view refreshes at most this often while events arrive
 const REFRESH_MS = 400;

@@ -36,7 +36,9 @@ function eventsFrom(graph, state) {
 }
 
 // Positions: the start node in column 0; a live state one column after the nearest state
-// leading to it; every terminal state in the last column.
+// leading to it; every terminal state in the last column. A state only the start leads to
+// that leads to others of its column (WAITING, before PENDING and SCHEDULED) gets a column
+// of its own before them, at the top, so that the start's other edges pass below it.
 function layout(graph) {
   const col = new Map([["", 0]]);
   const queue = [""];
@@ -49,6 +51,16 @@ function layout(graph) {
       queue.push(e.target);
     }
   }
+  const top = new Set();
+  for (const [name, c] of [...col.entries()]) {
+    if (name === "" || top.size) continue;
+    const entry = graph.edges.every((e) => e.target !== name || e.source === "" || e.source === name);
+    const feeds = graph.edges.some((e) => e.source === name && e.target !== name && col.get(e.target) === c);
+    if (entry && feeds) {
+      for (const [other, oc] of col.entries()) if (other !== name && other !== "" && oc >= c) col.set(other, oc + 1);
+      top.add(name);
+    }
+  }
   const last = Math.max(...col.values()) + 1;
   const columns = [];
   for (const st of graph.states) {
@@ -59,7 +71,7 @@ function layout(graph) {
   const pos = new Map();
   columns.forEach((names, c) => {
     if (!names) return;
-    const offset = ((rows - names.length) * ROW_GAP) / 2;
+    const offset = names.every((n) => top.has(n)) ? 0 : ((rows - names.length) * ROW_GAP) / 2;
     names.forEach((name, r) => pos.set(name, { x: PAD + c * COL_GAP, y: PAD + 16 + offset + r * ROW_GAP }));
   });
   return { pos, width: PAD * 2 + last * COL_GAP + NODE_W, height: PAD * 2 + 16 + (rows - 1) * ROW_GAP + NODE_H };

@@ -47,6 +47,7 @@ class TaskDetailView {
   layout() {
     const box = (name, ...children) => h("section", { className: `box ${name}`, dataset: { testid: name } }, ...children);
     this.head = h("header", { className: "task-head" });
+    this.links = h("div", { className: "task-links", dataset: { testid: "task-links" } });
     this.actions = h("div", { className: "actions", dataset: { testid: "task-actions" } });
     this.said = h("p", { className: "action-result", dataset: { testid: "action-result" }, role: "status" });
     this.facts = h("dl", { className: "facts wide", dataset: { testid: "facts" } });
@@ -58,7 +59,7 @@ class TaskDetailView {
     this.transport = h("span", { className: "transport", dataset: { testid: "transport" } });
     this.root.replaceChildren(
       h("p", {}, link("#/tasks", "← tasks")),
-      this.head, this.actions, this.said, this.facts,
+      this.head, this.links, this.actions, this.said, this.facts,
       h("div", { className: "two" },
         box("payload-box", h("h3", {}, "Payload"), this.payload),
         box("outcome-box", h("h3", {}, "Outcome"), this.outcome)),
@@ -77,6 +78,15 @@ class TaskDetailView {
       stateBadge(t.state), t.queue_paused ? h("span", { className: "badge PAUSED", dataset: { testid: "queue-paused" } }, `queue ${t.queue} is paused`) : null,
       t.retry_of ? h("span", {}, "started over from ", link(`#/task/${t.retry_of}`, t.retry_of.slice(0, 12) + "…", { dataset: { testid: "retry-of" } })) : null,
       t.retried_as ? h("span", {}, "started over as ", link(`#/task/${t.retried_as}`, t.retried_as.slice(0, 12) + "…", { dataset: { testid: "retried-as" } })) : null);
+    // a successor's predecessors (each with the state its end was counted in) and the
+    // tasks that wait for this one
+    const short = (id, testid, state) => h("span", { className: "task-link", dataset: { testid, state: state || "" } },
+      link(`#/task/${id}`, id.slice(0, 12) + "…"), state !== undefined ? ` ${state || "awaited"}` : "");
+    put(this.links,
+      t.after && t.after.length ? h("p", { dataset: { testid: "after" } }, `after (${t.after_policy}): `,
+        ...t.after.map((p) => short(p, "predecessor", t.predecessor_states[p] || ""))) : null,
+      t.successors && t.successors.length ? h("p", { dataset: { testid: "successors" } }, "successors: ",
+        ...t.successors.map((s) => short(s, "successor"))) : null);
     const run = t.started_at && t.finished_at ? t.finished_at - t.started_at : t.started_at ? Date.now() - t.started_at : null;
     const facts = [
       ["type", t.type], ["queue", t.queue], ["owner", t.owner || "–"],
@@ -118,6 +128,9 @@ class TaskDetailView {
     const allowed = eventsFrom(this.graph, t.state);
     const restart = this.graph.restart[t.state];
     const dead = this.entries.some((e) => e.event === "DEADLETTER" && !e.rejected);
+    // a successor cancelled while it waited was never released: it is not started over
+    const states = t.predecessor_states || {};
+    const unreleased = (t.after || []).some((p) => !states[p] || (states[p] !== "SUCCEEDED" && t.after_policy !== "always"));
     const button = (name, label, enabled, cls = "") => {
       const b = h("button", { type: "button", className: cls, disabled: !enabled, dataset: { testid: `action-${name}` } }, label);
       b.addEventListener("click", () => this.act(name, b));
@@ -127,7 +140,7 @@ class TaskDetailView {
       button("cancel", "Cancel", allowed.has("CANCEL"), "danger"),
       button("pause", "Pause", allowed.has("PAUSE")),
       button("resume", "Resume", allowed.has("RESUME")),
-      button(restart === "REPLAY" ? "replay" : "retry", restart === "REPLAY" ? "Replay" : "Retry", Boolean(restart) && !t.retried_as, "primary"),
+      button(restart === "REPLAY" ? "replay" : "retry", restart === "REPLAY" ? "Replay" : "Retry", Boolean(restart) && !t.retried_as && !unreleased, "primary"),
       dead ? button("requeue", "Requeue dead letter", !t.retried_as) : null);
   }
 
