@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from .client import Client
 from .errors import (
     BadSignature,
+    ChargeError,
     ConfigError,
     CorruptData,
     DedupKeyReused,
@@ -50,6 +51,7 @@ __all__ = [
     "BadSignature",
     "BulkItem",
     "BulkResult",
+    "ChargeError",
     "Client",
     "ConfigError",
     "Context",

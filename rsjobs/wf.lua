@@ -345,13 +345,16 @@ end
 -- ENQUEUE the task at task index `i` for the current version and stage, from the SPEC
 -- values at ARGV[a + 1 ...] (id, type, queue, payload, options, item, kind) and its
 -- checked options `o`. Its owner is the workflow's; it has no dedup key, delay or
--- queue-wait deadline. It becomes the current task of its slot and joins the open set.
+-- queue-wait deadline; it keeps its stage's qualified name (wf_stage_name). It becomes the current task of its slot and joins the open set.
 -- `extra_fields` (may be nil) are more task hash fields.
 local function create_task(w, i, a, o, msg, extra_fields)
   local id, typ, queue, item = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 6]
   o.owner, o.dedup, o.delay_ms, o.wait_timeout_ms = w.owner, nil, nil, nil
+  -- (wf_stage_name: "<definition>/<stage>", the task's stage dimension in the costs hash,
+  -- see account_attempt in fsm.lua)
+  local sname = tostring(wf_plan(w).definition or '?') .. '/' .. w.stage_name
   local more = {'wf', w.id, 'wf_version', w.version, 'wf_stage', w.stage, 'wf_item', item,
-    'wf_kind', ARGV[a + 7]}
+    'wf_kind', ARGV[a + 7], 'wf_stage_name', sname}
   if extra_fields ~= nil then
     for j = 1, #extra_fields do more[#more + 1] = extra_fields[j] end
   end

@@ -12,7 +12,8 @@ The parts are attributes, each one idea: ``tasks`` (clients and the web app), ``
 ``migration`` (``rsjobs migrate``), ``index`` (task lists, and the trim of their indexes),
 ``series`` (per-minute queue series), ``deferred`` (attempts waiting on outside jobs:
 hand-off, results, polls), ``hooks`` (the hook stream, its retries, dead letters and
-webhooks: ``rsjobs hooks``), ``schedules`` (recurring tasks).
+webhooks: ``rsjobs hooks``), ``schedules`` (recurring tasks), ``costs`` (the costs hash,
+and a task's or workflow's costs from their histories).
 The namespace's layout is checked before the first script call (:mod:`.marker`); processes
 check it at start with :meth:`Store.require_layout`.
 """
@@ -23,6 +24,7 @@ from redis.asyncio import Redis
 
 from ..settings import Settings
 from .connection import connect, describe, reset_connections
+from .costs import Costs
 from .deferred import Deferred
 from .events import Events
 from .hooks import HookStore
@@ -61,6 +63,7 @@ __all__ = [
     "GROUP",
     "Beat",
     "Code",
+    "Costs",
     "DeadlineOutcome",
     "Delivery",
     "Index",
@@ -128,6 +131,7 @@ class Store:
         self.series = Series(self.scripts)
         self.hooks = HookStore(self.scripts)
         self.schedules = Schedules(self.scripts)
+        self.costs = Costs(self.scripts)
 
     async def ping(self) -> None:
         with boundary("PING"):

@@ -744,8 +744,10 @@ class Worker:
         retryable: bool = True,
         traceback: str = "",
     ) -> None:
+        # (what the handler charged travels with its end: no round trip of its own)
+        charges = job.ctx.charges.text() if job.ctx is not None else ""
         ending = Ending(
-            event, job.lease, body, etype, int(retryable), -1, random.random(), traceback
+            event, job.lease, body, etype, int(retryable), -1, random.random(), traceback, charges
         )
         self.processed += 1
         self._ending_entries.add(job.entry)
@@ -853,6 +855,7 @@ class Worker:
         self.processed += 1
         self._ending_entries.add(job.entry)
         deferred, entry = self.store.deferred, job.entry
+        charges = job.ctx.charges.text() if job.ctx is not None else ""
 
         async def call() -> None:
             backoff, give_up = 0.05, time.monotonic() + self.lease_ms / 1000
@@ -866,6 +869,7 @@ class Worker:
                         d.max_wait_ms,
                         d.poll_every_ms,
                         d.message,
+                        charges,
                     )
                     break
                 except RedisUnavailable as exc:
