@@ -521,6 +521,7 @@ _PLUGINS = (
     "rsjobs.console.migrate",
     "rsjobs.hooks.cli",
     "rsjobs.console.schedules",
+    "rsjobs.console.costs",
 )
 
 
