@@ -110,6 +110,24 @@ def warn(text: str) -> None:
     print(f"rsjobs: {text}", file=sys.stderr, flush=True)
 
 
+def add_metrics_options(p: argparse.ArgumentParser, whose: str) -> None:
+    """``--metrics-port`` / ``--metrics-host`` of a long-running process (rsjobs.metrics)."""
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help=f"serve Prometheus metrics (the namespace's and {whose} own) at "
+        "http://HOST:PORT/metrics (0: a free port)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the address the metrics listen on (default 127.0.0.1; 0.0.0.0: every one)",
+    )
+
+
 def load_registry(spec: str) -> Registry:
     registry = load_object(spec)
     if not isinstance(registry, Registry):
@@ -129,6 +147,8 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         lease_ms=args.lease_ms,
         grace_ms=args.grace_ms,
         name=args.name,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
     )
     await worker.run()
     return 0
@@ -361,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
         "give the reapers the same)",
     )
     w.add_argument("--name", default=None)
+    add_metrics_options(w, "this worker's")
     w.set_defaults(func=cmd_worker)
 
     d = sub.add_parser(

@@ -9,7 +9,9 @@ Common KEYS (every transition script):
                               task durations "dur:<queue>:<STATE>:<le>", "dur_ms:<queue>:<STATE>"
                               (see observe_duration), attempt durations "adur:<dim>|<name>|<le>",
                               "adur_ms:<dim>|<name>" and retries "retry:<dim>|<name>" per
-                              queue, type and stage (see account_attempt)
+                              queue, type and stage (see account_attempt); workflow
+                              durations "wfdur:<def>|<STATUS>|<le>", "wfdur_ms:<def>|<STATUS>"
+                              (wf_observe_duration in wf.lua)
   KEYS[3]  scheduled  zset    "<queue>:<id>" scored by due time (ms)
   KEYS[4]  deadlines  zset    "<queue>:<id>" scored by execution deadline (ms)
   KEYS[5..8]  done    stream  one per terminal state (SUCCEEDED, FAILED, CANCELLED,

@@ -161,6 +161,21 @@ local function wf_settle(w)
   end
 end
 
+-- A finished workflow's time, start to finish (Redis TIME), in the stats hash's histogram
+-- "wfdur:<definition>|<STATUS>|<le>" (bounds: DURATION_LE_MS in fsm.lua) and its sum
+-- "wfdur_ms:<definition>|<STATUS>" (rsjobs/metrics.py: rsjobs_workflow_duration_seconds).
+local function wf_observe_duration(to)
+  local v = redis.call('HMGET', WF_KEY, 'created_at', 'def')
+  local ms = math.max(0, NOW - (tonumber(v[1]) or NOW))
+  local le = 'inf'
+  for j = 1, #DURATION_LE_MS do
+    if ms <= DURATION_LE_MS[j] then le = DURATION_LE_MS[j]; break end
+  end
+  local d = (v[2] or '?') .. '|' .. to
+  count('wfdur:' .. d .. '|' .. le, 1)
+  count('wfdur_ms:' .. d, ms)
+end
+
 -- Apply a workflow transition the table allows. `fields`: extra hash fields to set.
 local function wf_transition(w, event, to, msg, fields, extra)
   if not wf_allowed(w.status, event, to) then
@@ -176,6 +191,7 @@ local function wf_transition(w, event, to, msg, fields, extra)
   end
   redis.call('HSET', WF_KEY, unpack(f))
   count('wfev:' .. event, 1)
+  if WF_TERMINAL[to] then wf_observe_duration(to) end
   w.status = to
   local hid = wf_record(w, from, to, event, msg, false, extra)
   if WF_TERMINAL[to] then
