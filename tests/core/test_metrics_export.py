@@ -189,3 +189,24 @@ async def test_the_web_metrics_have_the_same_namespace_figures(
         assert get(web, name, **labels) == get(own, name, **labels)
     assert get(web, "rsjobs_charges_total", by="type", name="charge", unit="usd",
                category="ok") == 0.25  # fmt: skip
+
+
+async def test_a_metrics_port_that_cannot_be_used_is_a_config_error(redis_url: str) -> None:
+    from rsjobs import ConfigError
+
+    with pytest.raises(ConfigError, match="metrics_port"):
+        Worker(tasks, url=redis_url, metrics_port=70_000)
+    with pytest.raises(ConfigError, match="metrics_port"):
+        Reaper(url=redis_url, metrics_port=-1)
+    # a port another process listens on: the worker says so and stops, writing nothing
+    # of its tasks
+    blocker = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = blocker.sockets[0].getsockname()[1]
+    try:
+        w = Worker(tasks, url=redis_url, settings=Settings(namespace="t"), handle_signals=False,
+                   metrics_port=port)  # fmt: skip
+        with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
+            await asyncio.wait_for(w.run(), 20)
+        await w.redis.aclose()
+    finally:
+        blocker.close()
