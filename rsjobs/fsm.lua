@@ -554,6 +554,45 @@ end
 
 local RETRY_EVENTS = {FAIL = true, TIMEOUT = true, RECLAIM = true}
 
+-- The field names account_attempt adds to, built once per call for each kind of attempt
+-- (its dimensions, category and duration bucket): a batch of like attempts builds them once.
+-- costs: per dimension, its attempts, run_ms and wait_ms fields (3 each); stats: per
+-- dimension but the owner, its adur, adur_ms and retry fields (3 each); units[unit]: the
+-- costs fields of a charge unit, per dimension.
+local ACCOUNT_FIELDS = {}
+local function attempt_fields(t, cat, le)
+  local sig = t.queue .. '\n' .. (t.type or '') .. '\n' .. (t.owner or '') .. '\n'
+    .. (t.sname or '') .. '\n' .. cat .. '\n' .. le
+  local f = ACCOUNT_FIELDS[sig]
+  if f ~= nil then return f end
+  local dims = cost_dims(t)
+  local c, st = {}, {}
+  for _, d in ipairs(dims) do
+    c[#c + 1] = d .. '|attempts|' .. cat
+    c[#c + 1] = d .. '|run_ms|' .. cat
+    c[#c + 1] = d .. '|wait_ms|' .. cat
+    if string.sub(d, 1, 6) ~= 'owner|' then
+      st[#st + 1] = 'adur:' .. d .. '|' .. le
+      st[#st + 1] = 'adur_ms:' .. d
+      st[#st + 1] = 'retry:' .. d
+    end
+  end
+  f = {costs = c, stats = st, units = {}, dims = dims, cat = cat}
+  ACCOUNT_FIELDS[sig] = f
+  return f
+end
+
+-- The costs fields of charge unit `unit` for the attempts of fields `f`.
+local function unit_fields(f, unit)
+  local u = f.units[unit]
+  if u == nil then
+    u = {}
+    for j, d in ipairs(f.dims) do u[j] = d .. '|' .. unit .. '|' .. f.cat end
+    f.units[unit] = u
+  end
+  return u
+end
+
 -- Account for the attempt `event` ends as it takes `t` from `from` (RUNNING or DEFERRED)
 -- to `to`, with the charges t.charges (a text parse_charges accepted, or nil); returns the
 -- history fields `extra` of its entry with the charges token added. DEFER adds the token
@@ -567,8 +606,11 @@ local function account_attempt(t, event, from, to, extra)
     extra = e
   end
   if event == 'DEFER' then return extra end
-  local amounts = {}
-  add_charges(amounts, charges)
+  local amounts = nil
+  if charges ~= '' then
+    amounts = {}
+    add_charges(amounts, charges)
+  end
   local started = t.started or NOW
   local run, wait = math.max(0, NOW - started), nil
   if from == 'DEFERRED' then
@@ -577,26 +619,35 @@ local function account_attempt(t, event, from, to, extra)
     if at ~= nil then
       run, wait = math.max(0, at - started), math.max(0, NOW - at)
     end
-    add_charges(amounts, ch)
+    if ch ~= '' then
+      amounts = amounts or {}
+      add_charges(amounts, ch)
+    end
     redis.call('HDEL', t.key, 'xh')
   end
-  local cat = COST_CATEGORY[event] or 'failed'
-  local retried = RETRY_EVENTS[event] and (to == 'SCHEDULED' or to == 'PENDING')
   local ms = run + (wait or 0)
   local le = 'inf'
   for j = 1, #DURATION_LE_MS do
     if ms <= DURATION_LE_MS[j] then le = DURATION_LE_MS[j]; break end
   end
-  for _, d in ipairs(cost_dims(t)) do
-    cost(d .. '|attempts|' .. cat, 1)
-    cost(d .. '|run_ms|' .. cat, run)
-    if wait ~= nil then cost(d .. '|wait_ms|' .. cat, wait) end
-    for unit, v in pairs(amounts) do cost(d .. '|' .. unit .. '|' .. cat, v) end
-    if string.sub(d, 1, 6) ~= 'owner|' then
-      count('adur:' .. d .. '|' .. le, 1)
-      count('adur_ms:' .. d, ms)
-      if retried then count('retry:' .. d, 1) end
+  local f = attempt_fields(t, COST_CATEGORY[event] or 'failed', le)
+  local c, st = f.costs, f.stats
+  for j = 1, #c, 3 do
+    cost(c[j], 1)
+    cost(c[j + 1], run)
+    if wait ~= nil then cost(c[j + 2], wait) end
+  end
+  if amounts ~= nil then
+    for unit, v in pairs(amounts) do
+      local u = unit_fields(f, unit)
+      for j = 1, #u do cost(u[j], v) end
     end
+  end
+  local retried = RETRY_EVENTS[event] and (to == 'SCHEDULED' or to == 'PENDING')
+  for j = 1, #st, 3 do
+    count(st[j], 1)
+    count(st[j + 1], ms)
+    if retried then count(st[j + 2], 1) end
   end
   return extra
 end
