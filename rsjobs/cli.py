@@ -128,6 +128,15 @@ def add_metrics_options(p: argparse.ArgumentParser, whose: str) -> None:
     )
 
 
+def _charge_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--charge",
+        action="append",
+        metavar="UNIT=AMOUNT",
+        help="what the outside job cost, added to the attempt's costs (repeatable; docs/costs.md)",
+    )
+
+
 def load_registry(spec: str) -> Registry:
     registry = load_object(spec)
     if not isinstance(registry, Registry):
@@ -232,7 +241,17 @@ async def cmd_control(args: argparse.Namespace) -> int:
 async def cmd_external(args: argparse.Namespace) -> int:
     """``rsjobs complete`` / ``rsjobs fail``: end a DEFERRED task's wait (by its id, or by
     the outside job's id with ``--provider``); prints the state after. A result the task
-    refuses (it is not waiting on that job) exits 1, recorded in its history."""
+    refuses (it is not waiting on that job) exits 1, recorded in its history. ``--charge
+    UNIT=AMOUNT`` (repeatable): what the outside job cost, added to the attempt's costs."""
+    charges: dict[str, float] = {}
+    for item in args.charge or ():
+        unit, sep, amount = item.partition("=")
+        try:
+            charges[unit] = charges.get(unit, 0.0) + float(amount)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise CliError(f"--charge {item!r}: expected UNIT=AMOUNT, e.g. usd=0.40")
     async with client_from_args(args) as client:
         try:
             if args.command == "complete":
@@ -240,10 +259,16 @@ async def cmd_external(args: argparse.Namespace) -> int:
                     result = json.loads(args.result) if args.result is not None else None
                 except json.JSONDecodeError as exc:
                     raise CliError(f"--result is not valid JSON: {exc}") from None
-                state = await client.complete_external(args.id, result, provider=args.provider)
+                state = await client.complete_external(
+                    args.id, result, provider=args.provider, charges=charges
+                )
             else:
                 state = await client.fail_external(
-                    args.id, args.error, retryable=not args.final, provider=args.provider
+                    args.id,
+                    args.error,
+                    retryable=not args.final,
+                    provider=args.provider,
+                    charges=charges,
                 )
         except InvalidTransition as exc:
             warn(f"refused (recorded in the task's history): {exc}")
@@ -475,12 +500,14 @@ def build_parser() -> argparse.ArgumentParser:
     done.add_argument("id", help="the task id, or the outside job's id (with --provider)")
     done.add_argument("--result", help="the result (JSON)")
     done.add_argument("--provider", help="the outside job's provider (the id is its job id)")
+    _charge_option(done)
     done.set_defaults(func=cmd_external)
     fail = sub.add_parser("fail", help="fail a DEFERRED task's wait (the retry policy decides)")
     fail.add_argument("id", help="the task id, or the outside job's id (with --provider)")
     fail.add_argument("--error", required=True, help="what went wrong")
     fail.add_argument("--final", action="store_true", help="no retry: FAILED at once")
     fail.add_argument("--provider", help="the outside job's provider (the id is its job id)")
+    _charge_option(fail)
     fail.set_defaults(func=cmd_external)
 
     # retry, replay, queue pause|resume, bulk cancel|retry

@@ -357,7 +357,7 @@ def attempt_costs(
             defers[att] = (ts, charges)
             continue
         micro = _parse_lenient(charges)
-        start = started.get(att, 0)
+        start = started.get(att, ts)  # (no START read: no run time, as the script counts)
         run, wait, deferred = max(0, ts - start), 0, frm == "DEFERRED"
         if deferred:
             at, ch = defers.get(att, (None, ""))
