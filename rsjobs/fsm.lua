@@ -58,10 +58,11 @@ the task stays in one state is an entry; repeats of it are counted on the task h
 sender can grow a history. Checks come before the
 first write of each task: Redis does not roll a script back.
 Counters (KEYS[2]) and costs (KEYS[15]) are summed per field while the script runs and
-written once per field when it ends, and dropped work entries are acked and deleted then with one XACK and one
-XDEL per queue stream (see `count`, `drop_entry` and `finish_call`; the loader wraps every
-script body so that this happens whether it returns or raises). A batch of N transitions
-costs a few HINCRBYs and one XACK and XDEL, not 3N and N of each.
+written once per field when it ends, and dropped work entries are acked and deleted then
+with one XACK and one XDEL per queue stream (see `count`, `cost`, `drop_entry` and
+`finish_call`; the loader wraps every script body so that this happens whether it returns
+or raises). A batch of N transitions costs a few HINCRBYs and one XACK and XDEL, not 3N
+and N of each.
 ]]
 
 local TERMINAL = {SUCCEEDED = true, FAILED = true, CANCELLED = true, TIMED_OUT = true}
@@ -594,9 +595,10 @@ local function unit_fields(f, unit)
 end
 
 -- Account for the attempt `event` ends as it takes `t` from `from` (RUNNING or DEFERRED)
--- to `to`, with the charges t.charges (a text parse_charges accepted, or nil); returns the
--- history fields `extra` of its entry with the charges token added. DEFER adds the token
--- only: its attempt is accounted when the wait ends.
+-- to `to`, with the charges t.charges (a text parse_charges accepted, or nil; t.amounts:
+-- what it parsed to, when the caller kept it); returns the history fields `extra` of its
+-- entry with the charges token added. DEFER adds the token only: its attempt is accounted
+-- when the wait ends.
 local function account_attempt(t, event, from, to, extra)
   local charges = t.charges or ''
   if charges ~= '' then
@@ -609,7 +611,7 @@ local function account_attempt(t, event, from, to, extra)
   local amounts = nil
   if charges ~= '' then
     amounts = {}
-    add_charges(amounts, charges)
+    for unit, v in pairs(t.amounts or parse_charges(charges) or {}) do amounts[unit] = v end
   end
   local started = t.started or NOW
   local run, wait = math.max(0, NOW - started), nil

@@ -361,7 +361,8 @@ end
 -- ENQUEUE the task at task index `i` for the current version and stage, from the SPEC
 -- values at ARGV[a + 1 ...] (id, type, queue, payload, options, item, kind) and its
 -- checked options `o`. Its owner is the workflow's; it has no dedup key, delay or
--- queue-wait deadline; it keeps its stage's qualified name (wf_stage_name). It becomes the current task of its slot and joins the open set.
+-- queue-wait deadline; it keeps its stage's qualified name (wf_stage_name). It becomes the
+-- current task of its slot and joins the open set.
 -- `extra_fields` (may be nil) are more task hash fields.
 local function create_task(w, i, a, o, msg, extra_fields)
   local id, typ, queue, item = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 6]

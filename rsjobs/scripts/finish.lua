@@ -32,6 +32,7 @@ local PER = 9
 local EVENTS = {COMPLETE = true, FAIL = true, TIMEOUT = true, REQUEUE = true}
 local n, bad = layout(0, PER, 3, 0)
 if bad then return bad end
+local amounts = {}  -- per task: its charges, parsed
 for i = 1, n do  -- the whole batch before the first write
   local a = NARGV + (i - 1) * PER
   if not EVENTS[ARGV[a + 1]] then return bad_arg('event', ARGV[a + 1]) end
@@ -41,8 +42,9 @@ for i = 1, n do  -- the whole batch before the first write
   if not is_number(ARGV[a + 7], 0, 1) then return bad_arg('jitter', ARGV[a + 7]) end
   if #ARGV[a + 2] > TEXT_MAX then return bad_arg('lease length', #ARGV[a + 2]) end
   if #ARGV[a + 8] > TRACEBACK_MAX then return bad_arg('traceback length', #ARGV[a + 8]) end
-  local ok, why = parse_charges(ARGV[a + 9])
-  if not ok then return bad_arg('charges (' .. why .. ')', string.sub(ARGV[a + 9], 1, 80)) end
+  local parsed, why = parse_charges(ARGV[a + 9])
+  if not parsed then return bad_arg('charges (' .. why .. ')', string.sub(ARGV[a + 9], 1, 80)) end
+  amounts[i] = parsed
 end
 local out = {}
 for i = 1, n do
@@ -56,7 +58,7 @@ for i = 1, n do
   else
     out[i] = check_lease(t, event, lease)
     if out[i] == nil then
-      t.charges = ARGV[a + 9]
+      t.charges, t.amounts = ARGV[a + 9], amounts[i]
       end_attempt(t, event, body, etype, retryable, delay, jitter,
         failure_fields(event, etype, ARGV[a + 8]))
       out[i] = {1, t.state}

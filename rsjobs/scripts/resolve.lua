@@ -113,7 +113,7 @@ redis.call('HSET', t.key, 'xd', att .. string.sub(event, 1, 1))
 -- (via: how the result came, when the source does not say it already)
 local extra = nil
 if via ~= SOURCE then extra = {'via', via} end
-t.charges = ARGV[13]
+t.charges, t.amounts = ARGV[13], charged
 end_attempt(t, event, body, etype, retryable, -1, jitter, extra, nil)
 if TERMINAL[t.state] and RETENTION_MS > 0 then
   local holder = redis.call('GET', XKEY)

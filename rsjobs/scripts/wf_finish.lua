@@ -77,7 +77,7 @@ if refused ~= nil then
   end
   return {refused[1], refused[2], wstatus, drive_flag(w), ''}
 end
-t.charges = ARGV[15]
+t.charges, t.amounts = ARGV[15], charged
 
 -- the lease holds: does the workflow still take this task's result?
 local why = nil
