@@ -50,7 +50,13 @@ VARIANTS: dict[str, Callable[[str], str]] = {
         src, "if t.started then observe_duration(t, to) end", ""
     ),
     "without the list indexes": lambda src: _cut(src, "    index_move(t, from, to)\n", ""),
+    "without the cost accounting": lambda src: _cut(
+        src, "    extra = account_attempt(t, event, from, to, extra)\n", ""
+    ),
+    "all of it, 2 charges per attempt": lambda src: src,
 }
+#: the charges each finish sends in a variant (none in the others)
+CHARGES = {"all of it, 2 charges per attempt": "gpu_s:1.5,usd:0.02"}
 
 
 def _cut(src: str, old: str, new: str) -> str:
@@ -73,14 +79,19 @@ def _enqueue(r: redis.Redis, shas: dict[str, str], k: Keys, c: Common, n: int) -
         _run(r, shas, layout.enqueue(c, "api", tasks))
 
 
-def _process(r: redis.Redis, shas: dict[str, str], k: Keys, c: Common, batch: int) -> int:
+def _process(
+    r: redis.Redis, shas: dict[str, str], k: Keys, c: Common, batch: int, charges: str = ""
+) -> int:
     qkey, done = k.queue("q"), 0
     while rows := r.xreadgroup(GROUP, "c1", {qkey: ">"}, count=batch):
         entries = rows[0][1]
         items = [(k.task_keys(f["id"], "q"), Entry(eid)) for eid, f in entries]
         started = _run(r, shas, layout.start(c, k, "worker", StartArgs("c1", 30000, "n1"), items))
         ends = [
-            (k.task_keys(f["id"], "q"), Ending("COMPLETE", s[5], "null", "", 0, -1, 0.5))
+            (
+                k.task_keys(f["id"], "q"),
+                Ending("COMPLETE", s[5], "null", "", 0, -1, 0.5, "", charges),
+            )
             for (_, f), s in zip(entries, started, strict=True)
         ]
         finished = _run(r, shas, layout.finish(c, "worker", ends))
@@ -128,7 +139,7 @@ def main() -> None:
                 r.xgroup_create(k.queue("q"), GROUP, id="0")
                 r.config_resetstat()
                 before = _cpu_us(r)
-                done = _process(r, shas, k, c, a.batch)
+                done = _process(r, shas, k, c, a.batch, CHARGES.get(name, ""))
                 cpu[name].append((_cpu_us(r) - before) / n)
                 if done != n:
                     raise SystemExit(f"script_costs: {done} of {n} tasks finished ({name})")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from .client import Client
 from .errors import (
     BadSignature,
+    ChargeError,
     ConfigError,
     CorruptData,
     DedupKeyReused,
@@ -52,6 +53,7 @@ __all__ = [
     "BadSignature",
     "BulkItem",
     "BulkResult",
+    "ChargeError",
     "Client",
     "ConfigError",
     "Context",

@@ -110,6 +110,33 @@ def warn(text: str) -> None:
     print(f"rsjobs: {text}", file=sys.stderr, flush=True)
 
 
+def add_metrics_options(p: argparse.ArgumentParser, whose: str) -> None:
+    """``--metrics-port`` / ``--metrics-host`` of a long-running process (rsjobs.metrics)."""
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help=f"serve Prometheus metrics (the namespace's and {whose} own) at "
+        "http://HOST:PORT/metrics (0: a free port)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the address the metrics listen on (default 127.0.0.1; 0.0.0.0: every one)",
+    )
+
+
+def _charge_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--charge",
+        action="append",
+        metavar="UNIT=AMOUNT",
+        help="what the outside job cost, added to the attempt's costs (repeatable; docs/costs.md)",
+    )
+
+
 def load_registry(spec: str) -> Registry:
     registry = load_object(spec)
     if not isinstance(registry, Registry):
@@ -129,6 +156,8 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         lease_ms=args.lease_ms,
         grace_ms=args.grace_ms,
         name=args.name,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
     )
     await worker.run()
     return 0
@@ -216,7 +245,17 @@ async def cmd_control(args: argparse.Namespace) -> int:
 async def cmd_external(args: argparse.Namespace) -> int:
     """``rsjobs complete`` / ``rsjobs fail``: end a DEFERRED task's wait (by its id, or by
     the outside job's id with ``--provider``); prints the state after. A result the task
-    refuses (it is not waiting on that job) exits 1, recorded in its history."""
+    refuses (it is not waiting on that job) exits 1, recorded in its history. ``--charge
+    UNIT=AMOUNT`` (repeatable): what the outside job cost, added to the attempt's costs."""
+    charges: dict[str, float] = {}
+    for item in args.charge or ():
+        unit, sep, amount = item.partition("=")
+        try:
+            charges[unit] = charges.get(unit, 0.0) + float(amount)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise CliError(f"--charge {item!r}: expected UNIT=AMOUNT, e.g. usd=0.40")
     async with client_from_args(args) as client:
         try:
             if args.command == "complete":
@@ -224,10 +263,16 @@ async def cmd_external(args: argparse.Namespace) -> int:
                     result = json.loads(args.result) if args.result is not None else None
                 except json.JSONDecodeError as exc:
                     raise CliError(f"--result is not valid JSON: {exc}") from None
-                state = await client.complete_external(args.id, result, provider=args.provider)
+                state = await client.complete_external(
+                    args.id, result, provider=args.provider, charges=charges
+                )
             else:
                 state = await client.fail_external(
-                    args.id, args.error, retryable=not args.final, provider=args.provider
+                    args.id,
+                    args.error,
+                    retryable=not args.final,
+                    provider=args.provider,
+                    charges=charges,
                 )
         except InvalidTransition as exc:
             warn(f"refused (recorded in the task's history): {exc}")
@@ -365,6 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
         "give the reapers the same)",
     )
     w.add_argument("--name", default=None)
+    add_metrics_options(w, "this worker's")
     w.set_defaults(func=cmd_worker)
 
     d = sub.add_parser(
@@ -472,12 +518,14 @@ def build_parser() -> argparse.ArgumentParser:
     done.add_argument("id", help="the task id, or the outside job's id (with --provider)")
     done.add_argument("--result", help="the result (JSON)")
     done.add_argument("--provider", help="the outside job's provider (the id is its job id)")
+    _charge_option(done)
     done.set_defaults(func=cmd_external)
     fail = sub.add_parser("fail", help="fail a DEFERRED task's wait (the retry policy decides)")
     fail.add_argument("id", help="the task id, or the outside job's id (with --provider)")
     fail.add_argument("--error", required=True, help="what went wrong")
     fail.add_argument("--final", action="store_true", help="no retry: FAILED at once")
     fail.add_argument("--provider", help="the outside job's provider (the id is its job id)")
+    _charge_option(fail)
     fail.set_defaults(func=cmd_external)
 
     # retry, replay, queue pause|resume, bulk cancel|retry
@@ -539,6 +587,7 @@ _PLUGINS = (
     "rsjobs.console.migrate",
     "rsjobs.hooks.cli",
     "rsjobs.console.schedules",
+    "rsjobs.console.costs",
 )
 
 

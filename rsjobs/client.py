@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 
 from .bulk import RETRYABLE, check_filter, check_limit, run_bulk
 from .codec import decode, encode_payload
+from .costs import DIMENSIONS, CostReport, TaskCost, WorkflowCost
 from .dedup import Submitted, check_batch, check_repeat
 from .errors import (
     ConfigError,
@@ -27,6 +28,7 @@ from .errors import (
     TaskNotFound,
     UnknownPredecessor,
     WaitTimeout,
+    WorkflowNotFound,
 )
 from .labels import encode_labels, validate_labels
 from .model import RESTART, allowed, is_terminal
@@ -580,6 +582,38 @@ class Client:
         raw = await self.store.tasks.counters()
         return {k: v for k, v in raw.items() if k.startswith(("ev:", "rej:"))}
 
+    # -- costs (rsjobs.costs, docs/costs.md) ---------------------------------------------
+
+    async def task_cost(self, task_id: str) -> TaskCost:
+        """What a task cost: each attempt it ran (its run time, deferred wait, charges and
+        category: ok or the waste kind its end makes it) and their sums, from its history.
+        Raises :class:`TaskNotFound`."""
+        cost = await self.store.costs.task(validate_task_id(task_id))
+        if cost is None:
+            raise TaskNotFound(task_id)
+        return cost
+
+    async def workflow_cost(self, wf_id: str) -> WorkflowCost:
+        """What a workflow cost: its tasks of every version and retry, summed in all, per
+        stage and per task, with the waste split out (a regenerate's replaced work is
+        ``superseded``). Raises :class:`rsjobs.workflows.WorkflowNotFound`."""
+        from .workflows.client import validate_workflow_id
+
+        cost = await self.store.costs.workflow(validate_workflow_id(wf_id))
+        if cost is None:
+            raise WorkflowNotFound(wf_id)
+        return cost
+
+    async def costs(self, by: str = "type", *, name: str | None = None) -> CostReport:
+        """The namespace's cost totals along one dimension (``by``: queue, type, owner or
+        stage), a row per name (``name``: that one only), each split per category. Raises
+        :class:`ConfigError` for another dimension."""
+        if by not in DIMENSIONS:
+            raise ConfigError(f"by: one of {', '.join(DIMENSIONS)}, not {by!r}")
+        if name is not None and (not isinstance(name, str) or not 0 < len(name) <= 300):
+            raise ConfigError("name: a string of 1-300 characters")
+        return await self.store.costs.report(by, name)
+
     # -- control -------------------------------------------------------------------------
 
     async def ref(self, task_id: str) -> TaskRef:
@@ -901,16 +935,19 @@ class Client:
         *,
         provider: str | None = None,
         source: str | None = None,
+        charges: Mapping[str, float] | None = None,
     ) -> str:
         """End the wait of a DEFERRED task with its result (SUCCEEDED); returns the state
         after the call. The task is named by its id, or (with ``provider``, or when the
-        value is no task id) by the outside job's id it deferred on. A repeat of the same
+        value is no task id) by the outside job's id it deferred on. ``charges`` (unit ->
+        amount: the provider's bill) are added to the attempt's costs. A repeat of the same
         result answers the same state and writes nothing. Raises :class:`TaskNotFound`,
-        and :class:`InvalidTransition` when the task is not waiting on that job (finished,
+        :class:`ChargeError` for a bad charge (nothing written), and
+        :class:`InvalidTransition` when the task is not waiting on that job (finished,
         timed out past its longest wait, cancelled, another attempt): recorded in its
         history."""
         return await self._external(
-            "COMPLETE", task_or_external_id, provider, source, result=result
+            "COMPLETE", task_or_external_id, provider, source, result=result, charges=charges
         )
 
     async def fail_external(
@@ -921,13 +958,20 @@ class Client:
         retryable: bool = True,
         provider: str | None = None,
         source: str | None = None,
+        charges: Mapping[str, float] | None = None,
     ) -> str:
         """Fail the wait of a DEFERRED task: its retry policy decides (SCHEDULED for
         another attempt, or FAILED; ``retryable=False``: FAILED at once). As
         :meth:`complete_external` otherwise."""
         _check_reason(error)
         return await self._external(
-            "FAIL", task_or_external_id, provider, source, error=error, retryable=retryable
+            "FAIL",
+            task_or_external_id,
+            provider,
+            source,
+            error=error,
+            retryable=retryable,
+            charges=charges,
         )
 
     async def _external(

@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "ActionRefused",
     "BadSignature",
+    "ChargeError",
     "ConfigError",
     "CorruptData",
     "CorruptWorkflow",
@@ -35,6 +36,13 @@ class RsjobsError(Exception):
 
 class ConfigError(RsjobsError, ValueError):
     """Raised when a setting or argument is invalid (bad queue name, negative timeout...)."""
+
+
+class ChargeError(ConfigError):
+    """Raised when a handler's charge (:meth:`rsjobs.Context.charge`), or the charges of an
+    outside result, cannot be recorded: an amount that is not a finite number >= 0 or
+    passes the bound, a unit name that is not one, too many units in one attempt. Nothing
+    of the bad charge is kept; the attempt's other charges stand."""
 
 
 class PayloadError(RsjobsError, ValueError):

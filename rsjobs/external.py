@@ -12,9 +12,11 @@ recorded in the task's history; NOT_FOUND (no task, nothing written).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from .codec import encode_payload
+from .costs import Charges
 from .model import is_terminal
 from .store import Code, Store
 from .store.deferred import DEFAULT_PROVIDER, check_external
@@ -44,13 +46,19 @@ async def resolve_external(
     retryable: bool = True,
     via: str = "api",
     source: str = "api",
+    charges: Mapping[str, float] | None = None,
 ) -> Resolution:
     """COMPLETE (with ``result``) or FAIL (with ``error``) the wait of a DEFERRED task,
     named by ``task_id`` (and ``attempt``: a callback token's) or by ``external_id`` of
-    ``provider``. Raises :class:`rsjobs.ConfigError` for a malformed id and
+    ``provider``; ``charges`` (unit -> amount) are what the outside job cost, added to the
+    attempt's costs (:mod:`rsjobs.costs`). Raises :class:`rsjobs.ConfigError` for a
+    malformed id, :class:`rsjobs.ChargeError` for a bad charge and
     :class:`rsjobs.PayloadError` for a result over the payload limit (nothing written)."""
     if event not in ("COMPLETE", "FAIL"):
         raise ValueError(event)
+    bill = Charges()
+    for unit, amount in (charges or {}).items():
+        bill.add(amount, unit)
     deferred = store.deferred
     if external_id:
         check_external(external_id, provider)
@@ -80,6 +88,7 @@ async def resolve_external(
         error_type=error_type if event == "FAIL" else "",
         retryable=retryable,
         via=via,
+        charges=bill.text(),
     )
     if reply.code is Code.APPLIED and ref.wf and is_terminal(reply.state):
         # the workflow accounts for its task now (the driver would, at its next pass)

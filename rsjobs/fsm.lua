@@ -7,7 +7,11 @@ Common KEYS (every transition script):
   KEYS[2]  stats      hash    "<queue>:<STATE>" counts, "ev:<EVENT>" / "rej:<EVENT>" counters,
                               "started:<queue>" attempts started (for scripts/series.lua),
                               task durations "dur:<queue>:<STATE>:<le>", "dur_ms:<queue>:<STATE>"
-                              (see observe_duration)
+                              (see observe_duration), attempt durations "adur:<dim>|<name>|<le>",
+                              "adur_ms:<dim>|<name>" and retries "retry:<dim>|<name>" per
+                              queue, type and stage (see account_attempt); workflow
+                              durations "wfdur:<def>|<STATUS>|<le>", "wfdur_ms:<def>|<STATUS>"
+                              (wf_observe_duration in wf.lua)
   KEYS[3]  scheduled  zset    "<queue>:<id>" scored by due time (ms)
   KEYS[4]  deadlines  zset    "<queue>:<id>" scored by execution deadline (ms)
   KEYS[5..8]  done    stream  one per terminal state (SUCCEEDED, FAILED, CANCELLED,
@@ -23,7 +27,9 @@ Common KEYS (every transition script):
                               per predecessor (with successors) reaching a terminal state:
                               id, q, s (the state), sc (its successors), r (result) or err
                               (see note_release); scripts/successors.lua consumes them
-  KEYS[15] costs      hash    run time, attempts and charges per queue, type, owner, stage
+  KEYS[15] costs      hash    "<dim>|<name>|<unit>|<category>": attempts, run time (run_ms),
+                              deferred wait (wait_ms) and charges (millionths of their unit)
+                              per queue, type, owner and stage (see account_attempt)
   KEYS[16] running    hash    "<queue>|<owner>" -> its RUNNING tasks (per-owner limits)
 (KEYS[5..11] are the list indexes: see index_move.)
 The task keys, three per task (a script's items: its tasks, entries, members... follow the
@@ -54,11 +60,12 @@ from the task. Refusals are coalesced (see reject): the first refusal of an even
 the task stays in one state is an entry; repeats of it are counted on the task hash, so no
 sender can grow a history. Checks come before the
 first write of each task: Redis does not roll a script back.
-Counters (KEYS[2]) are summed per field while the script runs and written once per field
-when it ends, and dropped work entries are acked and deleted then with one XACK and one
-XDEL per queue stream (see `count`, `drop_entry` and `finish_call`; the loader wraps every
-script body so that this happens whether it returns or raises). A batch of N transitions
-costs a few HINCRBYs and one XACK and XDEL, not 3N and N of each.
+Counters (KEYS[2]) and costs (KEYS[15]) are summed per field while the script runs and
+written once per field when it ends, and dropped work entries are acked and deleted then
+with one XACK and one XDEL per queue stream (see `count`, `cost`, `drop_entry` and
+`finish_call`; the loader wraps every script body so that this happens whether it returns
+or raises). A batch of N transitions costs a few HINCRBYs and one XACK and XDEL, not 3N
+and N of each.
 ]]
 
 local TERMINAL = {SUCCEEDED = true, FAILED = true, CANCELLED = true, TIMED_OUT = true}
@@ -150,6 +157,13 @@ local function count(field, n)
   COUNTS[field] = (COUNTS[field] or 0) + n
 end
 
+-- Cost increments of this call (KEYS[15]): field -> sum, written by finish_call() (see
+-- account_attempt).
+local COSTS = {}
+local function cost(field, n)
+  COSTS[field] = (COSTS[field] or 0) + n
+end
+
 -- Work entries this call removes, per queue stream: {qkey = {entry, ...}}; acked and
 -- deleted by finish_call() with one XACK and one XDEL per stream (see drop_entry).
 local DROPS = {}
@@ -166,6 +180,10 @@ local function finish_call(main)
     redis.call('HINCRBY', STATS_KEY, field, n)
   end
   COUNTS = {}
+  for field, n in pairs(COSTS) do
+    if n ~= 0 then redis.call('HINCRBY', COSTS_KEY, field, n) end
+  end
+  COSTS = {}
   for qkey, entries in pairs(DROPS) do
     redis.call('XACK', qkey, GROUP, unpack(entries))
     redis.call('XDEL', qkey, unpack(entries))
@@ -450,6 +468,260 @@ local function observe_duration(t, to)
   count('dur_ms:' .. t.queue .. ':' .. to, ms)
 end
 
+-- Cost accounting (KEYS[15]; docs/costs.md; rsjobs/costs.py reads it and derives the same
+-- figures per task from its history). Each attempt is accounted once, by the transition
+-- that ends it: the one that takes its task out of RUNNING, or out of DEFERRED for an
+-- attempt a handler handed to an outside service (DEFER ends only the worker's part: it
+-- is accounted with the rest at the end of the wait). An attempt adds, for each dimension
+-- of its task (queue, type, owner when it has one, stage for a workflow's task), under the
+-- category its end gives (COST_CATEGORY), to the fields "<dim>|<name>|<unit>|<category>":
+--   attempts  1
+--   run_ms    its worker's time: START to its end (to its DEFER for a deferred attempt),
+--             both Redis TIME
+--   wait_ms   a deferred attempt's wait: DEFER to its end (no worker holds it meanwhile)
+--   <unit>    the charges sent with its end (finish.lua, wf_finish.lua; resolve.lua for an
+--             outside result) and with its DEFER, in millionths of the unit (integers: the
+--             sums are exact in any order)
+-- The charges are also kept on the history entry that carries them (token ch=<text>), so
+-- that a task's costs are read back from its history alone: the task hash keeps nothing
+-- else for this (a DEFERRED task keeps xh, the number of its DEFER entry, while it waits).
+-- The stats hash (KEYS[2]) gets the attempt's time, START to its end (its wait included),
+-- in the histogram "adur:<dim>|<name>|<le>" (bounds: DURATION_LE_MS) and "adur_ms:<dim>|
+-- <name>", and "retry:<dim>|<name>" when its end retries the task (FAIL, TIMEOUT or
+-- RECLAIM to SCHEDULED or PENDING), for the dimensions queue, type and stage (bounded by
+-- the names a deployment uses; owners are not: they are in the costs hash only).
+-- A regenerate's superseded tasks (wf_regenerate.lua) move the amounts of their succeeded
+-- attempt from the category ok to superseded (see supersede).
+
+-- The category of the attempt each event ends (the waste kinds are all but ok).
+local COST_CATEGORY = {COMPLETE = 'ok', FAIL = 'failed', TIMEOUT = 'timed_out',
+  RECLAIM = 'reclaimed', REQUEUE = 'reclaimed', DEADLETTER = 'failed', CANCEL = 'cancelled',
+  PAUSE = 'cancelled'}
+
+-- Charges: '' or "<unit>:<amount>[,<unit>:<amount>...]", each unit once, at most
+-- CHARGES_MAX of them; a unit is a lowercase letter then up to 15 of a-z, 0-9, '_', not one
+-- of the built-in units; an amount is a decimal >= 0 with at most 9 digits before its point
+-- and 6 after (rsjobs/costs.py formats them so). Returns {unit = millionths}, or nil and
+-- what is wrong: scripts check charges before their first write.
+local CHARGES_MAX, CHARGES_TEXT_MAX = 8, 300
+local BUILTIN_UNITS = {attempts = true, run_ms = true, wait_ms = true}
+local function parse_charges(text)
+  local out = {}
+  if text == nil or text == '' then return out, nil end
+  if type(text) ~= 'string' or #text > CHARGES_TEXT_MAX then return nil, 'charges too long' end
+  local n = 0
+  for item in string.gmatch(text .. ',', '([^,]*),') do
+    local unit, int, frac = string.match(item, '^([a-z][a-z0-9_]*):(%d+)%.?(%d*)$')
+    if unit == nil or #unit > 16 or BUILTIN_UNITS[unit] or #int > 9 or #frac > 6
+        or out[unit] ~= nil then
+      return nil, 'charge ' .. string.sub(item, 1, 40)
+    end
+    out[unit] = tonumber(int) * 1000000 + tonumber(frac .. string.rep('0', 6 - #frac))
+    n = n + 1
+    if n > CHARGES_MAX then return nil, 'more than ' .. CHARGES_MAX .. ' charge units' end
+  end
+  return out, nil
+end
+
+-- The tokens of a history entry's text before its message (see append_entry): event, state
+-- after, source, attempt, ms after c, then '!' and the name=value tokens.
+local function entry_tokens(v)
+  local head = string.match(v or '', '^([^|]*)') or ''
+  local out = {}
+  for tok in string.gmatch(head .. ' ', '([^ ]*) ') do out[#out + 1] = tok end
+  return out
+end
+
+-- Of the tokens of an entry: whether it is a refusal, and its charges text ('' = none).
+local function entry_charges(tok)
+  local refused, ch = false, ''
+  for k = 6, #tok do
+    if tok[k] == '!' then
+      refused = true
+    elseif string.sub(tok[k], 1, 3) == 'ch=' then
+      ch = string.sub(tok[k], 4)
+    end
+  end
+  return refused, ch
+end
+
+-- Add the charges text `ch` to the amounts `into` ({unit = millionths}).
+local function add_charges(into, ch)
+  for unit, v in pairs(parse_charges(ch) or {}) do into[unit] = (into[unit] or 0) + v end
+end
+
+-- The dimensions of task `t` (loaded): "<dim>|<name>" for its queue, type, owner and stage.
+local function cost_dims(t)
+  local d = {'queue|' .. t.queue}
+  if (t.type or '') ~= '' then d[#d + 1] = 'type|' .. t.type end
+  if (t.owner or '') ~= '' then d[#d + 1] = 'owner|' .. t.owner end
+  if (t.sname or '') ~= '' then d[#d + 1] = 'stage|' .. t.sname end
+  return d
+end
+
+-- The DEFER of the attempt of DEFERRED task `t`: its time (ms, Redis TIME) and charges,
+-- from the history entry xh names (nil, '' when it names none that reads).
+local function defer_part(t)
+  local hid = redis.call('HGET', t.key, 'xh')
+  if not hid then return nil, '' end
+  local tok = entry_tokens(redis.call('HGET', t.key, 'h' .. hid))
+  local ms = tonumber(tok[5])
+  if tok[1] ~= 'DEFER' or ms == nil then return nil, '' end
+  local _, ch = entry_charges(tok)
+  return (t.created or 0) + ms, ch
+end
+
+local RETRY_EVENTS = {FAIL = true, TIMEOUT = true, RECLAIM = true}
+
+-- The field names account_attempt adds to, built once per call for each kind of attempt
+-- (its dimensions, category and duration bucket): a batch of like attempts builds them once.
+-- costs: per dimension, its attempts, run_ms and wait_ms fields (3 each); stats: per
+-- dimension but the owner, its adur, adur_ms and retry fields (3 each); units[unit]: the
+-- costs fields of a charge unit, per dimension.
+local ACCOUNT_FIELDS = {}
+local function attempt_fields(t, cat, le)
+  local sig = t.queue .. '\n' .. (t.type or '') .. '\n' .. (t.owner or '') .. '\n'
+    .. (t.sname or '') .. '\n' .. cat .. '\n' .. le
+  local f = ACCOUNT_FIELDS[sig]
+  if f ~= nil then return f end
+  local dims = cost_dims(t)
+  local c, st = {}, {}
+  for _, d in ipairs(dims) do
+    c[#c + 1] = d .. '|attempts|' .. cat
+    c[#c + 1] = d .. '|run_ms|' .. cat
+    c[#c + 1] = d .. '|wait_ms|' .. cat
+    if string.sub(d, 1, 6) ~= 'owner|' then
+      st[#st + 1] = 'adur:' .. d .. '|' .. le
+      st[#st + 1] = 'adur_ms:' .. d
+      st[#st + 1] = 'retry:' .. d
+    end
+  end
+  f = {costs = c, stats = st, units = {}, dims = dims, cat = cat}
+  ACCOUNT_FIELDS[sig] = f
+  return f
+end
+
+-- The costs fields of charge unit `unit` for the attempts of fields `f`.
+local function unit_fields(f, unit)
+  local u = f.units[unit]
+  if u == nil then
+    u = {}
+    for j, d in ipairs(f.dims) do u[j] = d .. '|' .. unit .. '|' .. f.cat end
+    f.units[unit] = u
+  end
+  return u
+end
+
+-- Account for the attempt `event` ends as it takes `t` from `from` (RUNNING or DEFERRED)
+-- to `to`, with the charges t.charges (a text parse_charges accepted, or nil; t.amounts:
+-- what it parsed to, when the caller kept it); returns the history fields `extra` of its
+-- entry with the charges token added. DEFER adds the token only: its attempt is accounted
+-- when the wait ends.
+local function account_attempt(t, event, from, to, extra)
+  local charges = t.charges or ''
+  if charges ~= '' then
+    local e = {}
+    for j = 1, #(extra or {}) do e[j] = extra[j] end
+    e[#e + 1] = 'ch'; e[#e + 1] = charges
+    extra = e
+  end
+  if event == 'DEFER' then return extra end
+  local amounts = nil
+  if charges ~= '' then
+    amounts = {}
+    for unit, v in pairs(t.amounts or parse_charges(charges) or {}) do amounts[unit] = v end
+  end
+  local started = t.started or NOW
+  local run, wait = math.max(0, NOW - started), nil
+  if from == 'DEFERRED' then
+    local at, ch = defer_part(t)
+    wait = 0
+    if at ~= nil then
+      run, wait = math.max(0, at - started), math.max(0, NOW - at)
+    end
+    if ch ~= '' then
+      amounts = amounts or {}
+      add_charges(amounts, ch)
+    end
+    redis.call('HDEL', t.key, 'xh')
+  end
+  local ms = run + (wait or 0)
+  local le = 'inf'
+  for j = 1, #DURATION_LE_MS do
+    if ms <= DURATION_LE_MS[j] then le = DURATION_LE_MS[j]; break end
+  end
+  local f = attempt_fields(t, COST_CATEGORY[event] or 'failed', le)
+  local c, st = f.costs, f.stats
+  for j = 1, #c, 3 do
+    cost(c[j], 1)
+    cost(c[j + 1], run)
+    if wait ~= nil then cost(c[j + 2], wait) end
+  end
+  if amounts ~= nil then
+    for unit, v in pairs(amounts) do
+      local u = unit_fields(f, unit)
+      for j = 1, #u do cost(u[j], v) end
+    end
+  end
+  local retried = RETRY_EVENTS[event] and (to == 'SCHEDULED' or to == 'PENDING')
+  for j = 1, #st, 3 do
+    count(st[j], 1)
+    count(st[j + 1], ms)
+    if retried then count(st[j + 2], 1) end
+  end
+  return extra
+end
+
+-- The amounts of the attempt that ended SUCCEEDED task `t` (loaded) with COMPLETE, read
+-- back from its history as account_attempt counted them: run_ms, wait_ms (nil when it was
+-- not deferred) and charges {unit = millionths}; nil when its history has no COMPLETE.
+local function ok_attempt(t)
+  local att, done_at, defer_at, start_at = nil, nil, nil, nil
+  local amounts = {}
+  for j = (t.hn or 0), 1, -1 do
+    local tok = entry_tokens(redis.call('HGET', t.key, 'h' .. j))
+    local ms = tonumber(tok[5])
+    local refused, ch = entry_charges(tok)
+    if not refused and ms ~= nil then
+      if att == nil then
+        if tok[1] == 'COMPLETE' then att, done_at = tok[4], ms; add_charges(amounts, ch) end
+      elseif tok[4] == att then
+        if tok[1] == 'DEFER' then
+          defer_at = ms; add_charges(amounts, ch)
+        elseif tok[1] == 'START' then
+          start_at = ms; break
+        end
+      end
+    end
+  end
+  if att == nil then return nil end
+  start_at = start_at or done_at
+  if defer_at ~= nil then
+    return math.max(0, defer_at - start_at), math.max(0, done_at - defer_at), amounts
+  end
+  return math.max(0, done_at - start_at), nil, amounts
+end
+
+-- SUPERSEDED: a regenerate replaced the work of SUCCEEDED task `t` (loaded): the amounts of
+-- its succeeded attempt move from ok to superseded in the costs hash. The caller makes it
+-- once per task (wf_regenerate.lua: the tasks of the slots it leaves behind). Returns
+-- whether there was such an attempt.
+local function supersede(t)
+  local run, wait, amounts = ok_attempt(t)
+  if run == nil then return false end
+  for _, d in ipairs(cost_dims(t)) do
+    local function move(unit, v)
+      cost(d .. '|' .. unit .. '|ok', -v)
+      cost(d .. '|' .. unit .. '|superseded', v)
+    end
+    move('attempts', 1)
+    move('run_ms', run)
+    if wait ~= nil then move('wait_ms', wait) end
+    for unit, v in pairs(amounts) do move(unit, v) end
+  end
+  return true
+end
+
 -- The list indexes (KEYS[5..11]; rsjobs/store/index.py reads them, the reaper's trim.lua
 -- trims them). What Redis holds already is not kept again: PENDING and RUNNING tasks are
 -- their queue stream's entries (RUNNING: those delivered), SCHEDULED ones the scheduled
@@ -592,7 +864,12 @@ local function transition(t, event, to, msg, fields, extra)
       f[#f + 1] = fld(fields[j]); f[#f + 1] = fields[j + 1]
     end
   end
+  -- the end of an attempt, or of its worker's part (DEFER): its costs
+  if from ~= to and (from == 'RUNNING' or from == 'DEFERRED') then
+    extra = account_attempt(t, event, from, to, extra)
+  end
   local hid = append_entry(f, t, to, event, msg, false, extra)
+  if event == 'DEFER' then f[#f + 1] = 'xh'; f[#f + 1] = hid end
   if TERMINAL[to] then
     redis.call('HDEL', t.key, unpack(TERMINAL_DROP))
   end
@@ -633,9 +910,10 @@ local function load(i, names)
   local key, qkey, dkey = task_keys(i)
   -- (wf, the workflow of a workflow's task, is read here for append_entry's events entry:
   -- one HMGET per task and call, not a read per entry; owner and labels for index_move)
-  -- (sc: a predecessor's successors, for note_release: empty for every other task)
+  -- (sc: a predecessor's successors, for note_release: empty for every other task;
+  -- t and wf_stage_name: the task's type and stage, for account_attempt)
   local q = {'s', 'id', 'q', 'a', 'dedup', 'refusals', 'c', 'hn', 'b', 'wf', 'owner', 'labels',
-    'sc'}
+    'sc', 't', 'wf_stage_name'}
   local base = #q
   for j = 1, #names do q[#q + 1] = fld(names[j]) end
   local v = redis.call('HMGET', key, unpack(q))
@@ -655,7 +933,8 @@ local function load(i, names)
   local t = {key = key, qkey = qkey, dkey = dkey, state = v[1], id = v[2],
     queue = v[3], attempt = tonumber(v[4]) or 0, dedup = v[5], refusals = v[6],
     created = tonumber(v[7]), hn = tonumber(v[8]) or 0, started = tonumber(v[9]),
-    wf = v[10] or '', owner = v[11] or '', labels = v[12] or '', succ = v[13] or '', f = {}}
+    wf = v[10] or '', owner = v[11] or '', labels = v[12] or '', succ = v[13] or '',
+    type = v[14] or '', sname = v[15] or '', f = {}}
   for j = 1, #names do t.f[names[j]] = v[base + j] end
   return t
 end
@@ -764,9 +1043,10 @@ local function new_task(i, id, typ, queue, payload, o, msg, more, extra)
   local dedup, owner = o.dedup or '', o.owner or ''
   local t = {key = key, qkey = qkey, dkey = dkey, id = id, queue = queue,
     state = '', attempt = 0, dedup = dedup, created = NOW, hn = 0, wf = '', owner = owner,
-    labels = o.labels or '', label_table = o.label_table}
+    labels = o.labels or '', label_table = o.label_table, type = typ, sname = ''}
   for j = 1, #(more or {}), 2 do
     if more[j] == 'wf' then t.wf = more[j + 1] end
+    if more[j] == 'wf_stage_name' then t.sname = more[j + 1] end
   end
   local fields = {'id', id, 't', typ, 'q', queue, 'p', payload, 'c', NOW}
   if o.max_attempts ~= MAX_ATTEMPTS then

@@ -28,6 +28,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .client import Client, connect
+from .costs import CostReport, TaskCost, WorkflowCost
 from .errors import ConfigError
 from .queries import Labels, Names
 from .schedules import ScheduleInfo
@@ -306,6 +307,21 @@ class SyncClient:
         r = self._runner()
         return r.run(r.client.counters())
 
+    def task_cost(self, task_id: str) -> TaskCost:
+        """What a task cost, per attempt and in sum (see :meth:`rsjobs.Client.task_cost`)."""
+        r = self._runner()
+        return r.run(r.client.task_cost(task_id))
+
+    def workflow_cost(self, wf_id: str) -> WorkflowCost:
+        """What a workflow cost (see :meth:`rsjobs.Client.workflow_cost`)."""
+        r = self._runner()
+        return r.run(r.client.workflow_cost(wf_id))
+
+    def costs(self, by: str = "type", *, name: str | None = None) -> CostReport:
+        """The cost totals along one dimension (see :meth:`rsjobs.Client.costs`)."""
+        r = self._runner()
+        return r.run(r.client.costs(by, name=name))
+
     def ref(self, task_id: str) -> TaskRef:
         """The task's state, owner, queue and dedup key in one read; raises
         :class:`rsjobs.TaskNotFound`."""
@@ -385,12 +401,13 @@ class SyncClient:
         *,
         provider: str | None = None,
         source: str | None = None,
+        charges: Mapping[str, float] | None = None,
     ) -> str:
         """End a DEFERRED task's wait with its result (see Client.complete_external)."""
         r = self._runner()
         return r.run(
             r.client.complete_external(
-                task_or_external_id, result, provider=provider, source=source
+                task_or_external_id, result, provider=provider, source=source, charges=charges
             )
         )
 
@@ -402,6 +419,7 @@ class SyncClient:
         retryable: bool = True,
         provider: str | None = None,
         source: str | None = None,
+        charges: Mapping[str, float] | None = None,
     ) -> str:
         """Fail a DEFERRED task's wait (see Client.fail_external)."""
         r = self._runner()
@@ -412,6 +430,7 @@ class SyncClient:
                 retryable=retryable,
                 provider=provider,
                 source=source,
+                charges=charges,
             )
         )
 

@@ -161,6 +161,21 @@ local function wf_settle(w)
   end
 end
 
+-- A finished workflow's time, start to finish (Redis TIME), in the stats hash's histogram
+-- "wfdur:<definition>|<STATUS>|<le>" (bounds: DURATION_LE_MS in fsm.lua) and its sum
+-- "wfdur_ms:<definition>|<STATUS>" (rsjobs/metrics.py: rsjobs_workflow_duration_seconds).
+local function wf_observe_duration(to)
+  local v = redis.call('HMGET', WF_KEY, 'created_at', 'def')
+  local ms = math.max(0, NOW - (tonumber(v[1]) or NOW))
+  local le = 'inf'
+  for j = 1, #DURATION_LE_MS do
+    if ms <= DURATION_LE_MS[j] then le = DURATION_LE_MS[j]; break end
+  end
+  local d = (v[2] or '?') .. '|' .. to
+  count('wfdur:' .. d .. '|' .. le, 1)
+  count('wfdur_ms:' .. d, ms)
+end
+
 -- Apply a workflow transition the table allows. `fields`: extra hash fields to set.
 local function wf_transition(w, event, to, msg, fields, extra)
   if not wf_allowed(w.status, event, to) then
@@ -176,6 +191,7 @@ local function wf_transition(w, event, to, msg, fields, extra)
   end
   redis.call('HSET', WF_KEY, unpack(f))
   count('wfev:' .. event, 1)
+  if WF_TERMINAL[to] then wf_observe_duration(to) end
   w.status = to
   local hid = wf_record(w, from, to, event, msg, false, extra)
   if WF_TERMINAL[to] then
@@ -345,13 +361,17 @@ end
 -- ENQUEUE the task at task index `i` for the current version and stage, from the SPEC
 -- values at ARGV[a + 1 ...] (id, type, queue, payload, options, item, kind) and its
 -- checked options `o`. Its owner is the workflow's; it has no dedup key, delay or
--- queue-wait deadline. It becomes the current task of its slot and joins the open set.
+-- queue-wait deadline; it keeps its stage's qualified name (wf_stage_name). It becomes the
+-- current task of its slot and joins the open set.
 -- `extra_fields` (may be nil) are more task hash fields.
 local function create_task(w, i, a, o, msg, extra_fields)
   local id, typ, queue, item = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 6]
   o.owner, o.dedup, o.delay_ms, o.wait_timeout_ms = w.owner, nil, nil, nil
+  -- (wf_stage_name: "<definition>/<stage>", the task's stage dimension in the costs hash,
+  -- see account_attempt in fsm.lua)
+  local sname = tostring(wf_plan(w).definition or '?') .. '/' .. w.stage_name
   local more = {'wf', w.id, 'wf_version', w.version, 'wf_stage', w.stage, 'wf_item', item,
-    'wf_kind', ARGV[a + 7]}
+    'wf_kind', ARGV[a + 7], 'wf_stage_name', sname}
   if extra_fields ~= nil then
     for j = 1, #extra_fields do more[#more + 1] = extra_fields[j] end
   end

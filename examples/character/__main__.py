@@ -18,7 +18,8 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 
-from rsjobs import Settings, Worker, connect
+from rsjobs import Client, Settings, Worker, connect
+from rsjobs.costs import WorkflowCost
 from rsjobs.reaper import Reaper, ReaperConfig
 from rsjobs.server import EmbeddedRedis
 from rsjobs.workflows import ActionRefused, WorkflowClient, WorkflowDriver, WorkflowStatus
@@ -173,6 +174,21 @@ def summary(doc: WorkflowStatus, assets_by_version: dict[int, int]) -> None:
     print(f"assets kept per version: {versions}")
 
 
+def cost_summary(cost: WorkflowCost) -> None:
+    """What the character cost, and what of it was waste (``rsjobs cost --workflow ID``)."""
+    total, waste = cost.totals.total, cost.totals.waste
+    print(
+        f"cost: {total.get('gpu_s', 0):.2f} GPU s, ${total.get('usd', 0):.4f} in "
+        f"{total.get('attempts', 0)} attempts of {len(cost.tasks)} tasks"
+    )
+    kinds = ", ".join(
+        f"{c} {row.get('gpu_s', 0):.2f} GPU s ({row.get('attempts', 0)} attempts)"
+        for c, row in cost.totals.categories.items()
+        if c != "ok"
+    )
+    print(f"waste: {waste.get('gpu_s', 0):.2f} GPU s, ${waste.get('usd', 0):.4f}: {kinds or '-'}")
+
+
 async def main(args: argparse.Namespace) -> int:
     url = os.environ.get("RSJOBS_URL")
     server = None
@@ -204,6 +220,7 @@ async def main(args: argparse.Namespace) -> int:
         for a in await wf.all_assets(wid):
             by_version[a.version] = by_version.get(a.version, 0) + 1
         summary(doc, by_version)
+        cost_summary(await Client(wf.redis, settings).workflow_cost(wid))
         return 0 if final == "PUBLISHED" else 1
     finally:
         await wf.close()

@@ -1,7 +1,10 @@
-"""The handlers: stand-in generators with latency, progress and failures.
+"""The handlers: stand-in generators with latency, progress, failures and costs.
 
 Each writes a real file under ``$RSJOBS_DEMO_OUT`` (default ``out/character``) and returns
-``{"ref": <path>, ...}``: the asset the workflow records. Run a pool for one stage with
+``{"ref": <path>, ...}``: the asset the workflow records. Each charges what a real one
+would pay for: the GPU seconds of every step (``gpu_s``) and their price (``usd``), so
+``rsjobs cost --workflow <id>`` shows what a character cost, and what its failed and
+regenerated work wasted. Run a pool for one stage with
 ``rsjobs worker examples.character.generators:tasks -q emotions``.
 """
 
@@ -22,6 +25,9 @@ tasks = Registry()
 
 OUT = Path(os.environ.get("RSJOBS_DEMO_OUT", "out/character"))
 
+#: what one GPU second costs the stand-in service
+USD_PER_GPU_S = 0.0008
+
 
 def _path(payload: dict[str, Any], ext: str) -> Path:
     return OUT / payload["workflow"] / f"v{payload['version']}" / f"{payload['item']}.{ext}"
@@ -34,7 +40,10 @@ async def _work(ctx: Context, payload: dict[str, Any], seconds: float, what: str
     rng = random.Random(f"{payload['workflow']}:{payload['version']}:{ctx.task_id}:{ctx.attempt}")
     steps = 5
     for i in range(steps):
-        await asyncio.sleep(seconds * float(p.get("speed", 1.0)) / steps * rng.uniform(0.6, 1.4))
+        step = seconds / steps * rng.uniform(0.6, 1.4)  # GPU time, whatever the demo's speed
+        await asyncio.sleep(step * float(p.get("speed", 1.0)))
+        ctx.charge(round(step, 3), unit="gpu_s")
+        ctx.charge(round(step * USD_PER_GPU_S, 6), unit="usd")
         if i == 2 and rng.random() < float(p.get("fail_rate", 0)):
             raise RuntimeError(f"{what}: generation service timed out (transient)")
         await ctx.progress(100 * (i + 1) / steps, f"{what} {i + 1}/{steps}")

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from ..cli import SOURCE, CliError, settings_from_args
+from ..cli import SOURCE, CliError, add_metrics_options, settings_from_args
 from ..client import Client, connect
 from ..console import commands as show
 from ..errors import ConfigError
@@ -66,7 +66,13 @@ async def cmd_reaper(args: argparse.Namespace) -> int:
     # one JSON line per sweep: the message is the whole record
     setup_logging(args.log_level, args.log_format, "%(message)s")
     reaper = Reaper(
-        url=args.url, settings=settings, config=config, name=args.name, handle_signals=not args.once
+        url=args.url,
+        settings=settings,
+        config=config,
+        name=args.name,
+        handle_signals=not args.once,
+        metrics_port=None if args.once else args.metrics_port,
+        metrics_host=args.metrics_host,
     )
     try:
         if args.once:
@@ -153,6 +159,7 @@ def register(sub: Any) -> None:
     r.add_argument("--once", action="store_true", help="one sweep, print its report, exit")
     r.add_argument("--quiet", action="store_true", help="log only sweeps that changed something")
     r.add_argument("--name", default=None)
+    add_metrics_options(r, "this reaper's")
     r.set_defaults(func=cmd_reaper)
 
     w = sub.add_parser("workers", help="live and dead workers with their in-flight tasks")

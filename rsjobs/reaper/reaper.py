@@ -33,8 +33,9 @@ from typing import TypeVar
 import msgspec
 from redis.asyncio import Redis
 
-from ..errors import NotMigrated, RedisUnavailable
+from ..errors import ConfigError, NotMigrated, RedisUnavailable
 from ..logfmt import FIELDS
+from ..metrics import Exporter, serve_metrics
 from ..settings import Settings
 from ..store import Store
 from ..store.connection import connect
@@ -42,6 +43,7 @@ from ..store.isolation import about_item
 from ..store.transient import is_failover
 from .config import ReaperConfig
 from .deadlines import enforce_deadlines
+from .metrics import reaper_families
 from .promotion import promote
 from .quarantine import log_error
 from .recovery import recover
@@ -141,7 +143,9 @@ class Reaper:
 
     Pass a ``redis`` client (``decode_responses=True``, e.g. :func:`rsjobs.connect`) or
     a ``url``. ``settings`` must match the workers' (namespace, retention). All timings
-    are in :class:`ReaperConfig`, in milliseconds.
+    are in :class:`ReaperConfig`, in milliseconds. ``metrics_port``: serve Prometheus
+    metrics (the namespace's and this reaper's own, :mod:`rsjobs.metrics`) at
+    ``http://<metrics_host>:<port>/metrics`` while :meth:`run` runs (0: a free port).
     """
 
     def __init__(
@@ -153,7 +157,11 @@ class Reaper:
         config: ReaperConfig | None = None,
         name: str | None = None,
         handle_signals: bool = False,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
     ) -> None:
+        if metrics_port is not None and not 0 <= metrics_port <= 65535:
+            raise ConfigError("metrics_port must be a TCP port (0: any free one)")
         self.redis = redis if redis is not None else connect(url)
         self._own_redis = redis is None
         self._url = url if redis is None else None
@@ -174,6 +182,11 @@ class Reaper:
         #: the minute (ms) of the last series sample this reaper took or found taken, and
         #: the queues it sampled
         self._sampled: tuple[int, frozenset[str]] = (-1, frozenset())
+        #: Prometheus metrics (the namespace's and this reaper's) on metrics_port (None:
+        #: not served) at metrics_host, while run() runs
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
+        self.metrics_server: asyncio.Server | None = None
 
     async def close(self) -> None:
         if self._own_redis:
@@ -344,6 +357,7 @@ class Reaper:
         )
         backoff = 0.1
         try:
+            await self._serve_metrics()
             while not self._stopping.is_set():
                 delay = cfg.interval_ms / 1000
                 try:
@@ -382,7 +396,22 @@ class Reaper:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), delay)
         finally:
+            if self.metrics_server is not None:
+                self.metrics_server.close()
             if self.handle_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
             self._log("stop", reaper=self.name, sweeps=self.sweeps)
+
+    async def _serve_metrics(self) -> None:
+        if self.metrics_port is None:
+            return
+        exporter = Exporter(self.store, lambda: reaper_families(self.sweeps, self.totals))
+        try:
+            server = await serve_metrics(exporter.render, self.metrics_port, self.metrics_host)
+        except OSError as exc:
+            where = f"{self.metrics_host}:{self.metrics_port}"
+            raise ConfigError(f"metrics: cannot listen on {where}: {exc}") from None
+        self.metrics_server = server
+        port = server.sockets[0].getsockname()[1]
+        self._log("metrics", reaper=self.name, url=f"http://{self.metrics_host}:{port}/metrics")

@@ -20,6 +20,9 @@ ARGV: common (see fsm.lua), then
   ARGV[8]   max_wait_ms    the longest wait, >= 1
   ARGV[9]   poll_every_ms  0 = no polls (a callback or a client call ends the wait)
   ARGV[10]  message        a note for the history ('' = none; at most TEXT_MAX bytes)
+  ARGV[11]  charges        what the handler charged before deferring ('' = nothing; see
+                           parse_charges in fsm.lua): on the DEFER entry (ch), accounted
+                           with the attempt when its wait ends
 Returns: {code, state}:
    1  applied: DEFERRED
    2  a repeated DEFER of the lease holder (its reply was lost): nothing written
@@ -27,12 +30,13 @@ Returns: {code, state}:
   -2  refused: the task is no longer RUNNING;  -3  refused: RUNNING under another lease
   -6  refused: the external id is the wait of another task (recorded)
 An error (nothing written) when an external id, provider, max_wait_ms, poll_every_ms,
-lease or message is malformed.
+lease, message or charges are malformed.
 Events: DEFER (RUNNING -> DEFERRED; history fields x external id, xw longest wait, xo poll
-  period (when > 0)); refused ones
+  period (when > 0), ch charges; the task hash keeps the entry's number in xh while it
+  waits, see account_attempt in fsm.lua); refused ones
   recorded with rej=1.
 ]]
-local _, bad = layout(6, 0, 3, 2, 1)
+local _, bad = layout(7, 0, 3, 2, 1)
 if bad then return bad end
 local XKEY, POLLS_KEY = KEYS[#KEYS - 1], KEYS[#KEYS]
 local lease, ext, provider = ARGV[5], ARGV[6], ARGV[7]
@@ -43,6 +47,8 @@ if not is_provider(provider) then return bad_arg('provider', provider) end
 if not is_count(ARGV[8]) or max_wait < 1 then return bad_arg('max_wait_ms', ARGV[8]) end
 if not is_count(ARGV[9]) then return bad_arg('poll_every_ms', ARGV[9]) end
 if #msg > TEXT_MAX then return bad_arg('message length', #msg) end
+local charged, why = parse_charges(ARGV[11])
+if not charged then return bad_arg('charges (' .. why .. ')', string.sub(ARGV[11], 1, 80)) end
 
 local t = load(1, {'lease', 'entry', 'external_id'})
 if t == nil then return {-1, ''} end
@@ -69,5 +75,6 @@ if poll > 0 then fields[#fields + 1] = 'poll_ms'; fields[#fields + 1] = poll end
 -- (the provider is the hash's xp field: the entry names the job, the wait, the polls)
 local extra = {'x', ext, 'xw', max_wait}
 if poll > 0 then extra[#extra + 1] = 'xo'; extra[#extra + 1] = poll end
+t.charges = ARGV[11]
 transition(t, 'DEFER', 'DEFERRED', msg, fields, extra)
 return {1, t.state}

@@ -12,6 +12,8 @@ ARGV: common (see fsm.lua), then
     delay_ms    retry delay override, '-1' = the task's exponential backoff
     jitter      random number in [0, 1) for the backoff jitter
     traceback   FAIL: the bounded traceback of the handler's exception ('' = none)
+    charges     what the handler charged to the attempt ('' = nothing; see parse_charges
+                in fsm.lua): accounted with it, and kept on its end's history entry (ch)
 Returns: per task {code, state} ({code, state, 1} when the end wrote the task's release
   entry: it has successors, and the worker runs the release step, successors.lua):
    1  applied; state is the new state (SUCCEEDED, SCHEDULED, FAILED, TIMED_OUT, PENDING)
@@ -21,15 +23,17 @@ Returns: per task {code, state} ({code, state, 1} when the end wrote the task's 
   -3  refused: RUNNING under another lease (fencing: this worker lost its lease)
 An error (nothing written) when an event is unknown, a delay is not '-1' or an integer
 >= 0, a jitter is not a number in [0, 1], a lease is longer than TEXT_MAX bytes (it is
-quoted in the history of a refusal), or a traceback longer than TRACEBACK_MAX (fsm.lua).
+quoted in the history of a refusal), a traceback longer than TRACEBACK_MAX, or charges
+parse_charges refuses (fsm.lua). The charges of a refused end are not recorded.
 Events: COMPLETE, FAIL, TIMEOUT, REQUEUE; rejected ones are recorded with rej=1 (and the
   attempt their lease names). A FAIL entry carries the attempt's exception type (et) and
   traceback (tb) when the worker sent them (see failure_fields in fsm.lua).
 ]]
-local PER = 8
+local PER = 9
 local EVENTS = {COMPLETE = true, FAIL = true, TIMEOUT = true, REQUEUE = true}
 local n, bad = layout(0, PER, 3, 0)
 if bad then return bad end
+local amounts = {}  -- per task: its charges, parsed
 for i = 1, n do  -- the whole batch before the first write
   local a = NARGV + (i - 1) * PER
   if not EVENTS[ARGV[a + 1]] then return bad_arg('event', ARGV[a + 1]) end
@@ -39,6 +43,9 @@ for i = 1, n do  -- the whole batch before the first write
   if not is_number(ARGV[a + 7], 0, 1) then return bad_arg('jitter', ARGV[a + 7]) end
   if #ARGV[a + 2] > TEXT_MAX then return bad_arg('lease length', #ARGV[a + 2]) end
   if #ARGV[a + 8] > TRACEBACK_MAX then return bad_arg('traceback length', #ARGV[a + 8]) end
+  local parsed, why = parse_charges(ARGV[a + 9])
+  if not parsed then return bad_arg('charges (' .. why .. ')', string.sub(ARGV[a + 9], 1, 80)) end
+  amounts[i] = parsed
 end
 local out = {}
 for i = 1, n do
@@ -53,6 +60,7 @@ for i = 1, n do
     out[i] = check_lease(t, event, lease)
     if out[i] == nil then
       local before = RELEASES
+      t.charges, t.amounts = ARGV[a + 9], amounts[i]
       end_attempt(t, event, body, etype, retryable, delay, jitter,
         failure_fields(event, etype, ARGV[a + 8]))
       out[i] = {1, t.state}

@@ -27,6 +27,8 @@ ARGV: common (see fsm.lua), then
   ARGV[11]  jitter       random number in [0, 1) for the backoff jitter
   ARGV[12]  via          callback | poll | api: how the result came (history field via, when
                          it is not the call's source)
+  ARGV[13]  charges      COMPLETE / FAIL: what the outside job cost ('' = nothing; see
+                         parse_charges in fsm.lua), accounted with the attempt; '' for AGAIN
 Returns: {code, state} ({code, state, 1} when the end wrote the task's release entry: it
   has successors, and the caller runs the release step, successors.lua):
    1  applied; state is the new state (SUCCEEDED, SCHEDULED, FAILED; AGAIN: DEFERRED)
@@ -37,14 +39,15 @@ Returns: {code, state} ({code, state, 1} when the end wrote the task's release e
 A result that finds the wait over by Redis TIME (wait_until passed, the reaper has not
 swept it yet) times the attempt out first (TIMEOUT, as deadline.lua would), then is
 refused (-2).
-An error (nothing written) when the event, attempt, external id, error type, jitter or
-via is malformed.
+An error (nothing written) when the event, attempt, external id, error type, jitter, via
+or charges are malformed (or charges come with AGAIN). The charges of a refused result
+are not recorded.
 Events: COMPLETE (DEFERRED -> SUCCEEDED), FAIL (DEFERRED -> SCHEDULED | FAILED), TIMEOUT
   (DEFERRED -> SCHEDULED | TIMED_OUT, past the longest wait); refused
   ones recorded with rej=1. AGAIN is no event (a poll is no transition) and its refusals
   are not recorded: a stale poll's member is dropped.
 ]]
-local _, bad = layout(8, 0, 3, 2, 1)
+local _, bad = layout(9, 0, 3, 2, 1)
 if bad then return bad end
 local XKEY, POLLS_KEY = KEYS[#KEYS - 1], KEYS[#KEYS]
 local event, att_arg, ext, body = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
@@ -57,6 +60,10 @@ if ext ~= '' and not is_external(ext) then return bad_arg('external_id', ext) en
 if #etype > 200 then return bad_arg('error_type length', #etype) end
 if not is_number(ARGV[11], 0, 1) then return bad_arg('jitter', ARGV[11]) end
 if not VIA[via] then return bad_arg('via', via) end
+local charged, why = parse_charges(ARGV[13])
+if not charged or (event == 'AGAIN' and ARGV[13] ~= '') then
+  return bad_arg('charges (' .. (why or 'none with AGAIN') .. ')', string.sub(ARGV[13], 1, 80))
+end
 local jitter = tonumber(ARGV[11])
 
 local names = {'external_id', 'provider', 'poll_ms', 'resolved', 'wait_until'}
@@ -107,6 +114,7 @@ redis.call('HSET', t.key, 'xd', att .. string.sub(event, 1, 1))
 -- (via: how the result came, when the source does not say it already)
 local extra = nil
 if via ~= SOURCE then extra = {'via', via} end
+t.charges, t.amounts = ARGV[13], charged
 end_attempt(t, event, body, etype, retryable, -1, jitter, extra, nil)
 if TERMINAL[t.state] and RETENTION_MS > 0 then
   local holder = redis.call('GET', XKEY)

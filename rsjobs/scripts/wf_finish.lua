@@ -29,6 +29,8 @@ ARGV: common (see fsm.lua), the workflow's (see wf.lua), then
     delay_ms    retry delay override, '-1' = the task's exponential backoff
     jitter      random number in [0, 1) for the backoff jitter
     traceback   FAIL: the bounded traceback of the handler's exception ('' = none)
+    charges     what the handler charged to the attempt ('' = nothing; as finish.lua's):
+                accounted with the attempt, also when the workflow refuses its result
 Returns: {code, task state, workflow status, drive, message}
    1  applied
    2  a repeated COMPLETE from the lease holder of a SUCCEEDED task: nothing written
@@ -37,12 +39,12 @@ Returns: {code, task state, workflow status, drive, message}
   -4  refused by the workflow (message says why): the task is now CANCELLED
   drive = 1 when the workflow needs the driver now (spawn the next stage, or cancel the
   open tasks of a workflow that just FAILED): the worker then calls it at once.
-An error (nothing written) when the event, delay, jitter or traceback is malformed (as in
-finish.lua).
+An error (nothing written) when the event, delay, jitter, traceback or charges are
+malformed (as in finish.lua).
 Events: the task's COMPLETE / FAIL / TIMEOUT / REQUEUE (or CANCEL); the workflow's ASSET
   note, GATE, READY, ADVANCE, TASK_FAILED; refused RESULT entries.
 ]]
-local _, bad = layout(2, 8, 3, WF_NKEYS, 1)
+local _, bad = layout(2, 9, 3, WF_NKEYS, 1)
 if bad then return bad end
 local EVENTS = {COMPLETE = true, FAIL = true, TIMEOUT = true, REQUEUE = true}
 if not EVENTS[ARGV[7]] then return bad_arg('event', ARGV[7]) end
@@ -50,6 +52,10 @@ if ARGV[12] ~= '-1' and not is_count(ARGV[12]) then return bad_arg('delay_ms', A
 if not is_number(ARGV[13], 0, 1) then return bad_arg('jitter', ARGV[13]) end
 if #ARGV[8] > TEXT_MAX then return bad_arg('lease length', #ARGV[8]) end
 if #ARGV[14] > TRACEBACK_MAX then return bad_arg('traceback length', #ARGV[14]) end
+local charged, why_charges = parse_charges(ARGV[15])
+if not charged then
+  return bad_arg('charges (' .. why_charges .. ')', string.sub(ARGV[15], 1, 80))
+end
 local event, lease, body = ARGV[7], ARGV[8], ARGV[9]
 local etype, retryable = ARGV[10], ARGV[11] == '1'
 local delay, jitter = tonumber(ARGV[12]), tonumber(ARGV[13])
@@ -71,6 +77,7 @@ if refused ~= nil then
   end
   return {refused[1], refused[2], wstatus, drive_flag(w), ''}
 end
+t.charges, t.amounts = ARGV[15], charged
 
 -- the lease holds: does the workflow still take this task's result?
 local why = nil

@@ -13,7 +13,8 @@ The parts are attributes, each one idea: ``tasks`` (clients and the web app), ``
 ``series`` (per-minute queue series), ``deferred`` (attempts waiting on outside jobs:
 hand-off, results, polls), ``hooks`` (the hook stream, its retries, dead letters and
 webhooks: ``rsjobs hooks``), ``schedules`` (recurring tasks), ``successors`` (tasks that
-wait for others: their submit and the release step).
+wait for others: their submit and the release step), ``costs`` (the costs hash, and a
+task's or workflow's costs from their histories).
 The namespace's layout is checked before the first script call (:mod:`.marker`); processes
 check it at start with :meth:`Store.require_layout`.
 """
@@ -24,6 +25,7 @@ from redis.asyncio import Redis
 
 from ..settings import Settings
 from .connection import connect, describe, reset_connections
+from .costs import Costs
 from .deferred import Deferred
 from .events import Events
 from .hooks import HookStore
@@ -63,6 +65,7 @@ __all__ = [
     "GROUP",
     "Beat",
     "Code",
+    "Costs",
     "DeadlineOutcome",
     "Delivery",
     "Index",
@@ -132,6 +135,7 @@ class Store:
         self.hooks = HookStore(self.scripts)
         self.schedules = Schedules(self.scripts)
         self.successors = Successors(self.scripts)
+        self.costs = Costs(self.scripts)
 
     async def ping(self) -> None:
         with boundary("PING"):

@@ -101,8 +101,10 @@ class Deferred:
         max_wait_ms: int,
         poll_every_ms: int = 0,
         message: str = "",
+        charges: str = "",
     ) -> TaskReply:
-        """``defer.lua``: the lease holder's RUNNING -> DEFERRED."""
+        """``defer.lua``: the lease holder's RUNNING -> DEFERRED, with what the handler
+        charged so far (:func:`rsjobs.costs.format_charges`)."""
         check_external(external_id, provider)
         call = layout.defer(
             self.scripts.common,
@@ -110,7 +112,7 @@ class Deferred:
             "worker",
             keys,
             self.keys.external(provider, external_id),
-            DeferArgs(lease, external_id, provider, max_wait_ms, poll_every_ms, message),
+            DeferArgs(lease, external_id, provider, max_wait_ms, poll_every_ms, message, charges),
         )
         return TaskReply.of(await self.scripts.run(call))
 
@@ -159,11 +161,14 @@ class Deferred:
         retryable: bool = True,
         via: str = "api",
         durable: bool = True,
+        charges: str = "",
     ) -> TaskReply:
         """``resolve.lua``: COMPLETE or FAIL of the wait (or AGAIN: the next poll) for
-        ``attempt`` (None: the current one) and ``external_id`` ('' = any). ``durable``:
-        an outside result is a write its sender is answered for (durable mode: WAIT for
-        the replicas before answering); a poll's AGAIN need not be."""
+        ``attempt`` (None: the current one) and ``external_id`` ('' = any), with what the
+        outside job cost (``charges``, :func:`rsjobs.costs.format_charges`; COMPLETE and
+        FAIL only). ``durable``: an outside result is a write its sender is answered for
+        (durable mode: WAIT for the replicas before answering); a poll's AGAIN need not
+        be."""
         keys = self.keys.task_keys(task_id, ref.queue, ref.dedup or None)
         # the key of the wait the task is in (as read): the script expires it with the task
         ext_key = self.keys.external(
@@ -178,6 +183,7 @@ class Deferred:
             int(retryable),
             random.random(),
             via,
+            charges,
         )
         call = layout.resolve(self.scripts.common, self.keys, source, keys, ext_key, args)
         reply = TaskReply.of(await self.scripts.run(call, durable=durable and event != "AGAIN"))

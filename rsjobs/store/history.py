@@ -73,7 +73,8 @@ USUAL_SOURCE = {
 }
 
 #: extra fields stored under a shorter name: the START entry's worker, a FAIL entry's
-#: exception type and traceback, a DEFER entry's outside job and wait (an entry over 64
+#: exception type and traceback, a DEFER entry's outside job and wait, the charges of an
+#: attempt's end (an entry over 64
 #: bytes would turn the task hash from a listpack into a hashtable, four times its size)
 _EXTRA_NAMES = {
     "w": "worker",
@@ -83,6 +84,8 @@ _EXTRA_NAMES = {
     "xp": "provider",
     "xw": "wait_ms",
     "xo": "poll_ms",
+    # the charges sent with an attempt's end or its DEFER (rsjobs.costs)
+    "ch": "charges",
 }
 
 

@@ -19,7 +19,14 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
     rsjobs:{default}:deadlines            zset    ``<queue>:<id>`` by execution deadline (ms)
     rsjobs:{default}:events               stream  task id and entry number of every history
                                                   entry but a task's first (MAXLEN ~)
-    rsjobs:{default}:stats                hash    ``<queue>:<STATE>`` counts, transition counters
+    rsjobs:{default}:stats                hash    ``<queue>:<STATE>`` counts, transition counters,
+                                                  duration histograms (task, attempt per
+                                                  queue/type/stage, workflow) and retries
+    rsjobs:{default}:costs                hash    ``<dim>|<name>|<unit>|<category>`` -> an
+                                                  integer: attempts, run_ms, wait_ms and
+                                                  charges (millionths) per queue, type,
+                                                  owner and stage, per category (ok or a
+                                                  waste kind); cumulative (docs/costs.md)
     rsjobs:{default}:dedup:<key>          string  id of the task submitted with that dedup key
     rsjobs:{default}:workers              hash    worker name -> JSON of its registration
     rsjobs:{default}:control              pubsub  cancel / pause notices to workers
@@ -96,7 +103,8 @@ this order, after their task keys; see ``wf.lua``)::
     rsjobs:{default}:workflows            zset    every workflow id by creation time (ms)
 
 Tasks of a workflow are ordinary task hashes with the extra fields ``wf``, ``wf_version``,
-``wf_stage``, ``wf_item`` and ``wf_kind``.
+``wf_stage``, ``wf_item``, ``wf_kind`` and ``wf_stage_name`` (``<definition>/<stage>``: its
+stage in the costs hash).
 
 The ``deadlines`` zset also holds the queue-wait deadline (``expires_at``) of a task that
 was enqueued with ``wait_timeout_ms`` and has not started yet; ``start.lua`` replaces that

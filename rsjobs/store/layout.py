@@ -53,6 +53,7 @@ __all__ = [
     "QuarantineArgs",
     "QueueArgs",
     "ReclaimArgs",
+    "RegenerateTask",
     "ResolveArgs",
     "RetryArgs",
     "ScheduleArgs",
@@ -303,6 +304,8 @@ class Ending(NamedTuple):
     jitter: float | str
     #: FAIL: the bounded traceback of the handler's exception (rsjobs.worker.failures)
     traceback: str = ""
+    #: what the handler charged to the attempt ('' = nothing; rsjobs.costs.format_charges)
+    charges: str = ""
 
 
 FINISH = Layout("finish", (), "task", Ending._fields, TaskKeys._fields)
@@ -367,6 +370,8 @@ class DeferArgs(NamedTuple):
     #: 0 = no polls
     poll_every_ms: int | str
     message: str
+    #: what the handler charged before deferring ('' = nothing; rsjobs.costs)
+    charges: str = ""
 
 
 #: the keys a deferred task's calls take after its task keys
@@ -395,6 +400,8 @@ class ResolveArgs(NamedTuple):
     jitter: float | str
     #: callback | poll | api
     via: str
+    #: COMPLETE / FAIL: what the outside job cost ('' = nothing; rsjobs.costs)
+    charges: str = ""
 
 
 RESOLVE = Layout("resolve", ResolveArgs._fields, "task", (), TaskKeys._fields, DEFER_TAIL, exact=1)
@@ -785,6 +792,14 @@ def _open_layout(script: str, own: tuple[str, ...]) -> Layout:
     )
 
 
+class RegenerateTask(NamedTuple):
+    """A task a regenerate replaces: an open task (``role`` open: cancelled), or the task
+    of a slot it leaves behind (``left``: superseded, see ``wf_regenerate.lua``)."""
+
+    id: str
+    role: str
+
+
 class WfRegenerateArgs(NamedTuple):
     stage: int
     reason: str
@@ -806,7 +821,14 @@ class WfAbortArgs(NamedTuple):
     reason: str
 
 
-WF_REGENERATE = _open_layout("wf_regenerate", WfRegenerateArgs._fields)
+WF_REGENERATE = Layout(
+    "wf_regenerate",
+    WF_COMMON + WfRegenerateArgs._fields,
+    "task",
+    RegenerateTask._fields,
+    TaskKeys._fields,
+    WorkflowKeys._fields,
+)
 WF_CANCEL = _open_layout("wf_cancel", WfCancelArgs._fields)
 WF_SYNC = _open_layout("wf_sync", WfSyncArgs._fields)
 WF_ABORT = _open_layout("wf_abort", WfAbortArgs._fields)
@@ -818,9 +840,9 @@ def wf_regenerate(
     history_max: int,
     wf: WorkflowKeys,
     args: WfRegenerateArgs,
-    open_tasks: Iterable[tuple[TaskKeys, OpenTask]],
+    tasks: Iterable[tuple[TaskKeys, RegenerateTask]],
 ) -> Packed:
-    return _wf(WF_REGENERATE, c, source, history_max, wf, args, open_tasks)
+    return _wf(WF_REGENERATE, c, source, history_max, wf, args, tasks)
 
 
 def wf_cancel(

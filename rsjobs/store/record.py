@@ -139,7 +139,8 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     #: a deferred attempt (DEFERRED, scripts/defer.lua): the outside job's id and its
     #: provider (kept once the wait is over), the end of its longest wait and its poll
     #: period (while DEFERRED), and "<attempt><C|F>" (COMPLETE, FAIL) of the outside result
-    #: that ended it
+    #: that ended it (while DEFERRED the hash also keeps ``xh``, the number of its DEFER
+    #: history entry, for the attempt's costs: rsjobs.costs)
     external_id: str = _short("external_id")
     provider: str = _short("provider")
     wait_until: int = _short_int("wait_until")
@@ -149,11 +150,13 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     #: of each are the fields ``rep:<entry id>`` and ``rep_ts:<entry id>``
     #: (:func:`rsjobs.schemas.repeat_fields`), not declared here
     refusals: str = ""
-    #: a workflow's task: the workflow, its version, stage, item and asset kind, and the
+    #: a workflow's task: the workflow, its version, stage (index, and its qualified name
+    #: "<definition>/<stage>": its stage in the costs hash), item and asset kind, and the
     #: links of a retried task
     wf: str = ""
     wf_version: int = 0
     wf_stage: int = 0
+    wf_stage_name: str = ""
     wf_item: str = ""
     wf_kind: str = ""
     wf_retry_of: str = ""

@@ -17,6 +17,7 @@ from .keys import TaskKeys
 from .layout import (
     Ending,
     OpenTask,
+    RegenerateTask,
     WfAbortArgs,
     WfCancelArgs,
     WfGateArgs,
@@ -126,11 +127,24 @@ class Workflows:
         return WfReply.of(await self._run(call))
 
     async def regenerate(
-        self, source: str, wf_id: str, args: WfRegenerateArgs, open_set: OpenSet
+        self,
+        source: str,
+        wf_id: str,
+        args: WfRegenerateArgs,
+        open_set: OpenSet,
+        left: OpenSet | None = None,
     ) -> WfReply:
+        """REGENERATE: ``open_set`` as read, and ``left`` the tasks of the slots it leaves
+        behind (:meth:`left_behind`), whose succeeded attempts it marks superseded."""
+        left = left or OpenSet([], [])
+        items = [
+            (k, RegenerateTask(i, role))
+            for role, found in (("open", open_set), ("left", left))
+            for k, i in zip(found.keys, found.ids, strict=True)
+        ]
         call = layout.wf_regenerate(
             self.scripts.common, source, self.history_maxlen, self.keys.workflow_keys(wf_id),
-            args, open_set.items(),
+            args, items,
         )  # fmt: skip
         return WfReply.of(await self._run(call))
 
@@ -162,8 +176,26 @@ class Workflows:
         tasks."""
         with boundary("open tasks"):
             ids = sorted(text(t) for t in await self.redis.smembers(self.keys.workflow_open(wf_id)))
-            if not ids:
-                return OpenSet([], [])
+        return await self._with_keys(ids)
+
+    async def left_behind(self, wf_id: str, version: int, stage: int) -> OpenSet:
+        """The tasks of the slots a regenerate of ``version`` from ``stage`` leaves behind:
+        those of that version from that stage on (sorted, with their keys)."""
+        with boundary("workflow slots"):
+            slots = await self.redis.hgetall(self.keys.workflow_tasks(wf_id))
+        ids: set[str] = set()
+        for name, tid in slots.items():
+            v, _, rest = text(name).partition(":")
+            st = rest.partition(":")[0]
+            if v == str(version) and st.isdigit() and int(st) >= stage:
+                ids.add(text(tid))
+        return await self._with_keys(sorted(ids))
+
+    async def _with_keys(self, ids: list[str]) -> OpenSet:
+        """Task ids with their keys, their queues read from the tasks."""
+        if not ids:
+            return OpenSet([], [])
+        with boundary("task queues"):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for tid in ids:
                     pipe.hget(self.keys.task(tid), field("queue"))

@@ -48,6 +48,7 @@ from .assets import asset_routes, check_asset_root
 from .auth import Auth
 from .callbacks import callback_routes
 from .config import WebConfig
+from .costs import cost_routes
 from .dashboard import dashboard_routes
 from .http import ApiError, error_response, store_error
 from .lists import list_routes
@@ -150,6 +151,7 @@ def create_app(
         + list_routes(service)
         + live_routes(service)
         + task_routes(service)
+        + cost_routes(service)
         + workflow_routes(service)
         + callback_routes(service)
         + asset_routes(service, root)

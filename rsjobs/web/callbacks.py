@@ -24,7 +24,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ..callbacks import check_body_signature, verify
-from ..errors import BadSignature, ConfigError, PayloadError
+from ..errors import BadSignature, ChargeError, ConfigError, PayloadError
 from ..external import Resolution, resolve_external
 from ..names import is_external, is_name
 from ..store import Code
@@ -124,9 +124,12 @@ class Callbacks(Handlers):
                 retryable=req.retryable,
                 via="callback",
                 source=SOURCE,
+                charges=req.charges,
             )
         except PayloadError as exc:
             raise ApiError(413, "payload_too_large", str(exc)) from None
+        except ChargeError as exc:
+            raise ApiError(422, "invalid_charges", str(exc)) from None
         except ConfigError as exc:
             raise ApiError(400, "invalid_id", str(exc)) from None
 

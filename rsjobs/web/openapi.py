@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from .. import __version__
+from ..costs import DIMENSIONS, CostReport, TaskCost, WorkflowCost
 from ..model import State
 from ..names import NAME_SCHEMA
 from ..overview import DeadLetterPage, QueueSeries
@@ -111,6 +112,9 @@ _STRUCTS = (
     WorkflowPlan,
     CallbackRequest,
     CallbackResult,
+    TaskCost,
+    WorkflowCost,
+    CostReport,
 )
 
 
@@ -898,7 +902,8 @@ _CALLBACK_ERRORS = {
     "409": _error("refused (recorded in the task's history): the attempt is not waiting "
                   "any more (finished, timed out past its longest wait, cancelled, "
                   "superseded by a regenerate) or is not the current one"),
-    "422": _error("unknown field, wrong type or value out of range"),
+    "422": _error("unknown field, wrong type or value out of range, or a charge that "
+                  "cannot be recorded (invalid_charges): nothing is written"),
 }  # fmt: skip
 
 
@@ -936,6 +941,63 @@ def _callback_paths() -> dict[str, Any]:
               "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.:/-]{1,200}$"}},
              {"name": "X-Rsjobs-Signature", "in": "header", "required": True,
               "schema": {"type": "string"}}]),
+    }  # fmt: skip
+
+
+_DIMENSION = {"type": "string", "enum": list(DIMENSIONS)}
+
+
+def _cost_paths() -> dict[str, Any]:
+    totals = (
+        "Totals are per category (ok, and the waste kinds failed, reclaimed, "
+        "timed_out, cancelled, superseded), in all and of the waste; each maps a unit to "
+        "its sum: attempts, run_ms (worker time), wait_ms (deferred wait) and each "
+        "charge unit (a number of the unit, exact to the millionth). See docs/costs.md."
+    )
+    return {
+        "/tasks/{task_id}/cost": {
+            "get": {
+                "summary": "What a task cost: each attempt and their sums",
+                "description": "Each attempt's run time, deferred wait, charges and category, "
+                "read from the task's history. " + totals,
+                "operationId": "getTaskCost",
+                "parameters": [_TASK_ID],
+                "responses": {"200": {"description": "the task's costs",
+                                      "content": _json("TaskCost")}, **_TASK_ERRORS},
+            }
+        },
+        "/workflows/{wf_id}/cost": {
+            "get": {
+                "summary": "What a workflow cost: its tasks of every version and retry",
+                "description": "Summed in all, per stage and per task; a regenerate's "
+                "replaced work counts as superseded. " + totals,
+                "operationId": "getWorkflowCost",
+                "parameters": [_WF_ID],
+                "responses": {"200": {"description": "the workflow's costs",
+                                      "content": _json("WorkflowCost")}, **_WF_ERRORS},
+            }
+        },
+        "/costs": {
+            "get": {
+                "summary": "The namespace's cost totals along one dimension",
+                "description": "A row per queue, type, owner or stage (\"<definition>/"
+                "<stage>\"), from the costs hash (cumulative since it was last reset). An "
+                "owner's token reads its own owner's totals only (by=owner). " + totals,
+                "operationId": "getCosts",
+                "parameters": [
+                    _query("by", "the dimension (default owner)", _DIMENSION),
+                    _query("name", "one name of the dimension only",
+                           {"type": "string", "minLength": 1, "maxLength": 300}),
+                ],
+                "responses": {
+                    "200": {"description": "the totals", "content": _json("CostReport")},
+                    **_AUTH_ERRORS,
+                    **_UNAVAILABLE,
+                    "400": _error("an unknown dimension, a bad name or an unknown parameter"),
+                    "403": _error("an owner's token asking for another dimension or owner"),
+                },
+            }
+        },
     }  # fmt: skip
 
 
@@ -991,6 +1053,7 @@ def openapi_document() -> dict[str, Any]:
             **_action_paths(),
             **_workflow_paths(),
             **_callback_paths(),
+            **_cost_paths(),
         },
         "components": {
             "schemas": _narrow(components),

@@ -170,6 +170,10 @@ class CallbackRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     error: Annotated[str, Meta(max_length=2000)] = ""
     #: failed only: false fails the task at once
     retryable: bool = True
+    #: what the outside job cost: unit -> amount (rsjobs.costs: a unit is a lowercase
+    #: letter and up to 15 of a-z, 0-9, '_'; an amount a number >= 0), added to the
+    #: attempt's costs
+    charges: Annotated[dict[str, float], Meta(max_length=8)] = msgspec.field(default_factory=dict)
 
 
 class CallbackResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -56,7 +56,7 @@ class Service:
             outage_ms=config.redis_outage_ms,
         )
         self.limiter = StreamLimiter(config.max_streams_per_client)
-        self.metrics = Metrics(client.store.tasks)
+        self.metrics = Metrics(client.store)
         self.metrics.open_streams = lambda: self.limiter.total
         self.metrics.entries_read = lambda: self.hub.entries_read
         self._loop: asyncio.AbstractEventLoop | None = None

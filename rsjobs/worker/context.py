@@ -1,4 +1,5 @@
-"""What a handler sees of its task: payload, attempt, deadline, progress, cancellation."""
+"""What a handler sees of its task: payload, attempt, deadline, progress, cancellation,
+and what it charges to its attempt."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..callbacks import TOKEN_TTL_MS, Claims, sign
+from ..costs import Charges
 from ..errors import ConfigError, LeaseLost
 from ..store.deferred import DEFAULT_PROVIDER
 from .deferral import Deferral
@@ -35,6 +37,7 @@ class Context:
         "_on_progress",
         "attempt",
         "cancelled",
+        "charges",
         "deadline",
         "max_attempts",
         "payload",
@@ -86,6 +89,8 @@ class Context:
         self.stop_reason = ""
         self.progress_value: float | None = None
         self.progress_msg = ""
+        #: what the handler charged to this attempt (:meth:`charge`), sent with its end
+        self.charges = Charges()
         self._loop = loop
         self._on_progress = on_progress
         self._namespace = namespace
@@ -120,6 +125,22 @@ class Context:
         alike)."""
         self._set_progress(value, message)
         self._loop.call_soon_threadsafe(self._on_progress)
+
+    # -- costs -------------------------------------------------------------------------
+
+    def charge(self, amount: float, *, unit: str) -> None:
+        """Charge ``amount`` of ``unit`` to this attempt: ``ctx.charge(1.5, unit="gpu_s")``,
+        ``ctx.charge(0.02, unit="usd")``. Charges of one unit add up; they are sent with the
+        attempt's end (no round trip here) and summed per task, workflow, queue, type,
+        owner and stage, under the category the end gives the attempt (ok, or the waste
+        kind: failed, timed out...; see ``docs/costs.md``). Thread-safe enough for a sync
+        handler's own thread. Raises :class:`rsjobs.ChargeError` at once, recording none of
+        it, for an amount that is not a finite number >= 0 (at most 999,999,999.999999 per
+        unit and attempt, kept to the millionth), a unit that is not a lowercase letter and
+        up to 15 of a-z, 0-9, '_' (or is a built-in one: attempts, run_ms, wait_ms), or a
+        ninth unit. What is charged after the worker stopped the handler (a cancel, a
+        pause, a lost lease) is not recorded: its attempt ended without it."""
+        self.charges.add(amount, unit)
 
     # -- deferred completion -----------------------------------------------------------
 

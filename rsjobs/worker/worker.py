@@ -35,6 +35,7 @@ from ..errors import (
     RsjobsError,
 )
 from ..logfmt import TaskFields, bind_task
+from ..metrics import Exporter, serve_metrics
 from ..names import validate_name
 from ..settings import Settings
 from ..store import Beat, Code, Delivery, Started, Store, Suspect, TaskKeys
@@ -47,6 +48,7 @@ from ..tracing import Attempt, TraceContext, start_attempt, task_attributes
 from .context import Context
 from .deferral import Deferral
 from .failures import TRACEBACK_CHARS, TRACEBACK_MAX, format_traceback, log_failure
+from .metrics import WorkerMetrics
 from .polling import PollRunner
 from .registry import Registry
 from .threads import HandlerThread
@@ -72,6 +74,7 @@ class _Job:
         "progress_sent",
         "queue",
         "span",
+        "t0",
         "task",
         "thread",
         "wf",
@@ -94,6 +97,8 @@ class _Job:
         self.thread: HandlerThread | None = None
         #: the attempt's span (rsjobs.tracing), ended once its end is written
         self.span = Attempt(None)
+        #: when START answered (this process's clock): its handler time, for the metrics
+        self.t0 = time.monotonic()
 
     def stop(self, reason: str) -> None:
         """Stop the handler: the task left RUNNING (or this worker lost its lease)."""
@@ -121,6 +126,8 @@ class Worker:
     lease); ``grace_ms`` is how long a graceful stop lets running handlers finish before
     handing their tasks back (REQUEUE). ``traceback_chars`` bounds the traceback each
     failed attempt keeps in its history entry (0: none kept; the log has it whole).
+    ``metrics_port``: serve Prometheus metrics (the namespace's and this worker's own,
+    :mod:`rsjobs.metrics`) at ``http://<metrics_host>:<port>/metrics`` (0: a free port).
     """
 
     def __init__(
@@ -146,6 +153,8 @@ class Worker:
         poll_ms: int = 250,
         poll_claim_ms: int = 30_000,
         poll_concurrency: int = 8,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
     ) -> None:
         if not queues:
             raise ConfigError("a worker needs at least one queue")
@@ -250,6 +259,15 @@ class Worker:
         self._polls_closing = asyncio.Event()
         self.processed = 0
         self.started_at = 0.0
+        #: its own Prometheus figures; served with the namespace's on metrics_port (None:
+        #: not served) at metrics_host (rsjobs.metrics)
+        self.metrics = WorkerMetrics(concurrency, lambda: len(self.jobs) + self._starting)
+        if metrics_port is not None and not 0 <= metrics_port <= 65535:
+            raise ConfigError("metrics_port must be a TCP port (0: any free one)")
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
+        #: the metrics server while it runs (its sockets tell the port it got)
+        self.metrics_server: asyncio.Server | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -294,6 +312,7 @@ class Worker:
             self.store.describe(self.url),
         )
         try:
+            await self._serve_metrics()
             await self._fetch_loop()
             await self._drain()
         finally:
@@ -302,6 +321,8 @@ class Worker:
             # is bounded
             self._closing = True
             self._polls_closing.set()
+            if self.metrics_server is not None:
+                self.metrics_server.close()
             for h in helpers:
                 h.cancel()
             await asyncio.wait(helpers, timeout=5)
@@ -318,6 +339,19 @@ class Worker:
                 )
             self._remove_signal_handlers(loop)
             log.info("worker %s stopped after %d tasks", self.name, self.processed)
+
+    async def _serve_metrics(self) -> None:
+        if self.metrics_port is None:
+            return
+        exporter = Exporter(self.store, self.metrics.families)
+        try:
+            server = await serve_metrics(exporter.render, self.metrics_port, self.metrics_host)
+        except OSError as exc:
+            where = f"{self.metrics_host}:{self.metrics_port}"
+            raise ConfigError(f"metrics: cannot listen on {where}: {exc}") from None
+        self.metrics_server = server
+        port = server.sockets[0].getsockname()[1]
+        log.info("worker %s: metrics at http://%s:%d/metrics", self.name, self.metrics_host, port)
 
     def _remove_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> None:
         if self.handle_signals:
@@ -756,6 +790,14 @@ class Worker:
 
     # -- finishing (batched) -------------------------------------------------------------
 
+    def _ended(self, job: _Job, end: str) -> str:
+        """Count the attempt's end in this worker's metrics; returns its charges' text."""
+        if job.ctx is None:
+            return ""
+        amounts = job.ctx.charges.amounts()
+        self.metrics.attempt_ended(job.ctx.type, end, time.monotonic() - job.t0, amounts)
+        return job.ctx.charges.text()
+
     def _finish(
         self,
         job: _Job,
@@ -766,8 +808,10 @@ class Worker:
         retryable: bool = True,
         traceback: str = "",
     ) -> None:
+        # (what the handler charged travels with its end: no round trip of its own)
+        charges = self._ended(job, event)
         ending = Ending(
-            event, job.lease, body, etype, int(retryable), -1, random.random(), traceback
+            event, job.lease, body, etype, int(retryable), -1, random.random(), traceback, charges
         )
         self.processed += 1
         self._ending_entries.add(job.entry)
@@ -896,6 +940,7 @@ class Worker:
         self.processed += 1
         self._ending_entries.add(job.entry)
         deferred, entry = self.store.deferred, job.entry
+        charges = self._ended(job, "DEFER")
 
         async def call() -> None:
             backoff, give_up = 0.05, time.monotonic() + self.lease_ms / 1000
@@ -909,6 +954,7 @@ class Worker:
                         d.max_wait_ms,
                         d.poll_every_ms,
                         d.message,
+                        charges,
                     )
                     break
                 except RedisUnavailable as exc:

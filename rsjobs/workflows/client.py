@@ -395,11 +395,15 @@ class WorkflowClient:
             expect = str(info.version)
         reply = None
         args = WfRegenerateArgs(target, reason[:500], info.plan.max_versions, expect)
+        current = info.version
         for _ in range(ATTEMPTS):
             open_set = await self.store.workflows.open_tasks(wf_id)
-            reply = await self.store.workflows.regenerate(self.source, wf_id, args, open_set)
+            # the slots it leaves behind: their succeeded tasks are superseded (costs)
+            left = await self.store.workflows.left_behind(wf_id, current, target)
+            reply = await self.store.workflows.regenerate(self.source, wf_id, args, open_set, left)
             if reply.code is not WfCode.STALE:
                 break
+            current = (await self.get(wf_id)).version
         assert reply is not None
         status = self._result(wf_id, "REGENERATE", reply)
         await self._after(wf_id, reply)

@@ -32,6 +32,7 @@ from tools.chaos.records import (
 )
 from tools.chaos.recovery import percentile, recoveries
 from tools.chaos.replay import replay
+from tools.chaos.system import stats_findings
 
 T1 = "a" * 32
 T2 = "b" * 32
@@ -139,6 +140,9 @@ GOOD_STATS = {
     "ev:START": 1,
     "ev:COMPLETE": 1,
     "started:chaos": 1,
+    # the attempt's START to COMPLETE, 10 ms, in the histogram per queue (account_attempt)
+    "adur:queue|chaos|100": 1,
+    "adur_ms:queue|chaos": 10,
 }
 
 
@@ -346,6 +350,24 @@ CORRUPTIONS: dict[str, tuple[Callable[[], RunData], str]] = {
     ),
     "a queue's started counter drifted": (
         lambda: good_run(stats={**GOOD_STATS, "started:chaos": 2}),
+        "STATS_DRIFT",
+    ),
+    # the attempt histogram and retry counters (stats hash) against the attempts' entries
+    "an attempt counted in the wrong duration bucket": (
+        lambda: good_run(
+            stats={
+                **{k: v for k, v in GOOD_STATS.items() if k != "adur:queue|chaos|100"},
+                "adur:queue|chaos|500": 1,
+            }
+        ),
+        "STATS_DRIFT",
+    ),
+    "an attempt's time summed wrong": (
+        lambda: good_run(stats={**GOOD_STATS, "adur_ms:queue|chaos": 11}),
+        "STATS_DRIFT",
+    ),
+    "a retry counted that no attempt's end made": (
+        lambda: good_run(stats={**GOOD_STATS, "retry:queue|chaos": 1}),
         "STATS_DRIFT",
     ),
     "a healthy worker's task reclaimed": (
@@ -1547,3 +1569,51 @@ def test_the_workload_links_chains_of_successors() -> None:
     assert {s.after_policy for s in links} == {"succeeded", "always"}
     assert any(len(s.after) == 2 for s in links)
     assert any(s.payload.get("cancel") for s in plan if s.kind == "chain" and not s.after)
+
+
+def test_the_attempt_and_workflow_histograms_are_checked_against_the_records() -> None:
+    """A retried attempt (FAIL -> SCHEDULED), then a deferred one: one histogram count per
+    ended attempt (its START to its end, the wait included; a DEFER ends nothing) per
+    queue, type and stage, a retry per retrying end; a finished workflow's start to
+    finish per definition and status. Any drift of them is reported."""
+    hist = [
+        entry(1, "ENQUEUE", "", "PENDING", src="api"),
+        entry(10, "START", "PENDING", "RUNNING", 1, worker=W1),
+        entry(40, "FAIL", "RUNNING", "SCHEDULED", 1),
+        entry(50, "PROMOTE", "SCHEDULED", "PENDING", 1),
+        entry(60, "START", "PENDING", "RUNNING", 2, worker=W1),
+        entry(200, "DEFER", "RUNNING", "DEFERRED", 2),
+        entry(900, "COMPLETE", "DEFERRED", "SUCCEEDED", 2, src="api"),
+    ]
+    rec = TaskRecord(
+        task_id=T1,
+        fields={"queue": "chaos", "type": "gen", "wf_stage_name": "character/images",
+                "state": "SUCCEEDED"},
+        history=hist,
+    )  # fmt: skip
+    wf = WorkflowRecord(
+        wf_id=WF,
+        fields={"def": "character", "status": "PUBLISHED", "created_at": "1000",
+                "finished_at": "4000"},
+        history=[],
+    )  # fmt: skip
+    stats = {
+        "chaos:SUCCEEDED": 1, "ev:ENQUEUE": 1, "ev:START": 2, "ev:FAIL": 1, "ev:PROMOTE": 1,
+        "ev:DEFER": 1, "ev:COMPLETE": 1, "started:chaos": 2,
+        "wfdur:character|PUBLISHED|5000": 1, "wfdur_ms:character|PUBLISHED": 3000,
+    }  # fmt: skip
+    for dim in ("queue|chaos", "type|gen", "stage|character/images"):
+        stats.update({f"adur:{dim}|100": 1, f"adur:{dim}|1000": 1,  # 30 ms, then 840 ms
+                      f"adur_ms:{dim}": 30 + 840, f"retry:{dim}": 1})  # fmt: skip
+    assert stats_findings(stats, {T1: rec}, {WF: wf}) == []
+    for key, value in [
+        ("adur:type|gen|1000", 0),
+        ("adur:type|gen|2500", 1),
+        ("adur_ms:stage|character/images", 869),
+        ("retry:queue|chaos", 2),
+        ("adur:owner|ana|100", 1),
+        ("wfdur:character|PUBLISHED|5000", 2),
+        ("wfdur_ms:character|PUBLISHED", 2999),
+    ]:
+        drift = stats_findings({**stats, key: value}, {T1: rec}, {WF: wf})
+        assert [v.kind for v in drift] and {v.kind for v in drift} == {"STATS_DRIFT"}, key

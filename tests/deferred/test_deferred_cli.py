@@ -60,3 +60,20 @@ async def test_deferred_tasks_are_listed(client: Client, redis_url: str) -> None
     assert {a, b, running} <= {t.id for t in everything.items}
     listed = rsjobs(redis_url, "--namespace", "t", "tasks", "--state", "DEFERRED")
     assert a in listed.stdout or a[:8] in listed.stdout, listed.stdout + listed.stderr
+
+
+async def test_the_outside_jobs_charges_from_the_command_line(
+    client: Client, redis_url: str
+) -> None:
+    c = await _deferred(client, client.store, "job-c")
+    ns = ["--namespace", "t"]
+    for bad, says in (("usd", "expected UNIT=AMOUNT"), ("usd=x", "expected UNIT=AMOUNT"),
+                      ("usd=-1", "a finite number >= 0"), ("USD=1", "charge unit")):  # fmt: skip
+        r = rsjobs(redis_url, *ns, "complete", c, "--result", "1", "--charge", bad)
+        assert r.returncode == 2 and says in r.stderr, r.stderr
+    assert (await client.get(c)).state == "DEFERRED"  # nothing written
+    done = rsjobs(redis_url, *ns, "complete", c, "--result", "1", "--charge", "usd=0.25",
+                  "--charge", "usd=0.15", "--charge", "gpu_s=2")  # fmt: skip
+    assert (done.returncode, done.stdout.strip()) == (0, "SUCCEEDED"), done.stderr
+    (attempt,) = (await client.task_cost(c)).attempts
+    assert attempt.charges == {"gpu_s": 2, "usd": 0.4} and attempt.deferred

@@ -176,7 +176,7 @@ def _calls() -> dict[str, layout.Packed]:
             c, "src", 10, wk, _named(L.WfRetryArgs), [(tk, tk, _named(L.WfRetryItem))] * 2
         ),
         "wf_regenerate": L.wf_regenerate(
-            c, "src", 10, wk, _named(L.WfRegenerateArgs), [(tk, _named(L.OpenTask))] * 2
+            c, "src", 10, wk, _named(L.WfRegenerateArgs), [(tk, _named(L.RegenerateTask))] * 2
         ),
         "wf_cancel": L.wf_cancel(
             c, "src", 10, wk, _named(L.WfCancelArgs), [(tk, _named(L.OpenTask))] * 2

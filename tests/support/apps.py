@@ -72,3 +72,26 @@ async def needs_file(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
     """Fails (FileNotFoundError, from a nested call) until payload["path"] exists: an
     operator fixes the cause, then retries the task."""
     return {"read": _open_input(str(payload["path"])), "attempt": ctx.attempt}
+
+
+@tasks.handler("charge")
+async def charge(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
+    """Charges payload["charges"] ({unit: amount}) to its attempt, then tries each of
+    payload["bad"] ([amount, unit] pairs: every one must raise ChargeError at once and
+    record nothing); sleeps payload["first_s"] seconds on its first attempt, and fails on
+    the attempts before payload["until"]. Returns the ChargeErrors' messages."""
+    from rsjobs import ChargeError
+
+    for unit, amount in dict(payload.get("charges") or {}).items():
+        ctx.charge(amount, unit=unit)
+    refused = []
+    for amount, unit in payload.get("bad") or []:
+        try:  # (a text is a float's: "nan", "inf", "-1")
+            ctx.charge(float(amount) if isinstance(amount, str) else amount, unit=unit)
+        except ChargeError as exc:
+            refused.append(str(exc))
+    if ctx.attempt == 1:
+        await asyncio.sleep(float(payload.get("first_s", 0)))
+    if ctx.attempt < int(payload.get("until", 0)):
+        raise RuntimeError(f"planned failure on attempt {ctx.attempt}")
+    return {"refused": refused, "attempt": ctx.attempt}

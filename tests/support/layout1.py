@@ -49,7 +49,7 @@ def source(name: str) -> str:
 #: what this release's calls carry that layout 1's scripts do not take: tail KEYS, and
 #: per-item ARGV names (dropped by :func:`old_call`)
 _NEWER_TAIL_KEYS = {"start": ("paused",), "control": ("waiting",)}
-_NEWER_ITEM_ARGV = {"finish": ("traceback",), "wf_finish": ("traceback",)}
+_NEWER_ITEM_ARGV = {"finish": ("traceback", "charges"), "wf_finish": ("traceback", "charges")}
 #: the common KEYS this release passes, of which layout 1's scripts take the first four
 #: (events, stats, scheduled, deadlines: not the list indexes)
 _NCOMMON = len(Keys().common())

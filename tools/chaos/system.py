@@ -108,6 +108,44 @@ def event_findings(
     return found
 
 
+#: the duration histograms' bucket bounds (ms; DURATION_LE_MS in fsm.lua), "inf" past them
+DURATION_LE_MS = (100, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000, 300000, 600000,
+                  1800000, 3600000)  # fmt: skip
+#: the ends of an attempt that retry its task when they lead back to a wait
+RETRY_EVENTS = frozenset({"FAIL", "TIMEOUT", "RECLAIM"})
+
+
+def _le(ms: int) -> str:
+    return next((str(b) for b in DURATION_LE_MS if ms <= b), "inf")
+
+
+def _attempt_stats(rec: TaskRecord, want: Counter[str]) -> None:
+    """What the task's ended attempts put in the stats hash (account_attempt in fsm.lua):
+    per queue, type and stage, the histogram of each attempt's START to its end (a DEFER
+    does not end it) and the retries."""
+    f = rec.fields
+    dims = [f"{d}|{f[k]}" for d, k in (("queue", "queue"), ("type", "type"),
+                                       ("stage", "wf_stage_name")) if f.get(k)]  # fmt: skip
+    started: dict[int, int] = {}
+    for e in rec.history:
+        if e.rejected:
+            continue
+        if e.event == "START":
+            started[e.attempt] = e.ts
+            continue
+        if e.from_state not in ("RUNNING", "DEFERRED") or e.to_state == e.from_state:
+            continue
+        if e.event == "DEFER":
+            continue
+        ms = max(0, e.ts - started.get(e.attempt, e.ts))
+        retried = e.event in RETRY_EVENTS and e.to_state in ("SCHEDULED", "PENDING")
+        for d in dims:
+            want[f"adur:{d}|{_le(ms)}"] += 1
+            want[f"adur_ms:{d}"] += ms
+            if retried:
+                want[f"retry:{d}"] += 1
+
+
 def stats_findings(
     stats: dict[str, int],
     present: dict[str, TaskRecord],
@@ -118,7 +156,10 @@ def stats_findings(
     entry and rej:<EVENT> per refusal: a refusal entry and the repeats coalesced into it,
     started:<queue> per accepted START of the queue's tasks (PROGRESS notes are not
     transitions and have no ev: counter), wfev: / wfrej: per workflow history entry
-    (SPAWN and ASSET notes have none)."""
+    (SPAWN and ASSET notes have none); the attempts' histograms and retries per queue,
+    type and stage (adur:, adur_ms:, retry:) from each attempt's START and end entries, and
+    the finished workflows' (wfdur:, wfdur_ms:) from their start and finish times. Every
+    one of those histograms is bounded: a field per name and bucket."""
     want: Counter[str] = Counter()
     for wf in (workflows or {}).values():
         for w in wf.history:
@@ -126,6 +167,12 @@ def stats_findings(
                 want[f"wfrej:{w.event}"] += 1
             elif w.event not in WF_NOTES:
                 want[f"wfev:{w.event}"] += 1
+        wff = wf.fields
+        if wff.get("finished_at") and wff.get("created_at"):
+            ms = max(0, int(wff["finished_at"]) - int(wff["created_at"]))
+            d = f"{wff.get('def') or '?'}|{wff.get('status', '')}"
+            want[f"wfdur:{d}|{_le(ms)}"] += 1
+            want[f"wfdur_ms:{d}"] += ms
     for rec in present.values():
         q = rec.fields.get("queue", "")
         if q:
@@ -137,6 +184,7 @@ def stats_findings(
                 want[f"ev:{e.event}"] += 1
                 if e.event == "START" and q:  # per queue, for its per-minute series
                     want[f"started:{q}"] += 1
+        _attempt_stats(rec, want)
     # (the duration histogram's dur: fields are no counts of tasks or entries)
     have = {k: v for k, v in stats.items() if v and k != "ev:PROGRESS" and not k.startswith("dur")}
     return [

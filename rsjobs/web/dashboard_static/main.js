@@ -1,5 +1,5 @@
 // main.js: the hash routes (#/overview, #/tasks?filters, #/task/<id>, #/workflows,
-// #/workflow/<id>, #/workers, #/deadletters), the token form, and keeping the open view live.
+// #/workflow/<id>, #/workers, #/deadletters, #/costs?by=), the token form, and keeping the open view live.
 "use strict";
 
 const ROUTES = {
@@ -10,6 +10,7 @@ const ROUTES = {
   workflow: (root, arg) => new WorkflowDetailView(root, arg),
   workers: (root) => new WorkersView(root),
   deadletters: (root, arg, params) => new DeadLettersView(root, params),
+  costs: (root, arg, params) => new CostsView(root, params),
 };
 
 let current = null;
