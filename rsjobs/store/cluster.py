@@ -272,7 +272,13 @@ class ClusterRedis(Redis):  # type: ignore[misc]  # redis-py is untyped here
         """The client of one node (made on first use, closed with this client)."""
         client = self._nodes.get(address)
         if client is None:
-            client = LaneRedis(host=address[0], port=address[1], **self.node_kwargs)
+            # made from a URL, as connect() makes a standalone client: its pool then holds
+            # only the settings given, which the lane can reproduce (the constructor would
+            # add redis-py's defaults of every other setting, and no lane)
+            kwargs = dict(self.node_kwargs)
+            scheme = "rediss" if kwargs.pop("ssl", False) else "redis"
+            host = f"[{address[0]}]" if ":" in address[0] else address[0]
+            client = LaneRedis.from_url(f"{scheme}://{host}:{address[1]}/0", **kwargs)
             self._nodes[address] = client
         return client
 
@@ -376,21 +382,30 @@ class ClusterRedis(Redis):  # type: ignore[misc]  # redis-py is untyped here
     # -- commands --------------------------------------------------------------------------
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
-        name = _word(args[0])
-        if name in _EVERY_MASTER or (name == "SCRIPT" and len(args) > 1 and
-                                     _word(args[1]) in ("FLUSH", "LOAD")):  # fmt: skip
-            return await self._every_master(*args, **options)
-        if name in ("DBSIZE", "KEYS"):
-            return await self._gathered(name, *args, **options)
-        key = command_key(args)
-        slot = slot_of(key) if key is not None else None
+        name = args[0]
+        if type(name) is not str or not name.isupper():
+            name = _word(name)
         script = name in _SCRIPTS
+        if script:  # the hot path: EVALSHA sha numkeys key...
+            slot = slot_of(args[3]) if len(args) > 3 and args[2] else None
+        else:
+            if name in _EVERY_MASTER or (name == "SCRIPT" and len(args) > 1 and
+                                         _word(args[1]) in ("FLUSH", "LOAD")):  # fmt: skip
+                return await self._every_master(*args, **options)
+            if name in ("DBSIZE", "KEYS"):
+                return await self._gathered(name, *args, **options)
+            key = command_key(args)
+            slot = slot_of(key) if key is not None else None
         asking: Address | None = None
         down_until = 0.0
         attempt = 0
         while True:
-            address = asking or await self._owner(slot)
-            node = self.node_client(address)
+            address = self._slots[slot] if slot is not None and not self._stale else None
+            if asking is not None:
+                address = asking
+            elif address is None:
+                address = await self._owner(slot)
+            node = self._nodes.get(address) or self.node_client(address)
             try:
                 if asking is not None:
                     return await self._asking(node, args, options)

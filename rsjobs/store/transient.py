@@ -117,10 +117,11 @@ def as_unavailable(exc: BaseException, what: str = "redis") -> RedisUnavailable:
     if isinstance(exc, RedisUnavailable):
         return exc
     text = str(exc)
-    if isinstance(exc, AskError | TryAgainError | ClusterDownError):
-        code = reply_code(exc)  # redis-py 8 takes it off the message: say it again
-        if not text.startswith(code):
-            text = f"{code} {text}".rstrip()
+    for cls, code in _CODES:
+        if isinstance(exc, cls):  # its class took the code off the message: say it again
+            if not text.startswith(code):
+                text = f"{code} {text}".rstrip()
+            break
     return RedisUnavailable(f"{what} unavailable: {type(exc).__name__}: {text}")
 
 

@@ -86,6 +86,9 @@ async def test_connect_finds_the_cluster_from_any_node(
         c = Client(redis, Settings(namespace=NS))
         tid = await c.enqueue("noop", {"x": 1})
         assert (await c.get(tid)).state == "PENDING"
+        # the script went over the pipelined connection of the namespace's master
+        node = await redis.node_for(c.keys.layout)
+        assert node.lane is not None and node.lane._proto is not None
         await c.close()
     owner, other = owner_and_other(redis_cluster)
     on_owner = sync_redis.Redis(port=owner, decode_responses=True)
