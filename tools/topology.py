@@ -23,7 +23,18 @@ from redis.exceptions import RedisError
 
 from rsjobs.server import EmbeddedRedis, find_redis_server, free_port
 
-__all__ = ["Cluster", "ReplicaSet", "SentinelProcess", "cluster_port"]
+__all__ = [
+    "Cluster",
+    "ReplicaSet",
+    "SentinelProcess",
+    "cluster_agreed",
+    "cluster_args",
+    "cluster_port",
+    "cluster_view",
+    "form_cluster",
+    "node_role",
+    "wait_cluster_ok",
+]
 
 
 def _client(port: int, timeout: float = 2.0) -> redis.Redis:
@@ -264,6 +275,8 @@ class ReplicaSet:
 SLOTS = 16384
 #: a node's cluster bus listens on its port + this (Redis < 7 has no cluster-port setting)
 BUS_OFFSET = 10000
+#: a slot table: (first slot, last slot, master port, replica ports) per range
+SlotTable = tuple[tuple[int, int, int, tuple[int, ...]], ...]
 
 
 def cluster_port() -> int:
@@ -313,22 +326,146 @@ def slot_ranges(masters: int) -> list[tuple[int, int]]:
     return out
 
 
-def cluster_view(port: int) -> tuple[str, tuple[tuple[int, int, int, tuple[int, ...]], ...]]:
+def cluster_view(port: int, timeout: float = 2.0) -> tuple[str, SlotTable]:
     """What the node on ``port`` says: its ``cluster_state`` and its slot table (first,
-    last, master port, replica ports), sorted. Raises RedisError / OSError when it does not
-    answer."""
-    info = _call(port, "CLUSTER", "INFO")
+    last, master port, replica ports), sorted. Masters and ranges from ``CLUSTER SLOTS``,
+    replicas from ``CLUSTER NODES`` (Redis 7 leaves a new replica out of CLUSTER SLOTS
+    for seconds after it is linked). Raises RedisError / OSError when it does not answer."""
+    info = _call(port, "CLUSTER", "INFO", timeout=timeout)
     state = ""
     for line in str(info).splitlines():
         if line.startswith("cluster_state:"):
             state = line.split(":", 1)[1].strip()
+    replicas: dict[str, list[int]] = {}
+    for line in str(_call(port, "CLUSTER", "NODES", timeout=timeout)).splitlines():
+        parts = line.split()
+        if len(parts) < 8:
+            continue
+        flags = set(parts[2].split(","))
+        if "slave" in flags and not flags & {"fail", "fail?", "handshake", "noaddr"}:
+            address = parts[1].split("@", 1)[0]
+            replicas.setdefault(parts[3], []).append(int(address.rpartition(":")[2]))
     rows = []
-    for r in _call(port, "CLUSTER", "SLOTS"):
-        first, last, master, *replicas = r
-        rows.append(
-            (int(first), int(last), int(master[1]), tuple(sorted(int(x[1]) for x in replicas)))
-        )
+    for r in _call(port, "CLUSTER", "SLOTS", timeout=timeout):
+        first, last, master = r[:3]
+        linked = tuple(sorted(replicas.get(str(master[2]), [])))
+        rows.append((int(first), int(last), int(master[1]), linked))
     return state, tuple(sorted(rows))
+
+
+def node_role(port: int) -> str:
+    """``master`` / ``slave`` as the node on ``port`` says, or ``down``."""
+    try:
+        return str(_call(port, "ROLE", timeout=0.5)[0])
+    except (RedisError, OSError):
+        return "down"
+
+
+def _until(ok: Any, timeout: float, what: str, ports: list[int]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if ok():
+                return
+        except (RedisError, OSError):
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"{what} within {timeout:g}s: {cluster_snapshot(ports)}")
+
+
+def form_cluster(masters: list[int], replicas: list[int], timeout: float = 60.0) -> SlotTable:
+    """Make a cluster of the (started, empty) cluster-enabled nodes on these ports: the
+    slots split among ``masters`` (CLUSTER ADDSLOTS), every node met (CLUSTER MEET),
+    replica ``i`` a replica of master ``i % len(masters)`` (CLUSTER REPLICATE); returns
+    the slot table once every node agrees on it (:func:`wait_cluster_ok`)."""
+    ports = masters + replicas
+    for port, (first, last) in zip(masters, slot_ranges(len(masters)), strict=True):
+        _call(port, "CLUSTER", "ADDSLOTS", *map(str, range(first, last + 1)))
+    for port in ports[1:]:
+        _call(ports[0], "CLUSTER", "MEET", "127.0.0.1", str(port))
+
+    def met() -> bool:
+        for p in ports:
+            lines = str(_call(p, "CLUSTER", "NODES")).strip().splitlines()
+            if len(lines) != len(ports) or any("handshake" in x or "noaddr" in x for x in lines):
+                return False
+        return True
+
+    _until(met, timeout, "the nodes did not meet", ports)
+    for i, port in enumerate(replicas):
+        master = masters[i % len(masters)]
+        master_id = str(_call(master, "CLUSTER", "MYID"))
+        _until(
+            lambda port=port, mid=master_id: _replicate(port, mid),
+            timeout,
+            f"node {port} did not become a replica of {master}",
+            ports,
+        )
+    return wait_cluster_ok(ports, timeout, replicas=len(replicas) // len(masters))
+
+
+def cluster_snapshot(ports: list[int]) -> str:
+    """What each node on ``ports`` says (for a timeout's message)."""
+    out = []
+    for p in ports:
+        try:
+            state, table = cluster_view(p)
+            out.append(f"{p}: {state} {list(table)}")
+        except (RedisError, OSError) as exc:
+            out.append(f"{p}: {type(exc).__name__}")
+    return "; ".join(out)
+
+
+def cluster_agreed(
+    live: list[int], dead: set[int] | frozenset[int] = frozenset(), replicas: int = 0
+) -> SlotTable | None:
+    """The slot table when every node on ``live`` says ``cluster_state:ok`` and the same
+    table, the table covers every slot with masters that say they are masters, each with
+    ``replicas`` replicas at least, and every replica it lists is linked to its master
+    (none of them in ``dead``); else None."""
+    tables = set()
+    for p in live:
+        try:
+            state, table = cluster_view(p)
+        except (RedisError, OSError):
+            return None
+        if state != "ok":
+            return None
+        tables.add(table)
+    if len(tables) != 1:
+        return None
+    (table,) = tables
+    if sum(last - first + 1 for first, last, _, _ in table) != SLOTS:
+        return None
+    for _, _, master, linked in table:
+        if master in dead or node_role(master) != "master" or len(linked) < replicas:
+            return None
+        for r in linked:
+            if r in dead:
+                return None
+            try:
+                info = _call(r, "INFO", "replication")
+            except (RedisError, OSError):
+                return None
+            if info.get("master_link_status") != "up":
+                return None
+    return table
+
+
+def wait_cluster_ok(
+    live: list[int],
+    timeout: float = 60.0,
+    dead: set[int] | frozenset[int] = frozenset(),
+    replicas: int = 0,
+) -> SlotTable:
+    """Until :func:`cluster_agreed`; the table."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        table = cluster_agreed(live, dead, replicas)
+        if table is not None:
+            return table
+        time.sleep(0.05)
+    raise TimeoutError(f"the cluster did not settle within {timeout:g}s: {cluster_snapshot(live)}")
 
 
 class Cluster:
@@ -391,7 +528,7 @@ class Cluster:
     def live(self) -> list[int]:
         return [p for p in self.ports if p not in self.killed]
 
-    def view(self) -> tuple[tuple[int, int, int, tuple[int, ...]], ...]:
+    def view(self) -> SlotTable:
         """The slot table as the first live node that answers says it."""
         for p in self.live():
             try:
@@ -423,111 +560,36 @@ class Cluster:
         try:
             for n in self.nodes:
                 n.start()
-            masters = self.nodes[: self.n_masters]
-            for node, (first, last) in zip(masters, slot_ranges(self.n_masters), strict=True):
-                _call(node.port, "CLUSTER", "ADDSLOTS", *map(str, range(first, last + 1)))
-            for n in self.nodes[1:]:
-                _call(self.nodes[0].port, "CLUSTER", "MEET", "127.0.0.1", str(n.port))
-            self._wait_met(timeout)
-            replicas = self.nodes[self.n_masters :]
-            for i, r in enumerate(replicas):
-                master = masters[i % self.n_masters]
-                master_id = _call(master.port, "CLUSTER", "MYID")
-                self._until(
-                    lambda r=r, mid=master_id: _replicate(r.port, mid),
-                    timeout,
-                    f"node {r.port} did not become a replica of {master.port}",
-                )
-            self.wait_ok(timeout)
+            form_cluster(
+                [n.port for n in self.nodes[: self.n_masters]],
+                [n.port for n in self.nodes[self.n_masters :]],
+                timeout,
+            )
         except BaseException:
             self.cleanup()
             raise
         return self
 
-    def _wait_met(self, timeout: float) -> None:
-        """Until every node knows every other (no handshake left)."""
-        n = len(self.nodes)
-
-        def met() -> bool:
-            for p in self.ports:
-                lines = str(_call(p, "CLUSTER", "NODES")).strip().splitlines()
-                if len(lines) != n or any("handshake" in x or "noaddr" in x for x in lines):
-                    return False
-            return True
-
-        self._until(met, timeout, "the nodes did not meet")
-
     def snapshot(self) -> str:
         """What every live node says (for a timeout's message)."""
-        out = []
-        for p in self.live():
-            try:
-                state, table = cluster_view(p)
-                out.append(f"{p}: {state} {[(a, b, m, r) for a, b, m, r in table]}")
-            except (RedisError, OSError) as exc:
-                out.append(f"{p}: {type(exc).__name__}")
-        return "; ".join(out)
+        return cluster_snapshot(self.live())
 
-    def agreed(self) -> tuple[tuple[int, int, int, tuple[int, ...]], ...] | None:
-        """The slot table when every live node says ``cluster_state:ok``, every one says
-        the same table, the table covers every slot with live masters, and every replica
-        it lists is linked to its master; else None."""
-        tables = set()
-        for p in self.live():
-            try:
-                state, table = cluster_view(p)
-            except (RedisError, OSError):
-                return None
-            if state != "ok":
-                return None
-            tables.add(table)
-        if len(tables) != 1:
-            return None
-        (table,) = tables
-        if sum(last - first + 1 for first, last, _, _ in table) != SLOTS:
-            return None
-        for _, _, master, replicas in table:
-            if master in self.killed or self.role(master) != "master":
-                return None
-            for r in replicas:
-                if r in self.killed:
-                    return None
-                try:
-                    info = _call(r, "INFO", "replication")
-                except (RedisError, OSError):
-                    return None
-                if info.get("master_link_status") != "up":
-                    return None
-        return table
+    def agreed(self) -> SlotTable | None:
+        """The slot table once the live nodes agree on it (:func:`cluster_agreed`; with
+        no node killed, every master has its replicas)."""
+        return cluster_agreed(self.live(), self.killed, self._replicas())
 
-    def wait_ok(self, timeout: float = 60.0) -> tuple[tuple[int, int, int, tuple[int, ...]], ...]:
+    def wait_ok(self, timeout: float = 60.0) -> SlotTable:
         """Until :meth:`agreed` (every live node ok and in agreement); the table."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            table = self.agreed()
-            if table is not None:
-                return table
-            time.sleep(0.05)
-        raise TimeoutError(f"the cluster did not settle within {timeout:g}s: {self.snapshot()}")
+        return wait_cluster_ok(self.live(), timeout, self.killed, self._replicas())
+
+    def _replicas(self) -> int:
+        return 0 if self.killed else self.n_replicas
 
     @staticmethod
     def role(port: int) -> str:
         """``master`` / ``slave`` as the node says, or ``down``."""
-        try:
-            return str(_call(port, "ROLE", timeout=0.5)[0])
-        except (RedisError, OSError):
-            return "down"
-
-    def _until(self, ok: Any, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if ok():
-                    return
-            except (RedisError, OSError):
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"{what} within {timeout:g}s: {self.snapshot()}")
+        return node_role(port)
 
     # -- faults ----------------------------------------------------------------------------
 
