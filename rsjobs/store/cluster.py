@@ -9,7 +9,8 @@ each command itself:
 
 * **Where.** A command goes to the master serving the slot of its first key (its hash
   tag: every key of a namespace has the same one, ``{namespace}``), found in a slot table
-  read with ``CLUSTER SLOTS``. Which node serves a namespace is a property of its key,
+  read with ``CLUSTER SLOTS`` (what two nodes agree on, masters asked first: one node's
+  word is not enough, see :meth:`ClusterRedis._read_slots`). Which node serves a namespace is a property of its key,
   never a global "the master": a namespace split into shards (one hash tag each) needs
   nothing else here. Keyless commands go to the first master; ``FLUSHALL``, ``FLUSHDB``,
   ``SCRIPT LOAD`` / ``FLUSH`` go to every master; ``SCAN`` goes where its ``MATCH``
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -66,8 +68,16 @@ CLUSTER_DOWN_WAIT = 2.0
 REFRESH_GAP = 0.1
 #: pause before the one retry of a ``TRYAGAIN`` (a multi-key command during a migration)
 TRYAGAIN_PAUSE = 0.05
+#: the longest one node may take to answer CLUSTER SLOTS before the next one is asked
+SLOTS_TIMEOUT = 2.0
+#: a slot table is taken once this many nodes said the same (or the most common of
+#: SLOTS_ASKED answers)
+SLOTS_QUORUM = 2
+SLOTS_ASKED = 3
 
 Address = tuple[str, int]
+#: a slot table: (first slot, last slot, master, replicas) per range
+Slots = list[tuple[int, int, Address, tuple[Address, ...]]]
 
 # -- which key a command is about ----------------------------------------------------------
 
@@ -253,7 +263,7 @@ class ClusterRedis(Redis):  # type: ignore[misc]  # redis-py is untyped here
         #: the master of each slot (None: not known yet)
         self._slots: list[Address | None] = [None] * SLOTS
         #: (first, last, master, replicas) as CLUSTER SLOTS last said
-        self.table: list[tuple[int, int, Address, tuple[Address, ...]]] = []
+        self.table: Slots = []
         self._stale = True
         self._refreshed_at = 0.0
         self._refresh: asyncio.Task[None] | None = None
@@ -340,12 +350,17 @@ class ClusterRedis(Redis):  # type: ignore[misc]  # redis-py is untyped here
             self._refreshed_at = time.monotonic()
 
     async def _read_slots(self) -> None:
+        """The slot table two nodes agree on (masters asked first: :data:`SLOTS_QUORUM`,
+        or the most common of :data:`SLOTS_ASKED` answers; one answer when only one node
+        answers). One node's word is not enough: a node that lost a failover race may
+        still say it serves a slot that the other masters gave to another, and accept
+        writes it will throw away once it learns better."""
         candidates: list[Address] = [self._prefer] if self._prefer is not None else []
-        for _, _, master, replicas in self.table:
-            candidates.append(master)
-            candidates.extend(replicas)
-        candidates.extend(self.seeds)
+        candidates += [master for _, _, master, _ in self.table]
+        candidates += [r for _, _, _, replicas in self.table for r in replicas]
+        candidates += self.seeds
         errors: list[str] = []
+        views: list[tuple[tuple[tuple[int, int, Address], ...], Slots]] = []
         for address in dict.fromkeys(candidates):
             try:
                 reply = await self._cluster_slots(address)
@@ -356,24 +371,35 @@ class ClusterRedis(Redis):  # type: ignore[misc]  # redis-py is untyped here
             if not table:
                 errors.append(f"{address[0]}:{address[1]}: no slots assigned")
                 continue
-            slots: list[Address | None] = [None] * SLOTS
-            for first, last, master, _ in table:
-                slots[first : last + 1] = [master] * (last - first + 1)
-            self.table, self._slots = table, slots
-            self._stale = False
-            self._prefer = None
-            self.refreshes += 1
-            return
-        raise rx.ConnectionError(
-            "no node of the cluster answered CLUSTER SLOTS: " + "; ".join(errors[-4:])
-        )
+            owners = tuple((first, last, master) for first, last, master, _ in table)
+            views.append((owners, table))
+            if sum(1 for o, _ in views if o == owners) >= SLOTS_QUORUM:
+                break
+            if len(views) >= SLOTS_ASKED:
+                break
+        if not views:
+            raise rx.ConnectionError(
+                "no node of the cluster answered CLUSTER SLOTS: " + "; ".join(errors[-4:])
+            )
+        votes = Counter(owners for owners, _ in views)
+        most = max(votes.values())
+        table = next(t for owners, t in views if votes[owners] == most)
+        slots: list[Address | None] = [None] * SLOTS
+        for first, last, master, _ in table:
+            slots[first : last + 1] = [master] * (last - first + 1)
+        self.table, self._slots = table, slots
+        self._stale = False
+        self._prefer = None
+        self.refreshes += 1
 
     async def _cluster_slots(self, address: Address) -> Any:
-        """CLUSTER SLOTS of one node, bounded by the connect timeout (over the node's
-        lane when it has one: a lane's late reply is dropped in order, its connection
-        closed when overdue, so giving up leaves no socket behind)."""
+        """CLUSTER SLOTS of one node, bounded by the connect timeout and at most
+        :data:`SLOTS_TIMEOUT` (a frozen node must not hold every caller long: the next
+        candidate is asked). Over the node's lane when it has one: a lane's late reply is
+        dropped in order, its connection closed when overdue, so giving up leaves no
+        socket behind."""
         node = self.node_client(address)
-        bound = float(self.node_kwargs.get("socket_connect_timeout") or 5.0)
+        bound = min(float(self.node_kwargs.get("socket_connect_timeout") or 5.0), SLOTS_TIMEOUT)
         if node.lane is not None:
             async with asyncio.timeout(bound):
                 return await node.lane.call("CLUSTER", "SLOTS")
@@ -565,9 +591,6 @@ class ClusterRedis(Redis):  # type: ignore[misc]  # redis-py is untyped here
     def nodes(self) -> Iterable[tuple[Address, LaneRedis]]:
         """The node clients made so far."""
         return list(self._nodes.items())
-
-
-Slots = list[tuple[int, int, Address, tuple[Address, ...]]]
 
 
 def _parse_slots(reply: Any, asked: Address) -> Slots:

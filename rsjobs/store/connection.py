@@ -237,10 +237,12 @@ def _addresses(hosts: str, default_port: int, what: str, url: str) -> tuple[tupl
 _DETECTED: dict[str, bool] = {}
 
 
-def detect_cluster(url: str, timeout: float = DETECT_TIMEOUT) -> bool | None:
+def detect_cluster(url: str, timeout: float = DETECT_TIMEOUT, **auth: Any) -> bool | None:
     """Whether the server of the plain URL ``url`` is a Redis Cluster node (``INFO
     cluster`` says ``cluster_enabled:1``); None when it did not answer within ``timeout``
-    seconds. Asked once per process and URL (an answer is kept, a silence is not)."""
+    seconds. ``auth``: credentials and TLS settings (``username``, ``password``,
+    ``ssl_*``) the URL does not carry. Asked once per process and URL (an answer is kept,
+    a silence is not)."""
     known = _DETECTED.get(url)
     if known is not None:
         return known
@@ -253,6 +255,7 @@ def detect_cluster(url: str, timeout: float = DETECT_TIMEOUT) -> bool | None:
         retry=SyncRetry(NoBackoff(), 0),
         decode_responses=True,
         **NO_HANDSHAKE,
+        **auth,
     )
     try:
         info = probe.info("cluster")
@@ -308,7 +311,14 @@ def connect(
     if target.topology == "standalone":
         assert target.url is not None
         if target.scheme != "unix" and cluster is not False:
-            found = cluster or detect_cluster(target.url, min(connect_timeout, DETECT_TIMEOUT))
+            auth = {
+                k: v
+                for k, v in kwargs.items()
+                if k in ("username", "password") or k.startswith("ssl_")
+            }
+            found = cluster or detect_cluster(
+                target.url, min(connect_timeout, DETECT_TIMEOUT), **auth
+            )
             if found:
                 return _cluster_from_plain(target.url, kwargs)
         return LaneRedis.from_url(target.url, **kwargs)
@@ -403,10 +413,12 @@ def describe(redis: Any, url: str | None = None) -> str:
 async def reset_connections(redis: Any) -> None:
     """Drop every connection of ``redis`` (its pool and its lane): after a failover the
     next ones are opened anew (under Sentinel, to the new primary; with a plain URL, to
-    whatever the name resolves to now; on a cluster, to the masters of a slot table read
-    again)."""
+    whatever the name resolves to now). A cluster client keeps its connections (each
+    goes to one node, and calls are routed by the slot table, not by a connection) and
+    reads the slot table again before the next command: dropping them would only lose
+    the replies in flight on the masters that did not fail."""
     if isinstance(redis, ClusterRedis):
-        await redis.reset()
+        redis.mark_stale()
         return
     await redis.connection_pool.disconnect()
     lane = getattr(redis, "lane", None)

@@ -250,3 +250,62 @@ async def test_pipelines_run_on_one_master(fc: FakeCluster) -> None:
             pipe.get("rsjobs:{a}:x")
             pipe.get("rsjobs:{b}:x")
             await pipe.execute()
+
+
+async def test_a_failover_reset_keeps_the_connections(fc: FakeCluster) -> None:
+    """After a failover reply the processes reset their connections: a cluster client
+    only reads its slot table again (its connections are each one node's; dropping them
+    would lose the replies in flight on the masters that did not fail)."""
+    from rsjobs.store.connection import reset_connections
+
+    await fc.execute_command("PING")
+    fc.owner = B
+    await reset_connections(fc)
+    await asyncio.sleep(cluster_mod.REFRESH_GAP)
+    await fc.execute_command("HGET", KEY, "f")
+    assert fc.reads == 2 and fc.fakes[B].calls == [("pool", ("HGET", KEY, "f"))]
+
+
+async def test_one_nodes_word_on_the_slots_is_not_enough() -> None:
+    """A replica that lost a failover race may say it serves the namespace's slot while
+    every master says its old master does (Redis 7 let one do so in a chaos run: it took
+    writes and threw them away when the old master came back). The slot table is what two
+    nodes agree on, masters asked first: the writes go nowhere rather than to it."""
+    C = ("10.0.0.3", 7002)
+
+    class Split(FakeCluster):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fakes[C] = FakeNode(C)
+            self.says: dict[tuple[str, int], tuple[str, int]] = {}
+            self.dead: set[tuple[str, int]] = set()
+
+        async def _cluster_slots(self, address: tuple[str, int]) -> Any:
+            if address in self.dead:
+                raise rx.ConnectionError("refused")
+            self.reads += 1
+            owner = self.says.get(address, self.owner)
+            replica = [[B[0], B[1], "b"]] if owner == A else []
+            return [[0, SLOT, [owner[0], owner[1], "o"], *replica],
+                    [SLOT + 1, 16383, [C[0], C[1], "c"]]]  # fmt: skip
+
+    c = Split()
+    try:
+        await c.execute_command("HGET", KEY, "f")
+        assert c.fakes[A].calls  # every node said A
+        c.dead.add(A)
+        c.says[B] = B  # the rogue replica
+        c.fakes[A].replies.append(rx.ConnectionError("Connection closed by server."))
+        with pytest.raises(rx.ConnectionError):
+            await c.execute_command("HGET", KEY, "f")
+        await asyncio.sleep(cluster_mod.REFRESH_GAP)
+        await c.execute_command("HGET", KEY, "g")
+        assert c.fakes[B].calls == [] and c.fakes[A].calls[-1] == ("pool", ("HGET", KEY, "g"))
+        # once the masters agree that B serves it, B it is
+        c.owner = B
+        c.mark_stale()
+        await asyncio.sleep(cluster_mod.REFRESH_GAP)
+        await c.execute_command("HGET", KEY, "h")
+        assert c.fakes[B].calls == [("pool", ("HGET", KEY, "h"))]
+    finally:
+        await c.aclose()
