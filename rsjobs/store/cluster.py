@@ -10,11 +10,11 @@ each command itself:
 * **Where.** A command goes to the master serving the slot of its first key (its hash
   tag: every key of a namespace has the same one, ``{namespace}``), found in a slot table
   read with ``CLUSTER SLOTS`` (what two nodes agree on, masters asked first: one node's
-  word is not enough, see :meth:`ClusterRedis._read_slots`). Which node serves a namespace is a property of its key,
-  never a global "the master": a namespace split into shards (one hash tag each) needs
-  nothing else here. Keyless commands go to the first master; ``FLUSHALL``, ``FLUSHDB``,
-  ``SCRIPT LOAD`` / ``FLUSH`` go to every master; ``SCAN`` goes where its ``MATCH``
-  pattern's hash tag lives.
+  word is not enough, see :meth:`ClusterRedis._read_slots`). Which node serves a
+  namespace is a property of its key, never a global "the master": a namespace split
+  into shards (one hash tag each) needs nothing else here. Keyless commands go to the
+  first master; ``FLUSHALL``, ``FLUSHDB``, ``SCRIPT LOAD`` / ``FLUSH`` go to every
+  master; ``SCAN`` goes where its ``MATCH`` pattern's hash tag lives.
 * **How.** Each master has a :class:`~rsjobs.store.lane.LaneRedis` (made with the URL's
   settings: bounded timeouts, no handshake, no redis-py retry). Transition scripts
   (``EVALSHA`` / ``EVAL``) travel over its lane, the pipelined connection of the hot path;
