@@ -13,7 +13,8 @@ each command itself:
   word is not enough, see :meth:`ClusterRedis._read_slots`). Which node serves a
   namespace is a property of its key, never a global "the master": a namespace split
   into shards (one hash tag each) needs nothing else here. Keyless commands go to the
-  first master; ``FLUSHALL``, ``FLUSHDB``, ``SCRIPT LOAD`` / ``FLUSH`` go to every
+  first master, or to the master of the key given as redis-py's ``keys=[...]`` option
+  (the store reads ``TIME`` from the namespace's master so); ``FLUSHALL``, ``FLUSHDB``, ``SCRIPT LOAD`` / ``FLUSH`` go to every
   master; ``SCAN`` goes where its ``MATCH`` pattern's hash tag lives.
 * **How.** Each master has a :class:`~rsjobs.store.lane.LaneRedis` (made with the URL's
   settings: bounded timeouts, no handshake, no redis-py retry). Transition scripts
@@ -421,6 +422,8 @@ class ClusterRedis(Redis):  # type: ignore[misc]  # redis-py is untyped here
             if name in ("DBSIZE", "KEYS"):
                 return await self._gathered(name, *args, **options)
             key = command_key(args)
+            if key is None and options.get("keys"):
+                key = options["keys"][0]  # a keyless command asked of a key's node (TIME)
             slot = slot_of(key) if key is not None else None
         asking: Address | None = None
         down_until = 0.0

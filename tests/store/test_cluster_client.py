@@ -309,3 +309,21 @@ async def test_one_nodes_word_on_the_slots_is_not_enough() -> None:
         assert c.fakes[B].calls == [("pool", ("HGET", KEY, "h"))]
     finally:
         await c.aclose()
+
+
+async def test_time_is_read_from_the_namespaces_master(fc: FakeCluster) -> None:
+    """TIME has no key: the store names one (redis-py's ``keys=`` option), so that on a
+    cluster it is the clock of the node whose scripts stamp the namespace's times."""
+    C = ("10.0.0.3", 7002)
+    fc.fakes[C] = FakeNode(C)
+
+    async def two_masters(address: tuple[str, int]) -> Any:
+        fc.reads += 1
+        return [[0, SLOT - 1, [C[0], C[1], "c"]], [SLOT, 16383, [A[0], A[1], "a"]]]
+
+    fc._cluster_slots = two_masters  # type: ignore[method-assign]
+    fc.fakes[A].replies.append([1_700_000_000, 5000])
+    assert await fc.execute_command("TIME", keys=[KEY]) == [1_700_000_000, 5000]
+    assert fc.fakes[A].calls == [("pool", ("TIME",))] and fc.fakes[C].calls == []
+    await fc.execute_command("TIME")  # without a key: the first master
+    assert fc.fakes[C].calls == [("pool", ("TIME",))]
