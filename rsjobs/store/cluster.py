@@ -14,8 +14,9 @@ each command itself:
   namespace is a property of its key, never a global "the master": a namespace split
   into shards (one hash tag each) needs nothing else here. Keyless commands go to the
   first master, or to the master of the key given as redis-py's ``keys=[...]`` option
-  (the store reads ``TIME`` from the namespace's master so); ``FLUSHALL``, ``FLUSHDB``, ``SCRIPT LOAD`` / ``FLUSH`` go to every
-  master; ``SCAN`` goes where its ``MATCH`` pattern's hash tag lives.
+  (the store reads ``TIME`` from the namespace's master so); ``FLUSHALL``, ``FLUSHDB``,
+  ``SCRIPT LOAD`` / ``FLUSH`` go to every master; ``SCAN`` goes where its ``MATCH``
+  pattern's hash tag lives.
 * **How.** Each master has a :class:`~rsjobs.store.lane.LaneRedis` (made with the URL's
   settings: bounded timeouts, no handshake, no redis-py retry). Transition scripts
   (``EVALSHA`` / ``EVAL``) travel over its lane, the pipelined connection of the hot path;
