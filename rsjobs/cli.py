@@ -29,7 +29,7 @@ from .errors import (
 from .logfmt import FORMATS, setup_logging
 from .settings import Settings
 from .store import Store
-from .store.connection import redact_url
+from .store.connection import moved_hint, redact_url
 from .worker import Registry, Worker
 
 __all__ = ["main"]
@@ -282,17 +282,24 @@ async def cmd_external(args: argparse.Namespace) -> int:
 
 
 async def cmd_healthcheck(args: argparse.Namespace) -> int:
-    """Redis answers PING within the timeout (exit 3 otherwise); with ``--http``, that URL
-    answers 200 too (exit 1 otherwise). Prints one line either way."""
+    """The Redis node serving the namespace answers within the timeout (exit 3
+    otherwise); with ``--http``, that URL answers 200 too (exit 1 otherwise). Prints one
+    line either way."""
     bound = args.timeout_ms / 1000
     if bound <= 0:
         raise CliError("--timeout-ms must be positive")
-    store = Store(connect(args.url, socket_timeout=bound, connect_timeout=bound))
+    store = Store(
+        connect(args.url, socket_timeout=bound, connect_timeout=bound), settings_from_args(args)
+    )
     try:
         async with asyncio.timeout(bound):
             await store.ping()
     except (RsjobsError, OSError) as exc:
         cause = exc.__cause__ or exc
+        hint = moved_hint(exc, args.url)
+        if hint is not None:
+            print(f"unhealthy: {hint}")
+            return 3
         print(f"unhealthy: redis at {redact_url(args.url)}: {type(cause).__name__}: {cause}")
         return 3
     finally:
@@ -605,6 +612,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except RedisUnavailable as exc:
+        hint = moved_hint(exc, args.url)
+        if hint is not None:
+            print(f"rsjobs: {hint}", file=sys.stderr)
+            return 3
         print(f"rsjobs: cannot reach redis at {redact_url(args.url)}: {exc}", file=sys.stderr)
         return 3
     except StoreError as exc:

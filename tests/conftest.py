@@ -21,12 +21,21 @@ from rsjobs.workflows import WorkflowClient
 from tests.support.browser import launch
 from tests.support.wf_fixtures import NS
 from tests.support.workflows import character
+from tools.topology import Cluster
+
+#: the session cluster's node timeout: a master that does not answer for this long is
+#: failed over (long enough that a loaded machine does not fail one over by itself)
+CLUSTER_NODE_TIMEOUT_MS = 2000
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "redis_server" in getattr(item, "fixturenames", ()):
+        names = getattr(item, "fixturenames", ())
+        if "redis_server" in names:
             item.add_marker(pytest.mark.integration)
+        if "redis_cluster" in names:
+            item.add_marker(pytest.mark.integration)
+            item.add_marker(pytest.mark.cluster)
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +45,27 @@ def redis_server() -> Iterator[EmbeddedRedis]:
     server.start()
     yield server
     server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[Cluster]:
+    """A local Redis Cluster for the cluster tier: 3 masters + 3 replicas of the session's
+    redis-server binary on loopback, started for the first test that asks for it (tests
+    using it are marked ``cluster``). A test that fails nodes over or kills them heals
+    the cluster before it ends (:func:`cluster_url` checks)."""
+    with Cluster(masters=3, replicas=1, node_timeout_ms=CLUSTER_NODE_TIMEOUT_MS) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster_url(redis_cluster: Cluster) -> str:
+    """The cluster's ``redis+cluster://`` URL, every node up and in agreement and every
+    master flushed before the test."""
+    if redis_cluster.killed:
+        redis_cluster.heal()
+    redis_cluster.wait_ok()
+    redis_cluster.flush()
+    return redis_cluster.url
 
 
 @pytest.fixture

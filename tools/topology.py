@@ -9,7 +9,9 @@ directories, ended by pid).
 
 from __future__ import annotations
 
+import random
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -21,7 +23,18 @@ from redis.exceptions import RedisError
 
 from rsjobs.server import EmbeddedRedis, find_redis_server, free_port
 
-__all__ = ["ReplicaSet", "SentinelProcess"]
+__all__ = [
+    "Cluster",
+    "ReplicaSet",
+    "SentinelProcess",
+    "cluster_agreed",
+    "cluster_args",
+    "cluster_port",
+    "cluster_view",
+    "form_cluster",
+    "node_role",
+    "wait_cluster_ok",
+]
 
 
 def _client(port: int, timeout: float = 2.0) -> redis.Redis:
@@ -254,3 +267,409 @@ class ReplicaSet:
 
     def __exit__(self, *exc: object) -> None:
         self.cleanup()
+
+
+# -- Redis Cluster -----------------------------------------------------------------------
+
+#: the slots of a Redis Cluster
+SLOTS = 16384
+#: a node's cluster bus listens on its port + this (Redis < 7 has no cluster-port setting)
+BUS_OFFSET = 10000
+#: a slot table: (first slot, last slot, master port, replica ports) per range
+SlotTable = tuple[tuple[int, int, int, tuple[int, ...]], ...]
+
+
+def cluster_port() -> int:
+    """A loopback port free now whose cluster bus port (+10000) is free too, both below
+    the ephemeral range when there is room (see :func:`rsjobs.server.free_port`)."""
+    lo, _ = _ephemeral_range()
+    top = max(lo - BUS_OFFSET, 10001)
+    for _ in range(200):
+        port = random.randrange(10000, top) if top > 10000 else free_port()
+        if port + BUS_OFFSET >= 65536:
+            continue
+        if _bindable(port) and _bindable(port + BUS_OFFSET):
+            return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def cluster_args(node_timeout_ms: int) -> list[str]:
+    """What makes a redis-server a cluster node (its config file in its data directory)."""
+    return [
+        "--cluster-enabled", "yes",
+        "--cluster-config-file", "nodes.conf",
+        "--cluster-node-timeout", str(node_timeout_ms),
+        # a replica takes over whatever its link's age (the tests kill masters at once)
+        "--cluster-replica-validity-factor", "0",
+        "--repl-diskless-sync", "yes",
+        "--repl-diskless-sync-delay", "0",
+    ]  # fmt: skip
+
+
+def slot_ranges(masters: int) -> list[tuple[int, int]]:
+    """The 16384 slots split into ``masters`` contiguous ranges (first, last)."""
+    step = SLOTS // masters
+    out = []
+    for i in range(masters):
+        first = i * step
+        last = SLOTS - 1 if i == masters - 1 else (i + 1) * step - 1
+        out.append((first, last))
+    return out
+
+
+def cluster_view(port: int, timeout: float = 2.0) -> tuple[str, SlotTable]:
+    """What the node on ``port`` says: its ``cluster_state`` and its slot table (first,
+    last, master port, replica ports), sorted. Masters and ranges from ``CLUSTER SLOTS``,
+    replicas from ``CLUSTER NODES`` (Redis 7 leaves a new replica out of CLUSTER SLOTS
+    for seconds after it is linked). Raises RedisError / OSError when it does not answer."""
+    info = _call(port, "CLUSTER", "INFO", timeout=timeout)
+    state = ""
+    for line in str(info).splitlines():
+        if line.startswith("cluster_state:"):
+            state = line.split(":", 1)[1].strip()
+    replicas: dict[str, list[int]] = {}
+    for line in str(_call(port, "CLUSTER", "NODES", timeout=timeout)).splitlines():
+        parts = line.split()
+        if len(parts) < 8:
+            continue
+        flags = set(parts[2].split(","))
+        if "slave" in flags and not flags & {"fail", "fail?", "handshake", "noaddr"}:
+            address = parts[1].split("@", 1)[0]
+            replicas.setdefault(parts[3], []).append(int(address.rpartition(":")[2]))
+    rows = []
+    for r in _call(port, "CLUSTER", "SLOTS", timeout=timeout):
+        first, last, master = r[:3]
+        linked = tuple(sorted(replicas.get(str(master[2]), [])))
+        rows.append((int(first), int(last), int(master[1]), linked))
+    return state, tuple(sorted(rows))
+
+
+def node_role(port: int) -> str:
+    """``master`` / ``slave`` as the node on ``port`` says, or ``down``."""
+    try:
+        return str(_call(port, "ROLE", timeout=0.5)[0])
+    except (RedisError, OSError):
+        return "down"
+
+
+def _until(ok: Any, timeout: float, what: str, ports: list[int]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if ok():
+                return
+        except (RedisError, OSError):
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"{what} within {timeout:g}s: {cluster_snapshot(ports)}")
+
+
+def form_cluster(masters: list[int], replicas: list[int], timeout: float = 60.0) -> SlotTable:
+    """Make a cluster of the (started, empty) cluster-enabled nodes on these ports: the
+    slots split among ``masters`` (CLUSTER ADDSLOTS), every node met (CLUSTER MEET),
+    replica ``i`` a replica of master ``i % len(masters)`` (CLUSTER REPLICATE); returns
+    the slot table once every node agrees on it (:func:`wait_cluster_ok`)."""
+    ports = masters + replicas
+    for port, (first, last) in zip(masters, slot_ranges(len(masters)), strict=True):
+        _call(port, "CLUSTER", "ADDSLOTS", *map(str, range(first, last + 1)))
+    for port in ports[1:]:
+        _call(ports[0], "CLUSTER", "MEET", "127.0.0.1", str(port))
+
+    def met() -> bool:
+        for p in ports:
+            lines = str(_call(p, "CLUSTER", "NODES")).strip().splitlines()
+            if len(lines) != len(ports) or any("handshake" in x or "noaddr" in x for x in lines):
+                return False
+        return True
+
+    _until(met, timeout, "the nodes did not meet", ports)
+    for i, port in enumerate(replicas):
+        master = masters[i % len(masters)]
+        master_id = str(_call(master, "CLUSTER", "MYID"))
+        _until(
+            lambda port=port, mid=master_id: _replicate(port, mid),
+            timeout,
+            f"node {port} did not become a replica of {master}",
+            ports,
+        )
+    return wait_cluster_ok(ports, timeout, replicas=len(replicas) // len(masters))
+
+
+def cluster_snapshot(ports: list[int]) -> str:
+    """What each node on ``ports`` says (for a timeout's message)."""
+    out = []
+    for p in ports:
+        try:
+            state, table = cluster_view(p)
+            out.append(f"{p}: {state} {list(table)}")
+        except (RedisError, OSError) as exc:
+            out.append(f"{p}: {type(exc).__name__}")
+    return "; ".join(out)
+
+
+def cluster_agreed(
+    live: list[int], dead: set[int] | frozenset[int] = frozenset(), replicas: int = 0
+) -> SlotTable | None:
+    """The slot table when every node on ``live`` says ``cluster_state:ok`` and the same
+    table, the table covers every slot with masters that say they are masters, each with
+    ``replicas`` replicas at least, and every replica it lists is linked to its master
+    (none of them in ``dead``); else None."""
+    tables = set()
+    for p in live:
+        try:
+            state, table = cluster_view(p)
+        except (RedisError, OSError):
+            return None
+        if state != "ok":
+            return None
+        tables.add(table)
+    if len(tables) != 1:
+        return None
+    (table,) = tables
+    if sum(last - first + 1 for first, last, _, _ in table) != SLOTS:
+        return None
+    for _, _, master, linked in table:
+        if master in dead or node_role(master) != "master" or len(linked) < replicas:
+            return None
+        for r in linked:
+            if r in dead:
+                return None
+            try:
+                info = _call(r, "INFO", "replication")
+            except (RedisError, OSError):
+                return None
+            if info.get("master_link_status") != "up":
+                return None
+    return table
+
+
+def wait_cluster_ok(
+    live: list[int],
+    timeout: float = 60.0,
+    dead: set[int] | frozenset[int] = frozenset(),
+    replicas: int = 0,
+) -> SlotTable:
+    """Until :func:`cluster_agreed`; the table."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        table = cluster_agreed(live, dead, replicas)
+        if table is not None:
+            return table
+        time.sleep(0.05)
+    raise TimeoutError(f"the cluster did not settle within {timeout:g}s: {cluster_snapshot(live)}")
+
+
+class Cluster:
+    """A Redis Cluster on loopback: ``masters`` masters with ``replicas`` replicas each,
+    real ``redis-server`` processes of the session's binary (CLUSTER ADDSLOTS / MEET /
+    REPLICATE; every wait bounded).
+
+        with Cluster() as c:
+            client = rsjobs.connect(c.url)       # redis+cluster://127.0.0.1:p1,...
+            new = c.failover(c.owner(slot))      # CLUSTER FAILOVER on a replica
+            c.kill(c.owner(slot)); c.wait_ok()   # kill -9 a master; a replica takes over
+            c.heal()                             # killed nodes back (as replicas)
+    """
+
+    def __init__(
+        self,
+        *,
+        masters: int = 3,
+        replicas: int = 1,
+        node_timeout_ms: int = 1000,
+        appendonly: bool = False,
+        appendfsync: str = "everysec",
+    ) -> None:
+        self.n_masters = masters
+        self.n_replicas = replicas
+        self.nodes = [
+            EmbeddedRedis(
+                cluster_port(),
+                appendonly=appendonly,
+                appendfsync=appendfsync,
+                extra_args=cluster_args(node_timeout_ms),
+            )
+            for _ in range(masters * (1 + replicas))
+        ]
+        self.killed: set[int] = set()
+        #: slot ranges each killed master served when it was killed
+        self._served: dict[int, list[tuple[int, int]]] = {}
+
+    # -- addresses -------------------------------------------------------------------------
+
+    @property
+    def ports(self) -> list[int]:
+        return [n.port for n in self.nodes]
+
+    @property
+    def url(self) -> str:
+        """The cluster URL rsjobs connects with (every node a seed)."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    def node_url(self, port: int) -> str:
+        """The plain URL of one node."""
+        return f"redis://127.0.0.1:{port}/0"
+
+    def node(self, port: int) -> EmbeddedRedis:
+        for n in self.nodes:
+            if n.port == port:
+                return n
+        raise KeyError(port)
+
+    def live(self) -> list[int]:
+        return [p for p in self.ports if p not in self.killed]
+
+    def view(self) -> SlotTable:
+        """The slot table as the first live node that answers says it."""
+        for p in self.live():
+            try:
+                return cluster_view(p)[1]
+            except (RedisError, OSError):
+                continue
+        raise RedisError("no cluster node answers")
+
+    def masters(self) -> list[int]:
+        """The masters' ports (by slot range)."""
+        return [m for _, _, m, _ in self.view()]
+
+    def owner(self, slot: int) -> int:
+        """The port of the master that serves ``slot``."""
+        for first, last, master, _ in self.view():
+            if first <= slot <= last:
+                return master
+        raise KeyError(slot)
+
+    def replicas_of(self, port: int) -> list[int]:
+        for _, _, master, replicas in self.view():
+            if master == port:
+                return list(replicas)
+        return []
+
+    # -- life cycle ------------------------------------------------------------------------
+
+    def start(self, timeout: float = 60.0) -> Cluster:
+        try:
+            for n in self.nodes:
+                n.start()
+            form_cluster(
+                [n.port for n in self.nodes[: self.n_masters]],
+                [n.port for n in self.nodes[self.n_masters :]],
+                timeout,
+            )
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def snapshot(self) -> str:
+        """What every live node says (for a timeout's message)."""
+        return cluster_snapshot(self.live())
+
+    def agreed(self) -> SlotTable | None:
+        """The slot table once the live nodes agree on it (:func:`cluster_agreed`; with
+        no node killed, every master has its replicas)."""
+        return cluster_agreed(self.live(), self.killed, self._replicas())
+
+    def wait_ok(self, timeout: float = 60.0) -> SlotTable:
+        """Until :meth:`agreed` (every live node ok and in agreement); the table."""
+        return wait_cluster_ok(self.live(), timeout, self.killed, self._replicas())
+
+    def _replicas(self) -> int:
+        return 0 if self.killed else self.n_replicas
+
+    @staticmethod
+    def role(port: int) -> str:
+        """``master`` / ``slave`` as the node says, or ``down``."""
+        return node_role(port)
+
+    # -- faults ----------------------------------------------------------------------------
+
+    def failover(self, master: int, timeout: float = 60.0) -> int:
+        """``CLUSTER FAILOVER`` on a replica of ``master`` (a coordinated switch: no write
+        is lost); returns the new master's port once the whole cluster agrees on it."""
+        replicas = [r for r in self.replicas_of(master) if r not in self.killed]
+        if not replicas:
+            raise RuntimeError(f"master {master} has no live replica")
+        new = replicas[0]
+        _call(new, "CLUSTER", "FAILOVER")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            table = self.agreed()
+            if table is not None and any(m == new for _, _, m, _ in table):
+                return new
+            time.sleep(0.05)
+        raise TimeoutError(f"failover of {master} to {new} did not settle: {self.snapshot()}")
+
+    def kill(self, port: int) -> None:
+        """SIGKILL one node (a master's replica takes over once the others mark it failed:
+        :meth:`wait_replaced`)."""
+        try:
+            self._served[port] = [(a, b) for a, b, m, _ in self.view() if m == port]
+        except RedisError:
+            pass
+        node = self.node(port)
+        if node.proc is not None:
+            node.proc.kill()
+            node.proc.wait(10)
+            node.proc = None
+        self.killed.add(port)
+
+    def wait_replaced(self, old: int, timeout: float = 60.0) -> int:
+        """After :meth:`kill` of a master: until another node serves its slots and the
+        live nodes agree; the new master's port."""
+        served = self._served.get(old, [])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            table = self.agreed()
+            if table is not None and served:
+                first = served[0][0]
+                for a, b, m, _ in table:
+                    if a <= first <= b and m != old:
+                        return m
+            time.sleep(0.05)
+        raise TimeoutError(f"no replica took over from {old}: {self.snapshot()}")
+
+    def heal(self, timeout: float = 60.0) -> None:
+        """Start every killed node again (it rejoins as a replica of its replacement) and
+        wait until the cluster agrees, with every replica linked."""
+        for port in sorted(self.killed):
+            node = self.node(port)
+            node.start()
+            self.killed.discard(port)
+        self.wait_ok(timeout)
+
+    def flush(self) -> None:
+        """FLUSHALL on every master (the data of every test starts empty)."""
+        for m in self.masters():
+            _call(m, "FLUSHALL")
+
+    def cleanup(self) -> None:
+        for n in self.nodes:
+            n.cleanup()
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
+def _replicate(port: int, master_id: str) -> bool:
+    """CLUSTER REPLICATE (refused until the node has heard of the master; then retried)."""
+    _call(port, "CLUSTER", "REPLICATE", master_id)
+    return True
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    from rsjobs.server import _ephemeral_range as ephemeral
+
+    return ephemeral()

@@ -138,8 +138,12 @@ class Store:
         self.costs = Costs(self.scripts)
 
     async def ping(self) -> None:
-        with boundary("PING"):
-            await self.redis.ping()
+        """Whether the node that serves the namespace answers: a read of one of its keys
+        (``EXISTS`` of the layout marker), so that a cluster node which does not own the
+        namespace's slot answers ``MOVED`` (passing: :class:`rsjobs.RedisUnavailable`)
+        rather than a PING's PONG."""
+        with boundary("EXISTS layout"):
+            await self.redis.exists(self.keys.layout)
 
     @property
     def layout_ok(self) -> bool:

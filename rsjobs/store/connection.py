@@ -9,7 +9,17 @@ URL                                                            topology
 ``redis+sentinel://[user:pass@]h1:26379,h2:26379/service/db``  the primary of ``service``, found
                                                                through Sentinel (``rediss+sentinel``
                                                                for TLS to the data nodes)
+``redis+cluster://[user:pass@]h1:7000,h2:7001``                a Redis Cluster, read from any of
+                                                               these nodes (``rediss+cluster``:
+                                                               TLS); see :mod:`.cluster`
 =============================================================  =================================
+
+A plain ``redis://`` / ``rediss://`` URL of a cluster node is found out once per process
+and URL: :func:`connect` asks the node ``INFO cluster`` (one short blocking round trip,
+bounded by ``connect_timeout`` and at most :data:`DETECT_TIMEOUT`) and makes a cluster
+client when it says ``cluster_enabled:1``. A node that does not answer then is taken for
+a standalone server (asked again by the next :func:`connect`); ``cluster=False`` skips the
+question.
 
 Sentinel URLs take ``sentinel_username`` / ``sentinel_password`` query parameters when the
 sentinels themselves require auth. After a failover, connections to the demoted primary
@@ -23,7 +33,7 @@ automatic retry (3 retries with up to 10 s of backoff by default since redis-py 
 a retried ``start.lua`` after a lost reply would start work nobody runs, and the retry
 hides outages from the callers. rsjobs's policy (:mod:`rsjobs.store.transient`) decides instead.
 A plain TCP or Unix socket client also gets the pipelined script connection of
-:mod:`rsjobs.store.lane`.
+:mod:`rsjobs.store.lane` (a cluster client one per master).
 """
 
 from __future__ import annotations
@@ -33,10 +43,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
+import redis as sync_redis
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
+from redis.exceptions import ResponseError
+from redis.retry import Retry as SyncRetry
 
 try:  # redis-py 8: the handshake's metadata is one object (lib_name is deprecated)
     from redis.driver_info import DriverInfo
@@ -48,13 +61,18 @@ except ImportError:  # pragma: no cover - redis-py < 8
     MaintNotificationsConfig = None
 
 from ..errors import ConfigError
+from .cluster import ClusterRedis
 from .lane import LaneRedis
+from .transient import reply_code
 
 __all__ = [
+    "ClusterRedis",
     "SentinelRedis",
     "Target",
     "connect",
     "describe",
+    "detect_cluster",
+    "moved_hint",
     "parse_url",
     "redact_url",
     "reset_connections",
@@ -64,7 +82,11 @@ log = logging.getLogger("rsjobs")
 
 _PLAIN = ("redis", "rediss", "unix")
 _SENTINEL = ("redis+sentinel", "rediss+sentinel")
+_CLUSTER = ("redis+cluster", "rediss+cluster")
 SENTINEL_PORT = 26379
+REDIS_PORT = 6379
+#: the longest a plain URL's "is this a cluster node?" question may block (seconds)
+DETECT_TIMEOUT = 1.0
 
 #: what tells redis-py to send no handshake: no CLIENT SETINFO (library name and version),
 #: and on redis-py 8 no CLIENT MAINT_NOTIFICATIONS, with which it also stops checking a
@@ -91,11 +113,13 @@ class Target:
     """A parsed URL: what :func:`connect` will build."""
 
     scheme: str
-    #: "standalone" or "sentinel"
+    #: "standalone", "sentinel" or "cluster"
     topology: str
     #: the URL redis-py takes (standalone), or None for Sentinel
     url: str | None = None
     sentinels: tuple[tuple[str, int], ...] = ()
+    #: a cluster's seed nodes
+    nodes: tuple[tuple[str, int], ...] = ()
     service: str = ""
     db: int = 0
     tls: bool = False
@@ -104,6 +128,9 @@ class Target:
     sentinel_kwargs: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> str:
+        if self.topology == "cluster":
+            hosts = ",".join(f"{h}:{p}" for h, p in self.nodes)
+            return f"the cluster of {hosts}{' over TLS' if self.tls else ''}"
         if self.topology == "sentinel":
             hosts = ",".join(f"{h}:{p}" for h, p in self.sentinels)
             tls = " over TLS" if self.tls else ""
@@ -131,7 +158,7 @@ def parse_url(url: str) -> Target:
     scheme = url.partition("://")[0].lower()
     if scheme in _PLAIN:
         return Target(scheme=scheme, topology="standalone", url=url, tls=scheme == "rediss")
-    if scheme not in _SENTINEL:
+    if scheme not in _SENTINEL + _CLUSTER:
         raise ConfigError(f"unsupported redis URL scheme {scheme!r} in {redact_url(url)!r}")
     rest = url.partition("://")[2]
     rest, _, query = rest.partition("?")
@@ -142,14 +169,28 @@ def parse_url(url: str) -> Target:
         user, colon, pw = creds.partition(":")
         username = unquote(user) or None
         password = unquote(pw) if colon else None
-    sentinels = []
-    for item in hosts.split(","):
-        host, colon, port = item.strip().rpartition(":")
-        if not colon:
-            host, port = item.strip(), str(SENTINEL_PORT)
-        if not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"invalid sentinel address {item!r} in {redact_url(url)!r}")
-        sentinels.append((host.strip("[]"), int(port)))
+    cluster = scheme in _CLUSTER
+    addresses = _addresses(
+        hosts, REDIS_PORT if cluster else SENTINEL_PORT, "node" if cluster else "sentinel", url
+    )
+    if cluster:
+        parts = [p for p in path.split("/") if p]
+        if parts and parts != ["0"]:
+            raise ConfigError(
+                f"a Redis Cluster has only database 0: redis+cluster://host:port[,...][/0], "
+                f"got {redact_url(url)!r}"
+            )
+        if query:
+            raise ConfigError(f"a cluster URL takes no parameters, got {redact_url(url)!r}")
+        return Target(
+            scheme=scheme,
+            topology="cluster",
+            nodes=addresses,
+            tls=scheme.startswith("rediss"),
+            username=username,
+            password=password,
+        )
+    sentinels = addresses
     parts = [p for p in path.split("/") if p]
     if not parts or len(parts) > 2:
         raise ConfigError(
@@ -170,7 +211,7 @@ def parse_url(url: str) -> Target:
     return Target(
         scheme=scheme,
         topology="sentinel",
-        sentinels=tuple(sentinels),
+        sentinels=sentinels,
         service=service,
         db=db,
         tls=scheme.startswith("rediss"),
@@ -178,6 +219,53 @@ def parse_url(url: str) -> Target:
         password=password,
         sentinel_kwargs=sentinel_kwargs,
     )
+
+
+def _addresses(hosts: str, default_port: int, what: str, url: str) -> tuple[tuple[str, int], ...]:
+    """``h1:p1,h2,[::1]:p3`` as (host, port) pairs (``default_port`` where none is given)."""
+    out = []
+    for item in hosts.split(","):
+        host, colon, port = item.strip().rpartition(":")
+        if not colon or (host.startswith("[") and not host.endswith("]")):
+            host, port = item.strip(), str(default_port)
+        if not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"invalid {what} address {item!r} in {redact_url(url)!r}")
+        out.append((host.strip("[]"), int(port)))
+    return tuple(out)
+
+
+_DETECTED: dict[str, bool] = {}
+
+
+def detect_cluster(url: str, timeout: float = DETECT_TIMEOUT, **auth: Any) -> bool | None:
+    """Whether the server of the plain URL ``url`` is a Redis Cluster node (``INFO
+    cluster`` says ``cluster_enabled:1``); None when it did not answer within ``timeout``
+    seconds. ``auth``: credentials and TLS settings (``username``, ``password``,
+    ``ssl_*``) the URL does not carry. Asked once per process and URL (an answer is kept,
+    a silence is not)."""
+    known = _DETECTED.get(url)
+    if known is not None:
+        return known
+    if url.partition("://")[0].lower() == "unix":
+        return False
+    probe = sync_redis.Redis.from_url(
+        url,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=SyncRetry(NoBackoff(), 0),
+        decode_responses=True,
+        **NO_HANDSHAKE,
+        **auth,
+    )
+    try:
+        info = probe.info("cluster")
+    except (sync_redis.RedisError, OSError):
+        return None
+    finally:
+        probe.close()
+    found = str(info.get("cluster_enabled", "0")) == "1"
+    _DETECTED[url] = found
+    return found
 
 
 class SentinelRedis(Redis):  # type: ignore[misc]  # redis-py is untyped here
@@ -199,13 +287,16 @@ def connect(
     *,
     socket_timeout: float | None = DEFAULT_SOCKET_TIMEOUT,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    cluster: bool | None = None,
     **kwargs: Any,
 ) -> Redis:
     """A redis-py asyncio client for ``url``, configured as rsjobs needs it (str replies,
     bounded timeouts, no handshake round trip); see the module docstring.
 
     ``socket_timeout`` bounds each reply (keep it above the block time of blocking reads);
-    other keyword arguments go to redis-py.
+    ``cluster``: for a plain URL, False takes the server for a standalone one without
+    asking, True for a cluster node (None: ask it, once). Other keyword arguments go to
+    redis-py.
     """
     target = parse_url(url)
     kwargs.setdefault("decode_responses", True)
@@ -219,6 +310,17 @@ def connect(
     kwargs.setdefault("max_connections", MAX_CONNECTIONS)
     if target.topology == "standalone":
         assert target.url is not None
+        if target.scheme != "unix" and cluster is not False:
+            auth = {
+                k: v
+                for k, v in kwargs.items()
+                if k in ("username", "password") or k.startswith("ssl_")
+            }
+            found = cluster or detect_cluster(
+                target.url, min(connect_timeout, DETECT_TIMEOUT), **auth
+            )
+            if found:
+                return _cluster_from_plain(target.url, kwargs)
         return LaneRedis.from_url(target.url, **kwargs)
     if target.username is not None:
         kwargs.setdefault("username", target.username)
@@ -226,6 +328,8 @@ def connect(
         kwargs.setdefault("password", target.password)
     if target.tls:
         kwargs.setdefault("ssl", True)
+    if target.topology == "cluster":
+        return ClusterRedis(target.nodes, **kwargs)
     sentinel_kwargs: dict[str, Any] = {
         "socket_timeout": min(socket_timeout or connect_timeout, connect_timeout),
         "socket_connect_timeout": connect_timeout,
@@ -242,11 +346,62 @@ def connect(
     return client
 
 
+def _cluster_from_plain(url: str, kwargs: dict[str, Any]) -> ClusterRedis:
+    """The cluster client of a plain URL naming one of its nodes."""
+    from redis.asyncio.connection import SSLConnection
+    from redis.asyncio.connection import parse_url as redis_parse_url
+
+    parsed = redis_parse_url(url)
+    if int(parsed.get("db") or 0) != 0:
+        raise ConfigError(
+            f"{redact_url(url)} is a Redis Cluster node: a cluster has only database 0"
+        )
+    for name in ("username", "password"):
+        if parsed.get(name) is not None:
+            kwargs.setdefault(name, parsed[name])
+    if parsed.get("connection_class") is SSLConnection:
+        kwargs.setdefault("ssl", True)
+    address = (str(parsed.get("host") or "localhost"), int(parsed.get("port") or REDIS_PORT))
+    return ClusterRedis([address], **kwargs)
+
+
+def _moved(exc: BaseException) -> str | None:
+    """The ``host:port`` a ``MOVED`` error (or its cause) names, else None."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ResponseError) and reply_code(seen) == "MOVED":
+            return str(seen).split()[-1]
+        seen = seen.__cause__
+    return None
+
+
+def moved_hint(exc: BaseException, url: str) -> str | None:
+    """Plain words for a ``MOVED`` met with a client that is not a cluster one (``url``
+    is what it was made from): which URL to connect with instead. None for any other
+    error, or when ``url`` names a cluster (a ``redis+cluster://`` URL, or a plain one whose
+    node said it is one: then the MOVED is a failover's, passing)."""
+    target = _moved(exc)
+    if target is None or "+cluster://" in url.partition("?")[0].lower() or _DETECTED.get(url):
+        return None
+    scheme = "rediss+cluster" if url.lower().startswith("rediss") else "redis+cluster"
+    host = url.partition("://")[2].rpartition("@")[2].partition("/")[0] or target
+    return (
+        f"this Redis is a cluster node (it answered MOVED: the key lives on {target}): "
+        f"connect with {scheme}://{host}"
+    )
+
+
 def describe(redis: Any, url: str | None = None) -> str:
     """One line saying what a client connects to and how scripts travel, for start-up logs."""
     where = parse_url(url).describe() if url is not None else type(redis).__name__
+    if isinstance(redis, ClusterRedis) and url is not None:
+        target = parse_url(url)
+        if target.topology != "cluster":
+            where = f"the cluster of {redact_url(url)} (the node says cluster_enabled:1)"
     lane = getattr(redis, "lane", None)
-    if lane is not None:
+    if isinstance(redis, ClusterRedis):
+        how = "scripts over a pipelined connection per master"
+    elif lane is not None:
         how = "scripts over a pipelined connection"
     elif isinstance(redis, SentinelRedis):
         how = "scripts through redis-py (follows failovers)"
@@ -258,7 +413,13 @@ def describe(redis: Any, url: str | None = None) -> str:
 async def reset_connections(redis: Any) -> None:
     """Drop every connection of ``redis`` (its pool and its lane): after a failover the
     next ones are opened anew (under Sentinel, to the new primary; with a plain URL, to
-    whatever the name resolves to now)."""
+    whatever the name resolves to now). A cluster client keeps its connections (each
+    goes to one node, and calls are routed by the slot table, not by a connection) and
+    reads the slot table again before the next command: dropping them would only lose
+    the replies in flight on the masters that did not fail."""
+    if isinstance(redis, ClusterRedis):
+        redis.mark_stale()
+        return
     await redis.connection_pool.disconnect()
     lane = getattr(redis, "lane", None)
     if lane is not None:

@@ -304,9 +304,10 @@ class HookStore:
         return done
 
     async def now_ms(self) -> int:
-        """Redis TIME (ms): due times are Redis time, as the claim script reads them."""
+        """Redis TIME (ms): due times are Redis time, as the claim script reads them (of
+        the node serving the namespace, on a cluster)."""
         with boundary("TIME"):
-            s, us = await self.redis.time()
+            s, us = await self.redis.execute_command("TIME", keys=[self.keys.layout])
         return int(s) * 1000 + int(us) // 1000
 
     # -- webhooks ----------------------------------------------------------------------------

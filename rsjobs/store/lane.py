@@ -255,11 +255,18 @@ class _Protocol(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    async def request(self, data: bytes) -> Any:
+    async def request(self, data: bytes, before: int = 0) -> Any:
+        """Send ``data`` (one command, or ``before`` + 1 commands in one write: their
+        replies arrive together, and all but the last are dropped); the last reply."""
         if self.closed or self.transport is None:
             raise rx.ConnectionError("connection to Redis is closed")
+        now = time.monotonic()
+        for _ in range(before):
+            ignored: asyncio.Future[Any] = self.loop.create_future()
+            ignored.cancel()  # its reply is read and dropped in order
+            self.waiters.append((ignored, now))
         fut: asyncio.Future[Any] = self.loop.create_future()
-        self.waiters.append((fut, time.monotonic()))
+        self.waiters.append((fut, now))
         self.transport.write(data)
         if self.timeout is not None and self._watchdog is None:
             self._watchdog = self.loop.call_later(self.timeout, self._check_overdue)
@@ -299,6 +306,16 @@ class Lane:
         if proto is None or proto.closed or proto.loop is not asyncio.get_running_loop():
             proto = await self._connect()
         return await proto.request(hiredis.pack_command(args))
+
+    async def call_asking(self, *args: Any) -> Any:
+        """``ASKING`` then the command, in one write (so that no other caller's command
+        comes between them: ASKING holds for the next command of the connection only);
+        the command's reply. A Redis Cluster slot being migrated answers ``ASK``."""
+        proto = self._proto
+        if proto is None or proto.closed or proto.loop is not asyncio.get_running_loop():
+            proto = await self._connect()
+        data = hiredis.pack_command(("ASKING",)) + hiredis.pack_command(args)
+        return await proto.request(data, before=1)
 
     async def _connect(self) -> _Protocol:
         loop = asyncio.get_running_loop()

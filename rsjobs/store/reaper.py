@@ -86,9 +86,9 @@ class Reaping:
             return sorted(text(q) for q in await self.redis.smembers(self.keys.queues))
 
     async def now_ms(self) -> int:
-        """Redis TIME in milliseconds."""
+        """Redis TIME in milliseconds (of the node serving the namespace, on a cluster)."""
         with boundary("TIME"):
-            secs, micros = await self.redis.time()
+            secs, micros = await self.redis.execute_command("TIME", keys=[self.keys.layout])
         return int(secs) * 1000 + int(micros) // 1000
 
     async def trim_events(self, before_ms: int) -> int:

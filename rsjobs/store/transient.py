@@ -4,9 +4,15 @@ rsjobs's: the policy every rsjobs process follows.
 A passing (transient) error is one that a retry after a short backoff can outlive: the
 connection dropped or timed out, the server is loading its data after a restart, or the
 node stopped being the primary in a failover (``READONLY`` writes, ``UNBLOCKED`` blocking
-reads, ``MASTERDOWN``, ``NOREPLICAS``, and the cluster's ``TRYAGAIN`` / ``CLUSTERDOWN``).
-Workers, reapers, drivers and the web app treat them alike: log once, back off, go on. Any
-other Redis error is a bug or bad data and is not retried blindly.
+reads, ``MASTERDOWN``, ``NOREPLICAS``), or a Redis Cluster moved the slot or is settling
+(``MOVED`` / ``ASK`` still answered after the cluster client followed one,
+``TRYAGAIN``, ``CLUSTERDOWN``; redis-py's own cluster errors too). Workers, reapers,
+drivers, hook runners, the web app and the clients treat them alike: log once, back off,
+go on. Any other Redis error is a bug or bad data and is not retried blindly.
+
+A ``MOVED`` met by a client that is not a cluster client (a plain URL of a cluster node
+whose "are you a cluster node?" question went unanswered) is passing too: the CLI says in
+plain words what to do about it (:func:`rsjobs.store.connection.moved_hint`).
 
 Every Redis call of the store runs inside :class:`boundary` (the scripts' calls inside
 :class:`rsjobs.store.scripts.Scripts`, which uses it too): a passing error leaves it as
@@ -23,7 +29,15 @@ from types import TracebackType
 from typing import Literal
 
 from redis import exceptions as rx
-from redis.exceptions import ClusterDownError, ReadOnlyError, ResponseError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ClusterError,
+    ReadOnlyError,
+    ResponseError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -42,19 +56,35 @@ __all__ = [
 
 #: Exception types that are always transient (OSError covers RedisUnavailable, socket
 #: errors and asyncio's TimeoutError; redis-py's BusyLoadingError is a ConnectionError,
-#: its MasterDownError a ClusterDownError).
+#: its MasterDownError a ClusterDownError, its MovedError an AskError; ClusterError and
+#: SlotNotCoveredError are what redis-py's own cluster client raises while a cluster
+#: settles). redis-py before 6 gives the cluster's replies no class: see
+#: TRANSIENT_REPLIES.
 TRANSIENT: tuple[type[BaseException], ...] = (
     RedisConnectionError,
     RedisTimeoutError,
     ReadOnlyError,
     ClusterDownError,
+    ClusterError,
+    SlotNotCoveredError,
     TryAgainError,
+    AskError,
     OSError,
 )
 
 #: Error reply codes (the first word of the reply) that mean "try again soon".
 TRANSIENT_REPLIES = frozenset(
-    {"UNBLOCKED", "READONLY", "LOADING", "MASTERDOWN", "NOREPLICAS", "TRYAGAIN", "CLUSTERDOWN"}
+    {
+        "UNBLOCKED",
+        "READONLY",
+        "LOADING",
+        "MASTERDOWN",
+        "NOREPLICAS",
+        "TRYAGAIN",
+        "CLUSTERDOWN",
+        "MOVED",
+        "ASK",
+    }
 )
 
 
@@ -86,7 +116,13 @@ def as_unavailable(exc: BaseException, what: str = "redis") -> RedisUnavailable:
     """A :class:`RedisUnavailable` for the transient ``exc`` (raise it ``from exc``)."""
     if isinstance(exc, RedisUnavailable):
         return exc
-    return RedisUnavailable(f"{what} unavailable: {type(exc).__name__}: {exc}")
+    text = str(exc)
+    for cls, code in _CODES:
+        if isinstance(exc, cls):  # its class took the code off the message: say it again
+            if not text.startswith(code):
+                text = f"{code} {text}".rstrip()
+            break
+    return RedisUnavailable(f"{what} unavailable: {type(exc).__name__}: {text}")
 
 
 #: the code words redis-py takes off the messages of the errors it gives a class of their
@@ -97,8 +133,8 @@ _CODES: tuple[tuple[type[BaseException], str], ...] = (
     (rx.NoPermissionError, "NOPERM"),
     (rx.AuthenticationError, "NOAUTH"),
     (rx.ExecAbortError, "EXECABORT"),
+    (rx.MovedError, "MOVED"),  # an AskError too: before it
     (rx.AskError, "ASK"),
-    (rx.MovedError, "MOVED"),
     (rx.ClusterCrossSlotError, "CROSSSLOT"),
     (rx.MasterDownError, "MASTERDOWN"),
     (rx.ClusterDownError, "CLUSTERDOWN"),

@@ -517,6 +517,9 @@ def _paths() -> dict[str, Any]:
                 "summary": "Liveness and Redis reachability (no token needed)",
                 "operationId": "healthz",
                 "security": [],
+                "description": "Reads one key of the namespace (its layout marker) from the "
+                "Redis node that serves it: on a Redis Cluster, a node that does not own the "
+                "namespace's slot answers MOVED and the app is unavailable, not ok.",
                 "responses": {"200": {"description": "Redis answers", "content": _json("Health")},
                               "503": {"description": "Redis does not answer",
                                       "content": _json("Health")}},

@@ -707,9 +707,9 @@ def failover_windows(faults: list[FaultEvent], before_ms: int) -> list[tuple[int
     out: list[tuple[int, int]] = []
     start: int | None = None
     for f in sorted(faults, key=lambda f: f.at_ms):
-        if f.kind == "redis_failover":
+        if f.kind in ("redis_failover", "cluster_failover"):
             start = f.at_ms
-        elif f.kind == "redis_failover_done" and start is not None:
+        elif f.kind in ("redis_failover_done", "cluster_failover_done") and start is not None:
             out.append((start - before_ms, f.at_ms))
             start = None
         elif f.kind == "redis_failover_auto":

@@ -35,20 +35,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--faults",
         default="all",
         help=f"comma-separated faults, 'all' or 'none' ({','.join(FAULT_KINDS)}; "
-        "redis_failover needs --topology sentinel)",
+        "redis_failover needs --topology sentinel, cluster_failover --topology cluster)",
     )
     a(
         "--topology",
         choices=TOPOLOGIES,
         default="single",
-        help="one Redis, or a primary + replica + 3 sentinels that every process connects "
-        "through (single)",
+        help="one Redis, a primary + replica + 3 sentinels that every process connects "
+        "through, or a Redis Cluster of 3 masters + 3 replicas (single)",
     )
     a(
         "--durable",
         action="store_true",
-        help="(sentinel) submits, cancels and workflow actions acknowledged only once a "
-        "replica has them (WAIT): none may be lost in a failover",
+        help="(sentinel, cluster) submits, cancels and workflow actions acknowledged only "
+        "once a replica has them (WAIT): none may be lost in a failover",
     )
     a("--workflows", type=int, default=-1, help="workflows to start (-1: one per 40 tasks)")
     a(

@@ -1,5 +1,5 @@
-"""The processes of a chaos run: Redis (one server, or a primary + replica + sentinels),
-workers, reapers and the web app, on loopback.
+"""The processes of a chaos run: Redis (one server, a primary + replica + sentinels, or a
+Redis Cluster), workers, reapers and the web app, on loopback.
 
 :class:`Cluster` keeps *slots* (worker 0..n-1, reaper 0..m-1, web 0); a fault replaces
 the process in a slot, and an unplanned exit is logged — at the time the watcher saw it
@@ -22,6 +22,8 @@ from pathlib import Path
 import rsjobs
 from rsjobs.errors import RedisUnavailable
 from rsjobs.server import free_port
+from rsjobs.store.cluster import slot_of
+from rsjobs.store.keys import Keys
 
 from .config import ChaosConfig
 from .records import FaultEvent
@@ -75,6 +77,8 @@ class Cluster:
             # longer than any freeze or restart: only the harness's failovers happen
             down_after_ms=max(10_000, cfg.lease_ms * 4),
             on_exit=self._node_exit,
+            # (cluster) the faults act on the master serving the namespace's slot
+            slot=slot_of(Keys(cfg.namespace).layout),
         )
         self.redis_lock = asyncio.Lock()
         self.workers = [Slot("worker", i) for i in range(cfg.workers)]
@@ -350,6 +354,72 @@ class Cluster:
                 if not old.up:
                     await self._start_node(old)
 
+    async def cluster_failover(
+        self, kill: bool, down_s: float, sleep: Callable[[float], Awaitable[bool]]
+    ) -> None:
+        """``CLUSTER FAILOVER`` on a replica of the master serving the namespace (with
+        ``kill``: SIGKILL that master first and ``CLUSTER FAILOVER FORCE``, then bring it
+        back after ``down_s``: it rejoins as a replica of the new one). Logged as
+        ``cluster_failover`` when it starts and ``cluster_failover_done`` once the live
+        nodes agree that the replica serves the slot: without WAIT, writes acknowledged in
+        between may be lost by the kill variant (the report lists them apart)."""
+        topo = self.topology
+        async with self.redis_lock:
+            old = await self.primary()
+            new = await topo.cluster_replica(old)
+            if new is None or not await topo.wait_synced(10):
+                self.note("fault_skipped", old.name, 0, "cluster_failover: replica not in sync")
+                return
+            how = "SIGKILL + CLUSTER FAILOVER FORCE" if kill else "CLUSTER FAILOVER"
+            self.note("cluster_failover", old.name, old.child.pid if old.child else 0, how)
+            try:
+                if kill:
+                    old.expect_exit = True
+                    await old.stop(kill=True)
+                await self._ask_cluster_failover(new, kill)
+                settled = await self._wait_master(new, 30)
+                if kill:
+                    await sleep(down_s)
+                    await self._start_node(old)
+                else:
+                    settled = settled and await self._wait_role(old, "slave", 30)
+                self.note(
+                    "cluster_failover_done",
+                    new.name,
+                    new.child.pid if new.child else 0,
+                    f"master now {new.name}" + ("" if settled else " (not settled in 30 s)"),
+                )
+            finally:
+                if not old.up:
+                    await self._start_node(old)
+
+    async def _ask_cluster_failover(self, replica: RedisNode, force: bool) -> None:
+        """CLUSTER FAILOVER [FORCE] on ``replica``, retried while it refuses (e.g. its
+        master is not yet seen as failing, or a previous switch is still in progress)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 20
+        last = ""
+        while loop.time() < end:
+            with contextlib.suppress(OSError, TimeoutError, ConnectionError):
+                last = await ask(replica.port, "CLUSTER", "FAILOVER", *(["FORCE"] if force else []))
+                if last == "OK":
+                    return
+            await asyncio.sleep(0.2)
+        raise RedisUnavailable(f"CLUSTER FAILOVER refused: {last}")
+
+    async def _wait_master(self, node: RedisNode, timeout_s: float) -> bool:
+        """Until the slot table names ``node`` as the namespace's master (and it says so)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        while loop.time() < end:
+            if (
+                await self.topology.refresh_primary() is node
+                and await self.topology.role(node) == "master"
+            ):
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
     async def primary(self) -> RedisNode:
         """The primary the sentinels name now; a switch the harness did not make (the
         sentinels failed over on their own) is logged as ``redis_failover_auto``."""
@@ -447,6 +517,10 @@ class Cluster:
                 if not node.up:
                     await self._start_node(node)
             if self.topology.sentinels:
+                await self.primary()
+                await self.topology.wait_synced(30)
+            if self.topology.kind == "cluster":
+                await self.topology.wait_cluster(30)
                 await self.primary()
                 await self.topology.wait_synced(30)
         for slot in self.slots:

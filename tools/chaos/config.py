@@ -7,7 +7,14 @@ import msgspec
 
 from rsjobs.errors import ConfigError
 
-__all__ = ["FAULT_KINDS", "SENTINEL_FAULTS", "TOPOLOGIES", "ChaosConfig", "faults_for"]
+__all__ = [
+    "CLUSTER_FAULTS",
+    "FAULT_KINDS",
+    "SENTINEL_FAULTS",
+    "TOPOLOGIES",
+    "ChaosConfig",
+    "faults_for",
+]
 
 #: every fault the schedule can inject
 FAULT_KINDS = (
@@ -20,15 +27,23 @@ FAULT_KINDS = (
     "redis_kill",
     "redis_freeze",
     "redis_failover",
+    "cluster_failover",
 )
 #: faults that need the sentinel topology
 SENTINEL_FAULTS = frozenset({"redis_failover"})
-TOPOLOGIES = ("single", "sentinel")
+#: faults that need the cluster topology
+CLUSTER_FAULTS = frozenset({"cluster_failover"})
+TOPOLOGIES = ("single", "sentinel", "cluster")
 
 
 def faults_for(topology: str) -> tuple[str, ...]:
     """What ``--faults all`` means in ``topology``."""
-    return tuple(k for k in FAULT_KINDS if topology == "sentinel" or k not in SENTINEL_FAULTS)
+    return tuple(
+        k
+        for k in FAULT_KINDS
+        if (topology == "sentinel" or k not in SENTINEL_FAULTS)
+        and (topology == "cluster" or k not in CLUSTER_FAULTS)
+    )
 
 
 class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -55,7 +70,8 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
     drain_timeout_s: float = 120.0
     #: SIGKILL of Redis under everysec may lose writes acknowledged this long before it
     aof_window_ms: int = 2500
-    #: "single" (one server) or "sentinel" (primary + replica + 3 sentinels)
+    #: "single" (one server), "sentinel" (primary + replica + 3 sentinels) or
+    #: "cluster" (3 masters + 3 replicas)
     topology: str = "single"
     #: the producer's writes are acknowledged only once WAIT saw them on the replica
     durable: bool = False
@@ -90,8 +106,12 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"--topology must be one of {', '.join(TOPOLOGIES)}")
         if self.topology != "sentinel" and set(self.faults) & SENTINEL_FAULTS:
             raise ConfigError("redis_failover needs --topology sentinel")
-        if self.durable and self.topology != "sentinel":
-            raise ConfigError("--durable needs --topology sentinel (a replica to WAIT for)")
+        if self.topology != "cluster" and set(self.faults) & CLUSTER_FAULTS:
+            raise ConfigError("cluster_failover needs --topology cluster")
+        if self.durable and self.topology == "single":
+            raise ConfigError(
+                "--durable needs --topology sentinel or cluster (a replica to WAIT for)"
+            )
         unknown = set(self.faults) - set(FAULT_KINDS)
         if unknown:
             raise ConfigError(

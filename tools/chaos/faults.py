@@ -17,9 +17,14 @@ Faults:
 * ``redis_freeze`` — SIGSTOP Redis for ``hold_s`` (0.5-3 s, sometimes past the lease),
   then SIGCONT: every connection hangs, heartbeats cannot get through;
 * ``redis_failover`` — (sentinel topology) ``SENTINEL FAILOVER``; with the ``kill``
-  variant the primary is SIGKILLed first and brought back after ``hold_s`` as a replica.
+  variant the primary is SIGKILLed first and brought back after ``hold_s`` as a replica;
+* ``cluster_failover`` — (cluster topology) ``CLUSTER FAILOVER`` on a replica of the
+  master serving the namespace (a coordinated switch); with the ``kill`` variant that
+  master is SIGKILLed first, its replica takes over (``CLUSTER FAILOVER FORCE``), and it
+  is brought back after ``hold_s``, rejoining as a replica.
 
-Redis faults act on the current primary and never overlap.
+Redis faults act on the current primary (in a cluster: the namespace's master) and never
+overlap.
 
 The same seed gives the same schedule (times, kinds, slots, holds); the interleaving with
 the workload is up to the machine, so a replay re-creates the conditions, not the trace.
@@ -53,6 +58,7 @@ WEIGHTS = {
     "redis_kill": 0.6,
     "redis_freeze": 1.0,
     "redis_failover": 0.5,
+    "cluster_failover": 0.6,
 }
 
 
@@ -61,11 +67,13 @@ class PlannedFault(msgspec.Struct, frozen=True, kw_only=True):
     kind: str
     slot: int  #: worker or reaper slot (0 for Redis)
     hold_s: float  #: stop duration, time down, or delay before the restart
-    #: redis_failover: "kill" (SIGKILL the primary first) or "" (SENTINEL FAILOVER only)
+    #: redis_failover / cluster_failover: "kill" (SIGKILL the primary first) or "" (a
+    #: SENTINEL FAILOVER / CLUSTER FAILOVER only)
     variant: str = ""
 
     def describe(self) -> str:
         how = "SIGKILL the primary + " if self.variant == "kill" else ""
+        back = f", old primary back after {self.hold_s:.2f}s" if how else ""
         what = {
             "worker_kill": f"SIGKILL worker slot {self.slot}, restart after {self.hold_s:.2f}s",
             "worker_stop": f"SIGSTOP worker slot {self.slot} for {self.hold_s:.2f}s",
@@ -75,8 +83,8 @@ class PlannedFault(msgspec.Struct, frozen=True, kw_only=True):
             "redis_term": f"SIGTERM Redis, down {self.hold_s:.2f}s",
             "redis_kill": f"SIGKILL Redis, down {self.hold_s:.2f}s",
             "redis_freeze": f"SIGSTOP Redis for {self.hold_s:.2f}s",
-            "redis_failover": f"{how}SENTINEL FAILOVER"
-            + (f", old primary back after {self.hold_s:.2f}s" if how else ""),
+            "redis_failover": f"{how}SENTINEL FAILOVER{back}",
+            "cluster_failover": f"{how}CLUSTER FAILOVER{' FORCE' if how else ''}{back}",
         }[self.kind]
         return f"t={self.at_s:7.2f}s  {what}"
 
@@ -93,7 +101,7 @@ def _hold(rng: random.Random, kind: str, lease_ms: int) -> float:
         if rng.random() < 0.3:  # past the lease: heartbeats cannot have got through
             return round(lease_s * rng.uniform(1.05, 1.5), 3)
         return round(rng.uniform(0.5, max(0.6, min(3.0, lease_s))), 3)
-    if kind == "redis_failover":
+    if kind in ("redis_failover", "cluster_failover"):
         return round(rng.uniform(0.2, 1.5), 3)
     return round(rng.uniform(0.0, 0.5), 3)  # Redis down time
 
@@ -137,7 +145,7 @@ def plan_faults(
             slot = rng.randrange(reapers)
         hold = _hold(rng, kind, lease_ms)
         variant = ""
-        if kind == "redis_failover" and rng.random() < 0.4:
+        if kind in ("redis_failover", "cluster_failover") and rng.random() < 0.4:
             variant = "kill"
         out.append(PlannedFault(at_s=at, kind=kind, slot=slot, hold_s=hold, variant=variant))
     return out
@@ -208,6 +216,8 @@ class FaultInjector:
                 await c.freeze(f.hold_s, self._sleep)
             elif f.kind == "redis_failover":
                 await c.failover(f.variant == "kill", f.hold_s, self._sleep)
+            elif f.kind == "cluster_failover":
+                await c.cluster_failover(f.variant == "kill", f.hold_s, self._sleep)
             else:
                 await c.restart_redis(kill=f.kind == "redis_kill", down_s=f.hold_s)
         except Exception as exc:  # the run goes on; the report lists it

@@ -24,17 +24,19 @@ import uuid
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import ResponseError
 
 from rsjobs.errors import NonRetryable
+from rsjobs.store.transient import TRANSIENT, is_transient
 from rsjobs.worker import Context, Registry
 
 __all__ = ["exec_key", "external_id", "jobs_key", "tasks"]
 
 tasks = Registry()
 
-_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+#: what a record's write outlives (rsjobs's own policy: a restart, a failover, a
+#: cluster settling; redis-py 5.2 gives the cluster's replies no class of their own)
+_TRANSIENT = (*TRANSIENT, ResponseError)
 _redis: Redis | None = None
 
 
@@ -89,7 +91,9 @@ async def _record(
         try:
             await _conn().xadd(key, fields)
             return
-        except _TRANSIENT:
+        except _TRANSIENT as exc:
+            if not is_transient(exc):
+                raise
             if give_up_s and loop.time() > end:
                 return
             await asyncio.sleep(0.1)
@@ -103,7 +107,9 @@ async def _hset(key: str, field: str, value: dict[str, Any]) -> None:
         try:
             await _conn().hset(key, field, json.dumps(value))
             return
-        except _TRANSIENT:
+        except _TRANSIENT as exc:
+            if not is_transient(exc):
+                raise
             await asyncio.sleep(0.1)
 
 

@@ -24,6 +24,7 @@ from rsjobs.client import Client
 from rsjobs.codec import decode
 from rsjobs.errors import InvalidTransition, RsjobsError, TaskNotFound
 from rsjobs.model import TERMINAL
+from rsjobs.store.transient import boundary
 from rsjobs.workflows import TERMINAL as WF_TERMINAL
 from rsjobs.workflows import ActionRefused, WorkflowClient
 
@@ -104,6 +105,11 @@ class Producer:
         task = asyncio.get_running_loop().create_task(coro)
         self._side.add(task)
         task.add_done_callback(self._side.discard)
+
+    async def _hget(self, key: str, field: str) -> Any:
+        """HGET with rsjobs's errors (a passing reply raises RedisUnavailable)."""
+        with boundary(f"HGET {key}"):
+            return await self.client.redis.hget(key, field)
 
     async def _retrying(self, what: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
         """``what()`` until it answers (only for idempotent calls)."""
@@ -272,7 +278,8 @@ class Producer:
         cancel_at = loop.time() + cancel_after_s if cancel_after_s >= 0 else None
         while not self._stop_tending.is_set():
             try:
-                status = str(await self.client.redis.hget(key, "status") or "")
+                with boundary("HGET workflow status"):  # a cluster's replies are passing too
+                    status = str(await self.client.redis.hget(key, "status") or "")
                 self._wf_status[wid] = status
                 if status in WF_TERMINAL:
                     pass
@@ -445,7 +452,7 @@ class Producer:
             if mode == "never" or (mode == "lost" and first):
                 continue
             ext = external_id(tid, att)
-            raw = await self._retrying(functools.partial(self.client.redis.hget, jobs, ext))
+            raw = await self._retrying(functools.partial(self._hget, jobs, ext))
             result = decode(raw) if raw else None
             late = mode == "late" and first
             if late:

@@ -48,6 +48,7 @@ REDIS_FAULTS: dict[str, frozenset[str]] = {
     "redis_freeze": frozenset({"redis_thaw"}),
     "redis_failover": frozenset({"redis_failover_done"}),
     "redis_failover_auto": frozenset(),
+    "cluster_failover": frozenset({"cluster_failover_done"}),
 }
 
 
@@ -99,7 +100,7 @@ def redis_intervals(faults: Iterable[FaultEvent]) -> list[tuple[int, int]]:
         for o in list(open_):
             ev, ends = o
             # a failover ends on the new primary; the others on the node they hit
-            if f.kind in ends and (f.target == ev.target or f.kind == "redis_failover_done"):
+            if f.kind in ends and (f.target == ev.target or f.kind.endswith("failover_done")):
                 out.append((ev.at_ms, f.at_ms))
                 open_.remove(o)
         closers = REDIS_FAULTS.get(f.kind)

@@ -115,12 +115,13 @@ def format_report(r: ChaosReport) -> str:
         f"{len(r.aof_window_losses)}"
         + (f" ({_kinds(r.aof_window_losses)})" if r.aof_window_losses else ""),
     ]
-    if r.config.get("topology") == "sentinel":
+    if r.config.get("topology") in ("sentinel", "cluster"):
         mode = (
             "durable: enqueues WAIT for the replica" if r.config.get("durable") else "not durable"
         )
+        kind = "redis_failover" if r.config.get("topology") == "sentinel" else "cluster_failover"
         out.append(
-            f"failover   {r.fault_counts.get('redis_failover', 0)} failovers ({mode}); "
+            f"failover   {r.fault_counts.get(kind, 0)} failovers ({mode}); "
             f"lost in a failover window: {len(r.failover_window_losses)}"
             + (f" ({_kinds(r.failover_window_losses)})" if r.failover_window_losses else "")
         )

@@ -21,6 +21,7 @@ INJECTED = frozenset(
     {"worker_kill", "worker_stop", "worker_term", "worker_exit", "reaper_kill", "reaper_exit"}
     | {"redis_drop", "redis_term", "redis_kill", "redis_exit", "redis_freeze"}
     | {"redis_failover", "redis_failover_auto", "sentinel_exit", "web_exit"}
+    | {"cluster_failover"}
 )
 #: unplanned exits: a crash unless explained
 EXITS = frozenset({"worker_exit", "reaper_exit", "redis_exit", "sentinel_exit", "web_exit"})

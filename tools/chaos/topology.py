@@ -1,12 +1,15 @@
-"""The Redis of a chaos run: one server with AOF (``single``), or a primary, one replica
-and three sentinels on loopback (``sentinel``).
+"""The Redis of a chaos run: one server with AOF (``single``), a primary, one replica
+and three sentinels on loopback (``sentinel``), or a Redis Cluster of three masters with
+one replica each (``cluster``; AOF on every node).
 
 A :class:`RedisNode` is one ``redis-server`` (AOF on, the run's ``appendfsync``) or one
 sentinel; starting it and waiting for it to answer are awaits, never a blocking sleep
 (a server loading a long AOF answers ``-LOADING`` until it is done). A topology knows
 which node is the primary now and the URL every rsjobs process connects with: the
-server's ``redis://`` URL, or ``redis+sentinel://host:port,.../<service>/0`` through the
-sentinels, so that clients follow a failover.
+server's ``redis://`` URL, ``redis+sentinel://host:port,.../<service>/0`` through the
+sentinels, or ``redis+cluster://host:port,...`` (every node a seed), so that clients
+follow a failover. In a cluster "the primary" is the master serving the namespace's slot:
+the one every Redis fault acts on.
 """
 
 from __future__ import annotations
@@ -17,8 +20,11 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+from redis.exceptions import RedisError
+
 from rsjobs.errors import RedisUnavailable
 from rsjobs.server import EmbeddedRedis, find_redis_server
+from tools.topology import cluster_args, cluster_port, cluster_view, form_cluster, wait_cluster_ok
 
 from .supervisor import Child, Supervisor
 
@@ -90,6 +96,7 @@ class RedisNode:
         sentinel_conf: str = "",
         extra_args: list[str] | None = None,
         on_exit: Callable[[RedisNode, Child], None] | None = None,
+        port: int | None = None,
     ) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.sup = sup
@@ -97,7 +104,11 @@ class RedisNode:
         self.sentinel = bool(sentinel_conf)
         # EmbeddedRedis only builds the command line (binary, port, AOF, directories)
         self._cmd = EmbeddedRedis(
-            appendonly=True, appendfsync=appendfsync, data_dir=str(data_dir), extra_args=extra_args
+            port,
+            appendonly=True,
+            appendfsync=appendfsync,
+            data_dir=str(data_dir),
+            extra_args=extra_args,
         )
         self.port = self._cmd.port
         self.data_dir = data_dir
@@ -174,9 +185,13 @@ class RedisNode:
         return code
 
 
+#: a cluster run's masters (each with one replica)
+CLUSTER_MASTERS = 3
+
+
 class Topology:
     """The Redis side of a run: the data nodes, the sentinels (maybe none), and where
-    the primary is."""
+    the primary is (in a cluster: the master serving ``slot``, the namespace's)."""
 
     def __init__(
         self,
@@ -187,20 +202,28 @@ class Topology:
         appendfsync: str,
         down_after_ms: int,
         on_exit: Callable[[RedisNode, Child], None] | None = None,
+        slot: int = 0,
     ) -> None:
         self.kind = kind
-        n_data = 2 if kind == "sentinel" else 1
+        self.slot = slot
+        n_data = {"sentinel": 2, "cluster": 2 * CLUSTER_MASTERS}.get(kind, 1)
+        # a replica resyncs as soon as its primary is back (Redis 7 waits 5 s for more
+        # replicas first): with restarts every few seconds it would never be in sync, and
+        # durable writes would never be confirmed. A cluster node fails over a master
+        # silent for down_after_ms (longer than any freeze or restart), and needs a port
+        # whose +10000 (its cluster bus) is free too
+        extra = ["--repl-diskless-sync-delay", "0"] if n_data > 1 else None
+        if kind == "cluster":
+            extra = cluster_args(down_after_ms)
         self.nodes = [
             RedisNode(
                 sup,
                 "redis" if n_data == 1 else f"redis{i}",
                 data_dir=run_dir / ("redis" if n_data == 1 else f"redis{i}"),
                 appendfsync=appendfsync,
-                # a replica resyncs as soon as its primary is back (Redis 7 waits 5 s for
-                # more replicas first): with restarts every few seconds it would never be
-                # in sync, and durable writes would never be confirmed
-                extra_args=["--repl-diskless-sync-delay", "0"] if n_data > 1 else None,
+                extra_args=extra,
                 on_exit=on_exit,
+                port=cluster_port() if kind == "cluster" else None,
             )
             for i in range(n_data)
         ]
@@ -235,6 +258,8 @@ class Topology:
         if self.kind == "sentinel":
             hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
             return f"redis+sentinel://{hosts}/{SERVICE}/0"
+        if self.kind == "cluster":
+            return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
         return self.primary.url
 
     @property
@@ -248,6 +273,17 @@ class Topology:
         return next(n for n in self.nodes if n is not node)
 
     async def start(self) -> None:
+        if self.kind == "cluster":
+            for n in self.nodes:
+                await n.start()
+            ports = [n.port for n in self.nodes]
+            # CLUSTER ADDSLOTS / MEET / REPLICATE, then until the nodes agree (in a thread:
+            # the loop stays free to stamp the children's exits)
+            await asyncio.to_thread(
+                form_cluster, ports[:CLUSTER_MASTERS], ports[CLUSTER_MASTERS:], 60.0
+            )
+            await self.refresh_primary()
+            return
         await self.nodes[0].start()
         for n in self.nodes[1:]:
             await n.start(replicaof=self.nodes[0].port)
@@ -255,6 +291,40 @@ class Topology:
             await s.start()
         if self.sentinels:
             await self.wait_synced(60)
+
+    async def slot_table(self) -> tuple[tuple[int, int, int, tuple[int, ...]], ...] | None:
+        """(cluster) The slot table as the first live node that answers says it."""
+        for n in self.nodes:
+            if not n.up:
+                continue
+            try:
+                _, table = await asyncio.to_thread(cluster_view, n.port, 1.0)
+            except (OSError, RedisError):
+                continue
+            if table:
+                return table
+        return None
+
+    async def cluster_replica(self, master: RedisNode) -> RedisNode | None:
+        """(cluster) A live replica of ``master``, as the slot table says."""
+        for _, _, port, replicas in await self.slot_table() or ():
+            if port == master.port:
+                for r in replicas:
+                    node = self.node(r)
+                    if node is not None and node.up:
+                        return node
+        return None
+
+    async def wait_cluster(self, timeout_s: float) -> bool:
+        """(cluster) Until the live nodes agree on the slots, each master with a linked
+        replica when every node is up."""
+        live = [n.port for n in self.nodes if n.up]
+        replicas = 1 if len(live) == len(self.nodes) else 0
+        try:
+            await asyncio.to_thread(wait_cluster_ok, live, timeout_s, frozenset(), replicas)
+        except TimeoutError:
+            return False
+        return True
 
     async def sentinel_primary(self) -> tuple[int | None, list[int | None]]:
         """The primary's port as the sentinels see it: the answer of the first one that
@@ -270,7 +340,14 @@ class Topology:
         return first, answers
 
     async def refresh_primary(self) -> RedisNode:
-        """Ask the sentinels where the primary is (single: always the one node)."""
+        """Ask the sentinels where the primary is (a cluster: the master of the namespace's
+        slot, as the slot table says; single: always the one node)."""
+        if self.kind == "cluster":
+            for first, last, master, _ in await self.slot_table() or ():
+                owner = self.node(master) if first <= self.slot <= last else None
+                if owner is not None:
+                    self.primary = owner
+            return self.primary
         if self.sentinels:
             port, _ = await self.sentinel_primary()
             node = self.node(port) if port is not None else None
