@@ -85,6 +85,8 @@ class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
     external_id: str = ""
     provider: str = ""
     wait_until: int = 0
+    #: 0 (the default) to 9, higher first (rsjobs.limits)
+    priority: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -135,6 +137,7 @@ class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
             external_id=r.external_id,
             provider=r.provider,
             wait_until=r.wait_until,
+            priority=r.priority,
         )
 
     @classmethod
@@ -170,6 +173,8 @@ class TaskSummary(msgspec.Struct, frozen=True, kw_only=True):
     worker: str = ""
     #: the workflow it is a task of ('' = none)
     workflow: str = ""
+    #: 0 (the default) to 9, higher first
+    priority: int = 0
     created_at: int = 0
     updated_at: int = 0
     started_at: int = 0
@@ -199,6 +204,7 @@ class TaskSummary(msgspec.Struct, frozen=True, kw_only=True):
             error=r.error[:SUMMARY_ERROR],
             worker=r.consumer,
             workflow=r.wf,
+            priority=r.priority,
             created_at=r.created_at,
             updated_at=r.updated_at,
             started_at=r.started_at,
@@ -325,6 +331,8 @@ class EnqueueRequest(msgspec.Struct, frozen=True, kw_only=True):
     wait_timeout_ms: int = 0
     #: a few ``key: value`` texts to list it by (rsjobs.labels)
     labels: dict[str, str] | None = None
+    #: 0 (the default) to 9, higher first (rsjobs.limits)
+    priority: int = 0
 
 
 class EnqueueResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -26,6 +26,8 @@ Events: PROGRESS (RUNNING -> RUNNING) when a progress value is given; a refused 
 local PER = 4
 local n, bad = layout(2, PER, 3, 0)
 if bad then return bad end
+bad = check_levels(n)  -- each task's queue key is its level's stream
+if bad then return bad end
 local consumer, lease_ms = ARGV[5], tonumber(ARGV[6])
 if not consumer or consumer == '' then return bad_arg('consumer', consumer) end
 if not is_count(ARGV[6]) or lease_ms < 1 then return bad_arg('lease_ms', ARGV[6]) end

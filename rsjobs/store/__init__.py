@@ -12,7 +12,8 @@ The parts are attributes, each one idea: ``tasks`` (clients and the web app), ``
 ``migration`` (``rsjobs migrate``), ``index`` (task lists, and the trim of their indexes),
 ``series`` (per-minute queue series), ``deferred`` (attempts waiting on outside jobs:
 hand-off, results, polls), ``hooks`` (the hook stream, its retries, dead letters and
-webhooks: ``rsjobs hooks``), ``schedules`` (recurring tasks).
+webhooks: ``rsjobs hooks``), ``schedules`` (recurring tasks), ``limits`` (per-owner
+concurrency and rate limits of shared queues).
 The namespace's layout is checked before the first script call (:mod:`.marker`); processes
 check it at start with :meth:`Store.require_layout`.
 """
@@ -28,6 +29,7 @@ from .events import Events
 from .hooks import HookStore
 from .index import Index, ListQuery
 from .keys import GROUP, Keys, TaskKeys, WorkflowKeys
+from .limits import Limits
 from .marker import LayoutState
 from .migrate import Migration, MigrationReport
 from .quarantine import Quarantine, Suspect, Verdict
@@ -128,6 +130,7 @@ class Store:
         self.series = Series(self.scripts)
         self.hooks = HookStore(self.scripts)
         self.schedules = Schedules(self.scripts)
+        self.limits = Limits(self.scripts)
 
     async def ping(self) -> None:
         with boundary("PING"):

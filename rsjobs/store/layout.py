@@ -58,6 +58,7 @@ __all__ = [
     "SeriesQueue",
     "StartArgs",
     "SummaryArgs",
+    "TakeArgs",
     "TrimArgs",
     "WfAbortArgs",
     "WfCancelArgs",
@@ -147,6 +148,7 @@ TASK_OPTIONS = (
     "labels",
     "traceparent",
     "tracestate",
+    "priority",
 )
 _options = msgspec.json.Encoder()
 
@@ -164,11 +166,13 @@ def task_options(
     labels: str | None = None,
     traceparent: str = "",
     tracestate: str = "",
+    priority: int = 0,
 ) -> bytes:
     """A new task's options as the one JSON object the scripts take; 0 and empty values
     are left out (the scripts read a missing name as 0 or ''). ``labels``: the JSON text
     :func:`rsjobs.labels.encode_labels` makes; ``traceparent`` / ``tracestate``: the
-    submitter's W3C trace context (:mod:`rsjobs.tracing`), stored only when given."""
+    submitter's W3C trace context (:mod:`rsjobs.tracing`), stored only when given;
+    ``priority``: 0-9 (the task's queue key is that level's stream: ``Keys.task_keys``)."""
     o: dict[str, Any] = {"max_attempts": max_attempts}
     if timeout_ms:
         o["timeout_ms"] = timeout_ms
@@ -190,6 +194,8 @@ def task_options(
         o["traceparent"] = traceparent
         if tracestate:
             o["tracestate"] = tracestate
+    if priority:
+        o["priority"] = priority
     return _options.encode(o)
 
 
@@ -217,6 +223,8 @@ class StartArgs(NamedTuple):
     consumer: str
     lease_ms: int | str
     nonce: str
+    #: the queue of every task of the call
+    queue: str
 
 
 class Entry(NamedTuple):
@@ -225,13 +233,54 @@ class Entry(NamedTuple):
     entry: str
 
 
-START = Layout("start", StartArgs._fields, "task", Entry._fields, TaskKeys._fields, ("paused",))
+#: the keys ``start.lua`` takes after its tasks' (the last three: the call's queue's)
+START_TAIL = ("paused", "limits", "rates", "waiting", "throttled", "claims")
+
+START = Layout("start", StartArgs._fields, "task", Entry._fields, TaskKeys._fields, START_TAIL)
 
 
 def start(
     c: Common, k: Keys, source: str, args: StartArgs, items: Iterable[tuple[TaskKeys, Entry]]
 ) -> Packed:
-    return _pack(START, c, source, args, items, (k.paused,))
+    q = args.queue
+    tail = (k.paused, k.limits, k.rates, k.waiting(q), k.throttled(q), k.claims(q))
+    return _pack(START, c, source, args, items, tail)
+
+
+class TakeArgs(NamedTuple):
+    """``take.lua``: what a worker takes."""
+
+    consumer: str
+    #: the most entries to hand out
+    count: int | str
+    #: aging: a waiting task's priority rises by one level per age_ms (0: never)
+    age_ms: int | str
+    #: the most new entries one call parks
+    park_max: int | str
+
+
+class TakeQueue(NamedTuple):
+    queue: str
+
+
+#: the keys of one queue in a ``take.lua`` call
+TAKE_QUEUE_KEYS = ("waiting", "throttled", "claims", *(f"level{p}" for p in range(10)))
+
+TAKE = Layout(
+    "take",
+    TakeArgs._fields,
+    "queue",
+    TakeQueue._fields,
+    TAKE_QUEUE_KEYS,
+    ("limits", "rates", "wake"),
+)
+
+
+def take(c: Common, k: Keys, source: str, args: TakeArgs, queues: Iterable[str]) -> Packed:
+    items = (
+        ((k.waiting(q), k.throttled(q), k.claims(q), *k.queue_streams(q)), (q,)) for q in queues
+    )
+    return _pack(TAKE, c, source, args, items, (k.limits, k.rates, k.wake))
 
 
 class Ending(NamedTuple):
@@ -250,11 +299,13 @@ class Ending(NamedTuple):
     traceback: str = ""
 
 
-FINISH = Layout("finish", (), "task", Ending._fields, TaskKeys._fields)
+FINISH = Layout("finish", (), "task", Ending._fields, TaskKeys._fields, ("limits", "wake"))
 
 
-def finish(c: Common, source: str, items: Iterable[tuple[TaskKeys, Ending]]) -> Packed:
-    return _pack(FINISH, c, source, (), items)
+def finish(
+    c: Common, k: Keys, source: str, items: Iterable[tuple[TaskKeys, Ending]]
+) -> Packed:
+    return _pack(FINISH, c, source, (), items, (k.limits, k.wake))
 
 
 class BeatArgs(NamedTuple):
@@ -880,6 +931,7 @@ LAYOUTS: dict[str, Layout] = {
     for lay in (
         ENQUEUE,
         START,
+        TAKE,
         FINISH,
         HEARTBEAT,
         CONTROL,

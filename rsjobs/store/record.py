@@ -56,6 +56,8 @@ TASK_FIELDS = {
     "wait_until": "xu",
     "poll_ms": "xo",
     "resolved": "xd",
+    # only on a task of priority > 0 (rsjobs.limits)
+    "priority": "pr",
 }
 
 
@@ -118,6 +120,8 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     due_at: int = 0
     #: deliveries lost with their consumer (reclaim.lua)
     deliveries: int = 0
+    #: 0-9 (rsjobs.limits; not stored for 0)
+    priority: int = _short_int("priority")
     #: its entry on the dead-letter stream, and the links of a re-queued dead letter
     deadletter: str = ""
     requeued_as: str = ""

@@ -78,6 +78,11 @@ class Code(IntEnum):
     QUEUE_PAUSED = -5
     #: defer: the external id is the wait of another task (recorded)
     EXTERNAL_TAKEN = -6
+    #: start: its owner is at its concurrency limit: parked until it is under (the task
+    #: waits, PENDING; nothing recorded)
+    WAITING = -7
+    #: start: a rate limit holds it back: parked until the time reserved for it
+    THROTTLED = -8
 
 
 class WfCode(IntEnum):
@@ -142,6 +147,7 @@ class Recovery(StrEnum):
     REDELIVERED = "REDELIVERED"
     ALIVE = "ALIVE"
     BUSY = "BUSY"
+    WAITING = "WAITING"
     STALE = "STALE"
 
 

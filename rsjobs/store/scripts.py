@@ -33,6 +33,7 @@ __all__ = ["SCRIPT_NAMES", "UNGATED", "Scripts", "script_sha", "script_source"]
 
 SCRIPT_NAMES = (
     "enqueue",
+    "take",
     "start",
     "finish",
     "heartbeat",

@@ -47,6 +47,8 @@ class TaskRef(NamedTuple):
     queue: str
     dedup: str
     retried_as: str = ""
+    #: its priority (its queue key is that level's stream)
+    priority: int = 0
 
 
 class HistoryRows(NamedTuple):
@@ -118,7 +120,7 @@ class Tasks:
     ) -> TaskReply:
         """``control.lua``: CANCEL, PAUSE or RESUME of one task (``ref`` from
         :meth:`ref`)."""
-        keys = self.keys.task_keys(task_id, ref.queue, ref.dedup or None)
+        keys = self.keys.task_keys(task_id, ref.queue, ref.dedup or None, ref.priority)
         call = layout.control(
             self.scripts.common, source, keys, ControlArgs(event, reason, self.keys.control)
         )
@@ -139,8 +141,8 @@ class Tasks:
         """``retry.lua``: RETRY or REPLAY of the finished task ``task_id`` (``ref`` from
         :meth:`ref`) as the new task ``new_id``, on its queue and with its dedup key."""
         k = self.keys
-        old = k.task_keys(task_id, ref.queue, ref.dedup or None)
-        new = k.task_keys(new_id, ref.queue, ref.dedup or None)
+        old = k.task_keys(task_id, ref.queue, ref.dedup or None, ref.priority)
+        new = k.task_keys(new_id, ref.queue, ref.dedup or None, ref.priority)
         call = layout.retry(
             self.scripts.common, source, old, new, RetryArgs(event, new_id, reason, replaces)
         )
@@ -199,15 +201,18 @@ class Tasks:
         (None: no such task). Raises :class:`rsjobs.NotMigrated` for a task hash of layout
         1 (its ``state`` is the long name's: see :mod:`.marker`)."""
         names = [field("state"), "owner", field("queue"), "dedup", "retried_as", "state"]
+        names.append(field("priority"))
         with boundary("HMGET task"):
-            state, owner, queue, dedup, retried_as, layout1 = await self.redis.hmget(
+            state, owner, queue, dedup, retried_as, layout1, pr = await self.redis.hmget(
                 self.keys.task(task_id), names
             )
         if state is None:
             if layout1 is not None:
                 check_task({"state": layout1}, task_id)
             return None
-        return TaskRef(text(state), text(owner), text(queue), text(dedup), text(retried_as))
+        return TaskRef(
+            text(state), text(owner), text(queue), text(dedup), text(retried_as), _priority(pr)
+        )
 
     async def by_dedup(self, dedup: str) -> TaskInfo | None:
         """The live task a dedup key names (None when it names none)."""
@@ -335,6 +340,13 @@ class Overview(NamedTuple):
     events: int
     #: the paused queues
     paused: set[str] = set()
+
+
+def _priority(raw: Any) -> int:
+    """A stored priority (field ``pr``; none: 0). One that does not read is left to the
+    script, which refuses the task's keys."""
+    v = text(raw)
+    return int(v) if v.isdigit() and len(v) < 3 else 0
 
 
 def _raised(replies: list[Any]) -> list[Any]:

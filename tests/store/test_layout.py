@@ -139,7 +139,8 @@ def _calls() -> dict[str, layout.Packed]:
     return {
         "enqueue": L.enqueue(c, "src", [(tk, _named(L.NewTask))] * 2),
         "start": L.start(c, k, "src", _named(L.StartArgs), [(tk, _named(L.Entry))] * 2),
-        "finish": L.finish(c, "src", [(tk, _named(L.Ending))] * 2),
+        "take": L.take(c, k, "src", _named(L.TakeArgs), ["queue"] * 2),
+        "finish": L.finish(c, k, "src", [(tk, _named(L.Ending))] * 2),
         "heartbeat": L.heartbeat(c, "src", _named(L.BeatArgs), [(tk, _named(L.BeatItem))] * 2),
         "control": L.control(c, "src", tk, _named(L.ControlArgs)),
         "retry": L.retry(c, "src", tk, tk, _named(L.RetryArgs)),
@@ -201,6 +202,16 @@ def test_each_packer_places_the_values_its_layout_names(script: str) -> None:
     item_keys = list(call.keys[common : len(call.keys) - len(lay.tail_keys)])
     if script == "workers":
         assert item_keys == [k.queue("q1"), k.queue("q2")]
+    elif script == "take":
+        # a queue's keys: its two zsets and its level streams, built from its name
+        one = [
+            k.waiting("queue"),
+            k.throttled("queue"),
+            k.claims("queue"),
+            *k.queue_streams("queue"),
+        ]
+        assert len(one) == len(lay.item_keys)
+        assert item_keys == one * n
     elif script == "wf_retry":
         names = [n.removeprefix("failed_") for n in lay.item_keys]
         assert item_keys == names * n
@@ -209,6 +220,16 @@ def test_each_packer_places_the_values_its_layout_names(script: str) -> None:
     tail = call.keys[len(call.keys) - len(lay.tail_keys) :] if lay.tail_keys else []
     if lay.tail_keys == WorkflowKeys._fields:
         assert tail == list(WorkflowKeys._fields)
+    elif script == "start":
+        # (waiting and throttled: the call's queue's, its StartArgs.queue)
+        assert tail == [
+            k.paused,
+            k.limits,
+            k.rates,
+            k.waiting("queue"),
+            k.throttled("queue"),
+            k.claims("queue"),
+        ]
     else:
         # (a deferred task's external key is the packer's argument: named as itself)
         assert tail == [name if name == "external" else getattr(k, name) for name in lay.tail_keys]

@@ -48,13 +48,19 @@ class LuaHarness:
         self.k = Keys(namespace)
         self.c = Common.of(self.k, 1000, retention_ms)
         self.sha = {n: self.r.script_load(script_source(n)) for n in SCRIPT_NAMES}
+        #: the priority of each task enqueued here (its keys name its level's stream)
+        self.priorities: dict[str, int] = {}
 
     def run(self, call: Packed) -> Any:
         """Run one packed call, as the store does (EVALSHA)."""
         return self.r.evalsha(self.sha[call.script], len(call.keys), *call.keys, *call.argv)
 
-    def tk(self, tid: str, queue: str = "q", dedup: str | None = None) -> TaskKeys:
-        return self.k.task_keys(tid, queue, dedup)
+    def tk(
+        self, tid: str, queue: str = "q", dedup: str | None = None, priority: int | None = None
+    ) -> TaskKeys:
+        """The task's keys (of the priority it was enqueued with here, unless given)."""
+        p = self.priorities.get(tid, 0) if priority is None else priority
+        return self.k.task_keys(tid, queue, dedup, p)
 
     def new_task(
         self,
@@ -71,6 +77,7 @@ class LuaHarness:
         payload: str = '{"p":1}',
         owner: str | None = None,
         labels: str | None = None,
+        priority: int = 0,
     ) -> NewTask:
         options = task_options(
             max_attempts=max_attempts,
@@ -82,22 +89,34 @@ class LuaHarness:
             dedup=dedup,
             owner=owner,
             labels=labels,
+            priority=priority,
         )
         return NewTask(tid, "img", queue, payload, options)
 
-    def enqueue(self, tid: str, *, queue: str = "q", dedup: str | None = None, **kw: Any) -> Any:
-        task = self.new_task(tid, queue=queue, dedup=dedup, **kw)
-        return self.run(layout.enqueue(self.c, "api", [(self.tk(tid, queue, dedup), task)]))[0]
+    def enqueue(
+        self,
+        tid: str,
+        *,
+        queue: str = "q",
+        dedup: str | None = None,
+        priority: int = 0,
+        **kw: Any,
+    ) -> Any:
+        task = self.new_task(tid, queue=queue, dedup=dedup, priority=priority, **kw)
+        keys = self.tk(tid, queue, dedup, priority)
+        self.priorities[tid] = priority
+        return self.run(layout.enqueue(self.c, "api", [(keys, task)]))[0]
 
-    def group(self, queue: str = "q") -> None:
+    def group(self, queue: str = "q", priority: int = 0) -> None:
         try:
-            self.r.xgroup_create(self.k.queue(queue), GROUP, id="0", mkstream=True)
+            self.r.xgroup_create(self.k.queue(queue, priority), GROUP, id="0", mkstream=True)
         except Exception as exc:  # BUSYGROUP
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    def deliver(self, consumer: str = "w1", queue: str = "q") -> list[str]:
-        rows = self.r.xreadgroup(GROUP, consumer, {self.k.queue(queue): ">"}, count=100)
+    def deliver(self, consumer: str = "w1", queue: str = "q", priority: int = 0) -> list[str]:
+        stream = self.k.queue(queue, priority)
+        rows = self.r.xreadgroup(GROUP, consumer, {stream: ">"}, count=100)
         return [eid for _, entries in rows for eid, _ in entries]
 
     def start(
@@ -109,7 +128,7 @@ class LuaHarness:
         lease_ms: int = 30_000,
         consumer: str = "w1",
     ) -> Any:
-        args = StartArgs(consumer, lease_ms, nonce)
+        args = StartArgs(consumer, lease_ms, nonce, queue)
         return self.run(
             layout.start(self.c, self.k, "worker", args, [(self.tk(tid, queue), Entry(entry))])
         )[0]
@@ -130,7 +149,7 @@ class LuaHarness:
         dedup: str | None = None,
     ) -> Any:
         ending = self.ending(event, lease, body, retryable)
-        return self.run(layout.finish(self.c, "worker", [(self.tk(tid, queue, dedup), ending)]))[0]
+        return self.run(layout.finish(self.c, self.k, "worker", [(self.tk(tid, queue, dedup), ending)]))[0]
 
     def heartbeat(
         self, tid: str, lease: str, entry: str, progress: str = "", queue: str = "q"
@@ -161,6 +180,7 @@ class LuaHarness:
     ) -> Any:
         """``retry.lua``: RETRY (or REPLAY) of task ``old`` as the new task ``new``."""
         args = RetryArgs(event, new, message, replaces)
+        self.priorities[new] = self.priorities.get(old, 0)  # (a restart keeps it)
         call = layout.retry(
             self.c, source, self.tk(old, queue, dedup), self.tk(new, queue, dedup), args
         )

@@ -1,0 +1,419 @@
+--[[ take.lua — a worker takes work: up to `count` work entries of its queues, highest
+priority first, within the queues' limits (no task changes state: start.lua starts them).
+
+Each queue has a stream per priority level it uses (see level_of in fsm.lua). The
+candidates are the undelivered entries of every level, and the queue's parked tasks that
+may start now (see `pools` in fsm.lua): those in `waiting` whose owner is under its limit,
+those in `throttled` whose reserved time has come. They are taken by effective priority:
+a task's level plus one for every age_ms it has waited since its entry was queued (aging:
+no task starves; 0 = no aging), then oldest first. A new entry is delivered to the
+consumer with XREADGROUP; a parked one is claimed from ~waiting (XCLAIM) and leaves its
+zset. An owner's tasks count against its limit while RUNNING (KEYS[16]) and, handed out
+to a worker and not started yet, as claims (entry -> "<owner> <expiry>", for CLAIM_MS;
+start.lua ends them): so two workers do not both take an owner's last slot. A new entry
+whose owner (its `o` field) is at its limit is *blocked*: it is passed over (no head-of-line blocking), and
+parked in `waiting`, as start.lua would, when an entry after it on its stream is handed
+out, or when the call passed over at least PARK_MIN of them (they are not read again
+by every call); blocked entries at the end of a stream stay on it, undelivered, until
+their owner has room. A call parks at most park_max (then `more`). A throttled task
+whose owner is at its limit moves to `waiting` (its reserved time stays its own). While
+the queue's own rate limit admits nothing, its new entries are left undelivered. A
+stream without the group gets it (from id 0).
+
+When nothing is handed out, the worker waits with XREAD BLOCK on the streams and the wake
+stream from the cursors returned (a new entry, or an attempt ending whose owner has a
+limit, wakes it: finish.lua) for at most the time until next_due.
+
+KEYS: common (see fsm.lua), then
+  per queue:
+    waiting    zset    the queue's tasks waiting on their owner's limit
+    throttled  zset    the queue's tasks waiting on a rate limit, by their reserved time
+    claims     hash    the queue's entries handed out and not started yet (owners with a
+                       limit)
+    level0     stream  the queue's stream of priority 0 ("queue:<name>")
+    level1     stream  of priority 1 ("queue:<name>|p1"), and so on
+    level2     stream  of priority 2
+    level3     stream  of priority 3
+    level4     stream  of priority 4
+    level5     stream  of priority 5
+    level6     stream  of priority 6
+    level7     stream  of priority 7
+    level8     stream  of priority 8
+    level9     stream  of priority 9
+  limits  hash    the limits' settings (see `pools` in fsm.lua)
+  rates   hash    the token buckets' state
+  wake    stream  an entry per attempt end that may let a held task start (finish.lua)
+ARGV: common (see fsm.lua), then
+  ARGV[5]  consumer  the worker's consumer name (not ~waiting)
+  ARGV[6]  count     the most entries to hand out (the worker's free slots, >= 1)
+  ARGV[7]  age_ms    a waiting task's priority rises by one level per age_ms (0: never)
+  ARGV[8]  park_max  the most new entries one call parks (>= 1)
+  per queue:
+    queue  its name
+Returns: {taken, cursors, next_due, more, wake, held}
+  taken    flat: queue index (1-based), priority, entry id, task id, for each entry handed
+           out, in the order to start them
+  cursors  flat: per queue, per level 0..9, the entry id after which XREAD waits for new
+           entries ('0-0' for a stream that does not exist yet)
+  next_due the earliest time (ms) a throttled task's time comes or a rate-held queue
+           admits again (0: none)
+  more     1 when the call stopped at park_max with entries left: call again at once
+  wake     the wake stream's last entry id ('0-0': none), the cursor to wait on it from
+  held     1 when an owner's limit held some task back, or an owner reached its limit
+           (the worker then lets its own ends land before it takes again: they free slots)
+An error (nothing written) when the consumer, count, age_ms or park_max is malformed.
+Events: none (no task changes state).
+]]
+-- a queue's keys: waiting, throttled, claims, and a stream per level (MAX_PRIORITY + 1)
+local PER_QUEUE = 13
+local nq, bad = layout(4, 1, PER_QUEUE, 3)
+if bad then return bad end
+local LIMITS_KEY, RATES_KEY, WAKE_KEY = KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
+local consumer, want, age_ms, park_max = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]),
+  tonumber(ARGV[8])
+if type(consumer) ~= 'string' or consumer == '' or consumer == WAITING_CONSUMER
+    or #consumer > TEXT_MAX then
+  return bad_arg('consumer', consumer)
+end
+if not is_count(ARGV[6]) or want < 1 or want > 10000 then return bad_arg('count', ARGV[6]) end
+if not is_count(ARGV[7]) then return bad_arg('age_ms', ARGV[7]) end
+if not is_count(ARGV[8]) or park_max < 1 then return bad_arg('park_max', ARGV[8]) end
+for q = 1, nq do
+  if type(ARGV[8 + q]) ~= 'string' or ARGV[8 + q] == '' then return bad_arg('queue', ARGV[8 + q]) end
+end
+
+local PEEK = want + 16
+local MAX_OWNERS = 64
+-- how long a claim counts against its owner's limit (a worker starts what it took at
+-- once; a claim it never started, being gone, expires)
+local CLAIM_MS = 10000
+-- blocked entries passed over that are parked whether or not an entry after them is
+-- handed out (so that a long run of one owner's tasks is not read again by each call)
+local PARK_MIN = 64
+
+local function entry_ms(id)
+  return tonumber(string.match(id, '^(%d+)%-')) or NOW
+end
+
+-- The fields of a stream entry as a table.
+local function fields_of_entry(raw)
+  local f = {}
+  for j = 1, #raw, 2 do f[raw[j]] = raw[j + 1] end
+  return f
+end
+
+-- RUNNING tasks of (queue, owner), its claims, and those handed out by this call.
+local running, handed, claims = {}, {}, {}
+local function busy(queue, owner)
+  local f = queue .. '|' .. owner
+  if running[f] == nil then running[f] = tonumber(redis.call('HGET', RUNNING_KEY, f)) or 0 end
+  return running[f] + (claims[f] or 0) + (handed[f] or 0)
+end
+local held = 0
+local function at_limit(queue, owner)
+  if owner == nil or owner == '' then return false end
+  local limit = pools.owner_limit(LIMITS_KEY, queue, owner)
+  if limit ~= nil and busy(queue, owner) >= limit then
+    held = 1
+    return true
+  end
+  return false
+end
+-- Hand out `entry` of `owner`: counted, and claimed when the owner has a limit.
+local function hand(qi, queue, owner, entry)
+  if owner ~= nil and owner ~= '' then
+    local f = queue .. '|' .. owner
+    handed[f] = (handed[f] or 0) + 1
+    local limit = pools.owner_limit(LIMITS_KEY, queue, owner)
+    if limit ~= nil then
+      redis.call('HSET', KEYS[NCOMMON + (qi - 1) * PER_QUEUE + 3], entry,
+        owner .. ' ' .. (NOW + CLAIM_MS))
+      if busy(queue, owner) >= limit then held = 1 end
+    end
+  end
+end
+
+-- The sources of candidates: each has a head (a candidate: p priority, ms queued, ...)
+-- and next() to move past it.
+local sources = {}
+local cursors = {}
+local next_due = 0
+local function due_at(ms)
+  if ms > NOW and (next_due == 0 or ms < next_due) then next_due = ms end
+end
+
+-- A level's stream: its undelivered entries, read ahead PEEK at a time.
+local function stream_source(qi, queue, p, skey)
+  local src = {kind = 's', qi = qi, queue = queue, p = p, key = skey, buf = {}, pos = 1,
+    picked = {}, last = nil, done = false}
+  local groups = redis.pcall('XINFO', 'GROUPS', skey)
+  local last = nil
+  if type(groups) == 'table' and groups.err == nil then
+    for _, g in ipairs(groups) do
+      local gf = fields_of_entry(g)
+      if gf.name == GROUP then last = gf['last-delivered-id'] end
+    end
+  end
+  if last == nil then
+    redis.call('XGROUP', 'CREATE', skey, GROUP, '0')
+    last = '0-0'
+  end
+  src.after = last
+  src.cursor = last
+  function src.fill()
+    if src.done then return end
+    local rows = redis.call('XRANGE', skey, '(' .. src.after, '+', 'COUNT', PEEK)
+    src.buf, src.pos = rows, 1
+    if #rows == 0 then src.done = true else src.after = rows[#rows][1] end
+  end
+  function src.head()
+    if src.pos > #src.buf then src.fill() end
+    local row = src.buf[src.pos]
+    if row == nil then return nil end
+    local f = fields_of_entry(row[2])
+    return {p = p, ms = entry_ms(row[1]), entry = row[1], owner = f.o or '', id = f.id or ''}
+  end
+  function src.next() src.pos = src.pos + 1 end
+  return src
+end
+
+-- The queue's waiting tasks of one owner under its limit, in their order.
+local function waiting_source(qi, queue, wkey, owner, rows, skeys)
+  local src = {kind = 'w', qi = qi, queue = queue, key = wkey, owner = owner, rows = rows,
+    pos = 1, skeys = skeys}
+  function src.head()
+    local m = src.rows[src.pos]
+    if m == nil or at_limit(queue, owner) then return nil end
+    local d, sortable, id = string.match(m, '^.*|(%d)(%d+%-%d+)|([^|]*)$')
+    if d == nil then return {bad = m} end
+    local p = MAX_PRIORITY - tonumber(d)
+    local entry = pools.entry_of(sortable)
+    return {p = p, ms = entry_ms(entry), entry = entry, owner = owner, id = id, m = m}
+  end
+  function src.next() src.pos = src.pos + 1 end
+  return src
+end
+
+-- The queue's throttled tasks whose time has come.
+local function throttled_source(qi, queue, tkey, rows)
+  local src = {kind = 't', qi = qi, queue = queue, key = tkey, rows = rows, pos = 1}
+  function src.head()
+    local m = src.rows[src.pos]
+    if m == nil then return nil end
+    local d, sortable, id = string.match(m, '^(%d)(%d+%-%d+)|(.*)$')
+    if d == nil then return {bad = m} end
+    local entry = pools.entry_of(sortable)
+    return {p = tonumber(d), ms = entry_ms(entry), entry = entry, id = id, m = m}
+  end
+  function src.next() src.pos = src.pos + 1 end
+  return src
+end
+
+local queues = {}
+for qi = 1, nq do
+  local b = NCOMMON + (qi - 1) * PER_QUEUE
+  local queue = ARGV[8 + qi]
+  local wkey, tkey = KEYS[b + 1], KEYS[b + 2]
+  local skeys = {}
+  local qs = {name = queue, streams = {}, admit = pools.admissible(RATES_KEY, LIMITS_KEY,
+    'r|' .. queue)}
+  queues[qi] = qs
+  -- the live claims, by owner (expired ones dropped)
+  local cl = redis.call('HGETALL', KEYS[b + 3])
+  local gone = {}
+  for j = 1, #cl, 2 do
+    local owner, exp = string.match(cl[j + 1], '^(%S+) (%d+)$')
+    if owner == nil or tonumber(exp) <= NOW then
+      gone[#gone + 1] = cl[j]
+    else
+      local f = queue .. '|' .. owner
+      claims[f] = (claims[f] or 0) + 1
+    end
+  end
+  if #gone > 0 then redis.call('HDEL', KEYS[b + 3], unpack(gone)) end
+  for p = 0, MAX_PRIORITY do
+    local skey = KEYS[b + 4 + p]
+    skeys[p] = skey
+    if redis.call('EXISTS', skey) == 1 then
+      local src = stream_source(qi, queue, p, skey)
+      qs.streams[p] = src
+      sources[#sources + 1] = src
+    end
+  end
+  qs.skeys = skeys
+  -- throttled tasks whose time has come (their rate slot is theirs already)
+  local due = redis.call('ZRANGEBYSCORE', tkey, '-inf', NOW, 'LIMIT', 0, want)
+  if #due > 0 then sources[#sources + 1] = throttled_source(qi, queue, tkey, due) end
+  local later = redis.call('ZRANGEBYSCORE', tkey, '(' .. NOW, '+inf', 'LIMIT', 0, 1, 'WITHSCORES')
+  if later[2] then due_at(tonumber(later[2])) end
+  -- the owners with waiting tasks, each with as many as it has room for
+  local m = redis.call('ZRANGEBYLEX', wkey, '-', '+', 'LIMIT', 0, 1)[1]
+  local owners = 0
+  while m ~= nil and owners < MAX_OWNERS do
+    owners = owners + 1
+    local owner = string.match(m, '^([^|]*)|')
+    if owner == nil then
+      redis.call('ZREM', wkey, m)  -- not a member rsjobs writes
+      owner = m
+    else
+      local limit = pools.owner_limit(LIMITS_KEY, queue, owner)
+      local room = want
+      if limit ~= nil then room = math.min(want, limit - busy(queue, owner)) end
+      if room <= 0 then held = 1 end
+      if room > 0 then
+        local rows = redis.call('ZRANGEBYLEX', wkey, '[' .. owner .. '|', '(' .. owner .. '|~',
+          'LIMIT', 0, room)
+        sources[#sources + 1] = waiting_source(qi, queue, wkey, owner, rows, skeys)
+      end
+    end
+    m = redis.call('ZRANGEBYLEX', wkey, '(' .. owner .. '|~', '+', 'LIMIT', 0, 1)[1]
+  end
+end
+
+-- Whether candidate a goes before b: higher effective priority, then older, then higher
+-- level.
+local function eff(c)
+  if age_ms > 0 then return c.p + math.floor(math.max(0, NOW - c.ms) / age_ms) end
+  return c.p
+end
+local function before(a, b)
+  local ea, eb = eff(a), eff(b)
+  if ea ~= eb then return ea > eb end
+  if a.ms ~= b.ms then return a.ms < b.ms end
+  return a.p > b.p
+end
+
+-- Whether a parked entry is still held by ~waiting (its task may have moved on: then
+-- its member is stale).
+local function still_held(skey, entry)
+  local pe = redis.call('XPENDING', skey, GROUP, entry, entry, 1, WAITING_CONSUMER)
+  return #pe == 1
+end
+
+local taken, blocked_n, more, scan_off = {}, 0, 0, false
+local guard = 0
+while #taken < want do
+  guard = guard + 1
+  if guard > 100000 then break end
+  local best, bsrc = nil, nil
+  for _, src in ipairs(sources) do
+    local ok = true
+    if src.kind == 's' then
+      local qs = queues[src.qi]
+      ok = not src.off and qs.admit > 0
+    end
+    local c = ok and src.head() or nil
+    while c ~= nil and c.bad ~= nil do  -- a member rsjobs does not write: dropped
+      redis.call('ZREM', src.key, c.bad)
+      src.next()
+      c = src.head()
+    end
+    if c ~= nil and (best == nil or before(c, best)) then best, bsrc = c, src end
+  end
+  if best == nil then break end
+  bsrc.next()
+  local qs = queues[bsrc.qi]
+  if bsrc.kind == 's' then
+    if at_limit(qs.name, best.owner) then
+      bsrc.picked[#bsrc.picked + 1] = {best, false}
+      blocked_n = blocked_n + 1
+      if blocked_n >= park_max then
+        -- enough passed over for one call: park them, and the worker calls again
+        for _, s in ipairs(sources) do if s.kind == 's' then s.off = true end end
+        scan_off = true
+        more = 1
+      end
+    else
+      bsrc.picked[#bsrc.picked + 1] = {best, true}
+      bsrc.last_taken = #bsrc.picked
+      hand(bsrc.qi, qs.name, best.owner, best.entry)
+      qs.admit = qs.admit - 1
+      taken[#taken + 1] = {bsrc.qi, best.p, best.entry, best.id}
+    end
+  else
+    local skey = qs.skeys[best.p]
+    redis.call('ZREM', bsrc.key, best.m)
+    if still_held(skey, best.entry) then
+      local owner = best.owner
+      if bsrc.kind == 't' then
+        local row = redis.call('XRANGE', skey, best.entry, best.entry)[1]
+        owner = (row and fields_of_entry(row[2]).o) or ''
+      end
+      if bsrc.kind == 't' and at_limit(qs.name, owner) then
+        -- its time has come but its owner is at its limit: it waits on that now
+        redis.call('ZADD', KEYS[NCOMMON + (bsrc.qi - 1) * PER_QUEUE + 1], 0,
+          pools.waiting_member(owner, best.p, best.entry, best.id))
+      else
+        redis.call('XCLAIM', skey, GROUP, consumer, 0, best.entry, 'JUSTID')
+        hand(bsrc.qi, qs.name, owner, best.entry)
+        if bsrc.kind == 'w' then qs.admit = qs.admit - 1 end
+        taken[#taken + 1] = {bsrc.qi, best.p, best.entry, best.id}
+      end
+    end
+  end
+end
+
+-- deliver the new entries picked, per level in order, up to the last one handed out
+-- (or every one, when enough were passed over), and park the blocked among them; the
+-- blocked ones after it stay on the stream
+local park_all = scan_off or blocked_n >= PARK_MIN
+for _, src in ipairs(sources) do
+  if src.kind == 's' and #src.picked > 0 then
+    local upto = src.last_taken or 0
+    if park_all then upto = #src.picked end
+    if upto < #src.picked then src.left = true end
+    if upto > 0 then
+      local want_last = src.picked[upto][1].entry
+      local got = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', upto,
+        'STREAMS', src.key, '>')
+      -- {{stream, rows}} (fakeredis, of the Lua tests, answers {stream, rows})
+      local rows = {}
+      if got and type(got[1]) == 'table' then rows = got[1][2] or {}
+      elseif got then rows = got[2] or {} end
+      local last = rows[#rows] and rows[#rows][1]
+      if last ~= want_last then
+        error('rsjobs: take.lua read ' .. tostring(last) .. ' from ' .. src.key .. ', not '
+          .. want_last, 0)
+      end
+      src.cursor = last
+      local wkey = KEYS[NCOMMON + (src.qi - 1) * PER_QUEUE + 1]
+      for j = 1, upto do
+        local c, handed_out = src.picked[j][1], src.picked[j][2]
+        if not handed_out then
+          redis.call('XCLAIM', src.key, GROUP, WAITING_CONSUMER, 0, c.entry, 'JUSTID')
+          redis.call('ZADD', wkey, 0, pools.waiting_member(c.owner, c.p, c.entry, c.id))
+        end
+      end
+    end
+  end
+end
+
+local out = {}
+for _, t in ipairs(taken) do
+  out[#out + 1] = t[1]; out[#out + 1] = t[2]; out[#out + 1] = t[3]; out[#out + 1] = t[4]
+end
+local cur = {}
+for qi = 1, nq do
+  local qs = queues[qi]
+  local held_back = qs.admit <= 0
+  if held_back then
+    -- its rate admits nothing now: wake when it does
+    local s = pools.rate_setting(LIMITS_KEY, 'r|' .. qs.name)
+    if s then due_at(math.ceil(math.max(pools.tat_of(RATES_KEY, 'r|' .. qs.name), NOW) - s[2])) end
+  end
+  for p = 0, MAX_PRIORITY do
+    local src = qs.streams[p]
+    local c = '0-0'
+    if src ~= nil then
+      c = src.cursor
+      if held_back or src.off or src.left then
+        -- entries left undelivered on purpose: wait for newer ones only
+        local top = redis.call('XREVRANGE', src.key, '+', '-', 'COUNT', 1)[1]
+        if top then c = top[1] end
+      end
+    end
+    cur[#cur + 1] = c
+  end
+end
+local w = redis.call('XREVRANGE', WAKE_KEY, '+', '-', 'COUNT', 1)[1]
+return {out, cur, next_due, more, (w and w[1]) or '0-0', held}
