@@ -25,6 +25,7 @@ from .errors import (
     UnknownQueue,
     WaitTimeout,
 )
+from .limits import QueueLimits, RateLimit
 from .model import Event, State
 from .schemas import (
     BulkItem,
@@ -65,7 +66,9 @@ __all__ = [
     "NotMigrated",
     "NotReplicated",
     "PayloadError",
+    "QueueLimits",
     "QueuePause",
+    "RateLimit",
     "RedisUnavailable",
     "Registry",
     "RetryResult",

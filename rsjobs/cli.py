@@ -129,6 +129,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         lease_ms=args.lease_ms,
         grace_ms=args.grace_ms,
         name=args.name,
+        priority_age_ms=args.priority_age_ms,
     )
     await worker.run()
     return 0
@@ -162,6 +163,7 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
             dedup_key=args.dedup_key,
             owner=args.owner,
             labels=labels or None,
+            priority=args.priority,
         )
         print(tid, flush=True)
         from .console.commands import live_workers
@@ -361,6 +363,14 @@ def build_parser() -> argparse.ArgumentParser:
         "give the reapers the same)",
     )
     w.add_argument("--name", default=None)
+    w.add_argument(
+        "--priority-age-ms",
+        type=int,
+        default=30_000,
+        metavar="MS",
+        help="aging: a waiting task counts one priority level higher per MS it waited, so "
+        "that none starves (0: never; see rsjobs.limits)",
+    )
     w.set_defaults(func=cmd_worker)
 
     d = sub.add_parser(
@@ -417,6 +427,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--delay-ms", type=int, default=0)
     e.add_argument("--dedup-key")
     e.add_argument("--owner")
+    e.add_argument(
+        "--priority", type=int, default=0, help="0 (the default) to 9: higher starts first"
+    )
     e.add_argument(
         "--label", action="append", metavar="KEY=VALUE", help="a label (repeatable, at most 8)"
     )
@@ -521,6 +534,7 @@ _PLUGINS = (
     "rsjobs.console.migrate",
     "rsjobs.hooks.cli",
     "rsjobs.console.schedules",
+    "rsjobs.console.limits",
 )
 
 

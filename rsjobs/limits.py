@@ -39,6 +39,7 @@ from .names import is_owner, validate_name
 from .store.keys import MAX_PRIORITY
 
 __all__ = [
+    "BURST_MAX",
     "LIMIT_MAX",
     "MAX_PRIORITY",
     "PER_SECOND_MAX",

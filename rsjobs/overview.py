@@ -52,6 +52,9 @@ class QueueView(msgspec.Struct, frozen=True, kw_only=True):
     workers: int
     #: work waits and no live worker serves the queue
     unserved: bool
+    #: tasks held back by a limit (rsjobs.limits): waiting on their owner's concurrency
+    #: limit, or on a rate limit (PENDING, counted in ``counts``)
+    held: int = 0
 
 
 class QueuePoint(msgspec.Struct, frozen=True, kw_only=True):
@@ -99,6 +102,7 @@ async def queue_views(store: Store) -> list[QueueView]:
     live = live_workers_by_queue(await list_workers(store))
     oldest = await store.index.oldest_pending(names)
     paused = await store.tasks.paused_queues()
+    held = {q.queue: q.waiting + q.throttled for q in await store.limits.of(names)}
     now = await store.reaper.now_ms()
     out = []
     for name in names:
@@ -115,6 +119,7 @@ async def queue_views(store: Store) -> list[QueueView]:
                 paused=name in paused,
                 workers=live.get(name, 0),
                 unserved=bool(waiting) and not live.get(name),
+                held=held.get(name, 0),
             )
         )
     return out

@@ -50,6 +50,7 @@ __all__ = [
     "PollArgs",
     "QuarantineArgs",
     "QueueArgs",
+    "RecountArgs",
     "ReclaimArgs",
     "ResolveArgs",
     "RetryArgs",
@@ -498,6 +499,22 @@ def reclaim(
     return _pack(RECLAIM, c, source, args, items, (k.deadletter, k.workers))
 
 
+class RecountArgs(NamedTuple):
+    queue: str
+
+
+#: the tail keys of ``recount.lua``: the queue's level streams
+LEVEL_KEYS = tuple(f"level{p}" for p in range(10))
+
+RECOUNT = Layout("recount", RecountArgs._fields, "entry", Entry._fields, TaskKeys._fields, LEVEL_KEYS)
+
+
+def recount(
+    c: Common, k: Keys, source: str, queue: str, items: Iterable[tuple[TaskKeys, Entry]]
+) -> Packed:
+    return _pack(RECOUNT, c, source, (queue,), items, k.queue_streams(queue))
+
+
 class DeadlineArgs(NamedTuple):
     grace_ms: int | str
 
@@ -943,6 +960,7 @@ LAYOUTS: dict[str, Layout] = {
         RESOLVE,
         POLL,
         RECLAIM,
+        RECOUNT,
         DEADLINE,
         WORKERS,
         LINK,

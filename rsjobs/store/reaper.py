@@ -177,6 +177,40 @@ class Reaping:
         )
         return [Recovery(text(w)) for w in await self.scripts.run(call)]
 
+    # -- per-owner RUNNING counts (recount.lua) ---------------------------------------------
+
+    async def recount(self, queue: str, most: int = 2000) -> int | None:
+        """Repair the queue's per-owner RUNNING counts from its pending lists
+        (``recount.lua``): how many owners' counts were wrong; None when the queue moved
+        while it was read (try again later) or holds more than ``most`` deliveries."""
+        k = self.keys
+        items: list[tuple[TaskKeys, Entry]] = []
+        for p, stream in enumerate(k.queue_streams(queue)):
+            try:
+                with boundary("XPENDING recount"):
+                    rows = await self.redis.xpending_range(stream, GROUP, "-", "+", most + 1)
+            except StoreError as exc:
+                if exc.code == "NOGROUP":
+                    continue
+                raise
+            rows = [r for r in rows if text(r["consumer"]) != WAITING_CONSUMER]
+            if len(items) + len(rows) > most:
+                return None
+            if not rows:
+                continue
+            ids = [text(r["message_id"]) for r in rows]
+            with boundary("XRANGE recount"):
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for e in ids:
+                        pipe.xrange(stream, e, e, count=1)
+                    found = await pipe.execute()
+            for e, f in zip(ids, found, strict=True):
+                tid = text(f[0][1].get("id", "")) if f else ""
+                items.append((k.task_keys(tid or "-", queue, None, p), Entry(e)))
+        call = layout.recount(self.scripts.common, k, SOURCE, queue, items)
+        code, fixed = await self.scripts.run(call)
+        return int(fixed) if int(code) == 1 else None
+
     # -- deadlines (deadline.lua) ----------------------------------------------------------
 
     async def due_deadlines(self, now_ms: int, count: int) -> list[Candidate]:

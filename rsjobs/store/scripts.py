@@ -48,6 +48,7 @@ SCRIPT_NAMES = (
     "poll",
     # the reaper's
     "reclaim",
+    "recount",
     "deadline",
     "workers",
     "link",

@@ -18,7 +18,7 @@ from ..schemas import (
     repeat_fields,
 )
 from . import history, layout
-from .keys import TaskKeys
+from .keys import PRIORITIES, TaskKeys
 from .layout import ControlArgs, NewTask, QueueArgs, RetryArgs
 from .marker import check_task
 from .record import decode_task, field, text_fields
@@ -275,23 +275,33 @@ class Tasks:
         return info, [HistoryEntry.from_entry(i, e, task_id, f) for i, e in rows]
 
     async def stats(self) -> dict[str, dict[str, int]]:
-        """Per queue: task counts per state, stream length."""
+        """Per queue: task counts per state, stream length (of every priority level)."""
         k = self.keys
         with boundary("stats"):
             queues = sorted(text(q) for q in await self.redis.smembers(k.queues))
             raw: dict[str, str] = await self.redis.hgetall(k.stats)
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for q in queues:
-                    pipe.xlen(k.queue(q))
-                lengths = await pipe.execute()
+            lengths = await self._lengths(queues)
         out: dict[str, dict[str, int]] = {q: {} for q in queues}
         for name, value in raw.items():
             q, _, state = text(name).rpartition(":")
             if q in out and state in _STATE_NAMES:
                 out[q][state] = int(value)
-        for q, n in zip(queues, lengths, strict=True):
-            out[q]["stream_length"] = int(n)
+        for q in queues:
+            out[q]["stream_length"] = lengths[q]
         return out
+
+    async def _lengths(self, queues: Sequence[str]) -> dict[str, int]:
+        """queue -> the length of its streams, every priority level's (one round trip)."""
+        k = self.keys
+        if not queues:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for q in queues:
+                for stream in k.queue_streams(q):
+                    pipe.xlen(stream)
+            found = await pipe.execute()
+        n = len(PRIORITIES)
+        return {q: sum(int(x) for x in found[i * n : (i + 1) * n]) for i, q in enumerate(queues)}
 
     async def counters(self) -> dict[str, int]:
         """The namespace's counters (the ``stats`` hash): ``<queue>:<STATE>`` counts,
@@ -314,16 +324,11 @@ class Tasks:
                 pipe.hkeys(k.paused)
                 raw, queues, workers, events, paused = await pipe.execute()
             names = sorted(text(q) for q in queues)
-            lengths: list[Any] = []
-            if names:
-                async with self.redis.pipeline(transaction=False) as pipe:
-                    for q in names:
-                        pipe.xlen(k.queue(q))
-                    lengths = await pipe.execute()
+            lengths = await self._lengths(names)
         return Overview(
             {text(f): int(v) for f, v in raw.items()},
             names,
-            dict(zip(names, (int(n) for n in lengths), strict=True)),
+            lengths,
             int(workers),
             int(events),
             {text(q) for q in paused},

@@ -112,6 +112,7 @@ class Api(Handlers):
                     backoff_max_ms=req.backoff_max_ms,
                     wait_timeout_ms=req.wait_timeout_ms,
                     labels=req.labels,
+                    priority=req.priority,
                 )
             )
         except DedupKeyReused as exc:  # a concurrent submit with the key won the race

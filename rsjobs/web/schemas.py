@@ -13,7 +13,9 @@ import msgspec
 from msgspec import Meta
 
 from ..labels import MAX_LABELS, MAX_VALUE
+from ..limits import BURST_MAX, LIMIT_MAX, MAX_PRIORITY, PER_SECOND_MAX
 from ..names import NAME_SCHEMA, OWNER_SCHEMA
+from ..limits import QueueLimits
 from ..overview import QueueView
 from ..reaper.registry import WorkerInfo
 from ..schemas import HistoryEntry, TaskInfo, WebhookDelivery
@@ -28,7 +30,10 @@ __all__ = [
     "ErrorBody",
     "Health",
     "HistoryPage",
+    "LimitList",
+    "LimitRequest",
     "QueueList",
+    "RateRequest",
     "RequeueResult",
     "StreamEnd",
     "SubmitRequest",
@@ -51,6 +56,7 @@ LabelKey = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_./\-]{1,32}\Z")]
 LabelValue = Annotated[str, Meta(min_length=1, max_length=MAX_VALUE)]
 Labels = Annotated[dict[LabelKey, LabelValue], Meta(max_length=MAX_LABELS)]
 FilterLabels = Annotated[dict[LabelKey, LabelValue], Meta(min_length=1, max_length=MAX_LABELS)]
+Priority = Annotated[int, Meta(ge=0, le=MAX_PRIORITY, description="0 (default) to 9, higher first")]
 
 
 class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -71,6 +77,23 @@ class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     owner: OwnerName | None = None
     #: a few key: value texts to list it by (GET /tasks?label=key=value)
     labels: Labels | None = None
+    #: 0 (the default) to 9: higher starts first on its queue
+    priority: Priority = 0
+
+
+class LimitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Body of ``PUT /queues/{queue}/limits[/{owner}]``: at most ``limit`` RUNNING tasks of
+    each owner (or of that owner) on the queue."""
+
+    limit: Annotated[int, Meta(ge=1, le=LIMIT_MAX)]
+
+
+class RateRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Body of ``PUT /queues/{queue}/rate[/{type}[/retries]]``: a token bucket of
+    ``per_second`` starts, up to ``burst`` at once (default one second's worth)."""
+
+    per_second: Annotated[float, Meta(gt=0, le=PER_SECOND_MAX)]
+    burst: Annotated[int, Meta(ge=1, le=BURST_MAX)] | None = None
 
 
 class CancelRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -217,6 +240,8 @@ class TaskView(msgspec.Struct, frozen=True, kw_only=True):
     worker: str = ""
     #: the execution deadline of an attempt (0: none)
     timeout_ms: int = 0
+    #: 0 (the default) to 9: higher starts first
+    priority: int = 0
     #: the last entries of the task's history, oldest first
     recent: list[HistoryEntry] = msgspec.field(default_factory=list)
 
@@ -251,6 +276,7 @@ class TaskView(msgspec.Struct, frozen=True, kw_only=True):
             queue_paused=info.queue_paused,
             worker=info.worker,
             timeout_ms=info.timeout_ms,
+            priority=info.priority,
             recent=recent,
         )
 
@@ -259,6 +285,12 @@ class QueueList(msgspec.Struct, frozen=True, kw_only=True):
     """``GET /queues``: every queue of the namespace, by name."""
 
     queues: list[QueueView]
+
+
+class LimitList(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /limits``: the limits of every queue that has one, or tasks held by one."""
+
+    queues: list[QueueLimits]
 
 
 class WorkerList(msgspec.Struct, frozen=True, kw_only=True):

@@ -151,6 +151,7 @@ def _calls() -> dict[str, layout.Packed]:
         "resolve": L.resolve(c, k, "src", tk, "external", _named(L.ResolveArgs)),
         "poll": L.poll(c, k, "src", _named(L.PollArgs), [(tk, _named(L.Member))] * 2),
         "reclaim": L.reclaim(c, k, "src", _named(L.ReclaimArgs), [(tk, _named(L.Entry))] * 2),
+        "recount": L.recount(c, k, "src", "queue", [(tk, _named(L.Entry))] * 2),
         "deadline": L.deadline(
             c, "src", _named(L.DeadlineArgs), [(tk, _named(L.DeadlineItem))] * 2
         ),
@@ -220,6 +221,8 @@ def test_each_packer_places_the_values_its_layout_names(script: str) -> None:
     tail = call.keys[len(call.keys) - len(lay.tail_keys) :] if lay.tail_keys else []
     if lay.tail_keys == WorkflowKeys._fields:
         assert tail == list(WorkflowKeys._fields)
+    elif script == "recount":
+        assert tail == list(k.queue_streams("queue"))
     elif script == "start":
         # (waiting and throttled: the call's queue's, its StartArgs.queue)
         assert tail == [

@@ -72,3 +72,12 @@ async def needs_file(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
     """Fails (FileNotFoundError, from a nested call) until payload["path"] exists: an
     operator fixes the cause, then retries the task."""
     return {"read": _open_input(str(payload["path"])), "attempt": ctx.attempt}
+
+
+@tasks.handler("hold")
+async def hold(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
+    """Sleep payload["s"] seconds on its first attempt only (a later attempt, after the
+    reaper took the first back, returns at once)."""
+    if ctx.attempt == 1:
+        await asyncio.sleep(float(payload.get("s", 1.0)))
+    return {"attempt": ctx.attempt}
