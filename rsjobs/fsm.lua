@@ -1164,6 +1164,29 @@ function pools.admissible(rates_key, limits_key, field)
   return math.floor((NOW + s[2] - base) / s[1] + 1e-6) + 1
 end
 
+-- A worker's claims (the claims hash of a queue: consumer -> "<expiry ms> <owner>=<n>
+-- ..."): the tasks of owners with a limit that take.lua handed to it and start.lua has
+-- not seen yet. Returns the expiry and a table owner -> n.
+function pools.read_claims(raw)
+  local exp = tonumber(string.match(raw or '', '^(%d+)')) or 0
+  local counts = {}
+  for owner, n in string.gmatch(raw or '', ' ([^ =]+)=(%d+)') do counts[owner] = tonumber(n) end
+  return exp, counts
+end
+
+-- Write a worker's claims back (none left: the field goes).
+function pools.write_claims(key, consumer, exp, counts)
+  local parts = {tostring(exp)}
+  for owner, n in pairs(counts) do
+    if n > 0 then parts[#parts + 1] = owner .. '=' .. n end
+  end
+  if #parts > 1 then
+    redis.call('HSET', key, consumer, table.concat(parts, ' '))
+  else
+    redis.call('HDEL', key, consumer)
+  end
+end
+
 -- A work entry id "<ms>-<seq>" written so that text order is time order.
 function pools.sortable(entry)
   local ms, seq = string.match(entry, '^(%d+)%-(%d+)$')

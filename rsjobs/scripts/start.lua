@@ -14,8 +14,9 @@ KEYS: common (see fsm.lua), then
   rates      hash  the token buckets' state (GCRA: theoretical arrival time, ms)
   waiting    zset  the queue's tasks waiting on their owner's limit
   throttled  zset  the queue's tasks waiting on a rate limit, by their reserved time
-  claims     hash  the queue's entries take.lua handed out (entry -> "<owner> <expiry>"):
-                   a delivery started (or refused) here is one no longer
+  claims     hash  consumer -> the tasks take.lua handed it, per owner with a limit (see
+                   pools.read_claims in fsm.lua): a delivery started (or refused) here is
+                   one no longer
 ARGV: common (see fsm.lua), then
   ARGV[5]  consumer   the worker's consumer name (recorded as the lease holder)
   ARGV[6]  lease_ms   lease duration; the worker renews it with heartbeat.lua
@@ -86,13 +87,13 @@ local function is_paused(queue)
 end
 
 local out = {}
-local claimed = {}  -- the entries of tasks with an owner: their claims (take.lua) end here
+local claimed = {}  -- owner -> its tasks in this call: their claims (take.lua) end here
 for i = 1, n do
   local entry = ARGV[NARGV + 4 + i]
   local t = load(i, {'entry', 'timeout_ms', 'type', 'payload', 'wf', 'expires_at', 'lease',
     'consumer', 'deadline_at', 'tp', 'ts', 'rt'})
   local limit, buckets, at = nil, nil, NOW
-  if t ~= nil and t.owner ~= '' then claimed[#claimed + 1] = entry end
+  if t ~= nil and t.owner ~= '' then claimed[t.owner] = (claimed[t.owner] or 0) + 1 end
   if t ~= nil and t.state == 'PENDING' and t.f.entry == entry then
     limit = pools.owner_limit(LIMITS_KEY, t.queue, t.owner)
     buckets = pools.buckets(LIMITS_KEY, t, t.attempt + 1)
@@ -157,5 +158,14 @@ for i = 1, n do
     out[i] = started(t, lease, deadline, timeout)
   end
 end
-if #claimed > 0 then redis.call('HDEL', CLAIMS_KEY, unpack(claimed)) end
+if next(claimed) ~= nil then
+  local raw = redis.call('HGET', CLAIMS_KEY, consumer)
+  if raw then
+    local exp, counts = pools.read_claims(raw)
+    for owner, c in pairs(claimed) do
+      if counts[owner] then counts[owner] = counts[owner] - c end
+    end
+    pools.write_claims(CLAIMS_KEY, consumer, exp, counts)
+  end
+end
 return out

@@ -9,13 +9,16 @@ a task's level plus one for every age_ms it has waited since its entry was queue
 no task starves; 0 = no aging), then oldest first. A new entry is delivered to the
 consumer with XREADGROUP; a parked one is claimed from ~waiting (XCLAIM) and leaves its
 zset. An owner's tasks count against its limit while RUNNING (KEYS[16]) and, handed out
-to a worker and not started yet, as claims (entry -> "<owner> <expiry>", for CLAIM_MS;
-start.lua ends them): so two workers do not both take an owner's last slot. A new entry
-whose owner (its `o` field) is at its limit is *blocked*: it is passed over (no head-of-line blocking), and
-parked in `waiting`, as start.lua would, when an entry after it on its stream is handed
-out, or when the call passed over at least PARK_MIN of them (they are not read again
-by every call); blocked entries at the end of a stream stay on it, undelivered, until
-their owner has room. A call parks at most park_max (then `more`). A throttled task
+to a worker and not started yet, as that worker's claims (its field of `claims`:
+"<expiry> <owner>=<n> ...", for CLAIM_MS; start.lua takes them off): so two workers do
+not both take an owner's last slot. A new entry
+whose owner (its `o` field) is at its limit is *blocked*: it is passed over (no
+head-of-line blocking), and parked in `waiting`, as start.lua would, when an entry after
+it on its stream is handed out; the blocked entries after the last one handed out stay
+on their stream, undelivered, until their owner has room. A call passes over at most
+park_max blocked entries in a row (AFTER_TAKEN once it handed out something); when it
+handed out nothing by then, it parks them (so that a long run of one owner's tasks does
+not hold up the tasks behind it) and answers `more`. A throttled task
 whose owner is at its limit moves to `waiting` (its reserved time stays its own). While
 the queue's own rate limit admits nothing, its new entries are left undelivered. A
 stream without the group gets it (from id 0).
@@ -28,8 +31,8 @@ KEYS: common (see fsm.lua), then
   per queue:
     waiting    zset    the queue's tasks waiting on their owner's limit
     throttled  zset    the queue's tasks waiting on a rate limit, by their reserved time
-    claims     hash    the queue's entries handed out and not started yet (owners with a
-                       limit)
+    claims     hash    consumer -> its tasks handed out and not started yet, per owner
+                       with a limit (see pools.read_claims in fsm.lua)
     level0     stream  the queue's stream of priority 0 ("queue:<name>")
     level1     stream  of priority 1 ("queue:<name>|p1"), and so on
     level2     stream  of priority 2
@@ -47,7 +50,7 @@ ARGV: common (see fsm.lua), then
   ARGV[5]  consumer  the worker's consumer name (not ~waiting)
   ARGV[6]  count     the most entries to hand out (the worker's free slots, >= 1)
   ARGV[7]  age_ms    a waiting task's priority rises by one level per age_ms (0: never)
-  ARGV[8]  park_max  the most new entries one call parks (>= 1)
+  ARGV[8]  park_max  the most blocked entries one call passes over in a row (>= 1)
   per queue:
     queue  its name
 Returns: {taken, cursors, next_due, more, wake, held}
@@ -57,7 +60,7 @@ Returns: {taken, cursors, next_due, more, wake, held}
            entries ('0-0' for a stream that does not exist yet)
   next_due the earliest time (ms) a throttled task's time comes or a rate-held queue
            admits again (0: none)
-  more     1 when the call stopped at park_max with entries left: call again at once
+  more     1 when the call parked park_max entries and handed out none: call again
   wake     the wake stream's last entry id ('0-0': none), the cursor to wait on it from
   held     1 when an owner's limit held some task back, or an owner reached its limit
            (the worker then lets its own ends land before it takes again: they free slots)
@@ -82,14 +85,16 @@ for q = 1, nq do
   if type(ARGV[8 + q]) ~= 'string' or ARGV[8 + q] == '' then return bad_arg('queue', ARGV[8 + q]) end
 end
 
-local PEEK = want + 16
+-- entries read ahead per level: its head first (most calls take from one level or
+-- two), then what the call still needs (reading an entry costs about as much as
+-- delivering it)
+local PEEK_FIRST = 1
 local MAX_OWNERS = 64
+-- blocked entries passed over in a row once something was handed out
+local AFTER_TAKEN = 32
 -- how long a claim counts against its owner's limit (a worker starts what it took at
 -- once; a claim it never started, being gone, expires)
 local CLAIM_MS = 10000
--- blocked entries passed over that are parked whether or not an entry after them is
--- handed out (so that a long run of one owner's tasks is not read again by each call)
-local PARK_MIN = 64
 
 local function entry_ms(id)
   return tonumber(string.match(id, '^(%d+)%-')) or NOW
@@ -102,36 +107,66 @@ local function fields_of_entry(raw)
   return f
 end
 
--- RUNNING tasks of (queue, owner), its claims, and those handed out by this call.
+-- A work entry's task id and owner ('' when it has none), from its flat field list.
+local function id_and_owner(raw)
+  local id, owner = '', ''
+  for j = 1, #raw, 2 do
+    if raw[j] == 'id' then id = raw[j + 1] elseif raw[j] == 'o' then owner = raw[j + 1] end
+  end
+  return id, owner
+end
+
+-- RUNNING tasks of (queue, owner), its claims, and those handed out by this call; and
+-- each owner's state in a queue, read once: {f = field, limit = n or false, busy = n}
 local running, handed, claims = {}, {}, {}
+local state = {}
+local function owner_state(queue, owner)
+  local byq = state[queue]
+  if byq == nil then
+    byq = {}
+    state[queue] = byq
+  end
+  local s = byq[owner]
+  if s == nil then
+    local f = queue .. '|' .. owner
+    s = {f = f, limit = pools.owner_limit(LIMITS_KEY, queue, owner) or false}
+    if s.limit then
+      running[f] = running[f] or tonumber(redis.call('HGET', RUNNING_KEY, f)) or 0
+    end
+    byq[owner] = s
+  end
+  return s
+end
 local function busy(queue, owner)
-  local f = queue .. '|' .. owner
-  if running[f] == nil then running[f] = tonumber(redis.call('HGET', RUNNING_KEY, f)) or 0 end
-  return running[f] + (claims[f] or 0) + (handed[f] or 0)
+  local f = owner_state(queue, owner).f
+  return (running[f] or 0) + (claims[f] or 0) + (handed[f] or 0)
 end
 local held = 0
 local function at_limit(queue, owner)
   if owner == nil or owner == '' then return false end
-  local limit = pools.owner_limit(LIMITS_KEY, queue, owner)
-  if limit ~= nil and busy(queue, owner) >= limit then
+  local s = owner_state(queue, owner)
+  if s.limit and (running[s.f] or 0) + (claims[s.f] or 0) + (handed[s.f] or 0) >= s.limit then
     held = 1
     return true
   end
   return false
 end
--- Hand out `entry` of `owner`: counted, and claimed when the owner has a limit.
-local function hand(qi, queue, owner, entry)
+-- this consumer's claims per queue (owner -> n), written back at the end
+local mine = {}
+-- Hand out a task of `owner`: counted, and claimed when the owner has a limit.
+local function hand(qi, queue, owner)
   if owner ~= nil and owner ~= '' then
-    local f = queue .. '|' .. owner
-    handed[f] = (handed[f] or 0) + 1
-    local limit = pools.owner_limit(LIMITS_KEY, queue, owner)
-    if limit ~= nil then
-      redis.call('HSET', KEYS[NCOMMON + (qi - 1) * PER_QUEUE + 3], entry,
-        owner .. ' ' .. (NOW + CLAIM_MS))
-      if busy(queue, owner) >= limit then held = 1 end
+    local s = owner_state(queue, owner)
+    handed[s.f] = (handed[s.f] or 0) + 1
+    if s.limit then
+      mine[qi][owner] = (mine[qi][owner] or 0) + 1
+      if busy(queue, owner) >= s.limit then held = 1 end
     end
   end
 end
+
+-- what this call hands out: {queue index, priority, entry, task id}
+local taken = {}
 
 -- The sources of candidates: each has a head (a candidate: p priority, ms queued, ...)
 -- and next() to move past it.
@@ -160,18 +195,20 @@ local function stream_source(qi, queue, p, skey)
   end
   src.after = last
   src.cursor = last
+  src.peek = PEEK_FIRST
   function src.fill()
     if src.done then return end
-    local rows = redis.call('XRANGE', skey, '(' .. src.after, '+', 'COUNT', PEEK)
-    src.buf, src.pos = rows, 1
+    local rows = redis.call('XRANGE', skey, '(' .. src.after, '+', 'COUNT', src.peek)
+    -- (next: what the call may still take, and the blocked ones it may pass over)
+    src.buf, src.pos, src.peek = rows, 1, math.max(8, want - #taken + 4)
     if #rows == 0 then src.done = true else src.after = rows[#rows][1] end
   end
   function src.head()
     if src.pos > #src.buf then src.fill() end
     local row = src.buf[src.pos]
     if row == nil then return nil end
-    local f = fields_of_entry(row[2])
-    return {p = p, ms = entry_ms(row[1]), entry = row[1], owner = f.o or '', id = f.id or ''}
+    local id, owner = id_and_owner(row[2])
+    return {p = p, ms = entry_ms(row[1]), entry = row[1], owner = owner, id = id}
   end
   function src.next() src.pos = src.pos + 1 end
   return src
@@ -183,7 +220,7 @@ local function waiting_source(qi, queue, wkey, owner, rows, skeys)
     pos = 1, skeys = skeys}
   function src.head()
     local m = src.rows[src.pos]
-    if m == nil or at_limit(queue, owner) then return nil end
+    if m == nil then return nil end
     local d, sortable, id = string.match(m, '^.*|(%d)(%d+%-%d+)|([^|]*)$')
     if d == nil then return {bad = m} end
     local p = MAX_PRIORITY - tonumber(d)
@@ -218,16 +255,21 @@ for qi = 1, nq do
   local qs = {name = queue, streams = {}, admit = pools.admissible(RATES_KEY, LIMITS_KEY,
     'r|' .. queue)}
   queues[qi] = qs
-  -- the live claims, by owner (expired ones dropped)
+  -- the live claims, by owner (expired ones dropped; this consumer's are counted and
+  -- kept in mine[qi], written back with what this call hands out)
+  mine[qi] = {}
   local cl = redis.call('HGETALL', KEYS[b + 3])
   local gone = {}
   for j = 1, #cl, 2 do
-    local owner, exp = string.match(cl[j + 1], '^(%S+) (%d+)$')
-    if owner == nil or tonumber(exp) <= NOW then
+    local exp, counts = pools.read_claims(cl[j + 1])
+    if exp <= NOW then
       gone[#gone + 1] = cl[j]
     else
-      local f = queue .. '|' .. owner
-      claims[f] = (claims[f] or 0) + 1
+      for owner, c in pairs(counts) do
+        local f = queue .. '|' .. owner
+        claims[f] = (claims[f] or 0) + c
+      end
+      if cl[j] == consumer then mine[qi] = counts end
     end
   end
   if #gone > 0 then redis.call('HDEL', KEYS[b + 3], unpack(gone)) end
@@ -273,14 +315,27 @@ end
 -- Whether candidate a goes before b: higher effective priority, then older, then higher
 -- level.
 local function eff(c)
-  if age_ms > 0 then return c.p + math.floor(math.max(0, NOW - c.ms) / age_ms) end
-  return c.p
+  if c.eff == nil then
+    c.eff = c.p
+    if age_ms > 0 then c.eff = c.p + math.floor(math.max(0, NOW - c.ms) / age_ms) end
+  end
+  return c.eff
 end
 local function before(a, b)
   local ea, eb = eff(a), eff(b)
   if ea ~= eb then return ea > eb end
   if a.ms ~= b.ms then return a.ms < b.ms end
   return a.p > b.p
+end
+
+-- A source's head, read once until it moves on (false: none left).
+local function head_of(src)
+  if src.c == nil then src.c = src.head() or false end
+  return src.c or nil
+end
+local function advance(src)
+  src.next()
+  src.c = nil
 end
 
 -- Whether a parked entry is still held by ~waiting (its task may have moved on: then
@@ -290,65 +345,112 @@ local function still_held(skey, entry)
   return #pe == 1
 end
 
-local taken, blocked_n, more, scan_off = {}, 0, 0, false
+-- Claim a parked entry for the consumer; false when its member was stale (the entry is
+-- pending no more: its task moved on). A member names an entry held by ~waiting or none
+-- (it leaves its zset in the call that claims the entry from ~waiting).
+local function claim(skey, entry)
+  return #redis.call('XCLAIM', skey, GROUP, consumer, 0, entry, 'JUSTID') == 1
+end
+
+local blocked_since, more, scan_off = 0, 0, false
+local all_sources = sources
+
+-- A new entry `c` of stream source `src` picked: handed out, or blocked (its owner is
+-- at its limit). Returns false when the streams are not to be read further this call.
+local function pick_entry(src, c)
+  local qs = queues[src.qi]
+  if at_limit(qs.name, c.owner) then
+    src.picked[#src.picked + 1] = {c, false}
+    blocked_since = blocked_since + 1
+    -- (having handed out something, a few in a row are enough: what follows them is
+    -- read again by the next call, which parks them if it hands out nothing)
+    if blocked_since >= (#taken > 0 and math.min(park_max, AFTER_TAKEN) or park_max) then
+      -- passed over enough for one call: stop reading the streams; when nothing was
+      -- handed out, park what was passed over (a long run of one owner's tasks must
+      -- not hold up the others behind it) and the worker calls again at once
+      for _, s in ipairs(all_sources) do if s.kind == 's' then s.off = true end end
+      if #taken == 0 then
+        scan_off = true
+        more = 1
+      end
+      return false
+    end
+  else
+    blocked_since = 0
+    src.picked[#src.picked + 1] = {c, true}
+    src.last_taken = #src.picked
+    hand(src.qi, qs.name, c.owner)
+    qs.admit = qs.admit - 1
+    taken[#taken + 1] = {src.qi, c.p, c.entry, c.id}
+  end
+  return true
+end
 local guard = 0
 while #taken < want do
   guard = guard + 1
   if guard > 100000 then break end
   local best, bsrc = nil, nil
+  local live = {}  -- the sources still in play (those done with leave the loop)
   for _, src in ipairs(sources) do
-    local ok = true
+    local ok = not src.off
     if src.kind == 's' then
-      local qs = queues[src.qi]
-      ok = not src.off and qs.admit > 0
+      ok = ok and queues[src.qi].admit > 0
+    elseif src.kind == 'w' and ok and at_limit(src.queue, src.owner) then
+      -- (an owner's waiting tasks wait while it is at its limit)
+      ok, src.off = false, true
     end
-    local c = ok and src.head() or nil
+    local c = ok and head_of(src) or nil
     while c ~= nil and c.bad ~= nil do  -- a member rsjobs does not write: dropped
       redis.call('ZREM', src.key, c.bad)
-      src.next()
-      c = src.head()
+      advance(src)
+      c = head_of(src)
     end
-    if c ~= nil and (best == nil or before(c, best)) then best, bsrc = c, src end
+    if c ~= nil then
+      live[#live + 1] = src
+      if best == nil or before(c, best) then best, bsrc = c, src end
+    elseif src.kind ~= 's' or src.off or src.c == false then
+      src.done_with = true
+    else
+      live[#live + 1] = src  -- (held back by the rate for now)
+    end
   end
+  sources = live
   if best == nil then break end
-  bsrc.next()
+  advance(bsrc)
   local qs = queues[bsrc.qi]
   if bsrc.kind == 's' then
-    if at_limit(qs.name, best.owner) then
-      bsrc.picked[#bsrc.picked + 1] = {best, false}
-      blocked_n = blocked_n + 1
-      if blocked_n >= park_max then
-        -- enough passed over for one call: park them, and the worker calls again
-        for _, s in ipairs(sources) do if s.kind == 's' then s.off = true end end
-        scan_off = true
-        more = 1
-      end
-    else
-      bsrc.picked[#bsrc.picked + 1] = {best, true}
-      bsrc.last_taken = #bsrc.picked
-      hand(bsrc.qi, qs.name, best.owner, best.entry)
-      qs.admit = qs.admit - 1
-      taken[#taken + 1] = {bsrc.qi, best.p, best.entry, best.id}
+    -- a run: while no other source's head can go before this level's entries (its
+    -- level alone outranks them: aging only raises its entries), take them one after
+    -- the other without comparing every source again
+    local run = true
+    for _, src in ipairs(sources) do
+      if src ~= bsrc and src.c and eff(src.c) >= bsrc.p then run = false end
+    end
+    local go = pick_entry(bsrc, best)
+    while run and go and #taken < want and qs.admit > 0 and not bsrc.off do
+      local c = head_of(bsrc)
+      if c == nil then break end
+      advance(bsrc)
+      go = pick_entry(bsrc, c)
     end
   else
     local skey = qs.skeys[best.p]
     redis.call('ZREM', bsrc.key, best.m)
-    if still_held(skey, best.entry) then
-      local owner = best.owner
-      if bsrc.kind == 't' then
-        local row = redis.call('XRANGE', skey, best.entry, best.entry)[1]
-        owner = (row and fields_of_entry(row[2]).o) or ''
-      end
-      if bsrc.kind == 't' and at_limit(qs.name, owner) then
-        -- its time has come but its owner is at its limit: it waits on that now
+    local owner = best.owner
+    if bsrc.kind == 't' then
+      local row = redis.call('XRANGE', skey, best.entry, best.entry)[1]
+      owner = (row and fields_of_entry(row[2]).o) or ''
+    end
+    if bsrc.kind == 't' and at_limit(qs.name, owner) then
+      -- its time has come but its owner is at its limit: it waits on that now
+      if still_held(skey, best.entry) then
         redis.call('ZADD', KEYS[NCOMMON + (bsrc.qi - 1) * PER_QUEUE + 1], 0,
           pools.waiting_member(owner, best.p, best.entry, best.id))
-      else
-        redis.call('XCLAIM', skey, GROUP, consumer, 0, best.entry, 'JUSTID')
-        hand(bsrc.qi, qs.name, owner, best.entry)
-        if bsrc.kind == 'w' then qs.admit = qs.admit - 1 end
-        taken[#taken + 1] = {bsrc.qi, best.p, best.entry, best.id}
       end
+    elseif claim(skey, best.entry) then
+      hand(bsrc.qi, qs.name, owner)
+      if bsrc.kind == 'w' then qs.admit = qs.admit - 1 end
+      taken[#taken + 1] = {bsrc.qi, best.p, best.entry, best.id}
     end
   end
 end
@@ -356,8 +458,8 @@ end
 -- deliver the new entries picked, per level in order, up to the last one handed out
 -- (or every one, when enough were passed over), and park the blocked among them; the
 -- blocked ones after it stay on the stream
-local park_all = scan_off or blocked_n >= PARK_MIN
-for _, src in ipairs(sources) do
+local park_all = scan_off
+for _, src in ipairs(all_sources) do
   if src.kind == 's' and #src.picked > 0 then
     local upto = src.last_taken or 0
     if park_all then upto = #src.picked end
@@ -385,6 +487,13 @@ for _, src in ipairs(sources) do
         end
       end
     end
+  end
+end
+
+-- this consumer's claims, with what it was handed now
+for qi = 1, nq do
+  if next(mine[qi]) ~= nil then
+    pools.write_claims(KEYS[NCOMMON + (qi - 1) * PER_QUEUE + 3], consumer, NOW + CLAIM_MS, mine[qi])
   end
 end
 

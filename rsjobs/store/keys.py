@@ -61,11 +61,11 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
                                                   ``<priority><entry>|<id>`` scored by the
                                                   start time reserved for them (ms); their
                                                   entries are held by ``~waiting`` too
-    rsjobs:{default}:claims:<queue>       hash    work entries take.lua handed to a worker and
-                                                  start.lua has not seen yet, of owners with a
-                                                  limit: entry id -> ``<owner> <expiry ms>``
-                                                  (counted against the limit; a claim a worker
-                                                  never started expires)
+    rsjobs:{default}:claims:<queue>       hash    consumer -> ``<expiry ms> <owner>=<n> ...``:
+                                                  the tasks take.lua handed a worker that
+                                                  start.lua has not seen yet, per owner with
+                                                  a limit (counted against it; a worker's
+                                                  claims expire when it never starts them)
     rsjobs:{default}:wake                 stream  an entry ``q=<queue>`` when a task whose owner
                                                   has a limit ends (finish.lua): idle workers
                                                   wait on it with XREAD and take again

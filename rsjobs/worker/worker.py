@@ -229,6 +229,11 @@ class Worker:
         self._spans: dict[str, Attempt] = {}
         self._finish_idle = asyncio.Event()
         self._finish_idle.set()
+        #: set while no ended attempt waits to be sent (the finisher took them all): a
+        #: take sent after that reaches Redis after their ends on the lane, which runs
+        #: calls in order (see _take)
+        self._finish_sent = asyncio.Event()
+        self._finish_sent.set()
         self._finisher: asyncio.Task[None] | None = None
         # workflow tasks end through wf_finish.lua, one call each (rsjobs.workflows)
         self._wf_finisher: WorkflowFinisher | None = None
@@ -342,6 +347,7 @@ class Worker:
         await self.store.ping()
         await self.store.require_layout()
         await self.store.work.ensure_groups(self.streams)
+        await self.store.scripts.preload(("take", "start", "finish", "heartbeat"))
         await self.store.tasks.remember_queues(self.queues)
         await self._read_paused()
         await self._register()
@@ -454,10 +460,11 @@ class Worker:
         work (XREAD BLOCK on the queues' streams, bounded by ``block_ms`` and by the time
         a held-back task may start), and return nothing."""
         work = self.store.work
-        if self._held and not self._finish_idle.is_set():
-            # owners were at their limits: the ends in flight free their slots, so take
-            # once they have landed (not now, for nothing)
-            await self._finish_idle.wait()
+        if self._held and not self._finish_sent.is_set():
+            # owners were at their limits: ends about to be sent free their slots, so take
+            # once they are on their way (a take sent after them runs after them), not
+            # now, for nothing
+            await self._finish_sent.wait()
         taken = await work.take(self.name, queues, free, age_ms=self.priority_age_ms)
         self._held = taken.held
         if taken.deliveries or taken.more:
@@ -797,6 +804,7 @@ class Worker:
             return
         self._spans[job.entry] = span
         self._finish_items.append((job.keys, ending, job.id, job.entry))
+        self._finish_sent.clear()
         if self._finisher is None or self._finisher.done():
             self._finish_idle.clear()
             self._finisher = asyncio.get_running_loop().create_task(self._flush_finishes())
@@ -808,6 +816,9 @@ class Worker:
         work = self.store.work
         while self._finish_items:
             items, self._finish_items = self._finish_items[:500], self._finish_items[500:]
+            if not self._finish_items:
+                # (the call below writes them before this task yields: see _take)
+                self._finish_sent.set()
 
             async def call(part: Sequence[tuple[TaskKeys, Ending, str, str]]) -> list[Any]:
                 return await work.finish([(k, e) for k, e, _, _ in part])
@@ -819,6 +830,7 @@ class Worker:
                     raise
                 # keep the results: the lease may still be ours when Redis is back
                 self._finish_items[:0] = items
+                self._finish_sent.clear()
                 if time.monotonic() > give_up:
                     log.error(
                         "worker %s: dropping %d results after redis outage (%s); the "
@@ -832,6 +844,7 @@ class Worker:
                     # their entries stay marked as ending: the tasks are RUNNING under this
                     # worker's lease until the reaper takes them back, and must not run again
                     self._finish_items.clear()
+                    self._finish_sent.set()
                     break
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
