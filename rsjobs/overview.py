@@ -52,8 +52,9 @@ class QueueView(msgspec.Struct, frozen=True, kw_only=True):
     workers: int
     #: work waits and no live worker serves the queue
     unserved: bool
-    #: tasks held back by a limit (rsjobs.limits): waiting on their owner's concurrency
-    #: limit, or on a rate limit (PENDING, counted in ``counts``)
+    #: tasks a limit set aside (rsjobs.limits): parked until their owner is under its
+    #: concurrency limit, or until the start time a rate limit gave them (PENDING, counted
+    #: in ``counts``; tasks of an owner at its limit still on the stream are not)
     held: int = 0
 
 

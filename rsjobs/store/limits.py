@@ -119,7 +119,7 @@ def _queue_limits(
         queue=queue,
         default=default,
         owners=owners,
-        rates=rates,
+        rates=sorted(rates, key=lambda r: (r.type, r.retries)),
         running=dict(sorted(busy.items())),
         waiting=waiting,
         throttled=throttled,

@@ -269,6 +269,8 @@ class Reaping:
                 continue  # no group yet
             for c in summary.get("consumers") or []:
                 name = text(c["name"])
+                if name == WAITING_CONSUMER:
+                    continue  # (no worker: it holds the entries of tasks held for a limit)
                 with boundary("XPENDING consumer"):
                     rows = await self.redis.xpending_range(
                         qkey, GROUP, "-", "+", limit, consumername=name
