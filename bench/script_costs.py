@@ -78,7 +78,9 @@ def _process(r: redis.Redis, shas: dict[str, str], k: Keys, c: Common, batch: in
     while rows := r.xreadgroup(GROUP, "c1", {qkey: ">"}, count=batch):
         entries = rows[0][1]
         items = [(k.task_keys(f["id"], "q"), Entry(eid)) for eid, f in entries]
-        started = _run(r, shas, layout.start(c, k, "worker", StartArgs("c1", 30000, "n1", "q"), items))
+        started = _run(
+            r, shas, layout.start(c, k, "worker", StartArgs("c1", 30000, "n1", "q"), items)
+        )
         ends = [
             (k.task_keys(f["id"], "q"), Ending("COMPLETE", s[5], "null", "", 0, -1, 0.5))
             for (_, f), s in zip(entries, started, strict=True)

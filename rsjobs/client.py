@@ -24,8 +24,8 @@ from .labels import encode_labels, validate_labels
 from .limits import (
     QueueLimits,
     RateLimit,
-    check_limit,
     check_owner,
+    check_owner_limit,
     check_priority,
     check_rate,
     check_type,
@@ -744,7 +744,7 @@ class Client:
         from their next start. Raises :class:`ConfigError` (nothing written) for a bad
         queue, owner or limit (an integer from 1 to 1,000,000)."""
         queue_name(queue)
-        check_limit(limit)
+        check_owner_limit(limit)
         field = f"c|{queue}|*" if owner is None else f"c|{queue}|{check_owner(owner)}"
         await self.store.require_layout()
         await self.store.limits.put(field, str(limit))

@@ -45,8 +45,8 @@ __all__ = [
     "PER_SECOND_MAX",
     "QueueLimits",
     "RateLimit",
-    "check_limit",
     "check_owner",
+    "check_owner_limit",
     "check_priority",
     "check_rate",
     "check_type",
@@ -70,10 +70,12 @@ def check_priority(priority: object) -> int:
     return priority  # type: ignore[return-value]
 
 
-def check_limit(limit: object) -> int:
+def check_owner_limit(limit: object) -> int:
     """``limit`` when it is an integer from 1 to :data:`LIMIT_MAX`."""
     if not _is_int(limit) or not 1 <= limit <= LIMIT_MAX:  # type: ignore[operator]
-        raise ConfigError(f"a concurrency limit must be an integer from 1 to {LIMIT_MAX}, not {limit!r}")
+        raise ConfigError(
+            f"a concurrency limit must be an integer from 1 to {LIMIT_MAX}, not {limit!r}"
+        )
     return limit  # type: ignore[return-value]
 
 

@@ -383,9 +383,7 @@ class SyncClient:
         """A rate limit for ``queue`` (or a type on it, or its retries): see
         :meth:`rsjobs.Client.set_rate`."""
         r = self._runner()
-        return r.run(
-            r.client.set_rate(queue, per_second, type=type, burst=burst, retries=retries)
-        )
+        return r.run(r.client.set_rate(queue, per_second, type=type, burst=burst, retries=retries))
 
     def clear_rate(self, queue: str, *, type: str | None = None, retries: bool = False) -> bool:
         """Remove a rate limit; whether there was one."""

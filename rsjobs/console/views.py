@@ -109,9 +109,9 @@ def labels_text(labels: Mapping[str, str]) -> str:
 def tasks_table(items: Iterable[TaskSummary]) -> Table:
     """``rsjobs tasks``: one row per task, in the list's order (newest first)."""
     columns = [
-        Column("listed"), Column("id"), Column("state"), Column("queue"), Column("pri", numeric=True),
-        Column("type"), Column("att", numeric=True), Column("owner"), Column("labels"),
-        Column("error"),
+        Column("listed"), Column("id"), Column("state"), Column("queue"),
+        Column("pri", numeric=True), Column("type"), Column("att", numeric=True),
+        Column("owner"), Column("labels"), Column("error"),
     ]  # fmt: skip
     rows: list[list[object]] = []
     for s in items:

@@ -79,12 +79,12 @@ async def recover(store: Store, queues: list[str], cfg: ReaperConfig) -> Counter
     a stream) is logged and counted in ERRORS; the other queues go on."""
     total: Counter[str] = Counter()
     levels = await store.index.levels(queues)
-    for q in [level_name(q, p) for q in queues for p in levels[q]]:
+    for name in [level_name(q, p) for q in queues for p in levels[q]]:
         try:
-            total.update(await recover_queue(store, q, cfg))
+            total.update(await recover_queue(store, name, cfg))
         except Exception as exc:
             if not about_item(exc):
                 raise
-            log_error("recovery", exc, queue=q)
+            log_error("recovery", exc, queue=name)
             total["ERRORS"] += 1
     return total

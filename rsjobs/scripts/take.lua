@@ -1,4 +1,4 @@
---[[ take.lua — a worker takes work: up to `count` work entries of its queues, highest
+--[[ take.lua — a worker takes work: up to `most` work entries of its queues, highest
 priority first, within the queues' limits (no task changes state: start.lua starts them).
 
 Each queue has a stream per priority level it uses (see level_of in fsm.lua). The
@@ -48,7 +48,7 @@ KEYS: common (see fsm.lua), then
   wake    stream  an entry per attempt end that may let a held task start (finish.lua)
 ARGV: common (see fsm.lua), then
   ARGV[5]  consumer  the worker's consumer name (not ~waiting)
-  ARGV[6]  count     the most entries to hand out (the worker's free slots, >= 1)
+  ARGV[6]  most      the most entries to hand out (the worker's free slots, >= 1)
   ARGV[7]  age_ms    a waiting task's priority rises by one level per age_ms (0: never)
   ARGV[8]  park_max  the most blocked entries one call passes over in a row (>= 1)
   per queue:
@@ -64,7 +64,7 @@ Returns: {taken, cursors, next_due, more, wake, held}
   wake     the wake stream's last entry id ('0-0': none), the cursor to wait on it from
   held     1 when an owner's limit held some task back, or an owner reached its limit
            (the worker then lets its own ends land before it takes again: they free slots)
-An error (nothing written) when the consumer, count, age_ms or park_max is malformed.
+An error (nothing written) when the consumer, most, age_ms or park_max is malformed.
 Events: none (no task changes state).
 ]]
 -- a queue's keys: waiting, throttled, claims, and a stream per level (MAX_PRIORITY + 1)
@@ -78,7 +78,7 @@ if type(consumer) ~= 'string' or consumer == '' or consumer == WAITING_CONSUMER
     or #consumer > TEXT_MAX then
   return bad_arg('consumer', consumer)
 end
-if not is_count(ARGV[6]) or want < 1 or want > 10000 then return bad_arg('count', ARGV[6]) end
+if not is_count(ARGV[6]) or want < 1 or want > 10000 then return bad_arg('most', ARGV[6]) end
 if not is_count(ARGV[7]) then return bad_arg('age_ms', ARGV[7]) end
 if not is_count(ARGV[8]) or park_max < 1 then return bad_arg('park_max', ARGV[8]) end
 for q = 1, nq do

@@ -230,7 +230,8 @@ class Index:
                 found = await pipe.execute()
         n = len(PRIORITIES) - 1
         return {
-            name: [0] + [p for p, e in zip(PRIORITIES[1:], found[i * n : (i + 1) * n]) if e]
+            name: [0]
+            + [p for p, e in zip(PRIORITIES[1:], found[i * n : (i + 1) * n], strict=True) if e]
             for i, name in enumerate(queues)
         }
 
@@ -463,12 +464,12 @@ class Index:
             row, held = rows[2 * j], rows[2 * j + 1]
             found = []
             if isinstance(row, list) and row:
-                found.append(_entry_id(row[0][0])[0])
+                found.append(_entry_id(row[0][0]))
             if isinstance(held, list) and held:
-                found.append(_entry_id(text(held[0]["message_id"]))[0])
-            for ms in found:
-                if ms and (not out[name] or ms < out[name]):
-                    out[name] = ms
+                found.append(_entry_id(held[0]["message_id"]))
+            for eid in found:
+                if eid and eid[0] and (not out[name] or eid[0] < out[name]):
+                    out[name] = eid[0]
         return out
 
     # -- trim --------------------------------------------------------------------------------

@@ -50,8 +50,8 @@ __all__ = [
     "PollArgs",
     "QuarantineArgs",
     "QueueArgs",
-    "RecountArgs",
     "ReclaimArgs",
+    "RecountArgs",
     "ResolveArgs",
     "RetryArgs",
     "ScheduleArgs",
@@ -253,7 +253,7 @@ class TakeArgs(NamedTuple):
 
     consumer: str
     #: the most entries to hand out
-    count: int | str
+    most: int | str
     #: aging: a waiting task's priority rises by one level per age_ms (0: never)
     age_ms: int | str
     #: the most new entries one call parks
@@ -303,9 +303,7 @@ class Ending(NamedTuple):
 FINISH = Layout("finish", (), "task", Ending._fields, TaskKeys._fields, ("limits", "wake"))
 
 
-def finish(
-    c: Common, k: Keys, source: str, items: Iterable[tuple[TaskKeys, Ending]]
-) -> Packed:
+def finish(c: Common, k: Keys, source: str, items: Iterable[tuple[TaskKeys, Ending]]) -> Packed:
     return _pack(FINISH, c, source, (), items, (k.limits, k.wake))
 
 
@@ -506,7 +504,9 @@ class RecountArgs(NamedTuple):
 #: the tail keys of ``recount.lua``: the queue's level streams
 LEVEL_KEYS = tuple(f"level{p}" for p in range(10))
 
-RECOUNT = Layout("recount", RecountArgs._fields, "entry", Entry._fields, TaskKeys._fields, LEVEL_KEYS)
+RECOUNT = Layout(
+    "recount", RecountArgs._fields, "entry", Entry._fields, TaskKeys._fields, LEVEL_KEYS
+)
 
 
 def recount(

@@ -157,7 +157,9 @@ class Quarantine:
         queue, level = split_level(s.queue)
         priority = int(text(pr)) if text(pr).isdigit() and int(text(pr)) <= 9 else level
         keys = self.keys.task_keys(s.task_id, queue, text(dedup) or None, priority)
-        args = QuarantineArgs(s.task_id, queue, s.indexed_in, s.ref, step, why[:800], deadletter_max)
+        args = QuarantineArgs(
+            s.task_id, queue, s.indexed_in, s.ref, step, why[:800], deadletter_max
+        )
         call = layout.quarantine(self.scripts.common, self.keys, source, keys, args)
         outcome, _state = await self.scripts.run(call)
         return QuarantineOutcome(text(outcome))

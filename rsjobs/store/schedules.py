@@ -131,7 +131,12 @@ class Schedules:
             nxt = next_tick(s, max(now_ms, at))
             args = ScheduleArgs(n, settings, at, nxt, missed_ticks(s, at, now_ms))
             call = layout.schedule(
-                self.scripts.common, k, source, args, k.task_keys(tid, r.queue, None, r.priority), task
+                self.scripts.common,
+                k,
+                source,
+                args,
+                k.task_keys(tid, r.queue, None, r.priority),
+                task,
             )
             reply = await self.scripts.run(call)
             fired += int(reply[0])

@@ -135,8 +135,13 @@ class Work:
             queue = queues[int(taken[j]) - 1]
             priority = int(taken[j + 1])
             out.append(
-                Delivery(k.queue(queue, priority), queue, text(taken[j + 2]), text(taken[j + 3]),
-                         priority)  # fmt: skip
+                Delivery(
+                    k.queue(queue, priority),
+                    queue,
+                    text(taken[j + 2]),
+                    text(taken[j + 3]),
+                    priority,
+                )
             )
         where: dict[str, str] = {}
         for i, q in enumerate(queues):
@@ -253,7 +258,10 @@ class Work:
         call = layout.release(
             self.scripts.common,
             "worker",
-            [(k.task_keys(d.task_id, d.queue, None, d.priority), Entry(d.entry)) for d in deliveries],
+            [
+                (k.task_keys(d.task_id, d.queue, None, d.priority), Entry(d.entry))
+                for d in deliveries
+            ],
         )
         return [int(r) == 1 for r in await self.scripts.run(call)]
 

@@ -140,10 +140,9 @@ class Actions(Handlers):
                 await self.client.set_limit(queue, req.limit, owner=owner)
             except ConfigError as exc:
                 raise ApiError(422, "invalid_body", str(exc)) from None
-        elif request.method == "DELETE":
-            if not await self.client.clear_limit(queue, owner=owner):
-                whose = f"owner {owner}'s own" if owner else "a default"
-                raise ApiError(404, "no_limit", f"queue {queue} has no limit of {whose}")
+        elif request.method == "DELETE" and not await self.client.clear_limit(queue, owner=owner):
+            whose = f"owner {owner}'s own" if owner else "a default"
+            raise ApiError(404, "no_limit", f"queue {queue} has no limit of {whose}")
         return json_response(await self._limits_of(queue))
 
     async def rate(self, request: Request) -> Response:

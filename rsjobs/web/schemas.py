@@ -13,9 +13,8 @@ import msgspec
 from msgspec import Meta
 
 from ..labels import MAX_LABELS, MAX_VALUE
-from ..limits import BURST_MAX, LIMIT_MAX, MAX_PRIORITY, PER_SECOND_MAX
+from ..limits import BURST_MAX, LIMIT_MAX, MAX_PRIORITY, PER_SECOND_MAX, QueueLimits
 from ..names import NAME_SCHEMA, OWNER_SCHEMA
-from ..limits import QueueLimits
 from ..overview import QueueView
 from ..reaper.registry import WorkerInfo
 from ..schemas import HistoryEntry, TaskInfo, WebhookDelivery

@@ -16,7 +16,9 @@ pytestmark = pytest.mark.integration
 
 
 def test_limits_set_list_clear(redis_url: str) -> None:
-    assert rsjobs(redis_url, "enqueue", "noop", "--queue", "gpu", "--owner", "alice").returncode == 0
+    assert (
+        rsjobs(redis_url, "enqueue", "noop", "--queue", "gpu", "--owner", "alice").returncode == 0
+    )
     r = rsjobs(redis_url, "limits", "set", "gpu", "2")
     assert r.returncode == 0, r.stderr
     assert "at most 2 running tasks of every owner" in r.stdout
@@ -44,7 +46,9 @@ def test_rate_set_list_clear(redis_url: str) -> None:
     assert rsjobs(redis_url, "enqueue", "noop", "--queue", "api").returncode == 0
     r = rsjobs(redis_url, "rate", "set", "api", "5")
     assert r.returncode == 0 and "5 starts/s of every task, burst 5" in r.stdout
-    r = rsjobs(redis_url, "rate", "set", "api", "0.5", "--type", "call", "--retries", "--burst", "1")
+    r = rsjobs(
+        redis_url, "rate", "set", "api", "0.5", "--type", "call", "--retries", "--burst", "1"
+    )
     assert r.returncode == 0 and "type call (retries)" in r.stdout
     rows = rsjobs(redis_url, "rate", "list").stdout.splitlines()
     assert [x.split()[:5] for x in rows[1:]] == [["api", "*", "-", "5", "5"],

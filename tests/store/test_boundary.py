@@ -14,9 +14,9 @@ from redis import exceptions as rx
 
 from rsjobs import Client, CorruptData, RedisUnavailable, Settings, StoreError, connect
 from rsjobs.store import Store
-from rsjobs.store.work import Delivery
 from rsjobs.store.isolation import about_item, about_server
 from rsjobs.store.record import field
+from rsjobs.store.work import Delivery
 from rsjobs.workflows import WorkflowClient
 
 TID = "a" * 32

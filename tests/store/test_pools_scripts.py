@@ -37,7 +37,9 @@ class Pool:
     def take(self, count: int = 10, consumer: str = "w1", age_ms: int = 0, park_max: int = 256
              ) -> tuple[list[tuple[int, str, str]], Any]:  # fmt: skip
         h = self.h
-        reply = h.run(layout.take(h.c, h.k, "worker", TakeArgs(consumer, count, age_ms, park_max), ["q"]))
+        reply = h.run(
+            layout.take(h.c, h.k, "worker", TakeArgs(consumer, count, age_ms, park_max), ["q"])
+        )
         flat = reply[0]
         got = [(int(flat[j + 1]), flat[j + 2], flat[j + 3]) for j in range(0, len(flat), 4)]
         return got, reply
@@ -204,7 +206,9 @@ def test_the_running_counts_follow_every_exit_and_the_recount_repairs_them() -> 
     "options",
     [{"priority": -1}, {"priority": 10}, {"priority": 1.5}, {"priority": "3"}, {"priority": True}],
 )
-def test_enqueue_refuses_a_bad_priority_mid_batch_and_writes_nothing(options: dict[str, Any]) -> None:
+def test_enqueue_refuses_a_bad_priority_mid_batch_and_writes_nothing(
+    options: dict[str, Any],
+) -> None:
     import msgspec
 
     from rsjobs.store.layout import NewTask, task_options

@@ -149,7 +149,9 @@ class LuaHarness:
         dedup: str | None = None,
     ) -> Any:
         ending = self.ending(event, lease, body, retryable)
-        return self.run(layout.finish(self.c, self.k, "worker", [(self.tk(tid, queue, dedup), ending)]))[0]
+        return self.run(
+            layout.finish(self.c, self.k, "worker", [(self.tk(tid, queue, dedup), ending)])
+        )[0]
 
     def heartbeat(
         self, tid: str, lease: str, entry: str, progress: str = "", queue: str = "q"

@@ -17,7 +17,6 @@ import pytest
 import redis as sync_redis
 
 from rsjobs import Client, ConfigError, EnqueueRequest, HistoryEntry
-from rsjobs.model import TERMINAL
 from tests.support.processes import spawn_worker, stop_process, wait_for_state
 from tests.support.reaper import reaper_loop
 from tests.support.web import redis_state
@@ -25,12 +24,14 @@ from tests.support.web import redis_state
 pytestmark = pytest.mark.timeout(180)
 
 
-def _requests(n: int, *, owner: str | None = None, priority: int = 0, **payload: object) -> list[
-    EnqueueRequest
-]:
+def _requests(
+    n: int, *, owner: str | None = None, priority: int = 0, **payload: object
+) -> list[EnqueueRequest]:
     kind = str(payload.pop("type", "sleep"))
     return [
-        EnqueueRequest(type=kind, payload=dict(payload), queue="gpu", owner=owner, priority=priority)
+        EnqueueRequest(
+            type=kind, payload=dict(payload), queue="gpu", owner=owner, priority=priority
+        )
         for _ in range(n)
     ]
 
@@ -81,7 +82,9 @@ async def _running(client: Client, owner: str) -> int:
     return len(page.items)
 
 
-async def test_an_owner_at_its_limit_does_not_hold_up_another(client: Client, redis_url: str) -> None:
+async def test_an_owner_at_its_limit_does_not_hold_up_another(
+    client: Client, redis_url: str
+) -> None:
     """Queue gpu, worker concurrency 4, per-owner limit 2: alice submits 200 tasks, then bob
     5: bob's first task starts within one task duration of his submit, and alice never has
     more than 2 running (sampled, and from the START/end intervals of her histories)."""
@@ -152,9 +155,7 @@ async def test_aging_lets_a_low_priority_task_through_a_flood_of_high_priority_w
     queued before it, plus a margin; priority-9 tasks queued after it start before it
     meanwhile (the flood does have priority)."""
     age_ms = 300
-    worker = spawn_worker(
-        redis_url, "t", "-q", "gpu", "-c", "2", "--priority-age-ms", str(age_ms)
-    )
+    worker = spawn_worker(redis_url, "t", "-q", "gpu", "-c", "2", "--priority-age-ms", str(age_ms))
     flood: list[str] = []
     try:
         flood += await client.enqueue_many(_requests(10, type="sleep", s=0.05, steps=1, priority=9))
@@ -247,7 +248,9 @@ async def test_a_thousand_tasks_waiting_on_a_limit_cost_no_busy_loop_and_survive
         await asyncio.sleep(10)
         worker_cpu = _cpu_seconds(worker.pid) - cpu0
         redis_cpu = _redis_cpu(r) - redis0
-        print(f"10 s, 999 tasks waiting: worker CPU {worker_cpu:.3f} s, Redis CPU {redis_cpu:.3f} s")
+        print(
+            f"10 s, 999 tasks waiting: worker CPU {worker_cpu:.3f} s, Redis CPU {redis_cpu:.3f} s"
+        )
         # a busy loop costs about a core (10 s); heartbeats and idle waits a few ms
         assert worker_cpu < 0.5, worker_cpu
         assert redis_cpu < 0.3, redis_cpu
