@@ -317,13 +317,28 @@ local USUAL_SOURCE = {ENQUEUE = 'api', START = 'worker', COMPLETE = 'worker', FA
 
 -- The state an event leads to when the table allows it only one (START: RUNNING...):
 -- a history entry of such an event leaves its state token empty (derived from the table
--- in the same way by rsjobs/store/history.py).
+-- in the same way by rsjobs/store/history.py). Found when first asked, per event: a call
+-- looks up an event or two, and deriving the whole table at every call cost about half
+-- of what running fsm.lua costs (a take.lua call looks up none).
 local IMPLIED = {}
-for row in pairs(TRANSITIONS) do
-  local _, event, to = string.match(row, '^([%u_]*)|([%u_]+)|([%u_]+)$')
-  if IMPLIED[event] == nil then IMPLIED[event] = to elseif IMPLIED[event] ~= to then
-    IMPLIED[event] = false
+local function implied(event)
+  local v = IMPLIED[event]
+  if v == nil then
+    v = false
+    local mid = '|' .. event .. '|'  -- (a row "<from>|<event>|<to>" has two bars)
+    for row in pairs(TRANSITIONS) do
+      local at = string.find(row, mid, 1, true)
+      if at ~= nil then
+        local to = string.sub(row, at + #mid)
+        if v == false then v = to elseif v ~= to then
+          v = false
+          break
+        end
+      end
+    end
+    IMPLIED[event] = v
   end
+  return v
 end
 
 -- Complete the fields `f` of a history entry: msg, rej=1 for a refusal, then `extra` (a
@@ -361,7 +376,7 @@ end
 -- the attempt the entry names (nil = the task's current attempt).
 local function append_entry(f, t, to, event, msg, rejected, extra, att)
   local shown, src = to, SOURCE
-  if not rejected and IMPLIED[event] == to then shown = '' end
+  if not rejected and implied(event) == to then shown = '' end
   if USUAL_SOURCE[event] == src then src = '' end
   local p = {esc(event), esc(shown), esc(src), att or t.attempt or 0, NOW - (t.created or NOW)}
   if rejected then p[#p + 1] = '!' end
@@ -584,9 +599,15 @@ local function count_running(t, n)
 end
 
 -- The owner's RUNNING tasks in the task's queue now (this call's changes included).
+local RUN_BASE = {}  -- field -> its count as the call found it (written at its end only)
 local function running_now(t)
   local f = running_field(t)
-  return (tonumber(redis.call('HGET', RUNNING_KEY, f)) or 0) + (RUNS[f] or 0)
+  local n = RUN_BASE[f]
+  if n == nil then
+    n = tonumber(redis.call('HGET', RUNNING_KEY, f)) or 0
+    RUN_BASE[f] = n
+  end
+  return n + (RUNS[f] or 0)
 end
 
 local function transition(t, event, to, msg, fields, extra)
@@ -634,12 +655,16 @@ local function transition(t, event, to, msg, fields, extra)
   return hid
 end
 
--- Load the i-th task of this call: keys plus the named hash fields (t.f[name]).
--- Returns nil when the task hash does not exist. A hash without its id or queue (written
--- by something else than these scripts), or of layout 1, raises here, before anything is
--- written for the task: every helper below needs both, and would fail half-way through
--- its writes. (Only a new task's table is built by hand; it has no `refusals` yet.)
-local function load(i, names)
+-- Tasks check_levels loaded for the loop that follows it: call index -> {names, task}.
+local LOADED = {}
+
+-- Read the i-th task of this call: keys plus the named hash fields (t.f[name]).
+-- Returns nil when the task hash does not exist; nil and an error text when its queue key
+-- is not the stream of its level. A hash without its id or queue (written by something
+-- else than these scripts), or of layout 1, raises here, before anything is written for
+-- the task: every helper below needs both, and would fail half-way through its writes.
+-- (Only a new task's table is built by hand; it has no `refusals` yet.)
+local function read_task(i, names)
   local key, qkey, dkey = task_keys(i)
   -- (wf, the workflow of a workflow's task, is read here for append_entry's events entry:
   -- one HMGET per task and call, not a read per entry; owner and labels for index_move)
@@ -666,8 +691,8 @@ local function load(i, names)
     error('rsjobs: corrupt task hash ' .. key .. ': priority ' .. tostring(v[13]), 0)
   end
   if not is_level_key(qkey, v[3], priority) then
-    error('rsjobs: queue key ' .. tostring(qkey) .. ' is not the stream of task ' .. key
-      .. ' (queue ' .. v[3] .. ', priority ' .. priority .. ')', 0)
+    return nil, 'rsjobs: queue key ' .. tostring(qkey) .. ' is not the stream of task ' .. key
+      .. ' (queue ' .. v[3] .. ', priority ' .. priority .. ')'
   end
   local t = {key = key, qkey = qkey, dkey = dkey, state = v[1], id = v[2],
     queue = v[3], attempt = tonumber(v[4]) or 0, dedup = v[5], refusals = v[6],
@@ -677,12 +702,47 @@ local function load(i, names)
   return t
 end
 
+-- Load the i-th task of this call (see read_task): a table, or nil when it is missing.
+-- Raises also when its queue key is not the stream of its level. A task check_levels read
+-- with the same `names` table is not read again.
+local function load(i, names)
+  local c = LOADED[i]
+  if c ~= nil then
+    LOADED[i] = nil
+    if c[1] == names then return c[2] or nil end
+  end
+  local t, err = read_task(i, names)
+  if err then error(err, 0) end
+  return t
+end
+
 -- Check the queue key of each of the first `n` tasks of this call against its hash (its
 -- queue and priority: see level_of), before the first write of a batch: load() raises
 -- on a wrong one, which half way through a batch would come after writes. Returns nil,
--- or the error reply (nothing written). A missing task, or a hash load() refuses for
--- another reason, is left to load(). `queue` (may be nil): the queue every task must be of.
-local function check_levels(n, queue)
+-- or the error reply (nothing written). `queue` (may be nil): the queue every task must
+-- be of. With `names` (the fields the loop after it loads, the same table), it loads the
+-- tasks (a corrupt hash raises here) and load() hands them out; without, a missing task,
+-- or a hash load() refuses for another reason, is left to load().
+local function check_levels(n, queue, names)
+  if names ~= nil then
+    -- (the loop after it loads each task anyway: load them here, once; a task named
+    -- twice in the call is read again when its turn comes, after what came before it)
+    local seen = {}
+    for i = 1, n do
+      local t, err = read_task(i, names)
+      if err then return redis.error_reply(err) end
+      if t and queue ~= nil and t.queue ~= queue then
+        return redis.error_reply('rsjobs: task ' .. t.key .. ' is of queue ' .. t.queue
+          .. ', not ' .. queue)
+      end
+      local key = task_keys(i)
+      if not seen[key] then
+        seen[key] = true
+        LOADED[i] = {names, t or false}
+      end
+    end
+    return nil
+  end
   for i = 1, n do
     local b = NCOMMON + (i - 1) * 3
     local key, qkey = KEYS[b + 1], KEYS[b + 2]
@@ -1075,7 +1135,7 @@ end
 --     task in throttled:<queue> scored by that time, its hash field rt = that time (the
 --     START at that time is let through on it: its slots are taken). No history entry,
 --     no busy loop: take.lua hands it out when its time comes.
-local pools = {LIMIT_MAX = 1000000, limit = {}, rate = {}, tat = {}}
+local pools = {LIMIT_MAX = 1000000, limit = {}, rate = {}, tat = {}, lists = {}}
 
 -- The concurrency limit of the owner of `t` in its queue: a number, or nil (none).
 function pools.owner_limit(limits_key, queue, owner)
@@ -1111,16 +1171,28 @@ end
 
 -- The buckets (fields) with a setting that a START of task `t` (loaded with 'type') at
 -- attempt `attempt` (the one it starts) draws on.
+-- (the same list for every start of a queue, type and retry or not, in a call)
 function pools.buckets(limits_key, t, attempt)
+  local ty = t.f.type or ''
+  local byq = pools.lists[t.queue]
+  if byq == nil then
+    byq = {}
+    pools.lists[t.queue] = byq
+  end
+  local ck = ty
+  if attempt > 1 then ck = ty .. '|r' end
+  local out = byq[ck]
+  if out ~= nil then return out end
   local names = {'r|' .. t.queue}
   if t.f.type then
     names[2] = 'r|' .. t.queue .. '|' .. t.f.type
     if attempt > 1 then names[3] = 'rr|' .. t.queue .. '|' .. t.f.type end
   end
-  local out = {}
+  out = {}
   for _, f in ipairs(names) do
     if pools.rate_setting(limits_key, f) then out[#out + 1] = f end
   end
+  byq[ck] = out
   return out
 end
 

@@ -37,7 +37,7 @@ local EVENTS = {COMPLETE = true, FAIL = true, TIMEOUT = true, REQUEUE = true}
 local n, bad = layout(0, PER, 3, 2)
 local LIMITS_KEY, WAKE_KEY = KEYS[#KEYS - 1], KEYS[#KEYS]
 if bad then return bad end
-bad = check_levels(n)  -- each task's queue key is its level's stream
+bad = check_levels(n, nil, ATTEMPT_FIELDS)  -- each task's queue key is its level's stream
 if bad then return bad end
 for i = 1, n do  -- the whole batch before the first write
   local a = NARGV + (i - 1) * PER

@@ -68,7 +68,10 @@ for i = 1, n do  -- a malformed id would fail the XACK at the end of the call
 end
 -- every task's queue key is its level's stream, and it is of the call's queue (whose the
 -- waiting, throttled and claims keys are)
-bad = check_levels(n, queue)
+-- (and loads them: see START_FIELDS below)
+local START_FIELDS = {'entry', 'timeout_ms', 'type', 'payload', 'wf', 'expires_at', 'lease',
+  'consumer', 'deadline_at', 'tp', 'ts', 'rt'}
+bad = check_levels(n, queue, START_FIELDS)
 if bad then return bad end
 
 -- START's reply for the RUNNING task `t`.
@@ -90,8 +93,7 @@ local out = {}
 local claimed = {}  -- owner -> its tasks in this call: their claims (take.lua) end here
 for i = 1, n do
   local entry = ARGV[NARGV + 4 + i]
-  local t = load(i, {'entry', 'timeout_ms', 'type', 'payload', 'wf', 'expires_at', 'lease',
-    'consumer', 'deadline_at', 'tp', 'ts', 'rt'})
+  local t = load(i, START_FIELDS)
   local limit, buckets, at = nil, nil, NOW
   if t ~= nil and t.owner ~= '' then claimed[t.owner] = (claimed[t.owner] or 0) + 1 end
   if t ~= nil and t.state == 'PENDING' and t.f.entry == entry then

@@ -23,6 +23,13 @@ whose owner is at its limit moves to `waiting` (its reserved time stays its own)
 the queue's own rate limit admits nothing, its new entries are left undelivered. A
 stream without the group gets it (from id 0).
 
+The short way, when no queue of the call has a parked task or a rate of its own, and
+either has streams of level 0 only, or (the call's only queue) no entry below its highest
+level has waited age_ms yet (so that aging changes no order: the common case): the
+levels' new entries, highest level first, are delivered in their order with XREADGROUP,
+no more than the call hands out, and the blocked ones among them are parked at once (at
+most park_max in a row; none taken by then: `more`).
+
 When nothing is handed out, the worker waits with XREAD BLOCK on the streams and the wake
 stream from the cursors returned (a new entry, or an attempt ending whose owner has a
 limit, wakes it: finish.lua) for at most the time until next_due.
@@ -57,11 +64,14 @@ Returns: {taken, cursors, next_due, more, wake, held}
   taken    flat: queue index (1-based), priority, entry id, task id, for each entry handed
            out, in the order to start them
   cursors  flat: per queue, per level 0..9, the entry id after which XREAD waits for new
-           entries ('0-0' for a stream that does not exist yet)
+           entries ('0-0' for a stream that does not exist yet); all '0-0' when the call
+           hands out something (the worker then does not wait)
   next_due the earliest time (ms) a throttled task's time comes or a rate-held queue
            admits again (0: none)
-  more     1 when the call parked park_max entries and handed out none: call again
-  wake     the wake stream's last entry id ('0-0': none), the cursor to wait on it from
+  more     1 when the call parked park_max entries and handed out none, or passed over
+           a parked task that had moved on: call again
+  wake     the wake stream's last entry id ('0-0': none, or something handed out), the
+           cursor to wait on it from
   held     1 when an owner's limit held some task back, or an owner reached its limit
            (the worker then lets its own ends land before it takes again: they free slots)
 An error (nothing written) when the consumer, most, age_ms or park_max is malformed.
@@ -247,11 +257,12 @@ local function throttled_source(qi, queue, tkey, rows)
 end
 
 local queues = {}
+-- whether every queue takes the short way (see the header), and the levels each has a
+-- stream of, highest first
+local short = true
 for qi = 1, nq do
   local b = NCOMMON + (qi - 1) * PER_QUEUE
   local queue = ARGV[8 + qi]
-  local wkey, tkey = KEYS[b + 1], KEYS[b + 2]
-  local skeys = {}
   local qs = {name = queue, streams = {}, admit = pools.admissible(RATES_KEY, LIMITS_KEY,
     'r|' .. queue)}
   queues[qi] = qs
@@ -273,6 +284,155 @@ for qi = 1, nq do
     end
   end
   if #gone > 0 then redis.call('HDEL', KEYS[b + 3], unpack(gone)) end
+  if short then
+    -- (an empty zset does not exist)
+    short = qs.admit >= 1e9 and redis.call('EXISTS', KEYS[b + 1], KEYS[b + 2]) == 0
+  end
+  if short then
+    qs.levels = {0}
+    if redis.call('EXISTS', KEYS[b + 5], KEYS[b + 6], KEYS[b + 7], KEYS[b + 8], KEYS[b + 9],
+        KEYS[b + 10], KEYS[b + 11], KEYS[b + 12], KEYS[b + 13]) > 0 then
+      -- several levels: taken highest first while no entry below the highest level has
+      -- waited age_ms (a stream's first entry is its oldest): aging changes no order yet
+      qs.levels = {}
+      short = nq == 1
+      for p = MAX_PRIORITY, 0, -1 do
+        local first = short and redis.call('XRANGE', KEYS[b + 4 + p], '-', '+', 'COUNT', 1)[1]
+        if first then
+          if #qs.levels > 0 and age_ms > 0 and NOW - entry_ms(first[1]) >= age_ms then
+            short = false
+          end
+          qs.levels[#qs.levels + 1] = p
+        end
+      end
+    end
+  end
+end
+
+-- this consumer's claims, with what it was handed now
+local function write_mine()
+  for qi = 1, nq do
+    if next(mine[qi]) ~= nil then
+      pools.write_claims(KEYS[NCOMMON + (qi - 1) * PER_QUEUE + 3], consumer, NOW + CLAIM_MS,
+        mine[qi])
+    end
+  end
+end
+
+-- The wake stream's last entry id.
+local function wake_id()
+  if #taken > 0 then return '0-0' end
+  local w = redis.call('XREVRANGE', WAKE_KEY, '+', '-', 'COUNT', 1)[1]
+  return (w and w[1]) or '0-0'
+end
+
+-- Deliver up to `count` new entries of stream `skey` to `who` (the group made when the
+-- stream has none): their rows.
+local function deliver(skey, who, count)
+  local got = redis.pcall('XREADGROUP', 'GROUP', GROUP, who, 'COUNT', count, 'STREAMS', skey,
+    '>')
+  if type(got) == 'table' and got.err then
+    redis.call('XGROUP', 'CREATE', skey, GROUP, '0')
+    got = redis.call('XREADGROUP', 'GROUP', GROUP, who, 'COUNT', count, 'STREAMS', skey, '>')
+  end
+  -- {{stream, rows}} (fakeredis, of the Lua tests, answers {stream, rows})
+  if got and type(got[1]) == 'table' then return got[1][2] or {} end
+  if got then return got[2] or {} end
+  return {}
+end
+
+local blocked_since, more, scan_off = 0, 0, false
+
+-- The most blocked entries passed over in a row before the call stops reading streams
+-- (having handed out something, a few in a row are enough: what follows them is read
+-- again by the next call; having handed out nothing, park_max).
+local function block_bound()
+  if #taken > 0 then return math.min(park_max, AFTER_TAKEN) end
+  return park_max
+end
+
+-- Park delivered entries (their ids, and their members in the waiting zset of queue qi
+-- as a flat score, member list): held by ~waiting.
+local function park_entries(qi, skey, ids, members)
+  if #ids > 0 then
+    ids[#ids + 1] = 'JUSTID'
+    redis.call('XCLAIM', skey, GROUP, WAITING_CONSUMER, 0, unpack(ids))
+    redis.call('ZADD', KEYS[NCOMMON + (qi - 1) * PER_QUEUE + 1], unpack(members))
+  end
+end
+
+-- A run of new entries of the stream `skey` (of queue qi, priority p) delivered straight
+-- to the consumer in their order, while the call wants more, the queue's rate admits and
+-- fewer than block_bound() blocked entries came in a row; the blocked ones (owner at its
+-- limit) are parked at once, as start.lua would. Returns the last entry read (nil: none),
+-- whether the stream has no new entry left, and whether the bound was reached.
+local function direct(qi, p, skey)
+  local qs = queues[qi]
+  local last, drained, bounded = nil, false, false
+  while #taken < want and qs.admit > 0 and not drained and not bounded do
+    local count = math.min(want - #taken, qs.admit)
+    local rows = deliver(skey, consumer, count)
+    drained = #rows < count
+    local ids, members = {}, {}
+    for _, row in ipairs(rows) do
+      last = row[1]
+      local id, owner = id_and_owner(row[2])
+      if at_limit(qs.name, owner) then
+        ids[#ids + 1] = row[1]
+        members[#members + 1] = 0
+        members[#members + 1] = pools.waiting_member(owner, p, row[1], id)
+        blocked_since = blocked_since + 1
+      else
+        blocked_since = 0
+        hand(qi, qs.name, owner)
+        qs.admit = qs.admit - 1
+        taken[#taken + 1] = {qi, p, row[1], id}
+      end
+    end
+    park_entries(qi, skey, ids, members)
+    bounded = blocked_since >= block_bound()
+  end
+  return last, drained, bounded
+end
+
+if short then
+  -- The short way: each level's new entries, highest level first, are delivered in
+  -- their order (direct).
+  local cur = {}
+  local bounded = false
+  for qi = 1, nq do
+    local b = NCOMMON + (qi - 1) * PER_QUEUE
+    local top = {}
+    for _, p in ipairs(queues[qi].levels) do
+      local skey = KEYS[b + 4 + p]
+      if p > 0 or redis.call('EXISTS', skey) == 1 then
+        if not bounded and #taken < want then
+          local _, _, bd = direct(qi, p, skey)
+          bounded = bd
+        end
+        if #taken == 0 then
+          local last = redis.call('XREVRANGE', skey, '+', '-', 'COUNT', 1)[1]
+          if last then top[p] = last[1] end
+        end
+      end
+    end
+    for p = 0, MAX_PRIORITY do cur[#cur + 1] = top[p] or '0-0' end
+  end
+  write_mine()
+  local out = {}
+  for _, t in ipairs(taken) do
+    out[#out + 1] = t[1]; out[#out + 1] = t[2]; out[#out + 1] = t[3]; out[#out + 1] = t[4]
+  end
+  if #taken == 0 and bounded then more = 1 end
+  return {out, cur, 0, more, wake_id(), held}
+end
+
+for qi = 1, nq do
+  local b = NCOMMON + (qi - 1) * PER_QUEUE
+  local queue = ARGV[8 + qi]
+  local wkey, tkey = KEYS[b + 1], KEYS[b + 2]
+  local skeys = {}
+  local qs = queues[qi]
   for p = 0, MAX_PRIORITY do
     local skey = KEYS[b + 4 + p]
     skeys[p] = skey
@@ -345,14 +505,29 @@ local function still_held(skey, entry)
   return #pe == 1
 end
 
--- Claim a parked entry for the consumer; false when its member was stale (the entry is
--- pending no more: its task moved on). A member names an entry held by ~waiting or none
--- (it leaves its zset in the call that claims the entry from ~waiting).
-local function claim(skey, entry)
-  return #redis.call('XCLAIM', skey, GROUP, consumer, 0, entry, 'JUSTID') == 1
+-- The parked entries this call hands out, claimed for the consumer together at the end
+-- (per stream: {entry, index in taken, queue index, owner}), and the members leaving
+-- their zsets (per zset). A member names an entry held by ~waiting or none (it leaves
+-- its zset in the call that claims the entry from ~waiting); one whose entry is pending
+-- no more is stale (its task moved on): the claim leaves it out.
+local unparked, unlisted = {}, {}
+local function unlist(zkey, m)
+  local l = unlisted[zkey]
+  if l == nil then
+    l = {}
+    unlisted[zkey] = l
+  end
+  l[#l + 1] = m
+end
+local function unpark(skey, entry, qi, owner)
+  local l = unparked[skey]
+  if l == nil then
+    l = {}
+    unparked[skey] = l
+  end
+  l[#l + 1] = {entry, #taken, qi, owner}
 end
 
-local blocked_since, more, scan_off = 0, 0, false
 local all_sources = sources
 
 -- A new entry `c` of stream source `src` picked: handed out, or blocked (its owner is
@@ -362,9 +537,7 @@ local function pick_entry(src, c)
   if at_limit(qs.name, c.owner) then
     src.picked[#src.picked + 1] = {c, false}
     blocked_since = blocked_since + 1
-    -- (having handed out something, a few in a row are enough: what follows them is
-    -- read again by the next call, which parks them if it hands out nothing)
-    if blocked_since >= (#taken > 0 and math.min(park_max, AFTER_TAKEN) or park_max) then
+    if blocked_since >= block_bound() then
       -- passed over enough for one call: stop reading the streams; when nothing was
       -- handed out, park what was passed over (a long run of one owner's tasks must
       -- not hold up the others behind it) and the worker calls again at once
@@ -426,16 +599,32 @@ while #taken < want do
     for _, src in ipairs(sources) do
       if src ~= bsrc and src.c and eff(src.c) >= bsrc.p then run = false end
     end
-    local go = pick_entry(bsrc, best)
-    while run and go and #taken < want and qs.admit > 0 and not bsrc.off do
-      local c = head_of(bsrc)
-      if c == nil then break end
-      advance(bsrc)
-      go = pick_entry(bsrc, c)
+    if run and #bsrc.picked == 0 then
+      -- the whole run, from its head: delivered straight (direct), not read ahead; the
+      -- read-ahead buffer then goes on after what was delivered
+      local last, drained, bounded = direct(bsrc.qi, bsrc.p, bsrc.key)
+      bsrc.buf, bsrc.pos, bsrc.c = {}, 1, nil
+      if last ~= nil then bsrc.after, bsrc.cursor = last, last end
+      bsrc.done = drained
+      if bounded then
+        for _, s in ipairs(all_sources) do if s.kind == 's' then s.off = true end end
+        if #taken == 0 then
+          scan_off = true
+          more = 1
+        end
+      end
+    else
+      local go = pick_entry(bsrc, best)
+      while run and go and #taken < want and qs.admit > 0 and not bsrc.off do
+        local c = head_of(bsrc)
+        if c == nil then break end
+        advance(bsrc)
+        go = pick_entry(bsrc, c)
+      end
     end
   else
     local skey = qs.skeys[best.p]
-    redis.call('ZREM', bsrc.key, best.m)
+    unlist(bsrc.key, best.m)
     local owner = best.owner
     if bsrc.kind == 't' then
       local row = redis.call('XRANGE', skey, best.entry, best.entry)[1]
@@ -447,12 +636,42 @@ while #taken < want do
         redis.call('ZADD', KEYS[NCOMMON + (bsrc.qi - 1) * PER_QUEUE + 1], 0,
           pools.waiting_member(owner, best.p, best.entry, best.id))
       end
-    elseif claim(skey, best.entry) then
+    else
       hand(bsrc.qi, qs.name, owner)
       if bsrc.kind == 'w' then qs.admit = qs.admit - 1 end
       taken[#taken + 1] = {bsrc.qi, best.p, best.entry, best.id}
+      unpark(skey, best.entry, bsrc.qi, owner)
     end
   end
+end
+
+-- the parked entries handed out leave their zsets and are claimed; a stale one is no
+-- longer handed out (its claim given back)
+for zkey, members in pairs(unlisted) do redis.call('ZREM', zkey, unpack(members)) end
+local stale = false
+for skey, list in pairs(unparked) do
+  local ids = {}
+  for j, u in ipairs(list) do ids[j] = u[1] end
+  ids[#ids + 1] = 'JUSTID'
+  local got = redis.call('XCLAIM', skey, GROUP, consumer, 0, unpack(ids))
+  if #got < #list then
+    local ok = {}
+    for _, e in ipairs(got) do ok[e] = true end
+    for _, u in ipairs(list) do
+      if not ok[u[1]] then
+        taken[u[2]] = false
+        stale = true
+        local owner, counts = u[4], mine[u[3]]
+        if owner ~= '' and counts[owner] then counts[owner] = counts[owner] - 1 end
+      end
+    end
+  end
+end
+if stale then
+  local kept = {}
+  for _, t in ipairs(taken) do if t then kept[#kept + 1] = t end end
+  taken = kept
+  more = 1  -- (what it left out made room: the worker takes again at once)
 end
 
 -- deliver the new entries picked, per level in order, up to the last one handed out
@@ -466,36 +685,28 @@ for _, src in ipairs(all_sources) do
     if upto < #src.picked then src.left = true end
     if upto > 0 then
       local want_last = src.picked[upto][1].entry
-      local got = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', upto,
-        'STREAMS', src.key, '>')
-      -- {{stream, rows}} (fakeredis, of the Lua tests, answers {stream, rows})
-      local rows = {}
-      if got and type(got[1]) == 'table' then rows = got[1][2] or {}
-      elseif got then rows = got[2] or {} end
+      local rows = deliver(src.key, consumer, upto)
       local last = rows[#rows] and rows[#rows][1]
       if last ~= want_last then
         error('rsjobs: take.lua read ' .. tostring(last) .. ' from ' .. src.key .. ', not '
           .. want_last, 0)
       end
       src.cursor = last
-      local wkey = KEYS[NCOMMON + (src.qi - 1) * PER_QUEUE + 1]
+      local ids, members = {}, {}
       for j = 1, upto do
         local c, handed_out = src.picked[j][1], src.picked[j][2]
         if not handed_out then
-          redis.call('XCLAIM', src.key, GROUP, WAITING_CONSUMER, 0, c.entry, 'JUSTID')
-          redis.call('ZADD', wkey, 0, pools.waiting_member(c.owner, c.p, c.entry, c.id))
+          ids[#ids + 1] = c.entry
+          members[#members + 1] = 0
+          members[#members + 1] = pools.waiting_member(c.owner, c.p, c.entry, c.id)
         end
       end
+      park_entries(src.qi, src.key, ids, members)
     end
   end
 end
 
--- this consumer's claims, with what it was handed now
-for qi = 1, nq do
-  if next(mine[qi]) ~= nil then
-    pools.write_claims(KEYS[NCOMMON + (qi - 1) * PER_QUEUE + 3], consumer, NOW + CLAIM_MS, mine[qi])
-  end
-end
+write_mine()
 
 local out = {}
 for _, t in ipairs(taken) do
@@ -513,7 +724,7 @@ for qi = 1, nq do
   for p = 0, MAX_PRIORITY do
     local src = qs.streams[p]
     local c = '0-0'
-    if src ~= nil then
+    if src ~= nil and #taken == 0 then
       c = src.cursor
       if held_back or src.off or src.left then
         -- entries left undelivered on purpose: wait for newer ones only
@@ -524,5 +735,4 @@ for qi = 1, nq do
     cur[#cur + 1] = c
   end
 end
-local w = redis.call('XREVRANGE', WAKE_KEY, '+', '-', 'COUNT', 1)[1]
-return {out, cur, next_due, more, (w and w[1]) or '0-0', held}
+return {out, cur, next_due, more, wake_id(), held}

@@ -43,7 +43,8 @@ class Taken(NamedTuple):
     """What ``take.lua`` handed out, and where to wait when it handed out nothing."""
 
     deliveries: list[Delivery]
-    #: stream key -> the entry id after which new entries wake the worker
+    #: stream key -> the entry id after which new entries wake the worker (empty when
+    #: something was handed out)
     cursors: dict[str, str]
     #: the earliest time (ms, Redis TIME) a held-back task may start (0: none)
     next_due: int
@@ -144,12 +145,15 @@ class Work:
                 )
             )
         where: dict[str, str] = {}
-        for i, q in enumerate(queues):
-            streams = k.queue_streams(q)
-            for p, stream in enumerate(streams):
-                where[stream] = text(cursors[i * len(streams) + p])
-        # (an attempt ending whose owner has a limit adds an entry: a held task may start)
-        where[k.wake] = text(wake)
+        if not out:
+            # (the cursors to wait from: only when nothing was handed out, see take.lua)
+            for i, q in enumerate(queues):
+                streams = k.queue_streams(q)
+                for p, stream in enumerate(streams):
+                    where[stream] = text(cursors[i * len(streams) + p])
+            # (an attempt ending whose owner has a limit adds an entry: a held task may
+            # start)
+            where[k.wake] = text(wake)
         return Taken(out, where, int(next_due or 0), bool(int(more)), bool(int(held)))
 
     async def wait(self, cursors: dict[str, str], block_ms: int) -> bool:

@@ -263,3 +263,48 @@ def test_an_ended_attempts_entry_of_another_level_is_refused() -> None:
         h.run(layout.finish(h.c, h.k, "worker", [(h.tk(t, priority=0), end)]))
     assert h.snapshot() == before
     assert h.run(layout.finish(h.c, h.k, "worker", [(h.tk(t), end)]))[0][0] == 1
+
+
+def test_levels_are_taken_highest_first_in_one_call_and_blocked_entries_parked() -> None:
+    """Fresh entries on several levels (no aging due yet): one call takes the highest
+    level's run, then the next level's, delivering each straight; an owner at its limit
+    has its entries parked on the way, in their order."""
+    p = Pool()
+    p.h.r.hset(p.h.k.limits, "c|q|alice", 1)
+    low = [p.add(n) for n in range(2)]
+    mid = [p.add(10 + n, priority=4, owner="alice") for n in range(3)]
+    top = [p.add(20 + n, priority=8) for n in range(2)]
+    got, reply = p.take(5, age_ms=60_000)
+    assert [(pr, t) for pr, _, t in got] == [
+        (8, top[0]), (8, top[1]), (4, mid[0]), (0, low[0]), (0, low[1])
+    ]  # fmt: skip
+    assert reply[5] == 1  # alice's limit held her others back
+    assert len(p.waiting()) == 2 and all(m.startswith("alice|5") for m in p.waiting())
+    assert all(len(p.h.history(t)) == 1 for t in mid[1:])
+    # nothing left on the streams; alice's parked ones wait for her slot
+    got2, _ = p.take(5, age_ms=60_000)
+    assert got2 == []
+
+
+def test_a_parked_task_that_moved_on_is_passed_over_and_its_member_dropped() -> None:
+    """A waiting member whose entry is no longer held (its task was cancelled meanwhile)
+    is not handed out: the call hands out the owner's next parked task instead, and the
+    stale member leaves the zset."""
+    p = Pool()
+    p.h.r.hset(p.h.k.limits, "c|q|alice", 1)
+    alice = [p.add(n, owner="alice") for n in range(3)]
+    p.add(9, priority=2)  # (a second level: the take below goes the long way)
+    got, _ = p.take(4)
+    assert [t for _, _, t in got][:2] == [tid(9), alice[0]]
+    assert len(p.waiting()) == 2
+    started = p.start(got)
+    assert p.h.control(alice[1], "CANCEL")[0] == 1  # parked, then cancelled
+    assert p.complete(alice[0], started[1][5]) == [1, "SUCCEEDED"]
+    # (alice's room went to the stale member: nothing handed out, and `more`)
+    got2, reply = p.take(4)
+    assert got2 == [] and reply[3] == 1
+    assert len(p.waiting()) == 1 and p.h.r.hgetall(p.h.k.claims("q")) == {}
+    got3, _ = p.take(4)
+    assert [t for _, _, t in got3] == [alice[2]]
+    assert p.waiting() == []
+    assert p.start(got3)[0][0] == 1
