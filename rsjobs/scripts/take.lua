@@ -11,14 +11,16 @@ consumer with XREADGROUP; a parked one is claimed from ~waiting (XCLAIM) and lea
 zset. An owner's tasks count against its limit while RUNNING (KEYS[16]) and, handed out
 to a worker and not started yet, as that worker's claims (its field of `claims`:
 "<expiry> <owner>=<n> ...", for CLAIM_MS; start.lua takes them off): so two workers do
-not both take an owner's last slot. A new entry
-whose owner (its `o` field) is at its limit is *blocked*: it is passed over (no
-head-of-line blocking), and parked in `waiting`, as start.lua would, when an entry after
-it on its stream is handed out; the blocked entries after the last one handed out stay
-on their stream, undelivered, until their owner has room. A call passes over at most
-park_max blocked entries in a row (AFTER_TAKEN once it handed out something); when it
-handed out nothing by then, it parks them (so that a long run of one owner's tasks does
-not hold up the tasks behind it) and answers `more`. A throttled task
+not both take an owner's last slot. A new entry whose owner (its `o` field) is at its
+limit is *blocked*: it is passed over (no head-of-line blocking) and parked in `waiting`,
+as start.lua would. A level's entries are delivered straight (XREADGROUP) in a run while
+no other candidate can go before them, the blocked ones among them parked at once;
+otherwise they are read ahead (XRANGE) and delivered up to the last one handed out, the
+blocked ones among them parked, those after it left on their stream, undelivered, until
+their owner has room. A call passes over at most park_max blocked entries in a row
+(AFTER_TAKEN once it handed out something); when it handed out nothing by then, it parks
+them (so that a long run of one owner's tasks does not hold up the tasks behind it) and
+answers `more`. A throttled task
 whose owner is at its limit moves to `waiting` (its reserved time stays its own). While
 the queue's own rate limit admits nothing, its new entries are left undelivered. A
 stream without the group gets it (from id 0).
