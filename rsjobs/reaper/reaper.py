@@ -115,6 +115,8 @@ class SweepReport(msgspec.Struct, kw_only=True):
     series_sampled: int = 0
     #: ticks of recurring schedules this sweep fired (rsjobs.schedules)
     ticks_fired: int = 0
+    #: per-owner RUNNING counts found wrong and set right (recount.lua; rsjobs.limits)
+    counts_fixed: int = 0
     ms: int = 0
 
     @property
@@ -187,6 +189,8 @@ class Reaper:
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
         self.metrics_server: asyncio.Server | None = None
+        #: when this reaper last recounted the per-owner RUNNING counts (monotonic s)
+        self._recounted = float("-inf")
 
     async def close(self) -> None:
         if self._own_redis:
@@ -261,6 +265,10 @@ class Reaper:
             )
             report.events_trimmed = trimmed or 0
 
+        if cfg.recount_ms and time.monotonic() - self._recounted >= cfg.recount_ms / 1000:
+            fixed = await self._step(report, "recount", lambda: self._recount(queues))
+            report.counts_fixed = fixed or 0
+
         ws = await self._step(report, "workers", lambda: sweep_workers(self.store, queues, cfg))
         if ws is not None:
             report.workers_dead, report.workers_forgotten = ws.newly_dead, ws.forgotten
@@ -299,6 +307,21 @@ class Reaper:
             }
         )
         return report
+
+    async def _recount(self, queues: list[str]) -> int:
+        """Recount the per-owner RUNNING counts of the queues that have some (a queue that
+        moved while it was read is recounted at the next sweep)."""
+        with_counts = {q.queue for q in await self.store.limits.of(queues) if q.running}
+        fixed, settled = 0, True
+        for q in sorted(with_counts):
+            n = await self.store.reaper.recount(q)
+            if n is None:
+                settled = False
+            else:
+                fixed += n
+        if settled:
+            self._recounted = time.monotonic()
+        return fixed
 
     async def _sample(self, queues: list[str]) -> int:
         oldest = await self.store.index.oldest_pending(queues)

@@ -122,6 +122,7 @@ class Api(Handlers):
                     labels=req.labels,
                     after=req.after,
                     after_policy=req.after_policy,
+                    priority=req.priority,
                 )
             )
         except DedupKeyReused as exc:  # a concurrent submit with the key won the race

@@ -40,6 +40,7 @@ from ..names import validate_name
 from ..settings import Settings
 from ..store import Beat, Code, Delivery, Started, Store, Suspect, TaskKeys
 from ..store.isolation import about_server, each_alone
+from ..store.keys import PRIORITIES, WAITING_CONSUMER, level_name
 from ..store.layout import BeatItem, Ending
 from ..store.quarantine import DEADLETTER_MAXLEN
 from ..store.transient import is_failover
@@ -128,6 +129,8 @@ class Worker:
     failed attempt keeps in its history entry (0: none kept; the log has it whole).
     ``metrics_port``: serve Prometheus metrics (the namespace's and this worker's own,
     :mod:`rsjobs.metrics`) at ``http://<metrics_host>:<port>/metrics`` (0: a free port).
+    ``priority_age_ms``: the starvation bound of priorities (aging, see ``take.lua``): a
+    waiting task counts one level higher for each such period it has waited (0: never).
     """
 
     def __init__(
@@ -155,6 +158,7 @@ class Worker:
         poll_concurrency: int = 8,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        priority_age_ms: int = 30_000,
     ) -> None:
         if not queues:
             raise ConfigError("a worker needs at least one queue")
@@ -179,7 +183,12 @@ class Worker:
         self.store = Store(self.redis, self.settings)
         self.keys = self.store.keys
         self.queues = list(queues)
+        #: the queues' priority-0 streams (made with their group at start-up), and the
+        #: streams of every level (take.lua makes a level's group when it first sees it)
         self.streams = {self.keys.queue(q): q for q in self.queues}
+        self.level_streams = {
+            self.keys.queue(q, p): level_name(q, p) for q in self.queues for p in PRIORITIES
+        }
         self.concurrency = concurrency
         self.lease_ms = lease_ms
         self.heartbeat_ms = heartbeat_ms
@@ -188,6 +197,12 @@ class Worker:
         self.promote_ms = promote_ms
         self.progress_ms = progress_ms
         self.name = name or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        if self.name == WAITING_CONSUMER:
+            raise ConfigError(f"{WAITING_CONSUMER!r} is the name of no worker (see rsjobs.limits)")
+        if not 0 <= priority_age_ms <= 365 * 24 * 3600 * 1000:
+            raise ConfigError("priority_age_ms must be between 0 (no aging) and one year")
+        #: aging (take.lua): a waiting task's priority rises by one level per this many ms
+        self.priority_age_ms = priority_age_ms
         self.nonce = f"{self.name}-{uuid.uuid4().hex[:8]}"
         self.handle_signals = handle_signals
 
@@ -207,6 +222,8 @@ class Worker:
         #: own repeats), so they must not be taken for lost replies and run twice
         self._ending_entries: set[str] = set()
         self._start_tasks: set[asyncio.Task[None]] = set()
+        #: the last take found owners at their limits (see _take)
+        self._held = False
         self._start_error: BaseException | None = None
         #: while a start is in flight, read again only once this many slots are free, so
         #: batches (and their per-call cost) stay large under load; an idle worker reads
@@ -222,6 +239,11 @@ class Worker:
         self._spans: dict[str, Attempt] = {}
         self._finish_idle = asyncio.Event()
         self._finish_idle.set()
+        #: set while no ended attempt waits to be sent (the finisher took them all): a
+        #: take sent after that reaches Redis after their ends on the lane, which runs
+        #: calls in order (see _take)
+        self._finish_sent = asyncio.Event()
+        self._finish_sent.set()
         self._finisher: asyncio.Task[None] | None = None
         # workflow tasks end through wf_finish.lua, one call each (rsjobs.workflows)
         self._wf_finisher: WorkflowFinisher | None = None
@@ -364,6 +386,7 @@ class Worker:
         await self.store.ping()
         await self.store.require_layout()
         await self.store.work.ensure_groups(self.streams)
+        await self.store.scripts.preload(("take", "start", "finish", "heartbeat"))
         await self.store.tasks.remember_queues(self.queues)
         await self._read_paused()
         await self._register()
@@ -446,10 +469,7 @@ class Worker:
                 if self._buffer:
                     batch = [self._buffer.popleft() for _ in range(min(free, len(self._buffer)))]
                 else:
-                    batch = await self.store.work.read(self.name, streams, free, self.block_ms)
-                    if len(batch) > free:  # several queues: keep the surplus for later
-                        self._buffer.extend(batch[free:])
-                        batch = batch[:free]
+                    batch = await self._take(list(streams.values()), free)
                 if batch:
                     self._starting += len(batch)
                     self._starting_entries.update(d.entry for d in batch)
@@ -473,6 +493,32 @@ class Worker:
                 log.exception("worker %s: fetching failed; retrying in %.1fs", self.name, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
+
+    async def _take(self, queues: list[str], free: int) -> list[Delivery]:
+        """What take.lua hands out for ``free`` slots; when it hands out nothing, wait for
+        work (XREAD BLOCK on the queues' streams, bounded by ``block_ms`` and by the time
+        a held-back task may start), and return nothing."""
+        work = self.store.work
+        if self._held and not self._finish_sent.is_set():
+            # owners were at their limits: ends about to be sent free their slots, so take
+            # once they are on their way (a take sent after them runs after them), not
+            # now, for nothing
+            await self._finish_sent.wait()
+        taken = await work.take(self.name, queues, free, age_ms=self.priority_age_ms)
+        self._held = taken.held
+        if taken.deliveries or taken.more:
+            return taken.deliveries
+        if not self._finish_idle.is_set():
+            # an end in flight may free an owner's slot: take again once it has landed
+            # instead of blocking
+            await self._finish_idle.wait()
+            return []
+        block = self.block_ms
+        if taken.next_due:
+            now = int(time.time() * 1000)
+            block = max(1, min(block, taken.next_due - now + 5))
+        await work.wait(taken.cursors, block)
+        return []
 
     def _streams_to_read(self) -> dict[str, str]:
         """The streams of the queues that are not paused (stream key -> queue)."""
@@ -544,7 +590,7 @@ class Worker:
             return held | self._starting_entries | self._ending_entries
 
         before = known()
-        pending = await self.store.work.own_pending(self.name, self.streams)
+        pending = await self.store.work.own_pending(self.name, self.level_streams)
         skip = before | known()
         for d in pending:
             if d.entry not in skip:
@@ -574,7 +620,7 @@ class Worker:
                 self._set_paused(d.queue, True, "found at START")
             if r.code is not Code.APPLIED:
                 continue
-            keys = self.keys.task_keys(r.id, d.queue, r.dedup or None)
+            keys = self.keys.task_keys(r.id, d.queue, r.dedup or None, d.priority)
             job = _Job(r.id, d.queue, d.entry, r.lease, r.dedup, keys, r.wf)
             timeout_s = r.timeout_ms / 1000 if r.timeout_ms else None
             ctx = Context(
@@ -824,6 +870,7 @@ class Worker:
             return
         self._spans[job.entry] = span
         self._finish_items.append((job.keys, ending, job.id, job.entry))
+        self._finish_sent.clear()
         if self._finisher is None or self._finisher.done():
             self._finish_idle.clear()
             self._finisher = asyncio.get_running_loop().create_task(self._flush_finishes())
@@ -835,6 +882,9 @@ class Worker:
         work = self.store.work
         while self._finish_items:
             items, self._finish_items = self._finish_items[:500], self._finish_items[500:]
+            if not self._finish_items:
+                # (the call below writes them before this task yields: see _take)
+                self._finish_sent.set()
 
             async def call(part: Sequence[tuple[TaskKeys, Ending, str, str]]) -> list[Any]:
                 return await work.finish([(k, e) for k, e, _, _ in part])
@@ -846,6 +896,7 @@ class Worker:
                     raise
                 # keep the results: the lease may still be ours when Redis is back
                 self._finish_items[:0] = items
+                self._finish_sent.clear()
                 if time.monotonic() > give_up:
                     log.error(
                         "worker %s: dropping %d results after redis outage (%s); the "
@@ -859,6 +910,7 @@ class Worker:
                     # their entries stay marked as ending: the tasks are RUNNING under this
                     # worker's lease until the reaper takes them back, and must not run again
                     self._finish_items.clear()
+                    self._finish_sent.set()
                     break
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
