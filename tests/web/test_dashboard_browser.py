@@ -17,14 +17,15 @@ from typing import Any
 import httpx
 import pytest
 
-from rsjobs import Client, EnqueueRequest, Settings, connect
+from rsjobs import Client, Context, EnqueueRequest, Registry, Settings, Worker, connect
 from rsjobs.errors import InvalidTransition
+from rsjobs.model import State
 from rsjobs.web import create_app
 from rsjobs.workflows import WorkflowClient
 from tests.support.browser import MARKS, open_page
 from tests.support.character_app import NS, backend, definition
-from tests.support.processes import ROOT
-from tests.support.web import ADMIN, TOKENS, make_app, running_worker, serve
+from tests.support.processes import ROOT, wait_for_state
+from tests.support.web import ADMIN, NAMESPACE, TOKENS, make_app, running_worker, serve
 from tests.support.wf_fixtures import wait_status
 
 pytestmark = MARKS
@@ -518,4 +519,51 @@ async def test_priorities_and_tasks_held_by_a_limit_are_shown(
         held = page.locator("[data-testid=queue][data-queue=gpu] [data-testid=held]")
         await expect(held).to_have_text("3")
         await shot(page, "overview-held")
+        assert errors == []
+
+
+handoff = Registry()
+
+
+@handoff.handler("render")
+async def _hand_off(ctx: Context, payload: Any) -> Any:
+    """Hands the attempt to an outside service that answers later (DEFERRED)."""
+    return ctx.defer(f"ext-{ctx.task_id[:8]}", provider="prov", max_wait_ms=600_000)
+
+
+async def test_every_state_of_the_table_is_listed_and_a_deferred_task_found(
+    browser: Any, redis_url: str, client: Client
+) -> None:
+    """The state tabs, the state filter and the overview's counts name every state of the
+    transition table (served as dashboard/fsm.json), DEFERRED and WAITING included, in
+    the order a task passes through them; a DEFERRED task is found by its tab."""
+    expect = playwright.expect
+    tid = await client.enqueue("render", {"prompt": "a cat"}, queue="gpu")
+    worker = Worker(handoff, url=redis_url, queues=["gpu"], handle_signals=False,
+                    block_ms=100, settings=Settings(namespace=NAMESPACE))  # fmt: skip
+    run = asyncio.create_task(worker.run())
+    try:
+        await wait_for_state(client, tid, "DEFERRED", timeout=10)
+    finally:
+        worker.stop(force=True)
+        await asyncio.wait_for(run, 20)
+        await worker.redis.aclose()
+    states = [s.value for s in State]
+    with serve(make_app(redis_url)) as web:
+        page, errors = await open_dashboard(browser, web.url)
+        counts = page.locator("[data-testid=queue][data-queue=gpu] td[data-state]")
+        assert await counts.evaluate_all("els => els.map(e => e.dataset.state)") == states
+        deferred = page.locator("[data-testid=queue][data-queue=gpu] td[data-state=DEFERRED]")
+        await expect(deferred).to_have_text("1")
+        await page.evaluate("location.hash = '#/tasks'")
+        tabs = page.locator("[data-testid=state-tabs] a")
+        await expect(tabs).to_have_count(len(states) + 1)
+        assert (await tabs.all_inner_texts())[1:] == states
+        options = page.locator("[data-testid=filter-state] option")
+        assert (await options.all_inner_texts())[1:] == states
+        await tabs.filter(has_text="DEFERRED").click()
+        rows = page.locator("[data-testid=task-row]")
+        await expect(rows).to_have_count(1)
+        assert await rows.first.get_attribute("data-task-id") == tid
+        await shot(page, "tasks-deferred")
         assert errors == []

@@ -3,8 +3,10 @@
 // dialog and the namespace's live events (GET /events, debounced for the views).
 "use strict";
 
-const STATES = ["WAITING", "PENDING", "SCHEDULED", "RUNNING", "PAUSED", "SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"];
-const FINISHED = new Set(["SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"]);
+// the task states in the order a task passes through them: set from the served state
+// machine (dashboard/fsm.json, the table the scripts enforce) before the first view
+// renders (loadStates in main.js)
+let STATES = [];
 // a view refreshes at most this often while events arrive
 const REFRESH_MS = 400;
 // without GET /events, lists and the overview are read again this often

@@ -13,6 +13,13 @@ const ROUTES = {
   costs: (root, arg, params) => new CostsView(root, params),
 };
 
+// STATES (core.js) from the served state machine, once
+async function loadStates() {
+  if (STATES.length) return;
+  const graph = await loadFsm();
+  STATES = graph.states.map((st) => st.name).filter((name) => name !== "");
+}
+
 let current = null;
 let unsubscribe = null;
 
@@ -37,6 +44,12 @@ async function route() {
   document.querySelectorAll("#nav a").forEach((a) => a.classList.toggle("on", a.dataset.view === name.replace(/^(task|workflow)$/, "$1s")));
   const root = h("div", { className: `view-${name}`, dataset: { view: name } });
   $("#view").replaceChildren(root);
+  try {
+    await loadStates();
+  } catch (e) {
+    report(e, "the state machine");
+    return;
+  }
   const view = ROUTES[name](root, arg, params);
   current = view;
   let busy = false;
