@@ -462,7 +462,19 @@ class Index:
 
     async def oldest_pending(self, queues: Sequence[str]) -> dict[str, int]:
         """queue -> when its oldest undelivered work entry was queued (ms; 0: none, or a
-        queue key that is not a stream: one broken queue must not hide the others)."""
+        queue key that is not a stream: one broken queue must not hide the others;
+        sharded: the oldest of any shard)."""
+        if (stores := await self.scripts.fan_out()) is not None:
+            out: dict[str, int] = dict.fromkeys(queues, 0)
+            for st in stores:
+                for name, ms in (await st.index.oldest_here(queues)).items():
+                    if ms and (not out[name] or ms < out[name]):
+                        out[name] = ms
+            return out
+        return await self.oldest_here(queues)
+
+    async def oldest_here(self, queues: Sequence[str]) -> dict[str, int]:
+        """:meth:`oldest_pending` of this shard alone."""
         delivered = await self._last_delivered(queues)
         k = self.keys
         with boundary("oldest pending"):

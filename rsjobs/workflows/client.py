@@ -35,6 +35,7 @@ from .spawn import (
     DriveResult,
     check_stage,
     load_info,
+    new_id,
     redrive,
     spawn,
     wf_task,
@@ -118,7 +119,7 @@ class WorkflowClient:
     async def _new_task_id(self, wf_id: str) -> str:
         """A new id for a task of the workflow: on its shard."""
         store = await self._at(wf_id)
-        return store.shards.new_id(store.number)
+        return new_id() if store.shards.count == 1 else store.shards.new_id(store.number)
 
     async def __aenter__(self) -> WorkflowClient:
         return self
@@ -161,7 +162,7 @@ class WorkflowClient:
             wf_id = validate_workflow_id(workflow_id)  # its id places it
         else:
             shards = await self.store.open()
-            wf_id = shards.new_id(shards.place(owner=owner))
+            wf_id = new_id() if shards.count == 1 else shards.new_id(shards.place(owner=owner))
         # every task payload of the first stage fits, or nothing is written
         first = WorkflowInfo(
             id=wf_id,

@@ -32,6 +32,7 @@ __all__ = [
     "new_id",
     "redrive",
     "spawn",
+    "task_id",
     "task_payload",
     "wf_task",
 ]
@@ -44,6 +45,11 @@ def new_id() -> str:
     """A workflow or task id of a namespace of one shard (a sharded namespace's come from
     ``store.shards``, :mod:`rsjobs.store.shards`)."""
     return uuid.uuid4().hex
+
+
+def task_id(store: Store) -> str:
+    """A new id for a task of a workflow whose shard's store is ``store``."""
+    return new_id() if store.shards.count == 1 else store.shards.new_id(store.number)
 
 
 async def current_assets(store: Store, wf_id: str, version: int) -> list[Asset]:
@@ -154,7 +160,7 @@ async def spawn(store: Store, wf_id: str, source: str) -> int:
             tasks = [
                 wf_task(
                     store.settings,
-                    store.shards.new_id(store.number),
+                    task_id(store),
                     stage,
                     spec,
                     task_payload(info, stage, spec, assets),
