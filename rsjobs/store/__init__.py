@@ -216,9 +216,11 @@ class Store:
         """Whether the node that serves the namespace answers: a read of one of its keys
         (``EXISTS`` of the layout marker), so that a cluster node which does not own the
         namespace's slot answers ``MOVED`` (passing: :class:`rsjobs.RedisUnavailable`)
-        rather than a PING's PONG."""
-        with boundary("EXISTS layout"):
-            await self.redis.exists(self.keys.layout)
+        rather than a PING's PONG. A sharded namespace: the node of every shard (a key of
+        each shard's tag)."""
+        for store in await self.each():
+            with boundary("EXISTS layout"):
+                await self.redis.exists(store.keys.layout)
 
     @property
     def layout_ok(self) -> bool:
