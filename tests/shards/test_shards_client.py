@@ -90,7 +90,8 @@ async def test_placement_by_owner_dedup_and_predecessors(redis_url: str) -> None
         # predecessors on two shards: refused, nothing written
         a = await c.enqueue("t", shard_key="x1")
         b = next(
-            t for t in [await c.enqueue("t", shard_key=f"y{i}") for i in range(20)]
+            t
+            for t in [await c.enqueue("t", shard_key=f"y{i}") for i in range(20)]
             if shard_of(t) != shard_of(a)
         )
         r = sync_redis.Redis.from_url(redis_url)
