@@ -63,7 +63,7 @@ async def scenario(url: str, shards: int | None = None) -> None:
             await c.enqueue("ok", {"n": 1}, queue="q"),
             await c.enqueue(
                 "ok", {"n": 2}, queue="q", dedup_key="k", owner="o1", labels={"a": "b"}
-            ),  # fmt: skip
+            ),
             await c.enqueue("ok", {"n": 3}, queue="q", delay_ms=50),
             await c.enqueue("boom", None, queue="q", max_attempts=1),
         ]
