@@ -174,8 +174,13 @@ class MergedEvents:
         return self.position([await e.last_generated() for e in self.parts])
 
     async def trimmed_past(self, position: str) -> bool:
+        """Whether trimming removed entries after ``position`` on some shard (a shard not
+        read yet, ``0-0``, was empty when the reader began: what it holds is new)."""
         ids = self.parse(position)
-        return any([await e.trimmed_past(i) for e, i in zip(self.parts, ids, strict=True)])
+        for e, i in zip(self.parts, ids, strict=True):
+            if i != "0-0" and await e.trimmed_past(i):
+                return True
+        return False
 
     def after_last(self, position: str, newest: str) -> bool:
         """Whether ``position`` is past ``newest`` on some shard."""

@@ -112,23 +112,17 @@ class Live(Handlers):
         who = self.principal(request, allow_query=True, params=RESUME_PARAMS)
         if not who.admin:
             raise ApiError(403, "forbidden", "the namespace's events need an admin token")
-        last = last_event_id(request) or None
         svc = self.svc
         stores = await svc.store.each()
         events: Events | MergedEvents
         if len(stores) > 1:
             # a sharded namespace: each event's id is the position in every shard's stream
             events = MergedEvents([s.events for s in stores])
-            try:
-                if last is not None:
-                    events.parse(last)
-            except ValueError:
-                raise ApiError(
-                    400, "invalid_last_event_id", "Last-Event-ID: an id this stream sent"
-                ) from None
+            last = last_event_id(request, events.parse) or None
             newest = await events.last_generated()
             past = last is not None and events.after_last(last, newest)
         else:
+            last = last_event_id(request) or None
             if last is not None and not _STREAM_ID.fullmatch(last):
                 raise ApiError(
                     400,
