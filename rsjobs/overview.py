@@ -50,6 +50,9 @@ class QueueView(msgspec.Struct, frozen=True, kw_only=True):
     oldest_pending_ms: int
     #: whether the queue is paused (``Client.pause_queue``: no worker starts its tasks)
     paused: bool = False
+    #: a sharded namespace whose shards do not all hold the pause (one did not get it, or
+    #: kept it: repeat the pause or resume): on how many, e.g. ``"3 of 8"``; '' otherwise
+    paused_shards: str = ""
     #: live workers serving it
     workers: int
     #: work waits and no live worker serves the queue
@@ -115,6 +118,7 @@ async def queue_views(store: Store) -> list[QueueView]:
                 waiting=waiting,
                 oldest_pending_ms=max(0, now - since) if since else 0,
                 paused=name in paused,
+                paused_shards=paused[name].shards if name in paused else "",
                 workers=live.get(name, 0),
                 unserved=bool(waiting) and not live.get(name),
             )

@@ -219,9 +219,7 @@ def page_params(request: Request) -> tuple[str, int]:
     return after, int(raw_limit)
 
 
-def last_event_id(
-    request: Request, check: Callable[[str], object] | None = None
-) -> str | None:
+def last_event_id(request: Request, check: Callable[[str], object] | None = None) -> str | None:
     """The resume point of an SSE request (``Last-Event-ID`` header, or ``last_event_id``
     in the query for a page that reconnects by hand; the header wins when both are sent); a
     400 :class:`ApiError` if either is malformed (``check``: what raises ValueError for a

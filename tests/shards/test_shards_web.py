@@ -92,9 +92,7 @@ async def test_events_merge_the_shards_and_resume_after_a_position(
         assert next(_state(redis_url)) == before
 
 
-async def test_lists_queues_and_health_merge_the_shards(
-    web: ServerThread, redis_url: str
-) -> None:
+async def test_lists_queues_and_health_merge_the_shards(web: ServerThread, redis_url: str) -> None:
     async with httpx.AsyncClient(base_url=web.url, timeout=10) as http:
         ids = await submit(redis_url, 9)
         dup = {"Idempotency-Key": "same", **ALICE}
