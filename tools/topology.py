@@ -15,6 +15,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from rsjobs.server import EmbeddedRedis, find_redis_server, free_port
 
 __all__ = [
     "Cluster",
+    "Elections",
     "ReplicaSet",
     "SentinelProcess",
     "cluster_agreed",
@@ -315,6 +317,75 @@ def cluster_args(node_timeout_ms: int) -> list[str]:
     ]  # fmt: skip
 
 
+class Elections:
+    """When a Redis Cluster (6.2 and 7.x) can elect a replica again: two limits of its
+    failover election, which a manual failover (``CLUSTER FAILOVER``, ``FORCE`` too) does
+    not lift. Asked sooner, the election fails and the cluster stays as it was for
+    4 x ``cluster-node-timeout`` (or until the old master is back); see docs/cluster.md,
+    "Failovers in a row".
+
+    * **Votes per master.** A master votes for a replica of master M at most once per
+      2 x node timeout (it logs ``Failover auth denied to <id>: can't vote about this
+      master before N milliseconds``); the refused replica tries again only 4 x node
+      timeout after its attempt began.
+    * **Elections per replica.** A replica that ran an election, won or lost, runs no new
+      one for 4 x node timeout while its process lives: within 2 x it "wins" again at
+      once on the old election's votes and epoch, a claim the other masters ignore (the
+      slot has no master they accept until the old one is back), and from 2 x to 4 x the
+      attempt is "expired". A restart forgets it.
+
+    Nodes are named by any key (a port, a name); times are ``time.monotonic()`` seconds
+    (an asyncio loop's ``time()``). :meth:`elected` takes an upper bound of when the
+    election ran (when it was seen settled, or given up on), so a wait computed from it
+    is never short.
+    """
+
+    def __init__(self, node_timeout_ms: int, margin_s: float = 0.5) -> None:
+        self.vote_gap_s = 2 * node_timeout_ms / 1000
+        self.retry_gap_s = 4 * node_timeout_ms / 1000
+        self.margin_s = margin_s
+        #: master -> when a replica of it last ran an election (the masters' vote times)
+        self._voted: dict[Hashable, float] = {}
+        #: replica -> when it last ran an election in its current process
+        self._ran: dict[Hashable, float] = {}
+
+    def elected(self, replica: Hashable, master: Hashable, at: float | None = None) -> None:
+        """``replica`` ran an election (won or not) to replace ``master``, at ``at`` at
+        the latest (default: now)."""
+        at = time.monotonic() if at is None else at
+        self._voted[master] = max(at, self._voted.get(master, at))
+        self._ran[replica] = max(at, self._ran.get(replica, at))
+
+    def restarted(self, node: Hashable) -> None:
+        """``node``'s process was started again: its own election clock is gone."""
+        self._ran.pop(node, None)
+
+    def wait(
+        self, replica: Hashable, master: Hashable, now: float | None = None
+    ) -> tuple[float, str]:
+        """Seconds until ``replica`` can be elected in place of ``master`` (0: now), and
+        why it cannot yet ('' when it can)."""
+        now = time.monotonic() if now is None else now
+        waits: list[tuple[float, str]] = [(0.0, "")]
+        voted = self._voted.get(master)
+        if voted is not None:
+            waits.append((
+                voted + self.vote_gap_s + self.margin_s - now,
+                f"a replica of {master} was elected {now - voted:.1f} s ago: the masters "
+                f"vote about {master} again {self.vote_gap_s:g} s after "
+                "(2 x cluster-node-timeout)",
+            ))  # fmt: skip
+        ran = self._ran.get(replica)
+        if ran is not None:
+            waits.append((
+                ran + self.retry_gap_s + self.margin_s - now,
+                f"{replica} ran an election {now - ran:.1f} s ago: it runs a new one "
+                f"{self.retry_gap_s:g} s after (4 x cluster-node-timeout) unless restarted",
+            ))  # fmt: skip
+        hold, why = max(waits)
+        return (round(hold, 3), why) if hold > 0 else (0.0, "")
+
+
 def slot_ranges(masters: int) -> list[tuple[int, int]]:
     """The 16384 slots split into ``masters`` contiguous ranges (first, last)."""
     step = SLOTS // masters
@@ -503,6 +574,8 @@ class Cluster:
         self.killed: set[int] = set()
         #: slot ranges each killed master served when it was killed
         self._served: dict[int, list[tuple[int, int]]] = {}
+        #: when the cluster can elect each replica again (by port)
+        self.elections = Elections(node_timeout_ms)
 
     # -- addresses -------------------------------------------------------------------------
 
@@ -595,18 +668,30 @@ class Cluster:
 
     def failover(self, master: int, timeout: float = 60.0) -> int:
         """``CLUSTER FAILOVER`` on a replica of ``master`` (a coordinated switch: no write
-        is lost); returns the new master's port once the whole cluster agrees on it."""
+        is lost); returns the new master's port once the whole cluster agrees on it.
+
+        Asked only once the cluster can carry it out: every live node agrees on the
+        slots and replicas (a master that still takes the replica for a master refuses
+        its vote), and :attr:`elections` allows it (sleeps until then)."""
+        deadline = time.monotonic() + timeout
+        self.wait_ok(timeout)
         replicas = [r for r in self.replicas_of(master) if r not in self.killed]
         if not replicas:
             raise RuntimeError(f"master {master} has no live replica")
         new = replicas[0]
+        hold, why = self.elections.wait(new, master)
+        if hold > deadline - time.monotonic():
+            raise TimeoutError(f"{new} cannot be elected within {timeout:g}s: {why}")
+        time.sleep(hold)
         _call(new, "CLUSTER", "FAILOVER")
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            table = self.agreed()
-            if table is not None and any(m == new for _, _, m, _ in table):
-                return new
-            time.sleep(0.05)
+        try:
+            while time.monotonic() < deadline:
+                table = self.agreed()
+                if table is not None and any(m == new for _, _, m, _ in table):
+                    return new
+                time.sleep(0.05)
+        finally:
+            self.elections.elected(new, master)
         raise TimeoutError(f"failover of {master} to {new} did not settle: {self.snapshot()}")
 
     def kill(self, port: int) -> None:
@@ -634,6 +719,7 @@ class Cluster:
                 first = served[0][0]
                 for a, b, m, _ in table:
                     if a <= first <= b and m != old:
+                        self.elections.elected(m, old)
                         return m
             time.sleep(0.05)
         raise TimeoutError(f"no replica took over from {old}: {self.snapshot()}")
@@ -645,6 +731,7 @@ class Cluster:
             node = self.node(port)
             node.start()
             self.killed.discard(port)
+            self.elections.restarted(port)
         self.wait_ok(timeout)
 
     def flush(self) -> None:

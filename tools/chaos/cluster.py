@@ -24,6 +24,7 @@ from rsjobs.errors import RedisUnavailable
 from rsjobs.server import free_port
 from rsjobs.store.cluster import slot_of
 from rsjobs.store.keys import Keys
+from tools.topology import Elections
 
 from .config import ChaosConfig
 from .records import FaultEvent
@@ -81,6 +82,8 @@ class Cluster:
             slot=slot_of(Keys(cfg.namespace).layout),
         )
         self.redis_lock = asyncio.Lock()
+        #: (cluster) when the cluster can elect each replica again (by node name)
+        self.elections = Elections(self.topology.down_after_ms)
         self.workers = [Slot("worker", i) for i in range(cfg.workers)]
         self.reapers = [Slot("reaper", i) for i in range(cfg.reapers)]
         self.webs = [Slot("web", 0)] if cfg.web else []
@@ -362,36 +365,81 @@ class Cluster:
         back after ``down_s``: it rejoins as a replica of the new one). Logged as
         ``cluster_failover`` when it starts and ``cluster_failover_done`` once the live
         nodes agree that the replica serves the slot: without WAIT, writes acknowledged in
-        between may be lost by the kill variant (the report lists them apart)."""
+        between may be lost by the kill variant (the report lists them apart).
+
+        Asked only when the cluster can elect the replica, as a real one must be: every
+        live node agrees on the slots and replicas (the previous failover settled: a
+        master that still takes the replica for a master refuses its vote), and the
+        election limits of :class:`tools.topology.Elections` allow it. Until then it
+        waits (``sleep``, without holding the Redis lock; logged as
+        ``cluster_failover_wait``), and is skipped if the run ends first."""
         topo = self.topology
-        async with self.redis_lock:
-            old = await self.primary()
-            new = await topo.cluster_replica(old)
-            if new is None or not await topo.wait_synced(10):
-                self.note("fault_skipped", old.name, 0, "cluster_failover: replica not in sync")
+        loop = asyncio.get_running_loop()
+        for _ in range(5):  # another failover may take the shard while this one waits
+            async with self.redis_lock:
+                began = loop.time()
+                settled = await topo.wait_cluster(30)
+                old = await self.primary()
+                if not settled:
+                    self.note("fault_skipped", old.name, 0, "cluster_failover: not settled")
+                    return
+                if loop.time() - began > 0.5:
+                    took = loop.time() - began
+                    self.note(
+                        "cluster_failover_wait",
+                        old.name,
+                        0,
+                        f"{took:.1f}s until every node agreed on the slots and replicas",
+                    )
+                new = await topo.cluster_replica(old)
+                if new is None or not await topo.wait_synced(10):
+                    self.note("fault_skipped", old.name, 0, "cluster_failover: replica not in sync")
+                    return
+                hold, why = self.elections.wait(new.name, old.name, loop.time())
+                if hold <= 0:
+                    await self._cluster_failover(old, new, kill, down_s, sleep)
+                    return
+            self.note("cluster_failover_wait", new.name, 0, f"{hold:.1f}s: {why}")
+            if not await sleep(hold):
+                self.note("fault_skipped", new.name, 0, "cluster_failover: the run ended first")
                 return
-            how = "SIGKILL + CLUSTER FAILOVER FORCE" if kill else "CLUSTER FAILOVER"
-            self.note("cluster_failover", old.name, old.child.pid if old.child else 0, how)
+        self.note("fault_skipped", topo.primary.name, 0, "cluster_failover: kept waiting")
+
+    async def _cluster_failover(
+        self,
+        old: RedisNode,
+        new: RedisNode,
+        kill: bool,
+        down_s: float,
+        sleep: Callable[[float], Awaitable[bool]],
+    ) -> None:
+        """The failover itself (under the Redis lock); the election it ran is noted in
+        :attr:`elections`, settled or not."""
+        how = "SIGKILL + CLUSTER FAILOVER FORCE" if kill else "CLUSTER FAILOVER"
+        self.note("cluster_failover", old.name, old.child.pid if old.child else 0, how)
+        try:
+            if kill:
+                old.expect_exit = True
+                await old.stop(kill=True)
+            await self._ask_cluster_failover(new, kill)
             try:
-                if kill:
-                    old.expect_exit = True
-                    await old.stop(kill=True)
-                await self._ask_cluster_failover(new, kill)
                 settled = await self._wait_master(new, 30)
-                if kill:
-                    await sleep(down_s)
-                    await self._start_node(old)
-                else:
-                    settled = settled and await self._wait_role(old, "slave", 30)
-                self.note(
-                    "cluster_failover_done",
-                    new.name,
-                    new.child.pid if new.child else 0,
-                    f"master now {new.name}" + ("" if settled else " (not settled in 30 s)"),
-                )
             finally:
-                if not old.up:
-                    await self._start_node(old)
+                self.elections.elected(new.name, old.name, asyncio.get_running_loop().time())
+            if kill:
+                await sleep(down_s)
+                await self._start_node(old)
+            else:
+                settled = settled and await self._wait_role(old, "slave", 30)
+            self.note(
+                "cluster_failover_done",
+                new.name,
+                new.child.pid if new.child else 0,
+                f"master now {new.name}" + ("" if settled else " (not settled in 30 s)"),
+            )
+        finally:
+            if not old.up:
+                await self._start_node(old)
 
     async def _ask_cluster_failover(self, replica: RedisNode, force: bool) -> None:
         """CLUSTER FAILOVER [FORCE] on ``replica``, retried while it refuses (e.g. its
@@ -408,16 +456,16 @@ class Cluster:
         raise RedisUnavailable(f"CLUSTER FAILOVER refused: {last}")
 
     async def _wait_master(self, node: RedisNode, timeout_s: float) -> bool:
-        """Until the slot table names ``node`` as the namespace's master (and it says so)."""
+        """Until every live node names ``node`` as the namespace's master (and it says
+        so)."""
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout_s
         while loop.time() < end:
-            if (
-                await self.topology.refresh_primary() is node
-                and await self.topology.role(node) == "master"
-            ):
+            owners = await self.topology.slot_owners()
+            if set(owners) == {node.port} and await self.topology.role(node) == "master":
+                self.topology.primary = node
                 return True
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.1)
         return False
 
     async def primary(self) -> RedisNode:
@@ -427,6 +475,8 @@ class Cluster:
         node = await self.topology.refresh_primary()
         if node is not known:
             self.note("redis_failover_auto", known.name, 0, f"the sentinels name {node.name}")
+            if self.topology.kind == "cluster":  # an election the cluster ran
+                self.elections.elected(node.name, known.name, asyncio.get_running_loop().time())
         return node
 
     async def _ask_failover(self) -> None:
@@ -475,6 +525,7 @@ class Cluster:
                     replicaof = primary.port
             try:
                 child = await node.start(replicaof=replicaof)
+                self.elections.restarted(node.name)
                 break
             except RedisUnavailable as exc:
                 self.note("redis_error", node.name, 0, f"start failed: {exc}")

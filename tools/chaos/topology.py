@@ -206,6 +206,8 @@ class Topology:
     ) -> None:
         self.kind = kind
         self.slot = slot
+        #: (cluster) the nodes' cluster-node-timeout; (sentinel) down-after-milliseconds
+        self.down_after_ms = down_after_ms
         n_data = {"sentinel": 2, "cluster": 2 * CLUSTER_MASTERS}.get(kind, 1)
         # a replica resyncs as soon as its primary is back (Redis 7 waits 5 s for more
         # replicas first): with restarts every few seconds it would never be in sync, and
@@ -304,6 +306,26 @@ class Topology:
             if table:
                 return table
         return None
+
+    async def slot_owners(self) -> list[int | None]:
+        """(cluster) The port of the master serving ``slot`` as each live node says it
+        (None: no answer, or no owner): a failover has settled when they all name the
+        new master; one node's word is not enough (a replica that "won" on a stale
+        election's votes names itself while the others do not follow)."""
+
+        def views() -> list[int | None]:
+            out: list[int | None] = []
+            for n in live:
+                try:
+                    _, table = cluster_view(n.port, 1.0)
+                except (OSError, RedisError):
+                    out.append(None)
+                    continue
+                out.append(next((m for a, b, m, _ in table if a <= self.slot <= b), None))
+            return out
+
+        live = [n for n in self.nodes if n.up]
+        return await asyncio.to_thread(views)
 
     async def cluster_replica(self, master: RedisNode) -> RedisNode | None:
         """(cluster) A live replica of ``master``, as the slot table says."""
