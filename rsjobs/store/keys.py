@@ -58,11 +58,13 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
 
 A namespace of S > 1 shards has every key above once per shard, with the shard's hash tag
 in place of ``{default}`` (``rsjobs:{default#3}:task:<id>``, ``rsjobs:{default#3}:queue:
-<name>``...; shard 0 keeps ``{default}``), except what only shard 0 holds: the workers
-registry and its dead marks, the queue names, the schedules, the webhooks' settings, the
-layout marker, the shards metadata and the reaper's schedule guard. Settings that scripts
-read in a task's slot (``paused``, ``hooks:on``) are written to every shard. Each shard has
-its own ``reaper:guard`` (several reapers split the shards).
+<name>``...; shard 0 keeps ``{default}``), except what only shard 0 holds: the queue
+names, the schedules, the webhooks' settings, the layout marker, the shards metadata and
+the reaper's schedule guard. Settings that scripts read in a task's slot (``paused``,
+``hooks:on``) are written to every shard; so are the workers' registrations (``workers``:
+reclaim.lua and workers.lua read them in the slot of the shard they sweep, and mark dead
+in that shard's ``workers:dead``). Each shard has its own ``reaper:guard`` (several
+reapers split the shards).
 
 Recurring tasks (``rsjobs.schedules``; the reaper fires their ticks with ``schedule.lua``)::
 

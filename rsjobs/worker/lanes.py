@@ -11,13 +11,17 @@ blocks) and starting what it read with one single-slot start call; the worker's 
 heartbeats, deferrals and releases are grouped per shard by the task ids
 (:func:`group_by_shard`).
 
-The lanes share the worker's concurrency: a lane with work ("hot") reads without
-blocking, for its share of the free slots (split over the lanes with work) that it
-reserves while it reads; lanes wait for a slot in turn, so none starves while another has
-a backlog. A lane whose read found nothing ("cold") waits on a blocking read of its own
-for a part of the free slots, reserving none (what it gets beyond the free slots waits in
-its buffer, started first when a slot frees). A namespace of one shard has one lane that
-reads exactly as the worker always did: one blocking read for every free slot.
+The lanes share the worker's concurrency by turns: a lane with work ("hot") reads without
+blocking, for the free slots, which it holds while it reads; the other lanes then wait
+for a slot, and are woken in the order they began to wait, so the lanes with work take
+turns (round-robin) and none starves while another has a backlog. A turn takes every free
+slot, so a shard's start and finish calls carry batches as large as an unsharded
+worker's (what a script call costs Redis is mostly per call: smaller batches, one per
+shard, would cost more Redis time per task). A lane whose read found nothing ("cold")
+waits on a blocking read of its own (on a connection of its own: in a cluster, to its
+shard's node) for a part of the free slots, holding none; what it gets beyond the free
+slots waits in its buffer, started at its next turn. A namespace of one shard has one
+lane that reads exactly as the worker always did: one blocking read for every free slot.
 """
 
 from __future__ import annotations
@@ -81,11 +85,6 @@ class ShardLane:
         if not self.paused:
             return self.streams
         return {k: q for k, q in self.streams.items() if q not in self.paused}
-
-    def wants_work(self) -> bool:
-        """Whether the lane competes for slots now: it found work last time, or holds
-        deliveries not started, and some queue of it is not paused."""
-        return bool(self.buffer) or (self.hot and len(self.paused) < len(self.streams))
 
 
 def group_by_shard(

@@ -8,7 +8,8 @@ finished while the previous call was in flight).
 A sharded namespace (:mod:`rsjobs.store.shards`) is read shard by shard: one lane per
 shard (:mod:`rsjobs.worker.lanes`) with its own fetch loop and control channel, sharing
 the concurrency; start, finish, heartbeat, deferral and release calls go per shard (one
-single-slot call per shard's group of a batch). The worker's registration stays on shard 0.
+single-slot call per shard's group of a batch). The worker registers on every shard: the
+reaper's scripts read the registry in the slot of the shard they sweep.
 """
 
 from __future__ import annotations
@@ -443,14 +444,6 @@ class Worker:
         held = len(self.jobs) + self._starting + len(self._stuck) + self._reserved
         return self.concurrency - held
 
-    def _share(self, free: int) -> int:
-        """A lane's share of ``free`` slots: all of them unsharded, else an even part over
-        the lanes that want work (at least one)."""
-        if len(self._lanes) == 1:
-            return free
-        wanting = sum(1 for lane in self._lanes if lane.wants_work())
-        return max(1, -(-free // max(1, wanting)))
-
     async def _fetch_loop(self, lane: ShardLane) -> None:
         """Read deliveries of one shard's queues for free slots and start them.
 
@@ -459,7 +452,7 @@ class Worker:
         start are in flight together, instead of one after the other. Deliveries being
         started hold their slots, so at most ``concurrency`` tasks are ever started and not
         finished. A sharded worker runs one such loop per shard (rsjobs.worker.lanes): the
-        loops wait for a free slot in turn.
+        loops take turns at the free slots, in the order they began to wait for one.
         """
         backoff = 0.1
         while not self._stopping.is_set():
@@ -481,8 +474,7 @@ class Worker:
                     await self._adopt_own_pending(lane)
                     lane.recheck = False
                 if lane.buffer:
-                    share = min(self._share(free), len(lane.buffer))
-                    batch = [lane.buffer.popleft() for _ in range(share)]
+                    batch = [lane.buffer.popleft() for _ in range(min(free, len(lane.buffer)))]
                 else:
                     batch = await self._read(lane, streams, free)
                 if batch:
@@ -512,8 +504,8 @@ class Worker:
     async def _read(self, lane: ShardLane, streams: dict[str, str], free: int) -> list[Delivery]:
         """A batch of new deliveries of one lane for ``free`` slots (what is read beyond
         them waits in the lane's buffer). Unsharded: one blocking read for every free slot.
-        Sharded (rsjobs.worker.lanes): a hot lane reads its share without blocking, holding
-        those slots meanwhile; a cold one blocks for a part of them, holding none."""
+        Sharded (rsjobs.worker.lanes): a hot lane reads for them without blocking, holding
+        them meanwhile; a cold one blocks for a part of them, holding none."""
         work = lane.store.work
         if len(self._lanes) == 1:
             batch = await work.read(self.name, streams, free, self.block_ms)
@@ -522,18 +514,22 @@ class Worker:
                 batch = batch[:free]
             return batch
         if lane.hot:
-            want = self._share(free)
-            self._reserved += want
+            self._reserved += free
+            batch = []
             try:
-                batch = await work.read(self.name, streams, want, None)
+                batch = await work.read(self.name, streams, free, None)
             finally:
-                self._reserved -= want
-                self._slot_free.set()
-            take = min(len(batch), want, max(0, self._free()))
+                self._reserved -= free
+                if len(batch) < free:
+                    # slots handed back: wake the lanes waiting for one (only then: a
+                    # wake here would queue them again behind this lane, and the lanes
+                    # take turns in the order they began to wait)
+                    self._slot_free.set()
+            take = min(len(batch), free)
         else:
             count = -(-free // len(self._lanes))
             batch = await work.read(self.name, streams, count, self.block_ms)
-            take = min(len(batch), self._share(max(0, self._free())))
+            take = min(len(batch), max(0, self._free()))
         lane.hot = bool(batch)
         if len(batch) > take:
             lane.buffer.extend(batch[take:])
@@ -1267,11 +1263,19 @@ class Worker:
                 for s in list(self._stuck.values())[:100]
             ],
         }
-        await self.store.work.register(self.name, encode(info))
+        registration = encode(info)
+        if len(self._lanes) == 1:
+            await self.store.work.register(self.name, registration)
+            return
+        # on every shard: the reaper's scripts read the registry in the slot they sweep
+        await asyncio.gather(
+            *(lane.store.work.register(self.name, registration) for lane in self._lanes)
+        )
 
     async def _unregister(self) -> None:
-        with contextlib.suppress(RsjobsError, OSError):
-            await self.store.work.unregister(self.name)
+        for lane in self._lanes:
+            with contextlib.suppress(RsjobsError, OSError):
+                await lane.store.work.unregister(self.name)
 
 
 def _payload(raw: str) -> Any:

@@ -110,6 +110,9 @@ async def test_a_worker_runs_the_tasks_of_every_shard_once_with_single_slot_call
     async with running_worker(redis_url, lease_ms=1000, heartbeat_ms=100) as w:
         for tid in ids:
             await _assert_ran_once(client, tid)
+        registered = [
+            await client.redis.hexists(client.store.shard(k).keys.workers, w.name) for k in range(S)
+        ]
     for tid in ids:
         info = await client.get(tid)
         assert info.attempt == 1 and info.worker == w.name, info
@@ -122,10 +125,11 @@ async def test_a_worker_runs_the_tasks_of_every_shard_once_with_single_slot_call
     assert (await client.stats())["default"]["SUCCEEDED"] == len(ids)
     # start, finish, heartbeat (progress), promote: every call on one slot
     assert {"start", "finish", "heartbeat", "promote"} <= set(single_slot)
-    # the registration stays on shard 0
-    assert await client.redis.hexists(client.keys.workers, w.name) == 0  # unregistered
-    for k in range(1, S):
-        assert not await client.redis.exists(client.store.shard(k).keys.workers)
+    # it registered on every shard (the reaper's scripts read the registry in the slot
+    # they sweep), and unregistered from each when it stopped
+    assert registered == [1] * S
+    for k in range(S):
+        assert not await client.redis.hexists(client.store.shard(k).keys.workers, w.name)
 
 
 async def test_a_cancel_of_a_task_on_shard_3_reaches_the_worker(
