@@ -12,8 +12,12 @@ time*) and ``INFO cpu`` (user + sys), and reports per node the Redis time and CP
 task, and tasks/s.
 
 What it asserts (the distribution, which holds on any machine): with S = 3 and S = 6
-every master's Redis time per task is within 15 % of their mean; with S = 1 one master
-does the work (each other one under 5 % of it). What it reports but cannot assert here:
+every master's Redis CPU per task is within 15 % of their mean; with S = 1 one master
+does the work (each other one under 5 % of it). CPU, not Redis time: Redis time is wall
+clock inside commands, so on this machine (3 masters and the workers on 2 cores) it also
+counts the time a master waited for a core, which differs between the masters as the
+workers' shard lanes take turns (rsjobs.worker.lanes) even when their work is even; it is
+reported, and was within ±15 % in most runs. What it reports but cannot assert here:
 throughput. On a 2-core machine the three masters and the worker processes share two
 cores, so tasks/s barely moves with S; the Redis time per node says what a machine with a
 core per master would do: the namespace is bound by its busiest master, at most
@@ -43,7 +47,7 @@ from tools.topology import Cluster
 
 ROOT = str(Path(__file__).resolve().parents[1])
 SHARDS = (1, 3, 6)
-#: the even spread's bound (per-node Redis time per task vs the mean) and S = 1's
+#: the even spread's bound (per-node Redis CPU per task vs the mean) and S = 1's
 SPREAD = 0.15
 ONE_NODE = 0.05
 
@@ -137,17 +141,17 @@ async def one_run(
 
 def check(run: dict[str, Any]) -> list[str]:
     """What breaks the expected distribution ([] when it holds)."""
-    times = [n["redis_us_per_task"] for n in run["per_node"].values()]
+    times = [n["cpu_us_per_task"] for n in run["per_node"].values()]
     s = run["shards"]
     if s == 1:
         top = max(times)
         others = sorted(times)[:-1]
         if any(t > ONE_NODE * top for t in others):
-            return [f"S = 1: Redis time on more than one node: {times}"]
+            return [f"S = 1: Redis CPU on more than one node: {times}"]
         return []
     mean = statistics.mean(times)
     bad = [t for t in times if abs(t - mean) > SPREAD * mean]
-    return [f"S = {s}: per-node Redis time {times} not within ±15% of {mean:.1f}"] if bad else []
+    return [f"S = {s}: per-node Redis CPU {times} not within ±15% of {mean:.1f}"] if bad else []
 
 
 async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
