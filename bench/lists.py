@@ -117,7 +117,7 @@ def fill(
                     continue
                 items_ = [(k.task_keys(f["id"], q), Entry(eid)) for eid, f in entries]
                 started = _run(
-                    r, shas, layout.start(c, k, "worker", StartArgs("bench", 60000, "n"), items_)
+                    r, shas, layout.start(c, k, "worker", StartArgs("bench", 60000, "n", q), items_)
                 )
                 ending = dict(items)
                 ends = []
@@ -140,7 +140,7 @@ def fill(
                         )
                     )
                 if ends:
-                    _run(r, shas, layout.finish(c, "worker", ends))
+                    _run(r, shas, layout.finish(c, k, "worker", ends))
             done += batch
         if live:
             # on a queue of their own, which no fill reads (a later fill must not start them)

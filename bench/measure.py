@@ -52,6 +52,14 @@ def _worker_env(concurrency: int, *, gated: bool, record_starts: bool) -> dict[s
     return env
 
 
+def _prepare(driver: Driver, workers: int, concurrency: int) -> None:
+    """Tell a driver that sizes its setup by the run's worker slots (``rsjobs-pools``: its
+    per-owner limits) how many there are."""
+    prepare = getattr(driver, "prepare", None)
+    if prepare is not None:
+        prepare(workers, concurrency)
+
+
 @asynccontextmanager
 async def _session(driver: Driver) -> AsyncIterator[Redis]:
     """An emptied Redis and an open driver; closed afterwards."""
@@ -140,6 +148,7 @@ async def processing_run(
     with every task queued and every worker warm.
     """
     result = RunResult()
+    _prepare(driver, workers, concurrency)
     async with (
         _session(driver) as client,
         _idle_workers(driver, workers, concurrency, gated=True, record_starts=False) as group,

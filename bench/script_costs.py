@@ -86,7 +86,9 @@ def _process(
     while rows := r.xreadgroup(GROUP, "c1", {qkey: ">"}, count=batch):
         entries = rows[0][1]
         items = [(k.task_keys(f["id"], "q"), Entry(eid)) for eid, f in entries]
-        started = _run(r, shas, layout.start(c, k, "worker", StartArgs("c1", 30000, "n1"), items))
+        started = _run(
+            r, shas, layout.start(c, k, "worker", StartArgs("c1", 30000, "n1", "q"), items)
+        )
         ends = [
             (
                 k.task_keys(f["id"], "q"),
@@ -94,7 +96,7 @@ def _process(
             )
             for (_, f), s in zip(entries, started, strict=True)
         ]
-        finished = _run(r, shas, layout.finish(c, "worker", ends))
+        finished = _run(r, shas, layout.finish(c, k, "worker", ends))
         done += sum(1 for f in finished if f[0] == 1)
     return done
 

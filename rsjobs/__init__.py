@@ -28,6 +28,7 @@ from .errors import (
     UnknownQueue,
     WaitTimeout,
 )
+from .limits import QueueLimits, RateLimit
 from .model import Event, State
 from .schemas import (
     BulkItem,
@@ -70,7 +71,9 @@ __all__ = [
     "NotReplicated",
     "PayloadError",
     "PredecessorRefused",
+    "QueueLimits",
     "QueuePause",
+    "RateLimit",
     "RedisUnavailable",
     "Registry",
     "RetryResult",

@@ -166,6 +166,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         name=args.name,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
+        priority_age_ms=args.priority_age_ms,
     )
     await worker.run()
     return 0
@@ -203,6 +204,7 @@ async def cmd_enqueue(args: argparse.Namespace) -> int:
             labels=labels or None,
             after=args.after or None,
             after_policy=args.after_policy,
+            priority=args.priority,
         )
         print(tid, flush=True)
         from .console.commands import live_workers
@@ -434,6 +436,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     w.add_argument("--name", default=None)
     add_metrics_options(w, "this worker's")
+    w.add_argument(
+        "--priority-age-ms",
+        type=int,
+        default=30_000,
+        metavar="MS",
+        help="aging: a waiting task counts one priority level higher per MS it waited, so "
+        "that none starves (0: never; see rsjobs.limits)",
+    )
     w.set_defaults(func=cmd_worker)
 
     d = sub.add_parser(
@@ -490,6 +500,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--delay-ms", type=int, default=0)
     e.add_argument("--dedup-key")
     e.add_argument("--owner")
+    e.add_argument(
+        "--priority", type=int, default=0, help="0 (the default) to 9: higher starts first"
+    )
     e.add_argument(
         "--label", action="append", metavar="KEY=VALUE", help="a label (repeatable, at most 8)"
     )
@@ -611,6 +624,7 @@ _PLUGINS = (
     "rsjobs.hooks.cli",
     "rsjobs.console.schedules",
     "rsjobs.console.costs",
+    "rsjobs.console.limits",
 )
 
 

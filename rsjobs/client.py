@@ -31,6 +31,17 @@ from .errors import (
     WorkflowNotFound,
 )
 from .labels import encode_labels, validate_labels
+from .limits import (
+    QueueLimits,
+    RateLimit,
+    check_owner,
+    check_owner_limit,
+    check_priority,
+    check_rate,
+    check_type,
+    queue_name,
+    rate_field,
+)
 from .model import RESTART, allowed, is_terminal
 from .names import validate_name
 from .queries import Labels, Names, list_query
@@ -124,6 +135,7 @@ def _check_request(r: EnqueueRequest, limit: int) -> bytes:
     if r.labels is not None:
         validate_labels(r.labels)
     check_after(r.after, r.after_policy)
+    check_priority(r.priority)
     return encode_payload(r.payload, limit)
 
 
@@ -149,6 +161,7 @@ def new_task(
             traceparent=trace.traceparent,
             tracestate=trace.tracestate,
             after_policy=r.after_policy if r.after else "",
+            priority=r.priority,
         ),
     )
 
@@ -213,6 +226,7 @@ class Client:
         after: Sequence[str] | None = None,
         after_policy: str = "succeeded",
         shard_key: str | None = None,
+        priority: int = 0,
     ) -> str:
         """Submit one task; returns its id.
 
@@ -224,7 +238,8 @@ class Client:
         :class:`DedupKeyReused` (see :mod:`rsjobs.dedup`); ``owner`` is recorded for access
         control; ``wait_timeout_ms`` expires it if no worker starts it in time; ``labels``
         (at most 8 ``key: value`` texts, :mod:`rsjobs.labels`) are shown with it and listed
-        by. ``after`` (1-32 task ids of the same owner) makes it a successor: it waits
+        by; ``priority`` (0-9, higher first; :mod:`rsjobs.limits`) orders it on its queue.
+        ``after`` (1-32 task ids of the same owner) makes it a successor: it waits
         (WAITING) until they all SUCCEEDED, then runs with their results
         (``ctx.predecessors``); one that fails, times out or is cancelled cancels it, with
         that reason, unless ``after_policy="always"`` (it runs once all are finished). Its
@@ -255,6 +270,7 @@ class Client:
                 labels=dict(labels) if labels is not None else None,
                 after=list(after) if after is not None else None,
                 after_policy=after_policy,
+                priority=priority,
             ),
             shard_key=shard_key,
         )
@@ -267,7 +283,7 @@ class Client:
         store, tid = await self._place(req, shard_key)
         if req.queue not in self._known_queues:
             await self._remember_queues({req.queue})
-        keys = store.keys.task_keys(tid, req.queue, req.dedup_key)
+        keys = store.keys.task_keys(tid, req.queue, req.dedup_key, req.priority)
         attributes = task_attributes(tid, req.type, req.queue, "send")
         attributes["rsjobs.task.owner"] = req.owner
         with enqueue_span(f"rsjobs.enqueue {req.type}", attributes) as trace:
@@ -361,7 +377,7 @@ class Client:
                     r, tid = reqs[i], shards.new_id(shard)
                     tasks.append(
                         (
-                            store.keys.task_keys(tid, r.queue, r.dedup_key),
+                            store.keys.task_keys(tid, r.queue, r.dedup_key, r.priority),
                             new_task(tid, r, encoded[i], trace),
                         )
                     )
@@ -373,7 +389,7 @@ class Client:
                 r, tid = reqs[i], shards.new_id(placed[i])
                 reply = await store.successors.enqueue(
                     self.source,
-                    store.keys.task_keys(tid, r.queue, r.dedup_key),
+                    store.keys.task_keys(tid, r.queue, r.dedup_key, r.priority),
                     new_task(tid, r, encoded[i], trace),
                     r.after or (),
                     durable=True,
@@ -715,6 +731,7 @@ class Client:
         owner: str | None = None,
         wait_timeout_ms: int = 0,
         labels: Mapping[str, str] | None = None,
+        priority: int = 0,
     ) -> int:
         """Add (or replace) the recurring schedule ``name``: a task of ``type`` with
         ``payload`` each tick of ``cron`` (UTC) or every ``every_ms`` from now; fired by the
@@ -730,6 +747,7 @@ class Client:
             owner=owner,
             wait_timeout_ms=wait_timeout_ms,
             labels=dict(labels) if labels is not None else None,
+            priority=priority,
         )
         _check_request(req, self.settings.payload_limit)
         s = Schedule(name=name, cron=cron, every_ms=every_ms, task=req)
@@ -893,6 +911,70 @@ class Client:
         )
         self._known_queues.add(queue)
         return msgspec.structs.replace(pause_record(queue, reply.record), changed=reply.changed)
+
+    # -- limits of shared queues (rsjobs.limits) -------------------------------------------
+
+    async def set_limit(self, queue: str, limit: int, *, owner: str | None = None) -> None:
+        """At most ``limit`` RUNNING tasks of one owner on ``queue``: of every owner (the
+        queue's default), or of ``owner`` (its own, over the default). Workers hold to it
+        from their next start. Raises :class:`ConfigError` (nothing written) for a bad
+        queue, owner or limit (an integer from 1 to 1,000,000)."""
+        queue_name(queue)
+        check_owner_limit(limit)
+        field = f"c|{queue}|*" if owner is None else f"c|{queue}|{check_owner(owner)}"
+        await self.store.require_layout()
+        await self.store.limits.put(field, str(limit))
+
+    async def clear_limit(self, queue: str, *, owner: str | None = None) -> bool:
+        """Remove the queue's default per-owner limit, or ``owner``'s own (the default
+        holds for it again); whether there was one."""
+        queue_name(queue)
+        field = f"c|{queue}|*" if owner is None else f"c|{queue}|{check_owner(owner)}"
+        return await self.store.limits.remove(field)
+
+    async def set_rate(
+        self,
+        queue: str,
+        per_second: float,
+        *,
+        type: str | None = None,
+        burst: int | None = None,
+        retries: bool = False,
+    ) -> RateLimit:
+        """A token bucket of ``per_second`` starts (up to ``burst`` at once; default one
+        second's worth) for ``queue``, for tasks of ``type`` on it, or (``retries``) for
+        that type's attempts after its first. Replaces the bucket's setting (its state
+        stays). Raises :class:`ConfigError` (nothing written) for a bad value."""
+        queue_name(queue)
+        if type is not None:
+            check_type(type)
+        if not isinstance(retries, bool):
+            raise ConfigError("retries must be True or False")
+        per, b = check_rate(per_second, burst)
+        field = rate_field(queue, type, retries)
+        await self.store.require_layout()
+        await self.store.limits.put(field, f"{per:g} {b}")
+        return RateLimit(queue=queue, type=type or "", retries=retries, per_second=per, burst=b)
+
+    async def clear_rate(
+        self, queue: str, *, type: str | None = None, retries: bool = False
+    ) -> bool:
+        """Remove a rate limit (and its bucket's state); whether there was one. Tasks it
+        held back start at the times reserved for them."""
+        queue_name(queue)
+        if type is not None:
+            check_type(type)
+        return await self.store.limits.remove(rate_field(queue, type, retries), bucket=True)
+
+    async def limits(self, queue: str | None = None) -> list[QueueLimits]:
+        """The limits of ``queue`` (None: of every queue with a limit or a known name),
+        with the RUNNING tasks of each owner and the tasks parked on them."""
+        if queue is not None:
+            queues = [queue_name(queue)]
+        else:
+            named = set(await self.store.limits.limited_queues())
+            queues = sorted(named | set(await self.store.reaper.queues()))
+        return await self.store.limits.of(queues)
 
     # -- bulk actions ----------------------------------------------------------------------
 

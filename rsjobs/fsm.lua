@@ -30,12 +30,15 @@ Common KEYS (every transition script):
   KEYS[15] costs      hash    "<dim>|<name>|<unit>|<category>": attempts, run time (run_ms),
                               deferred wait (wait_ms) and charges (millionths of their unit)
                               per queue, type, owner and stage (see account_attempt)
-  KEYS[16] running    hash    "<queue>|<owner>" -> its RUNNING tasks (per-owner limits)
+  KEYS[16] running    hash    "<queue>|<owner>" -> its RUNNING tasks (per-owner limits;
+                              kept by transition, see count_running)
 (KEYS[5..11] are the list indexes: see index_move.)
 The task keys, three per task (a script's items: its tasks, entries, members... follow the
 common KEYS, each with its keys; then the script's own keys, if any):
   task       hash    the task, its history included (see append_entry)
-  queue      stream  its queue's stream
+  queue      stream  the stream of its queue's priority level: "queue:<name>" for
+                     priority 0, "queue:<name>|p<N>" for N > 0 (see level_of; load and
+                     check_levels refuse any other)
   dedup      string  its dedup key (the unused "dedup:" key when it has none)
 
 Common ARGV:
@@ -151,6 +154,13 @@ local GROUP = ARGV[4]
 local NCOMMON = 16  -- common KEYS
 local NARGV = 4  -- common ARGV
 
+-- The consumer of the queue groups that holds the work entries of tasks waiting on a
+-- limit (scripts/start.lua parks them, scripts/take.lua hands them to a worker; the
+-- reaper leaves them alone). rsjobs/store/keys.py names it too.
+local WAITING_CONSUMER = '~waiting'
+-- The priority levels: 0 (the default) .. MAX_PRIORITY, higher first.
+local MAX_PRIORITY = 9
+
 -- Counter increments of this call: field -> sum, written by finish_call().
 local COUNTS = {}
 local function count(field, n)
@@ -163,6 +173,10 @@ local COSTS = {}
 local function cost(field, n)
   COSTS[field] = (COSTS[field] or 0) + n
 end
+
+-- Changes of the per-owner RUNNING counts (KEYS[16]) of this call: field -> delta,
+-- written by finish_call() (see count_running).
+local RUNS = {}
 
 -- Work entries this call removes, per queue stream: {qkey = {entry, ...}}; acked and
 -- deleted by finish_call() with one XACK and one XDEL per stream (see drop_entry).
@@ -184,6 +198,12 @@ local function finish_call(main)
     if n ~= 0 then redis.call('HINCRBY', COSTS_KEY, field, n) end
   end
   COSTS = {}
+  for f, n in pairs(RUNS) do
+    if n ~= 0 and redis.call('HINCRBY', RUNNING_KEY, f, n) <= 0 then
+      redis.call('HDEL', RUNNING_KEY, f)  -- none left (a negative count is none too)
+    end
+  end
+  RUNS = {}
   for qkey, entries in pairs(DROPS) do
     redis.call('XACK', qkey, GROUP, unpack(entries))
     redis.call('XDEL', qkey, unpack(entries))
@@ -267,8 +287,35 @@ local function layout(nargs, per_arg, per_key, tail, exact)
   return n, nil
 end
 
+-- The name of the task's priority level: its queue's for priority 0, "<queue>|p<N>" for
+-- N > 0 (rsjobs/store/keys.py level_name); its queue key is "queue:<level name>".
+local function level_of(t)
+  local p = t.priority or 0
+  if p > 0 then return t.queue .. '|p' .. p end
+  return t.queue
+end
+
+-- Its member in the scheduled, deadlines, paused:tasks and polls zsets: its level and id
+-- (a sweeper builds the task's keys from it).
 local function member(t)
-  return t.queue .. ':' .. t.id
+  return level_of(t) .. ':' .. t.id
+end
+
+-- Whether `qkey` is the stream of the level of a task of `queue` and priority `p`: the
+-- key ends with ":queue:<level name>" (compared, not built: keys come through KEYS).
+local function is_level_key(qkey, queue, p)
+  local name = queue
+  if p > 0 then name = queue .. '|p' .. p end
+  local tail = ':queue:' .. name
+  return type(qkey) == 'string' and string.sub(qkey, -#tail) == tail
+end
+
+-- A priority as stored (field pr, absent for 0): the number, or nil when it is not one.
+local function priority_of(v)
+  if v == nil or v == false or v == '' then return 0 end
+  local p = tonumber(v)
+  if p == nil or p ~= math.floor(p) or p < 0 or p > MAX_PRIORITY then return nil end
+  return p
 end
 
 -- The short names of the task hash's common fields (the README's glossary of task hash
@@ -279,8 +326,8 @@ local FIELD = {state = 's', type = 't', queue = 'q', payload = 'p', attempt = 'a
   max_attempts = 'ma', failures = 'f', created_at = 'c', started_at = 'b', updated_at = 'u',
   lease = 'l', result = 'r', entry = 'e', traceparent = 'tp', tracestate = 'ts',
   external_id = 'x', provider = 'xp', wait_until = 'xu', poll_ms = 'xo', resolved = 'xd',
-  after = 'af', after_policy = 'ap', predecessors = 'pr', successors = 'sc',
-  release_delay_ms = 'rd', release_wait_ms = 'rw'}
+  after = 'af', after_policy = 'ap', predecessors = 'pd', successors = 'sc',
+  release_delay_ms = 'rd', release_wait_ms = 'rw', priority = 'pr'}
 local function fld(name)
   return FIELD[name] or name
 end
@@ -305,13 +352,28 @@ local USUAL_SOURCE = {ENQUEUE = 'api', START = 'worker', COMPLETE = 'worker', FA
 
 -- The state an event leads to when the table allows it only one (START: RUNNING...):
 -- a history entry of such an event leaves its state token empty (derived from the table
--- in the same way by rsjobs/store/history.py).
+-- in the same way by rsjobs/store/history.py). Found when first asked, per event: a call
+-- looks up an event or two, and deriving the whole table at every call cost about half
+-- of what running fsm.lua costs (a take.lua call looks up none).
 local IMPLIED = {}
-for row in pairs(TRANSITIONS) do
-  local _, event, to = string.match(row, '^([%u_]*)|([%u_]+)|([%u_]+)$')
-  if IMPLIED[event] == nil then IMPLIED[event] = to elseif IMPLIED[event] ~= to then
-    IMPLIED[event] = false
+local function implied(event)
+  local v = IMPLIED[event]
+  if v == nil then
+    v = false
+    local mid = '|' .. event .. '|'  -- (a row "<from>|<event>|<to>" has two bars)
+    for row in pairs(TRANSITIONS) do
+      local at = string.find(row, mid, 1, true)
+      if at ~= nil then
+        local to = string.sub(row, at + #mid)
+        if v == false then v = to elseif v ~= to then
+          v = false
+          break
+        end
+      end
+    end
+    IMPLIED[event] = v
   end
+  return v
 end
 
 -- Complete the fields `f` of a history entry: msg, rej=1 for a refusal, then `extra` (a
@@ -349,7 +411,7 @@ end
 -- the attempt the entry names (nil = the task's current attempt).
 local function append_entry(f, t, to, event, msg, rejected, extra, att)
   local shown, src = to, SOURCE
-  if not rejected and IMPLIED[event] == to then shown = '' end
+  if not rejected and implied(event) == to then shown = '' end
   if USUAL_SOURCE[event] == src then src = '' end
   local p = {esc(event), esc(shown), esc(src), att or t.attempt or 0, NOW - (t.created or NOW)}
   if rejected then p[#p + 1] = '!' end
@@ -851,6 +913,31 @@ local function note_release(t, to)
   RELEASES = RELEASES + 1
 end
 
+-- The per-owner RUNNING counts (KEYS[16], field "<queue>|<owner>"): a task with an owner
+-- counts one from its entry into RUNNING (START) to its exit from it (COMPLETE, FAIL,
+-- TIMEOUT, RECLAIM, REQUEUE, PAUSE, CANCEL, DEADLETTER, DEFER), kept here for every
+-- transition, so that start.lua can hold an owner to its limit. Written by finish_call().
+local function running_field(t)
+  return t.queue .. '|' .. t.owner
+end
+
+local function count_running(t, n)
+  local f = running_field(t)
+  RUNS[f] = (RUNS[f] or 0) + n
+end
+
+-- The owner's RUNNING tasks in the task's queue now (this call's changes included).
+local RUN_BASE = {}  -- field -> its count as the call found it (written at its end only)
+local function running_now(t)
+  local f = running_field(t)
+  local n = RUN_BASE[f]
+  if n == nil then
+    n = tonumber(redis.call('HGET', RUNNING_KEY, f)) or 0
+    RUN_BASE[f] = n
+  end
+  return n + (RUNS[f] or 0)
+end
+
 local function transition(t, event, to, msg, fields, extra)
   if not allowed(t.state, event, to) then
     error('rsjobs: illegal transition ' .. t.state .. ' -' .. event .. '-> ' .. to)
@@ -880,6 +967,9 @@ local function transition(t, event, to, msg, fields, extra)
     t.refusals = false
   end
   if from ~= to then
+    if (t.owner or '') ~= '' then
+      if to == 'RUNNING' then count_running(t, 1) elseif from == 'RUNNING' then count_running(t, -1) end
+    end
     if from ~= '' then count(t.queue .. ':' .. from, -1) end
     count(t.queue .. ':' .. to, 1)
     index_move(t, from, to)
@@ -900,20 +990,23 @@ local function transition(t, event, to, msg, fields, extra)
   return hid
 end
 
--- Load the i-th task of this call (or the task of keys {task, queue, dedup}, see
--- task_keys): keys plus the named hash fields (t.f[name]).
--- Returns nil when the task hash does not exist. A hash without its id or queue (written
--- by something else than these scripts), or of layout 1, raises here, before anything is
--- written for the task: every helper below needs both, and would fail half-way through
--- its writes. (Only a new task's table is built by hand; it has no `refusals` yet.)
-local function load(i, names)
+-- Tasks check_levels loaded for the loop that follows it: call index -> {names, task}.
+local LOADED = {}
+
+-- Read the i-th task of this call: keys plus the named hash fields (t.f[name]).
+-- Returns nil when the task hash does not exist; nil and an error text when its queue key
+-- is not the stream of its level. A hash without its id or queue (written by something
+-- else than these scripts), or of layout 1, raises here, before anything is written for
+-- the task: every helper below needs both, and would fail half-way through its writes.
+-- (Only a new task's table is built by hand; it has no `refusals` yet.)
+local function read_task(i, names)
   local key, qkey, dkey = task_keys(i)
   -- (wf, the workflow of a workflow's task, is read here for append_entry's events entry:
   -- one HMGET per task and call, not a read per entry; owner and labels for index_move)
   -- (sc: a predecessor's successors, for note_release: empty for every other task;
-  -- t and wf_stage_name: the task's type and stage, for account_attempt)
+  -- t and wf_stage_name: the task's type and stage, for account_attempt; pr: its level)
   local q = {'s', 'id', 'q', 'a', 'dedup', 'refusals', 'c', 'hn', 'b', 'wf', 'owner', 'labels',
-    'sc', 't', 'wf_stage_name'}
+    'sc', 't', 'wf_stage_name', 'pr'}
   local base = #q
   for j = 1, #names do q[#q + 1] = fld(names[j]) end
   local v = redis.call('HMGET', key, unpack(q))
@@ -930,13 +1023,82 @@ local function load(i, names)
   if not v[2] or not v[3] then
     error('rsjobs: corrupt task hash ' .. key .. ': no id or queue field', 0)
   end
+  local priority = priority_of(v[16])
+  if priority == nil then
+    error('rsjobs: corrupt task hash ' .. key .. ': priority ' .. tostring(v[16]), 0)
+  end
+  -- (a task read only, keys {key, '', ''}: a predecessor after.lua reads, no queue key)
+  local read_only = type(i) == 'table' and qkey == ''
+  if not read_only and not is_level_key(qkey, v[3], priority) then
+    return nil, 'rsjobs: queue key ' .. tostring(qkey) .. ' is not the stream of task ' .. key
+      .. ' (queue ' .. v[3] .. ', priority ' .. priority .. ')'
+  end
   local t = {key = key, qkey = qkey, dkey = dkey, state = v[1], id = v[2],
     queue = v[3], attempt = tonumber(v[4]) or 0, dedup = v[5], refusals = v[6],
     created = tonumber(v[7]), hn = tonumber(v[8]) or 0, started = tonumber(v[9]),
     wf = v[10] or '', owner = v[11] or '', labels = v[12] or '', succ = v[13] or '',
-    type = v[14] or '', sname = v[15] or '', f = {}}
+    type = v[14] or '', sname = v[15] or '', priority = priority, f = {}}
   for j = 1, #names do t.f[names[j]] = v[base + j] end
   return t
+end
+
+-- Load the i-th task of this call (see read_task): a table, or nil when it is missing.
+-- Raises also when its queue key is not the stream of its level. A task check_levels read
+-- with the same `names` table is not read again.
+local function load(i, names)
+  local c = LOADED[i]
+  if c ~= nil then
+    LOADED[i] = nil
+    if c[1] == names then return c[2] or nil end
+  end
+  local t, err = read_task(i, names)
+  if err then error(err, 0) end
+  return t
+end
+
+-- Check the queue key of each of the first `n` tasks of this call against its hash (its
+-- queue and priority: see level_of), before the first write of a batch: load() raises
+-- on a wrong one, which half way through a batch would come after writes. Returns nil,
+-- or the error reply (nothing written). `queue` (may be nil): the queue every task must
+-- be of. With `names` (the fields the loop after it loads, the same table), it loads the
+-- tasks (a corrupt hash raises here) and load() hands them out; without, a missing task,
+-- or a hash load() refuses for another reason, is left to load().
+local function check_levels(n, queue, names)
+  if names ~= nil then
+    -- (the loop after it loads each task anyway: load them here, once; a task named
+    -- twice in the call is read again when its turn comes, after what came before it)
+    local seen = {}
+    for i = 1, n do
+      local t, err = read_task(i, names)
+      if err then return redis.error_reply(err) end
+      if t and queue ~= nil and t.queue ~= queue then
+        return redis.error_reply('rsjobs: task ' .. t.key .. ' is of queue ' .. t.queue
+          .. ', not ' .. queue)
+      end
+      local key = task_keys(i)
+      if not seen[key] then
+        seen[key] = true
+        LOADED[i] = {names, t or false}
+      end
+    end
+    return nil
+  end
+  for i = 1, n do
+    local b = NCOMMON + (i - 1) * 3
+    local key, qkey = KEYS[b + 1], KEYS[b + 2]
+    local v = redis.call('HMGET', key, 'q', 'pr')
+    if v[1] and queue ~= nil and v[1] ~= queue then
+      return redis.error_reply('rsjobs: task ' .. key .. ' is of queue ' .. v[1] .. ', not ' .. queue)
+    end
+    if v[1] then
+      local p = priority_of(v[2])
+      if p == nil or not is_level_key(qkey, v[1], p) then
+        return redis.error_reply('rsjobs: queue key ' .. tostring(qkey) .. ' is not the stream of '
+          .. 'task ' .. key .. ' (queue ' .. v[1] .. ', priority ' .. tostring(v[2] or 0) .. ')')
+      end
+    end
+  end
+  return nil
 end
 
 -- Remove a delivered or undelivered work entry from the queue stream and its PEL, when
@@ -953,8 +1115,13 @@ local function drop_entry(qkey, entry)
   end
 end
 
--- Put the task on its queue stream as a new entry; returns the entry id.
+-- Put the task on its queue stream (its level's) as a new entry; returns the entry id.
+-- A task with an owner has it on its entry too (o), so that scripts/take.lua can hold an
+-- owner to its limit before it delivers the entry.
 local function push_entry(t)
+  if (t.owner or '') ~= '' then
+    return redis.call('XADD', t.qkey, '*', 'id', t.id, 'o', t.owner)
+  end
   return redis.call('XADD', t.qkey, '*', 'id', t.id)
 end
 
@@ -968,7 +1135,7 @@ local MAX_ATTEMPTS = 3
 local TASK_OPTIONS = {max_attempts = 'count', timeout_ms = 'count', delay_ms = 'count',
   wait_timeout_ms = 'count', backoff_base_ms = 'count', backoff_max_ms = 'count',
   dedup = 'text', owner = 'text', labels = 'labels', traceparent = 'trace',
-  tracestate = 'trace', after_policy = 'policy'}
+  tracestate = 'trace', after_policy = 'policy', priority = 'priority'}
 -- What a successor waits for (after_policy; after.lua): 'succeeded' (the default) releases
 -- it once every predecessor SUCCEEDED and cancels it when one does not; 'always' releases
 -- it once every predecessor is finished, however it ended.
@@ -1014,6 +1181,10 @@ local function task_options(raw)
     elseif kind == 'labels' then
       labels = type(v) == 'string' and decode_labels(v)
       if not labels then return nil, 'option labels (see rsjobs/labels.py)' end
+    elseif kind == 'priority' then
+      if type(v) ~= 'number' or v < 0 or v > MAX_PRIORITY or v ~= math.floor(v) then
+        return nil, 'option priority (an integer from 0 to ' .. MAX_PRIORITY .. ')'
+      end
     elseif kind == 'trace' then
       if type(v) ~= 'string' or #v > TRACE_MAX or string.find(v, '%c') then
         return nil, 'option ' .. name .. ' (a W3C trace context text, see rsjobs/tracing.py)'
@@ -1038,17 +1209,38 @@ end
 -- `more` extra hash fields and `extra` extra history fields (flat arrays, may be nil).
 -- Fields equal to their defaults are left out (failures 0, progress 0, no timeout, the
 -- backoff's defaults, which end_attempt applies when they are missing). Returns the task.
+-- Whether the i-th task keys of this call suit a new task of `queue` with options `o`:
+-- its queue key is the stream of its priority's level (a caller checks a whole batch
+-- with it before its first write; new_task raises on a wrong one).
+local function new_task_keys_ok(i, queue, o)
+  local _, qkey = task_keys(i)
+  return is_level_key(qkey, queue, o.priority or 0)
+end
+
 local function new_task(i, id, typ, queue, payload, o, msg, more, extra)
   local key, qkey, dkey = task_keys(i)
   local dedup, owner = o.dedup or '', o.owner or ''
+  local priority = o.priority or 0
+  if not new_task_keys_ok(i, queue, o) then
+    error('rsjobs: queue key ' .. tostring(qkey) .. ' is not the stream of a task of queue '
+      .. queue .. ' and priority ' .. priority, 0)
+  end
   local t = {key = key, qkey = qkey, dkey = dkey, id = id, queue = queue,
     state = '', attempt = 0, dedup = dedup, created = NOW, hn = 0, wf = '', owner = owner,
-    labels = o.labels or '', label_table = o.label_table, type = typ, sname = ''}
+    labels = o.labels or '', label_table = o.label_table, type = typ, sname = '',
+    priority = priority}
   for j = 1, #(more or {}), 2 do
     if more[j] == 'wf' then t.wf = more[j + 1] end
     if more[j] == 'wf_stage_name' then t.sname = more[j + 1] end
   end
   local fields = {'id', id, 't', typ, 'q', queue, 'p', payload, 'c', NOW}
+  if priority > 0 then
+    -- (a priority-0 task stores nothing: no field, no history token)
+    fields[#fields + 1] = 'pr'; fields[#fields + 1] = priority
+    local e = {'pr', priority}
+    for j = 1, #(extra or {}) do e[#e + 1] = extra[j] end
+    extra = e
+  end
   if o.max_attempts ~= MAX_ATTEMPTS then
     fields[#fields + 1] = 'ma'; fields[#fields + 1] = o.max_attempts
   end
@@ -1415,4 +1607,178 @@ local function leave_deferred(t, polls_key)
   redis.call('ZREM', DEADLINES_KEY, member(t))
   if polls_key ~= nil then redis.call('ZREM', polls_key, member(t)) end
   redis.call('HDEL', t.key, 'xu', 'xo')
+end
+
+-- Limits of shared queues (scripts/start.lua decides, scripts/take.lua hands out; the
+-- settings are rsjobs/limits.py's). In a table, to keep the scripts' upvalues few.
+--   * per-owner concurrency: the limits hash's "c|<queue>|<owner>" (an owner's own) or
+--     "c|<queue>|*" (the queue's default for every owner) bounds the owner's RUNNING tasks
+--     in the queue (KEYS[16], see count_running); a task without an owner has no limit.
+--     A START over it parks the task: it stays PENDING, its work entry is held by
+--     WAITING_CONSUMER and it is listed in parked:<queue>, with nothing written to its
+--     hash or history; take.lua hands it to a worker once its owner is under the limit.
+--   * rates: token buckets, "r|<queue>" (every start in the queue), "r|<queue>|<type>"
+--     (a type's starts) and "rr|<queue>|<type>" (a type's starts after its first
+--     attempt), each "<per second> <burst>", kept as GCRA: the rates hash holds a
+--     bucket's theoretical arrival time TAT (ms); a start at `now` conforms when
+--     TAT - tolerance <= now (tolerance = (burst - 1) * interval) and moves TAT to
+--     max(TAT, now) + interval. A START that does not conform reserves the earliest time
+--     every bucket of the task allows (each bucket's TAT moves past it, so the tasks a
+--     bucket holds back start one interval apart, in the order they came) and parks the
+--     task in throttled:<queue> scored by that time, its hash field rt = that time (the
+--     START at that time is let through on it: its slots are taken). No history entry,
+--     no busy loop: take.lua hands it out when its time comes.
+local pools = {LIMIT_MAX = 1000000, limit = {}, rate = {}, tat = {}, lists = {}}
+
+-- The concurrency limit of the owner of `t` in its queue: a number, or nil (none).
+function pools.owner_limit(limits_key, queue, owner)
+  if owner == nil or owner == '' then return nil end
+  local f = queue .. '|' .. owner
+  local v = pools.limit[f]
+  if v == nil then
+    local r = redis.call('HMGET', limits_key, 'c|' .. f, 'c|' .. queue .. '|*')
+    v = tonumber(r[1]) or tonumber(r[2]) or false
+    pools.limit[f] = v
+  end
+  if v == false then return nil end
+  return v
+end
+
+-- A rate setting: {interval ms, tolerance ms}, or false for none (or a setting that
+-- does not read: rsjobs/limits.py writes only good ones).
+function pools.rate_setting(limits_key, field)
+  local v = pools.rate[field]
+  if v == nil then
+    local raw = redis.call('HGET', limits_key, field)
+    local per, burst = string.match(raw or '', '^(%S+) (%d+)$')
+    per, burst = tonumber(per), tonumber(burst)
+    if per and per > 0 and burst and burst >= 1 then
+      v = {1000 / per, (burst - 1) * 1000 / per}
+    else
+      v = false
+    end
+    pools.rate[field] = v
+  end
+  return v
+end
+
+-- The buckets (fields) with a setting that a START of task `t` (loaded with 'type') at
+-- attempt `attempt` (the one it starts) draws on.
+-- (the same list for every start of a queue, type and retry or not, in a call)
+function pools.buckets(limits_key, t, attempt)
+  local ty = t.f.type or ''
+  local byq = pools.lists[t.queue]
+  if byq == nil then
+    byq = {}
+    pools.lists[t.queue] = byq
+  end
+  local ck = ty
+  if attempt > 1 then ck = ty .. '|r' end
+  local out = byq[ck]
+  if out ~= nil then return out end
+  local names = {'r|' .. t.queue}
+  if t.f.type then
+    names[2] = 'r|' .. t.queue .. '|' .. t.f.type
+    if attempt > 1 then names[3] = 'rr|' .. t.queue .. '|' .. t.f.type end
+  end
+  out = {}
+  for _, f in ipairs(names) do
+    if pools.rate_setting(limits_key, f) then out[#out + 1] = f end
+  end
+  byq[ck] = out
+  return out
+end
+
+-- A bucket's TAT as this call sees it (NOW when it has none).
+function pools.tat_of(rates_key, field)
+  local v = pools.tat[field]
+  if v == nil then
+    v = tonumber(redis.call('HGET', rates_key, field)) or 0
+    pools.tat[field] = v
+  end
+  return v
+end
+
+-- The earliest time (>= NOW) a start on every bucket of `buckets` conforms.
+function pools.conform_at(rates_key, limits_key, buckets)
+  local at = NOW
+  for _, f in ipairs(buckets) do
+    local s = pools.rate_setting(limits_key, f)
+    at = math.max(at, pools.tat_of(rates_key, f) - s[2])
+  end
+  return at
+end
+
+-- Take the slot at time `at` on every bucket of `buckets`.
+function pools.reserve(rates_key, limits_key, buckets, at)
+  for _, f in ipairs(buckets) do
+    local s = pools.rate_setting(limits_key, f)
+    local tat = math.max(pools.tat_of(rates_key, f), at) + s[1]
+    pools.tat[f] = tat
+    redis.call('HSET', rates_key, f, string.format('%.3f', tat))
+  end
+end
+
+-- How many starts the bucket `field` lets through now, one after the other (a large
+-- number when it has no setting).
+function pools.admissible(rates_key, limits_key, field)
+  local s = pools.rate_setting(limits_key, field)
+  if not s then return 1e9 end
+  local base = math.max(pools.tat_of(rates_key, field), NOW)
+  if base - s[2] > NOW then return 0 end
+  return math.floor((NOW + s[2] - base) / s[1] + 1e-6) + 1
+end
+
+-- A worker's claims (the claims hash of a queue: consumer -> "<expiry ms> <owner>=<n>
+-- ..."): the tasks of owners with a limit that take.lua handed to it and start.lua has
+-- not seen yet. Returns the expiry and a table owner -> n.
+function pools.read_claims(raw)
+  local exp = tonumber(string.match(raw or '', '^(%d+)')) or 0
+  local counts = {}
+  for owner, n in string.gmatch(raw or '', ' ([^ =]+)=(%d+)') do counts[owner] = tonumber(n) end
+  return exp, counts
+end
+
+-- Write a worker's claims back (none left: the field goes).
+function pools.write_claims(key, consumer, exp, counts)
+  local parts = {tostring(exp)}
+  for owner, n in pairs(counts) do
+    if n > 0 then parts[#parts + 1] = owner .. '=' .. n end
+  end
+  if #parts > 1 then
+    redis.call('HSET', key, consumer, table.concat(parts, ' '))
+  else
+    redis.call('HDEL', key, consumer)
+  end
+end
+
+-- A work entry id "<ms>-<seq>" written so that text order is time order.
+function pools.sortable(entry)
+  local ms, seq = string.match(entry, '^(%d+)%-(%d+)$')
+  return string.format('%013d-%010d', tonumber(ms), tonumber(seq))
+end
+
+-- Its inverse.
+function pools.entry_of(sortable)
+  local ms, seq = string.match(sortable, '^(%d+)%-(%d+)$')
+  return tonumber(ms) .. '-' .. tonumber(seq)
+end
+
+-- The member of a parked task in parked:<queue>: "<owner>|<9 - priority><entry>|<id>"
+-- (text order: by owner, then highest priority, then oldest).
+function pools.waiting_member(owner, priority, entry, id)
+  return owner .. '|' .. (MAX_PRIORITY - priority) .. pools.sortable(entry) .. '|' .. id
+end
+
+-- The member of a parked task in throttled:<queue>: "<priority><entry>|<id>".
+function pools.throttled_member(priority, entry, id)
+  return priority .. pools.sortable(entry) .. '|' .. id
+end
+
+-- Park the delivered entry `entry` of task `t`: its consumer becomes WAITING_CONSUMER
+-- (it stays pending, the task PENDING with that entry), and it is listed in `zkey` as
+-- `m` with `score`.
+function pools.park(t, entry, zkey, score, m)
+  redis.call('XCLAIM', t.qkey, GROUP, WAITING_CONSUMER, 0, entry, 'JUSTID')
+  redis.call('ZADD', zkey, score, m)
 end

@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["RESTART", "TERMINAL", "TRANSITIONS", "Event", "State", "allowed", "is_terminal"]
+__all__ = [
+    "OCCUPYING",
+    "RESTART",
+    "TERMINAL",
+    "TRANSITIONS",
+    "Event",
+    "State",
+    "allowed",
+    "is_terminal",
+    "running_delta",
+]
 
 
 class State(StrEnum):
@@ -117,6 +127,19 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
     "CANCELLED": {"RETRY": frozenset({"CANCELLED"})},
     "TIMED_OUT": {"RETRY": frozenset({"TIMED_OUT"})},
 }
+
+#: the states in which a task with an owner takes one of its owner's slots on its queue:
+#: the per-owner RUNNING counts (``count_running`` in ``fsm.lua``) count the tasks in them,
+#: and a START over the owner's limit waits (``rsjobs.limits``)
+OCCUPYING: frozenset[str] = frozenset({"RUNNING"})
+
+
+def running_delta(from_state: str, to_state: str) -> int:
+    """How a transition changes its owner's RUNNING count: +1 into RUNNING, -1 out of it
+    (every exit: COMPLETE, FAIL, TIMEOUT, RECLAIM, REQUEUE, PAUSE, CANCEL, DEADLETTER,
+    DEFER), 0 otherwise."""
+    return int(to_state in OCCUPYING) - int(from_state in OCCUPYING)
+
 
 #: the event that starts a task of each terminal state over (``retry.lua``)
 RESTART: dict[str, str] = {

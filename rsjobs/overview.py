@@ -57,6 +57,10 @@ class QueueView(msgspec.Struct, frozen=True, kw_only=True):
     workers: int
     #: work waits and no live worker serves the queue
     unserved: bool
+    #: tasks a limit set aside (rsjobs.limits): parked until their owner is under its
+    #: concurrency limit, or until the start time a rate limit gave them (PENDING, counted
+    #: in ``counts``; tasks of an owner at its limit still on the stream are not)
+    held: int = 0
 
 
 class QueuePoint(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,6 +108,7 @@ async def queue_views(store: Store) -> list[QueueView]:
     live = live_workers_by_queue(await list_workers(store))
     oldest = await store.index.oldest_pending(names)
     paused = await store.tasks.paused_queues()
+    held = {q.queue: q.waiting + q.throttled for q in await store.limits.of(names)}
     now = await store.reaper.now_ms()
     out = []
     for name in names:
@@ -121,6 +126,7 @@ async def queue_views(store: Store) -> list[QueueView]:
                 paused_shards=paused[name].shards if name in paused else "",
                 workers=live.get(name, 0),
                 unserved=bool(waiting) and not live.get(name),
+                held=held.get(name, 0),
             )
         )
     return out

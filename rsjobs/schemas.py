@@ -95,6 +95,8 @@ class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
     predecessor_results: dict[str, Any] = msgspec.field(default_factory=dict)
     #: the tasks that wait (or waited) for this one
     successors: list[str] = msgspec.field(default_factory=list)
+    #: 0 (the default) to 9, higher first (rsjobs.limits)
+    priority: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -153,6 +155,7 @@ class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
             predecessor_states={tid: s for tid, s in after if s},
             predecessor_results=results,
             successors=[s for s in r.successors.split(",") if s],
+            priority=r.priority,
         )
 
     @classmethod
@@ -188,6 +191,8 @@ class TaskSummary(msgspec.Struct, frozen=True, kw_only=True):
     worker: str = ""
     #: the workflow it is a task of ('' = none)
     workflow: str = ""
+    #: 0 (the default) to 9, higher first
+    priority: int = 0
     created_at: int = 0
     updated_at: int = 0
     started_at: int = 0
@@ -218,6 +223,7 @@ class TaskSummary(msgspec.Struct, frozen=True, kw_only=True):
             error=r.error[:SUMMARY_ERROR],
             worker=r.consumer,
             workflow=r.wf,
+            priority=r.priority,
             created_at=r.created_at,
             updated_at=r.updated_at,
             started_at=r.started_at,
@@ -348,6 +354,8 @@ class EnqueueRequest(msgspec.Struct, frozen=True, kw_only=True):
     #: "succeeded" (every one SUCCEEDED) or "always" (every one finished)
     after: list[str] | None = None
     after_policy: str = "succeeded"
+    #: 0 (the default) to 9, higher first (rsjobs.limits)
+    priority: int = 0
 
 
 class EnqueueResult(msgspec.Struct, frozen=True, kw_only=True):

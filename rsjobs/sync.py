@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .client import Client, connect
 from .costs import CostReport, TaskCost, WorkflowCost
 from .errors import ConfigError
+from .limits import QueueLimits, RateLimit
 from .queries import Labels, Names
 from .schedules import ScheduleInfo
 from .schemas import (
@@ -173,6 +174,7 @@ class SyncClient:
         after: Sequence[str] | None = None,
         after_policy: str = "succeeded",
         shard_key: str | None = None,
+        priority: int = 0,
     ) -> str:
         """Submit one task; returns its id (see :meth:`rsjobs.Client.enqueue`; ``after``
         makes it a successor of those tasks; ``shard_key`` places it in a sharded
@@ -195,6 +197,7 @@ class SyncClient:
                 after=list(after) if after is not None else None,
                 after_policy=after_policy,
                 shard_key=shard_key,
+                priority=priority,
             )
         )
 
@@ -364,6 +367,7 @@ class SyncClient:
         owner: str | None = None,
         wait_timeout_ms: int = 0,
         labels: Mapping[str, str] | None = None,
+        priority: int = 0,
     ) -> int:
         """Add or replace a recurring schedule; its first tick (see :meth:`Client.schedule`)."""
         r = self._runner()
@@ -380,8 +384,46 @@ class SyncClient:
                 owner=owner,
                 wait_timeout_ms=wait_timeout_ms,
                 labels=labels,
+                priority=priority,
             )
         )
+
+    # -- limits of shared queues (rsjobs.limits) ---------------------------------------------
+
+    def set_limit(self, queue: str, limit: int, *, owner: str | None = None) -> None:
+        """At most ``limit`` RUNNING tasks of each owner (or of ``owner``) on ``queue``
+        (see :meth:`rsjobs.Client.set_limit`)."""
+        r = self._runner()
+        r.run(r.client.set_limit(queue, limit, owner=owner))
+
+    def clear_limit(self, queue: str, *, owner: str | None = None) -> bool:
+        """Remove the queue's default limit, or ``owner``'s own; whether there was one."""
+        r = self._runner()
+        return r.run(r.client.clear_limit(queue, owner=owner))
+
+    def set_rate(
+        self,
+        queue: str,
+        per_second: float,
+        *,
+        type: str | None = None,
+        burst: int | None = None,
+        retries: bool = False,
+    ) -> RateLimit:
+        """A rate limit for ``queue`` (or a type on it, or its retries): see
+        :meth:`rsjobs.Client.set_rate`."""
+        r = self._runner()
+        return r.run(r.client.set_rate(queue, per_second, type=type, burst=burst, retries=retries))
+
+    def clear_rate(self, queue: str, *, type: str | None = None, retries: bool = False) -> bool:
+        """Remove a rate limit; whether there was one."""
+        r = self._runner()
+        return r.run(r.client.clear_rate(queue, type=type, retries=retries))
+
+    def limits(self, queue: str | None = None) -> list[QueueLimits]:
+        """The limits of ``queue`` (None: of every queue), and how they hold now."""
+        r = self._runner()
+        return r.run(r.client.limits(queue))
 
     def webhook_deliveries(self, task_id: str) -> list[WebhookDelivery]:
         """The task's webhook deliveries, every attempt, newest first."""

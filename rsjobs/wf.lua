@@ -348,14 +348,19 @@ end
 -- Number of ARGV values describing one task to create (see create_task).
 local SPEC = 7
 
--- The options of the task to create from the SPEC values at ARGV[a + 1 ...] (checked
--- before the script's first write): the table, or nil and what is wrong.
-local function check_spec(a)
+-- The options of the task to create from the SPEC values at ARGV[a + 1 ...], at task
+-- index `i` (checked before the script's first write): the table, or nil and what is
+-- wrong (its queue key must be the stream of its queue and priority).
+local function check_spec(a, i)
   for j = 1, 3 do
     if (ARGV[a + j] or '') == '' then return nil, 'empty id, type or queue' end
   end
   if (ARGV[a + 6] or '') == '' then return nil, 'empty item' end
-  return task_options(ARGV[a + 5])
+  local o, why = task_options(ARGV[a + 5])
+  if o ~= nil and not new_task_keys_ok(i, ARGV[a + 3], o) then
+    return nil, 'queue key (not the stream of its queue and priority)'
+  end
+  return o, why
 end
 
 -- ENQUEUE the task at task index `i` for the current version and stage, from the SPEC

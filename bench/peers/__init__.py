@@ -35,6 +35,13 @@ SYSTEMS: dict[str, System] = {
     s.name: s
     for s in (
         System("rsjobs", "bench.peers.rsjobs_driver", MAIN_VENV, ("rsjobs", "redis", "hiredis")),
+        # rsjobs with priorities and per-owner limits in use (bench.peers.rsjobs_pools_driver)
+        System(
+            "rsjobs-pools",
+            "bench.peers.rsjobs_pools_driver",
+            MAIN_VENV,
+            ("rsjobs", "redis", "hiredis"),
+        ),
         _peer("taskiq", "taskiq", "taskiq-redis", "redis", "hiredis"),
         _peer("bullmq", "bullmq", "redis", "hiredis"),
         _peer("saq", "saq", "redis", "hiredis"),

@@ -36,6 +36,7 @@ async def cmd_add(args: argparse.Namespace) -> int:
             queue=args.queue,
             max_attempts=args.max_attempts,
             timeout_ms=args.timeout_ms,
+            priority=args.priority,
         )
     except (ConfigError, PayloadError) as exc:
         raise CliError(str(exc)) from None
@@ -78,6 +79,7 @@ def register(sub: Any) -> None:
     a.add_argument("--queue", default="default")
     a.add_argument("--max-attempts", type=int, default=3)
     a.add_argument("--timeout-ms", type=int, default=0)
+    a.add_argument("--priority", type=int, default=0, help="of each tick's task (0-9)")
     a.set_defaults(func=cmd_add)
     ls = ps.add_parser("list", help="schedules, next tick, fired and skipped (JSON lines)")
     ls.set_defaults(func=cmd_list)

@@ -68,6 +68,7 @@ def status_table(info: TaskInfo) -> Table:
     """``rsjobs status``: one row per field."""
     rows: list[list[object]] = [
         ["id", info.id], ["type", info.type], ["queue", info.queue], ["state", info.state],
+        ["priority", info.priority],
         ["attempt", f"{info.attempt} (failures {info.failures}/{info.max_attempts})"],
         ["progress", f"{info.progress:g}% {info.progress_msg}".rstrip()],
         ["worker", info.worker], ["owner", info.owner], ["labels", labels_text(info.labels)],
@@ -115,15 +116,17 @@ def labels_text(labels: Mapping[str, str]) -> str:
 def tasks_table(items: Iterable[TaskSummary]) -> Table:
     """``rsjobs tasks``: one row per task, in the list's order (newest first)."""
     columns = [
-        Column("listed"), Column("id"), Column("state"), Column("queue"), Column("type"),
-        Column("att", numeric=True), Column("owner"), Column("labels"), Column("error"),
+        Column("listed"), Column("id"), Column("state"), Column("queue"),
+        Column("pri", numeric=True), Column("type"), Column("att", numeric=True),
+        Column("owner"), Column("labels"), Column("error"),
     ]  # fmt: skip
     rows: list[list[object]] = []
     for s in items:
         error = f"{s.error_type}: {s.error}" if s.error_type else s.error
         rows.append(
-            [when(s.listed_at), s.id, s.state, s.queue, s.type, f"{s.attempt}/{s.max_attempts}",
-             s.owner, labels_text(s.labels), _one_line(error)[:80]]
+            [when(s.listed_at), s.id, s.state, s.queue, s.priority, s.type,
+             f"{s.attempt}/{s.max_attempts}", s.owner, labels_text(s.labels),
+             _one_line(error)[:80]]
         )  # fmt: skip
     return columns, rows
 

@@ -57,6 +57,7 @@ async def cmd_reaper(args: argparse.Namespace) -> int:
             forget_ms=args.forget_ms,
             deadletter_maxlen=args.deadletter_maxlen,
             batch=args.batch,
+            recount_ms=args.recount_ms,
             guard=not args.no_guard,
             log_idle=not args.quiet,
         )
@@ -145,6 +146,12 @@ def register(sub: Any) -> None:
     )
     r.add_argument("--deadletter-maxlen", type=int, default=d.deadletter_maxlen)
     r.add_argument("--batch", type=int, default=d.batch)
+    r.add_argument(
+        "--recount-ms",
+        type=int,
+        default=d.recount_ms,
+        help="how often the per-owner RUNNING counts are recounted (limits; 0 = never)",
+    )
     r.add_argument(
         "--retention-ms",
         type=int,

@@ -41,6 +41,10 @@ class ReaperConfig(msgspec.Struct, frozen=True, kw_only=True):
     guard: bool = True
     #: log sweeps that changed nothing too (one JSON line each)
     log_idle: bool = True
+    #: how often the per-owner RUNNING counts of the queues are recounted from their
+    #: pending lists (rsjobs.limits; recount.lua), so that a count a lost task left wrong
+    #: heals; 0 = never
+    recount_ms: int = 30_000
 
     def __post_init__(self) -> None:
         for name in (
@@ -54,7 +58,7 @@ class ReaperConfig(msgspec.Struct, frozen=True, kw_only=True):
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
-        for name in ("min_idle_ms", "deadline_grace_ms", "forget_ms"):
+        for name in ("min_idle_ms", "deadline_grace_ms", "forget_ms", "recount_ms"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")
 

@@ -134,11 +134,12 @@ async def requeue(client: Client, task_id: str, *, source: str | None = None) ->
         timeout_ms=t.timeout_ms,
         backoff_base_ms=t.backoff_base_ms or 1000,
         backoff_max_ms=t.backoff_max_ms or 300_000,
+        priority=t.priority,
     )
     k = client.keys
     code = await reaper.link(
         client.source,
-        k.task_keys(task_id, t.queue, t.dedup or None),
-        k.task_keys(clone, t.queue, dedup),
+        k.task_keys(task_id, t.queue, t.dedup or None, t.priority),
+        k.task_keys(clone, t.queue, dedup, t.priority),
     )
     return clone, code is not LinkCode.ALREADY

@@ -117,6 +117,8 @@ class SweepReport(msgspec.Struct, kw_only=True):
     ticks_fired: int = 0
     #: the shards this reaper swept (a sharded namespace: those whose guard it got)
     shards: list[int] = msgspec.field(default_factory=list)
+    #: per-owner RUNNING counts found wrong and set right (recount.lua; rsjobs.limits)
+    counts_fixed: int = 0
     ms: int = 0
 
     @property
@@ -189,6 +191,9 @@ class Reaper:
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
         self.metrics_server: asyncio.Server | None = None
+        #: when this reaper last recounted the per-owner RUNNING counts (monotonic s)
+        #: per shard, when its per-owner RUNNING counts were last recounted (monotonic)
+        self._recounted: dict[int, float] = {}
 
     async def close(self) -> None:
         if self._own_redis:
@@ -308,6 +313,11 @@ class Reaper:
             )
             report.events_trimmed += trimmed or 0
 
+        last_count = self._recounted.get(store.number, float("-inf"))
+        if cfg.recount_ms and time.monotonic() - last_count >= cfg.recount_ms / 1000:
+            fixed = await self._step(report, "recount", lambda: self._recount(store, queues))
+            report.counts_fixed += fixed or 0
+
         ws = await self._step(report, "workers", lambda: sweep_workers(store, queues, cfg))
         if ws is not None:
             report.workers_dead += [n for n in ws.newly_dead if n not in report.workers_dead]
@@ -331,6 +341,21 @@ class Reaper:
             if sampled is not None:
                 report.series_sampled += sampled
                 self._sampled[store.number] = seen
+
+    async def _recount(self, store: Store, queues: list[str]) -> int:
+        """Recount the per-owner RUNNING counts of the queues that have some, on one shard
+        (a queue that moved while it was read is recounted at the next sweep)."""
+        with_counts = {q.queue for q in await store.limits.of(queues) if q.running}
+        fixed, settled = 0, True
+        for q in sorted(with_counts):
+            n = await store.reaper.recount(q)
+            if n is None:
+                settled = False
+            else:
+                fixed += n
+        if settled:
+            self._recounted[store.number] = time.monotonic()
+        return fixed
 
     async def _sample(self, store: Store, queues: list[str]) -> int:
         oldest = await store.index.oldest_here(queues)  # this shard's alone

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from ..store import Recovery, Store, Suspect
 from ..store.isolation import about_item, each_alone
+from ..store.keys import level_name
 from ..store.layout import ReclaimArgs
 from .config import ReaperConfig
 from .quarantine import isolate, log_error
@@ -42,9 +43,16 @@ async def recover_queue(store: Store, queue: str, cfg: ReaperConfig) -> Counter[
         return await reaper.reclaim(queue, args, part)
 
     for _ in range(cfg.max_batches):
-        entries = await reaper.idle_deliveries(queue, start, cfg.batch, cfg.idle_ms)
-        if not entries:  # None: no worker ever read this queue
+        page = await reaper.idle_deliveries(queue, start, cfg.batch, cfg.idle_ms)
+        if not page:  # None: no worker ever read this queue
             break
+        # entries held for a limit (~waiting) belong to no worker: passed over
+        entries = [e for e in page if not e.startswith("~")]
+        if not entries:
+            if len(page) < cfg.batch:
+                break
+            start = "(" + page[-1].lstrip("~")
+            continue
         ids = await reaper.entry_tasks(queue, entries)
         items = []
         for e, tid, screened in zip(entries, ids, await reaper.screen(ids), strict=True):
@@ -57,25 +65,26 @@ async def recover_queue(store: Store, queue: str, cfg: ReaperConfig) -> Counter[
             for replies in done.replies:
                 counts.update(w.value for w in replies)
             suspects += [Suspect(t, queue, "queue", e, exc) for (e, t, _), exc in done.failed]
-        if len(entries) < cfg.batch:
+        if len(page) < cfg.batch:
             break
-        start = "(" + entries[-1]
+        start = "(" + page[-1].lstrip("~")
     if suspects:
         counts["QUARANTINED"], counts["ERRORS"] = await isolate(store, cfg, "recovery", suspects)
     return counts
 
 
 async def recover(store: Store, queues: list[str], cfg: ReaperConfig) -> Counter[str]:
-    """Recover every queue's idle deliveries; outcome counts summed over the queues. A
-    queue whose recovery fails on its data (e.g. its key is not a stream) is logged and
-    counted in ERRORS; the other queues go on."""
+    """Recover every queue's idle deliveries (each priority level's stream); outcome counts
+    summed over the queues. A queue whose recovery fails on its data (e.g. its key is not
+    a stream) is logged and counted in ERRORS; the other queues go on."""
     total: Counter[str] = Counter()
-    for q in queues:
+    levels = await store.index.levels(queues)
+    for name in [level_name(q, p) for q in queues for p in levels[q]]:
         try:
-            total.update(await recover_queue(store, q, cfg))
+            total.update(await recover_queue(store, name, cfg))
         except Exception as exc:
             if not about_item(exc):
                 raise
-            log_error("recovery", exc, queue=q)
+            log_error("recovery", exc, queue=name)
             total["ERRORS"] += 1
     return total

@@ -16,6 +16,7 @@ import msgspec
 
 from ..codec import decode
 from ..store import Store
+from ..store.keys import level_name
 from ..store.layout import WorkersArgs
 from ..store.replies import WorkersSweep
 from .config import ReaperConfig
@@ -47,8 +48,10 @@ class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True):
 
 async def sweep_workers(store: Store, queues: list[str], cfg: ReaperConfig) -> WorkersSweep:
     """Mark silent workers dead, forget long-dead ones, delete idle empty consumers."""
+    levels = await store.index.levels(queues)
     return await store.reaper.sweep_workers(
-        queues, WorkersArgs(cfg.dead_after_leases, cfg.lease_ms, cfg.forget_ms)
+        [level_name(q, p) for q in queues for p in levels[q]],
+        WorkersArgs(cfg.dead_after_leases, cfg.lease_ms, cfg.forget_ms),
     )
 
 

@@ -38,6 +38,8 @@ Events: TIMEOUT (RUNNING | DEFERRED -> SCHEDULED | TIMED_OUT), EXPIRE (PENDING |
 local NARG, PER = 5, 2
 local n, bad = layout(1, PER, 3, 0)
 if bad then return bad end
+bad = check_levels(n)  -- each task's queue key is its level's stream
+if bad then return bad end
 local grace = tonumber(ARGV[5])
 if not is_count(ARGV[5]) then return bad_arg('grace_ms', ARGV[5]) end
 for i = 1, n do  -- the whole batch before the first write

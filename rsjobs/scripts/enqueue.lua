@@ -11,13 +11,15 @@ ARGV: common (see fsm.lua), then
     options  JSON object (see task_options in fsm.lua): max_attempts, timeout_ms (0 =
              none), delay_ms (0 = now), wait_timeout_ms (0 = none: queue-wait deadline),
              backoff_base_ms, backoff_max_ms, dedup, owner, labels, traceparent and
-             tracestate (the submitter's trace context, hash fields tp / ts); one
-             left out is 0 or ''
+             tracestate (the submitter's trace context, hash fields tp / ts), priority
+             (0-9: the task's queue key is that level's stream); one left out is 0 or
+             ''
 Returns: per task {id, state, duplicate}: duplicate = 1 when the dedup key (or the id)
   already named a live task, whose id and state are returned and nothing is written.
   An error (nothing written) when a value is malformed: an empty id / type / queue, or
   options that task_options refuses (a count that is not an integer >= 0, max_attempts
-  below 1, an unknown name).
+  below 1, a priority outside 0-9, an unknown name), or a queue key that is not the
+  stream of the task's queue and priority.
 Events: ENQUEUE ('' -> PENDING | SCHEDULED).
 ]]
 local PER = 5
@@ -33,6 +35,10 @@ for i = 1, n do
   end
   local o, why = task_options(ARGV[a + 5])
   if o == nil then return bad_arg(why .. ' (task ' .. i .. ')', ARGV[a + 5]) end
+  if not new_task_keys_ok(i, ARGV[a + 3], o) then
+    return bad_arg('queue key of task ' .. i .. ' (not the stream of its queue and priority)',
+      ARGV[a + 3])
+  end
   opts[i] = o
 end
 local out = {}

@@ -1,7 +1,14 @@
 --[[ finish.lua — a worker ends attempts (a batch): COMPLETE, FAIL, TIMEOUT or REQUEUE.
 
+An attempt that ends frees its owner's slot on the queue (the RUNNING counts, see
+count_running in fsm.lua): when the owner has a limit there, an entry on the wake stream
+tells idle workers to take again (one per queue and call): a task held for that limit may
+start now.
+
 KEYS: common (see fsm.lua), then
   per task: the task keys (see fsm.lua)
+  limits  hash    the limits' settings (see `pools` in fsm.lua)
+  wake    stream  idle workers wait on it (an entry "q <queue>", MAXLEN ~ 100)
 ARGV: common (see fsm.lua), then
   per task:
     event       COMPLETE | FAIL | TIMEOUT | REQUEUE
@@ -31,7 +38,10 @@ Events: COMPLETE, FAIL, TIMEOUT, REQUEUE; rejected ones are recorded with rej=1 
 ]]
 local PER = 9
 local EVENTS = {COMPLETE = true, FAIL = true, TIMEOUT = true, REQUEUE = true}
-local n, bad = layout(0, PER, 3, 0)
+local n, bad = layout(0, PER, 3, 2)
+local LIMITS_KEY, WAKE_KEY = KEYS[#KEYS - 1], KEYS[#KEYS]
+if bad then return bad end
+bad = check_levels(n, nil, ATTEMPT_FIELDS)  -- each task's queue key is its level's stream
 if bad then return bad end
 local amounts = {}  -- per task: its charges, parsed
 for i = 1, n do  -- the whole batch before the first write
@@ -48,6 +58,7 @@ for i = 1, n do  -- the whole batch before the first write
   amounts[i] = parsed
 end
 local out = {}
+local wake = {}
 for i = 1, n do
   local a = NARGV + (i - 1) * PER
   local event, lease, body = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
@@ -65,7 +76,13 @@ for i = 1, n do
         failure_fields(event, etype, ARGV[a + 8]))
       out[i] = {1, t.state}
       if RELEASES > before then out[i][3] = 1 end
+      if t.owner ~= '' and pools.owner_limit(LIMITS_KEY, t.queue, t.owner) ~= nil then
+        wake[t.queue] = true
+      end
     end
   end
+end
+for queue in pairs(wake) do
+  redis.call('XADD', WAKE_KEY, 'MAXLEN', '~', 100, '*', 'q', queue)
 end
 return out

@@ -26,6 +26,9 @@ Events: PROGRESS (RUNNING -> RUNNING) when a progress value is given; a refused 
 local PER = 4
 local n, bad = layout(2, PER, 3, 0)
 if bad then return bad end
+local LEASE_FIELDS = {'lease'}
+bad = check_levels(n, nil, LEASE_FIELDS)  -- each task's queue key is its level's stream
+if bad then return bad end
 local consumer, lease_ms = ARGV[5], tonumber(ARGV[6])
 if not consumer or consumer == '' then return bad_arg('consumer', consumer) end
 if not is_count(ARGV[6]) or lease_ms < 1 then return bad_arg('lease_ms', ARGV[6]) end
@@ -46,7 +49,7 @@ for i = 1, n do
   local lease, entry, progress, msg = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local event = 'HEARTBEAT'
   if progress ~= '' then event = 'PROGRESS' end
-  local t = load(i, {'lease'})
+  local t = load(i, LEASE_FIELDS)
   if t == nil then
     out[i] = 'GONE'
   elseif t.state ~= 'RUNNING' then

@@ -98,7 +98,7 @@ local function fold(rows, created, state)
     if src == '' and USUAL_SOURCE[e.ev] then return nil, where .. 'no source' end
     local rejected = e.rej == '1'
     local shown = e.to
-    if not rejected and IMPLIED[e.ev] == e.to then shown = '' end
+    if not rejected and implied(e.ev) == e.to then shown = '' end
     if USUAL_SOURCE[e.ev] == src then src = '' end
     local p = {esc(e.ev), esc(shown), esc(src), e.att, tonumber(e.ts) - created}
     if rejected then p[#p + 1] = '!' end

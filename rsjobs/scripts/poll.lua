@@ -23,6 +23,8 @@ Events: none (a poll is no transition).
 ]]
 local n, bad = layout(1, 1, 3, 1)
 if bad then return bad end
+bad = check_levels(n)  -- each task's queue key is its level's stream
+if bad then return bad end
 local POLLS_KEY = KEYS[#KEYS]
 if not is_count(ARGV[5]) or tonumber(ARGV[5]) < 1 then return bad_arg('claim_ms', ARGV[5]) end
 local claim_ms = tonumber(ARGV[5])

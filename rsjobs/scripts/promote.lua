@@ -15,6 +15,8 @@ Events: PROMOTE (SCHEDULED -> PENDING), EXPIRE (SCHEDULED -> TIMED_OUT).
 ]]
 local n, bad = layout(0, 1, 3, 0)
 if bad then return bad end
+bad = check_levels(n)  -- each task's queue key is its level's stream
+if bad then return bad end
 local promoted = 0
 for i = 1, n do
   local t = load(i, {'due_at', 'expires_at', 'created_at'})

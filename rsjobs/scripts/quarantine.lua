@@ -16,8 +16,8 @@ fsm.lua's `load`, which refuses such a hash.
   * the hash is gone, or the reference left its index meanwhile: nothing to do.
 
 KEYS: common (see fsm.lua), then
-  per task (one): the task keys (see fsm.lua; the queue stream of the caller's queue, the
-    task's real dedup key)
+  per task (one): the task keys (see fsm.lua; the queue stream of the caller's queue and
+    the task's priority, the task's real dedup key)
   deadletter  stream  dead-lettered tasks, trimmed with MAXLEN ~
 ARGV: common (see fsm.lua), then
   ARGV[5]   task_id         the task's id (from the index)
@@ -78,12 +78,13 @@ local f = {state = '', id = '', queue = '', attempt = 0, type = '', entry = '', 
 if ktype == 'hash' then
   local v = redis.call('HMGET', key, fld('state'), 'id', fld('queue'), fld('attempt'),
     fld('type'), fld('entry'), 'consumer', 'deliveries', 'dedup', fld('created_at'), 'hn', 'wf',
-    'owner', 'labels', fld('successors'), fld('started_at'), 'wf_stage_name')
+    'owner', 'labels', fld('successors'), fld('started_at'), 'wf_stage_name', fld('priority'))
   f = {state = v[1] or '', id = v[2] or '', queue = v[3] or '', attempt = tonumber(v[4]) or 0,
     type = v[5] or '', entry = v[6] or '', consumer = v[7] or '',
     deliveries = tonumber(v[8]) or 0, dedup = v[9] or '', created = tonumber(v[10]),
     hn = tonumber(v[11]), wf = v[12] or '', owner = v[13] or '', labels = v[14] or '',
-    succ = v[15] or '', started = tonumber(v[16]), sname = v[17] or ''}
+    succ = v[15] or '', started = tonumber(v[16]), sname = v[17] or '',
+    priority = priority_of(v[18]) or 0}
   if f.hn == nil or f.hn ~= math.floor(f.hn) or f.hn < 0 then
     -- a garbled count: the next entry goes after the last one there, overwriting none
     f.hn = 0
@@ -116,7 +117,7 @@ end
 local t = {key = key, qkey = qkey, dkey = dkey, id = tid, queue = queue,
   state = f.state, attempt = f.attempt, dedup = f.dedup, created = f.created, hn = f.hn or 0,
   wf = f.wf, owner = f.owner, labels = f.labels, succ = f.succ or '', type = f.type,
-  started = f.started, sname = f.sname, f = {}}
+  started = f.started, sname = f.sname, priority = f.priority or 0, f = {}}
 if index == 'queue' then drop_entry(qkey, ref) end
 if f.entry ~= '' and f.entry ~= ref then drop_entry(qkey, f.entry) end
 redis.call('ZREM', DEADLINES_KEY, member(t))

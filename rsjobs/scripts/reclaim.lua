@@ -46,6 +46,8 @@ Returns: per entry one word:
   REDELIVERED   unstarted delivery of a lost consumer put back on the queue
   ALIVE         the owner still holds the lease / the consumer still beats: untouched
   BUSY          the entry is no longer pending, or no longer idle enough: untouched
+  WAITING       the entry is held for a limit (consumer ~waiting, see `pools` in
+                fsm.lua): no worker holds it, untouched
   STALE         the entry named no live delivery: acked and deleted
 An error (nothing written) when a number or an entry id is malformed, or the KEYS do not
   match the entries.
@@ -66,6 +68,8 @@ local WORKERS_KEY = KEYS[NCOMMON + 3 * n + 2]
 for i = 1, n do
   if not is_entry_id(ARGV[NARG + i]) then return bad_arg('entry id', ARGV[NARG + i]) end
 end
+bad = check_levels(n)
+if bad then return bad end
 
 -- Whether `consumer` beat recently enough to count as alive (registration JSON), and the
 -- lease it registered with.
@@ -110,6 +114,8 @@ for i = 1, n do
   local pel = redis.call('XPENDING', qkey, GROUP, 'IDLE', min_idle, entry, entry, 1)
   if #pel == 0 then
     out[i] = 'BUSY'
+  elseif pel[1][2] == WAITING_CONSUMER then
+    out[i] = 'WAITING'
   else
     local consumer, idle, count = pel[1][2], tonumber(pel[1][3]), tonumber(pel[1][4])
     local t = load(i, {'lease', 'entry', 'failures', 'max_attempts', 'backoff_base_ms',

@@ -17,6 +17,8 @@ Returns: per task 1 when re-queued, 0 when the entry was stale (task gone, no lo
 ]]
 local n, bad = layout(0, 1, 3, 0)
 if bad then return bad end
+bad = check_levels(n)  -- each task's queue key is its level's stream
+if bad then return bad end
 for i = 1, n do  -- a malformed id would fail the XACK at the end of the call
   if not is_entry_id(ARGV[NARGV + i]) then return bad_arg('entry id', ARGV[NARGV + i]) end
 end

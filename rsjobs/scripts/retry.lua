@@ -110,7 +110,7 @@ local o = {max_attempts = tonumber(t.f.max_attempts) or MAX_ATTEMPTS,
   timeout_ms = tonumber(t.f.timeout_ms) or 0,
   backoff_base_ms = tonumber(t.f.backoff_base_ms) or BACKOFF_BASE_MS,
   backoff_max_ms = tonumber(t.f.backoff_max_ms) or BACKOFF_MAX_MS,
-  owner = t.f.owner or ''}
+  owner = t.f.owner or '', priority = t.priority}
 if t.f.labels then
   -- the path a submit's labels take (task_options): new_task writes and indexes them
   o.labels = t.f.labels

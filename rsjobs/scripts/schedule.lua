@@ -49,6 +49,9 @@ if o == nil then return bad_arg(why, ARGV[a + 5]) end
 if (o.dedup or '') ~= '' or (o.delay_ms or 0) > 0 then
   return bad_arg('options (a tick runs now, without a dedup key)', ARGV[a + 5])
 end
+if not new_task_keys_ok(1, queue, o) then
+  return bad_arg('queue key (not the stream of the queue and priority)', queue)
+end
 -- the tick is this call's only if the schedule is as read and due at that time
 if redis.call('HGET', SCHEDULES_KEY, name) ~= settings then return {0, ''} end
 local score = redis.call('ZSCORE', DUE_KEY, name)

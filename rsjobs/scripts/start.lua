@@ -1,12 +1,27 @@
---[[ start.lua — START: claim delivered work entries (a batch) with a fencing lease.
+--[[ start.lua — START: claim delivered work entries (a batch of one queue) with a
+fencing lease, within the queue's limits.
+
+Limits (see `pools` in fsm.lua): a task whose owner has as many RUNNING tasks in the queue
+as its limit allows is parked in `parked`, one a rate limit holds back in `throttled` (the
+time it may start is reserved for it); either stays PENDING with its delivered entry, held
+by the consumer ~waiting, and nothing is written to its history: take.lua hands it to a
+worker when it may start. The owner's limit is checked before the rates.
 
 KEYS: common (see fsm.lua), then
   per task: the task keys (see fsm.lua)
-  paused  hash  queue name -> its pause record (queue.lua): nothing of such a queue starts
+  paused     hash  queue name -> its pause record (queue.lua): nothing of such a queue starts
+  limits     hash  the limits' settings (see `pools` in fsm.lua; rsjobs/limits.py)
+  rates      hash  the token buckets' state (GCRA: theoretical arrival time, ms)
+  parked     zset  the queue's tasks parked on their owner's limit
+  throttled  zset  the queue's tasks waiting on a rate limit, by their reserved time
+  claims     hash  consumer -> the tasks take.lua handed it, per owner with a limit (see
+                   pools.read_claims in fsm.lua): a delivery started (or refused) here is
+                   one no longer
 ARGV: common (see fsm.lua), then
   ARGV[5]  consumer   the worker's consumer name (recorded as the lease holder)
   ARGV[6]  lease_ms   lease duration; the worker renews it with heartbeat.lua
   ARGV[7]  nonce      worker-unique string; lease token = "<attempt>:<nonce>"
+  ARGV[8]  queue      the queue every task of the call is of (waiting and throttled are its)
   per task:
     entry  the stream entry id that was delivered
 Returns: per task either
@@ -31,23 +46,36 @@ Returns: per task either
   {-5, 'PENDING'}       the task's queue is paused: the delivery is handed back (acked
                         and deleted, a fresh entry added, as release.lua does); the task
                         stays PENDING and nothing is recorded (it did not move)
-An error (nothing written) when the consumer, nonce or lease_ms is malformed or the
-number of entries does not match the tasks.
+  {-7, 'PENDING'}       its owner is at its limit: in parked (nothing recorded)
+  {-8, 'PENDING'}       a rate limit holds it back: parked in throttled until its
+                        reserved time (nothing recorded)
+An error (nothing written) when the consumer (or it is ~waiting), nonce, lease_ms or queue
+is malformed, the number of entries does not match the tasks, a task's queue key is not
+the stream of its level, or a task is of another queue.
 Events: START (PENDING -> RUNNING); EXPIRE (PENDING -> TIMED_OUT); rejected START. A
-  paused queue's delivery is no event.
+  paused queue's delivery, and a parked task, are no event.
 ]]
-local n, bad = layout(3, 1, 3, 1)
+local n, bad = layout(4, 1, 3, 6)
 if bad then return bad end
-local PAUSED_KEY = KEYS[#KEYS]
-local consumer, lease_ms, nonce = ARGV[5], tonumber(ARGV[6]), ARGV[7]
-if not consumer or consumer == '' or not nonce or nonce == '' then
+local PAUSED_KEY, LIMITS_KEY, RATES_KEY = KEYS[#KEYS - 5], KEYS[#KEYS - 4], KEYS[#KEYS - 3]
+local WAITING_KEY, THROTTLED_KEY, CLAIMS_KEY = KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
+local consumer, lease_ms, nonce, queue = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
+if not consumer or consumer == '' or consumer == WAITING_CONSUMER or not nonce or nonce == '' then
   return bad_arg('consumer or nonce', consumer)
 end
 if not is_count(ARGV[6]) or lease_ms < 1 then return bad_arg('lease_ms', ARGV[6]) end
 if #consumer > TEXT_MAX or #nonce > TEXT_MAX then return bad_arg('consumer or nonce length', #nonce) end
+if type(queue) ~= 'string' or queue == '' then return bad_arg('queue', queue) end
 for i = 1, n do  -- a malformed id would fail the XACK at the end of the call
-  if not is_entry_id(ARGV[NARGV + 3 + i]) then return bad_arg('entry id', ARGV[NARGV + 3 + i]) end
+  if not is_entry_id(ARGV[NARGV + 4 + i]) then return bad_arg('entry id', ARGV[NARGV + 4 + i]) end
 end
+-- every task's queue key is its level's stream, and it is of the call's queue (whose the
+-- waiting, throttled and claims keys are)
+-- (and loads them: see START_FIELDS below)
+local START_FIELDS = {'entry', 'timeout_ms', 'type', 'payload', 'wf', 'expires_at', 'lease',
+  'consumer', 'deadline_at', 'tp', 'ts', 'rt', 'after', 'predecessors'}
+bad = check_levels(n, queue, START_FIELDS)
+if bad then return bad end
 
 -- START's reply for the RUNNING task `t`.
 local function started(t, lease, deadline, timeout)
@@ -66,10 +94,22 @@ local function is_paused(queue)
 end
 
 local out = {}
+local claimed = {}  -- owner -> its tasks in this call: their claims (take.lua) end here
 for i = 1, n do
-  local entry = ARGV[NARGV + 3 + i]
-  local t = load(i, {'entry', 'timeout_ms', 'type', 'payload', 'wf', 'expires_at', 'lease',
-    'consumer', 'deadline_at', 'tp', 'ts', 'after', 'predecessors'})
+  local entry = ARGV[NARGV + 4 + i]
+  local t = load(i, START_FIELDS)
+  local limit, buckets, at = nil, nil, NOW
+  if t ~= nil and t.owner ~= '' then claimed[t.owner] = (claimed[t.owner] or 0) + 1 end
+  if t ~= nil and t.state == 'PENDING' and t.f.entry == entry then
+    limit = pools.owner_limit(LIMITS_KEY, t.queue, t.owner)
+    buckets = pools.buckets(LIMITS_KEY, t, t.attempt + 1)
+    -- a task let through on a time reserved before starts on that time (see `pools`)
+    if #buckets > 0 and not ((tonumber(t.f.rt) or 0) > 0 and tonumber(t.f.rt) <= NOW + 50) then
+      at = pools.conform_at(RATES_KEY, LIMITS_KEY, buckets)
+    else
+      buckets = {}
+    end
+  end
   if t == nil then
     local _, qkey = task_keys(i)
     drop_entry(qkey, entry)
@@ -95,7 +135,18 @@ for i = 1, n do
     drop_entry(t.qkey, entry)
     redis.call('HSET', t.key, fld('entry'), push_entry(t))
     out[i] = {-5, t.state}
+  elseif limit ~= nil and running_now(t) >= limit then
+    pools.park(t, entry, WAITING_KEY, 0, pools.waiting_member(t.owner, t.priority, entry, t.id))
+    out[i] = {-7, t.state}
+  elseif at > NOW then
+    at = math.ceil(at)
+    pools.reserve(RATES_KEY, LIMITS_KEY, buckets, at)
+    redis.call('HSET', t.key, 'rt', at)
+    pools.park(t, entry, THROTTLED_KEY, at, pools.throttled_member(t.priority, entry, t.id))
+    out[i] = {-8, t.state}
   else
+    if #buckets > 0 then pools.reserve(RATES_KEY, LIMITS_KEY, buckets, NOW) end
+    if t.f.rt then redis.call('HDEL', t.key, 'rt') end
     local attempt = t.attempt + 1
     t.attempt = attempt
     local lease = attempt .. ':' .. nonce
@@ -111,6 +162,16 @@ for i = 1, n do
       'consumer', consumer, 'started_at', NOW, 'lease_expires_at', NOW + lease_ms,
       'deadline_at', deadline}, {'w', consumer})
     out[i] = started(t, lease, deadline, timeout)
+  end
+end
+if next(claimed) ~= nil then
+  local raw = redis.call('HGET', CLAIMS_KEY, consumer)
+  if raw then
+    local exp, counts = pools.read_claims(raw)
+    for owner, c in pairs(claimed) do
+      if counts[owner] then counts[owner] = counts[owner] - c end
+    end
+    pools.write_claims(CLAIMS_KEY, consumer, exp, counts)
   end
 end
 return out

@@ -52,7 +52,7 @@ end
 local failed, opts = {}, {}
 for p = 1, pairs_n do
   local a = NWARG + 3 + (p - 1) * PER
-  local o, why = check_spec(a + 1)
+  local o, why = check_spec(a + 1, 2 * p)
   if o == nil then return bad_arg(why .. ' (slot ' .. p .. ')', ARGV[a + 6]) end
   opts[p] = o
   local old = load_task(2 * p - 1, WF_TASK_FIELDS)  -- nil: gone or corrupt

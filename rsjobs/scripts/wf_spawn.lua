@@ -44,7 +44,7 @@ local opts = {}
 for i = 1, n do
   local key = task_keys(i)
   if redis.call('EXISTS', key) == 1 then return reply(-5, w, 'task id in use') end
-  local o, why = check_spec(NWARG + 2 + (i - 1) * SPEC)
+  local o, why = check_spec(NWARG + 2 + (i - 1) * SPEC, i)
   if o == nil then return bad_arg(why .. ' (task ' .. i .. ')', ARGV[NWARG + 2 + i * SPEC - 2]) end
   opts[i] = o
 end

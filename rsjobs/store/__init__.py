@@ -14,7 +14,8 @@ The parts are attributes, each one idea: ``tasks`` (clients and the web app), ``
 hand-off, results, polls), ``hooks`` (the hook stream, its retries, dead letters and
 webhooks: ``rsjobs hooks``), ``schedules`` (recurring tasks), ``successors`` (tasks that
 wait for others: their submit and the release step), ``costs`` (the costs hash, and a
-task's or workflow's costs from their histories).
+task's or workflow's costs from their histories), ``limits`` (per-owner concurrency and
+rate limits of shared queues).
 The namespace's layout is checked before the first script call (:mod:`.marker`); processes
 check it at start with :meth:`Store.require_layout`.
 """
@@ -33,6 +34,7 @@ from .events import Events
 from .hooks import HookStore
 from .index import Index, ListQuery
 from .keys import GROUP, Keys, TaskKeys, WorkflowKeys
+from .limits import Limits
 from .marker import LayoutState
 from .migrate import Migration, MigrationReport
 from .quarantine import Quarantine, Suspect, Verdict
@@ -156,6 +158,7 @@ class Store:
         self.schedules = Schedules(self.scripts)
         self.successors = Successors(self.scripts)
         self.costs = Costs(self.scripts)
+        self.limits = Limits(self.scripts)
 
     # -- shards (rsjobs.store.shards) -------------------------------------------------------
 

@@ -62,6 +62,7 @@ class WaitRef(NamedTuple):
     wf: str
     wf_version: int
     owner: str
+    priority: int = 0
 
 
 _REF_FIELDS = (
@@ -74,6 +75,7 @@ _REF_FIELDS = (
     "wf",
     "wf_version",
     "owner",
+    field("priority"),
 )
 
 
@@ -145,6 +147,7 @@ class Deferred:
             text(v[6]),
             _int(v[7]),
             text(v[8]),
+            _int(v[9]),
         )
 
     async def resolve(
@@ -169,7 +172,7 @@ class Deferred:
         FAIL only). ``durable``: an outside result is a write its sender is answered for
         (durable mode: WAIT for the replicas before answering); a poll's AGAIN need not
         be."""
-        keys = self.keys.task_keys(task_id, ref.queue, ref.dedup or None)
+        keys = self.keys.task_keys(task_id, ref.queue, ref.dedup or None, ref.priority)
         # the key of the wait the task is in (as read): the script expires it with the task
         ext_key = self.keys.external(
             ref.provider or DEFAULT_PROVIDER, ref.external_id or external_id or "-"

@@ -34,7 +34,7 @@ from ..model import TERMINAL, State
 from ..schemas import TaskPage, TaskSummary
 from . import layout
 from .cursor import Cursor, decode_cursor, encode_cursor, fingerprint
-from .keys import GROUP, TERMINAL_STATES
+from .keys import GROUP, PRIORITIES, TERMINAL_STATES, WAITING_CONSUMER
 from .layout import Expect, SummaryArgs, TrimArgs
 from .record import decode_task
 from .replies import text
@@ -78,7 +78,7 @@ BATCH_MAX = 500
 #: the task hash fields a list reads (and the history, for a finished task's times)
 _FIELDS = (
     "id", "s", "t", "q", "owner", "labels", "e", "a", "f", "ma", "c", "u", "b", "progress",
-    "error", "error_type", "due_at", "consumer", "hn", "wf",
+    "error", "error_type", "due_at", "consumer", "hn", "wf", "pr",
 )  # fmt: skip
 _FIELD_LIST = " ".join(_FIELDS)
 _json = msgspec.json.Encoder()
@@ -234,8 +234,11 @@ class Index:
             driver = await self._driver(states, queues, tags)
         # RUNNING without PENDING: a queue's stream is read from its last delivered entry
         capped = driver == "s" and "RUNNING" in states and "PENDING" not in states
-        delivered = await self._last_delivered(queues) if capped else {}
-        sources = self._sources(q, driver, states, queues, tags, delivered, cursor)
+        levels: dict[str, list[int]] = {}
+        if driver == "s" and any(s in _ACTIVE for s in states):
+            levels = await self.levels(queues)
+        delivered = await self._last_delivered(levels) if capped else {}
+        sources = self._sources(q, driver, states, levels, tags, delivered, cursor)
         items, cands, last = await self._collect(q, sources)
         return PagePart(
             items,
@@ -250,20 +253,38 @@ class Index:
         with boundary("SMEMBERS queues"):
             return sorted(text(x) for x in await self.redis.smembers(self.keys.queues))
 
-    async def _last_delivered(self, queues: Sequence[str]) -> dict[str, tuple[int, int]]:
-        """queue -> its group's last delivered entry id ((0, 0): none, or no group)."""
-        with boundary("XINFO GROUPS"):
+    async def levels(self, queues: Sequence[str]) -> dict[str, list[int]]:
+        """queue -> the priority levels it has a stream of (0 always: its own stream)."""
+        k = self.keys
+        with boundary("EXISTS levels"):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for name in queues:
-                    pipe.xinfo_groups(self.keys.queue(name))
+                    for p in PRIORITIES[1:]:
+                        pipe.exists(k.queue(name, p))
+                found = await pipe.execute()
+        n = len(PRIORITIES) - 1
+        return {
+            name: [0]
+            + [p for p, e in zip(PRIORITIES[1:], found[i * n : (i + 1) * n], strict=True) if e]
+            for i, name in enumerate(queues)
+        }
+
+    async def _last_delivered(self, levels: dict[str, list[int]]) -> dict[str, tuple[int, int]]:
+        """stream -> its group's last delivered entry id ((0, 0): none, or no group), for
+        the streams of the queues' levels."""
+        streams = [self.keys.queue(q, p) for q, ps in levels.items() for p in ps]
+        with boundary("XINFO GROUPS"):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for stream in streams:
+                    pipe.xinfo_groups(stream)
                 replies = await pipe.execute(raise_on_error=False)
         out: dict[str, tuple[int, int]] = {}
-        for name, groups in zip(queues, replies, strict=True):
-            out[name] = (0, 0)
+        for stream, groups in zip(streams, replies, strict=True):
+            out[stream] = (0, 0)
             if isinstance(groups, list):
                 for g in groups:
                     if text(g.get("name")) == GROUP:
-                        out[name] = _entry_id(g.get("last-delivered-id")) or (0, 0)
+                        out[stream] = _entry_id(g.get("last-delivered-id")) or (0, 0)
         return out
 
     async def _driver(self, states: Sequence[str], queues: Sequence[str], tags: list[str]) -> str:
@@ -295,7 +316,7 @@ class Index:
         q: ListQuery,
         driver: str,
         states: Sequence[str],
-        queues: Sequence[str],
+        levels: dict[str, list[int]],
         tags: list[str],
         delivered: dict[str, tuple[int, int]],
         cursor: Cursor | None,
@@ -308,9 +329,11 @@ class Index:
         elif driver == "s":
             active = [s for s in states if s in _ACTIVE]
             if active:
-                for name in queues:
-                    cap = delivered.get(name) if "PENDING" not in active else None
-                    made.append(QueueStream(k.queue(name), name, active, top, q.since, cap))
+                for name, ps in levels.items():
+                    for p in ps:
+                        key = k.queue(name, p)
+                        cap = delivered.get(key) if "PENDING" not in active else None
+                        made.append(QueueStream(key, name, active, top, q.since, cap, p))
             if "WAITING" in states:
                 made.append(ScoreZset(k.waiting, "a", "WAITING", q.queues, top, q.since))
             if "SCHEDULED" in states:
@@ -461,9 +484,10 @@ class Index:
     # -- what the queues view needs -----------------------------------------------------------
 
     async def oldest_pending(self, queues: Sequence[str]) -> dict[str, int]:
-        """queue -> when its oldest undelivered work entry was queued (ms; 0: none, or a
-        queue key that is not a stream: one broken queue must not hide the others;
-        sharded: the oldest of any shard)."""
+        """queue -> when its oldest waiting work entry was queued (ms; 0: none, or a queue
+        key that is not a stream: one broken queue must not hide the others): the oldest
+        undelivered entry of any of its levels, or held for a limit (``~waiting``);
+        sharded: the oldest of any shard."""
         if (stores := await self.scripts.fan_out()) is not None:
             out: dict[str, int] = dict.fromkeys(queues, 0)
             for st in stores:
@@ -475,18 +499,28 @@ class Index:
 
     async def oldest_here(self, queues: Sequence[str]) -> dict[str, int]:
         """:meth:`oldest_pending` of this shard alone."""
-        delivered = await self._last_delivered(queues)
+        levels = await self.levels(queues)
+        delivered = await self._last_delivered(levels)
         k = self.keys
+        streams = [(name, k.queue(name, p)) for name, ps in levels.items() for p in ps]
         with boundary("oldest pending"):
             async with self.redis.pipeline(transaction=False) as pipe:
-                for name in queues:
-                    ms, seq = delivered[name]
-                    pipe.xrange(k.queue(name), f"{ms}-{seq + 1}", "+", count=1)
+                for _, stream in streams:
+                    ms, seq = delivered[stream]
+                    pipe.xrange(stream, f"{ms}-{seq + 1}", "+", count=1)
+                    pipe.xpending_range(stream, GROUP, "-", "+", 1, consumername=WAITING_CONSUMER)
                 rows = await pipe.execute(raise_on_error=False)
-        out: dict[str, int] = {}
-        for name, row in zip(queues, rows, strict=True):
-            eid = _entry_id(row[0][0]) if isinstance(row, list) and row else None
-            out[name] = eid[0] if eid else 0
+        out: dict[str, int] = dict.fromkeys(queues, 0)
+        for j, (name, _) in enumerate(streams):
+            row, held = rows[2 * j], rows[2 * j + 1]
+            found = []
+            if isinstance(row, list) and row:
+                found.append(_entry_id(row[0][0]))
+            if isinstance(held, list) and held:
+                found.append(_entry_id(held[0]["message_id"]))
+            for eid in found:
+                if eid and eid[0] and (not out[name] or eid[0] < out[name]):
+                    out[name] = eid[0]
         return out
 
     # -- trim --------------------------------------------------------------------------------

@@ -11,7 +11,11 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
                                                   transition, and the first refusal of each
                                                   kind in a state; repeats are counted in
                                                   rep:<entry id>; see store/history.py)
-    rsjobs:{default}:queue:<name>         stream  work entries (field ``id``), group ``workers``
+    rsjobs:{default}:queue:<name>         stream  work entries (field ``id``; ``o``: the task's
+                                                  owner, when it has one), group
+                                                  ``workers``: priority 0 (the default)
+    rsjobs:{default}:queue:<name>|p<N>    stream  the same for priority N (1..9): one stream per
+                                                  level a queue uses (see below)
     rsjobs:{default}:queues               set     names of the queues ever used
     rsjobs:{default}:paused               hash    queue name -> its pause record (JSON: at,
                                                   by, reason): workers start nothing of it
@@ -49,6 +53,37 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
     rsjobs:{default}:waiting              zset    ``<queue>:<id>`` of each WAITING task (a
                                                   successor waiting for its predecessors), by
                                                   the time it was created (ms)
+    rsjobs:{default}:limits               hash    per-owner concurrency limits and rate limits
+                                                  (``rsjobs.limits``): ``c|<queue>|*`` the
+                                                  queue's default per-owner limit, ``c|<queue>|
+                                                  <owner>`` an owner's own; ``r|<queue>`` the
+                                                  queue's rate, ``r|<queue>|<type>`` a type's,
+                                                  ``rr|<queue>|<type>`` its retries' (``<per
+                                                  second> <burst>``)
+    rsjobs:{default}:rates                hash    the token buckets' state: the same ``r|`` /
+                                                  ``rr|`` fields -> theoretical arrival time
+                                                  (ms, GCRA; see scripts/start.lua)
+    rsjobs:{default}:running              hash    ``<queue>|<owner>`` -> its RUNNING tasks (kept
+                                                  by ``transition`` in fsm.lua; a field at 0
+                                                  is deleted)
+    rsjobs:{default}:parked:<queue>       zset    tasks of the queue parked on their owner's
+                                                  limit: ``<owner>|<9-priority><entry>|<id>``,
+                                                  score 0 (text order: by owner, then highest
+                                                  priority, then oldest); their work entries
+                                                  are held by the consumer ``~waiting``
+    rsjobs:{default}:throttled:<queue>    zset    tasks of the queue waiting on a rate limit:
+                                                  ``<priority><entry>|<id>`` scored by the
+                                                  start time reserved for them (ms); their
+                                                  entries are held by ``~waiting`` too
+    rsjobs:{default}:claims:<queue>       hash    consumer -> ``<expiry ms> <owner>=<n> ...``:
+                                                  the tasks take.lua handed a worker that
+                                                  start.lua has not seen yet, per owner with
+                                                  a limit (counted against it; a worker's
+                                                  claims expire when it never starts them)
+    rsjobs:{default}:wake                 stream  an entry ``q=<queue>`` when a task whose owner
+                                                  has a limit ends (finish.lua): idle workers
+                                                  wait on it with XREAD and take again
+                                                  (MAXLEN ~ 100)
     rsjobs:{default}:layout               string  the layout the namespace's data is in (``2``;
                                                   none: empty, or written before it had one;
                                                   see store/marker.py)
@@ -119,6 +154,13 @@ Tasks of a workflow are ordinary task hashes with the extra fields ``wf``, ``wf_
 ``wf_stage``, ``wf_item``, ``wf_kind`` and ``wf_stage_name`` (``<definition>/<stage>``: its
 stage in the costs hash).
 
+Priorities (0..9, higher first): a task of priority N > 0 has its work entries on its
+level's stream ``queue:<name>|p<N>`` (the field ``pr`` of its hash says N; a priority-0
+task stores nothing new), and its members in the ``scheduled``, ``deadlines``,
+``paused:tasks`` and ``polls`` zsets name its level, ``<name>|p<N>:<id>``: whoever reads a
+member builds the task's keys from it (:meth:`Keys.task_keys` takes the level name as a
+queue). Every script refuses a task whose queue key is not its level's stream.
+
 The ``deadlines`` zset also holds the queue-wait deadline (``expires_at``) of a task that
 was enqueued with ``wait_timeout_ms`` and has not started yet; ``start.lua`` replaces that
 score with the execution deadline (or removes it, for a task without one). The reaper
@@ -134,17 +176,32 @@ from ..names import validate_name
 
 __all__ = [
     "GROUP",
+    "MAX_PRIORITY",
+    "PRIORITIES",
     "TERMINAL_STATES",
+    "WAITING_CONSUMER",
     "Keys",
     "TaskKeys",
     "WorkflowKeys",
+    "level_name",
     "member",
+    "parse_member",
+    "split_level",
     "split_member",
     "validate_name",
 ]
 
 #: The consumer group every queue stream is read through.
 GROUP = "workers"
+
+#: The priority levels a task may have: 0 (the default) to 9, higher first.
+PRIORITIES = range(10)
+MAX_PRIORITY = PRIORITIES[-1]
+
+#: The consumer of the queue groups that holds the work entries of tasks waiting on a
+#: limit (``parked:<queue>``, ``throttled:<queue>``): no worker is named so (a worker
+#: refuses the name), and the reaper leaves its entries alone.
+WAITING_CONSUMER = "~waiting"
 
 #: The terminal states, in the order of their ``done:<STATE>`` streams among the common KEYS.
 TERMINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT")
@@ -170,15 +227,38 @@ class WorkflowKeys(NamedTuple):
     wf_index: str
 
 
-def member(queue: str, task_id: str) -> str:
-    """The zset member for a task: carries the queue so a sweeper can build its keys."""
-    return f"{queue}:{task_id}"
+def level_name(queue: str, priority: int = 0) -> str:
+    """The name of a queue's priority level: the queue's own for 0, ``<queue>|p<N>`` for
+    N > 0 (queue names have no ``|``). Its stream is ``queue:<level name>``."""
+    return f"{queue}|p{priority}" if priority else queue
+
+
+def split_level(name: str) -> tuple[str, int]:
+    """Inverse of :func:`level_name`: ``(queue, priority)``."""
+    queue, sep, level = name.partition("|p")
+    if sep and level.isdigit():
+        return queue, int(level)
+    return name, 0
+
+
+def member(queue: str, task_id: str, priority: int = 0) -> str:
+    """The zset member for a task: carries its queue's level so a sweeper can build its
+    keys (``member`` in ``fsm.lua``)."""
+    return f"{level_name(queue, priority)}:{task_id}"
 
 
 def split_member(value: str) -> tuple[str, str]:
-    """Inverse of :func:`member`: ``(queue, task_id)``."""
+    """Inverse of :func:`member`: ``(level name, task_id)`` (the level name is the queue's
+    for priority 0; :meth:`Keys.task_keys` takes either)."""
     queue, _, task_id = value.rpartition(":")
     return queue, task_id
+
+
+def parse_member(value: str) -> tuple[str, int, str]:
+    """A member as ``(queue, priority, task_id)``."""
+    name, task_id = split_member(value)
+    queue, priority = split_level(name)
+    return queue, priority, task_id
 
 
 class Keys:
@@ -198,6 +278,7 @@ class Keys:
         "hooks_on",
         "hooks_retry",
         "layout",
+        "limits",
         "namespace",
         "nodedup",
         "paused",
@@ -205,6 +286,7 @@ class Keys:
         "polls",
         "prefix",
         "queues",
+        "rates",
         "reaper_guard",
         "release",
         "running",
@@ -218,6 +300,7 @@ class Keys:
         "tags",
         "tags_trim",
         "waiting",
+        "wake",
         "webhooks",
         "workers",
         "workers_dead",
@@ -271,6 +354,10 @@ class Keys:
         #: the WAITING tasks (successors waiting for their predecessors; the list index of
         #: that state)
         self.waiting = p + "waiting"
+        #: limits (rsjobs.limits): their settings, the token buckets' state
+        self.limits = p + "limits"
+        self.rates = p + "rates"
+        self.wake = p + "wake"
         #: recurring tasks (rsjobs.schedules): settings, next tick, what fired
         self.schedules = p + "schedules"
         self.schedules_due = p + "schedules:due"
@@ -287,8 +374,28 @@ class Keys:
         task's history is in its hash); the memory report still measures what is left."""
         return f"{self.prefix}task:{task_id}:history"
 
-    def queue(self, name: str) -> str:
-        return f"{self.prefix}queue:{name}"
+    def queue(self, name: str, priority: int = 0) -> str:
+        """The stream of a queue's priority level (``name`` may be a level name already:
+        :func:`level_name`). The one place a task's queue key is built from its queue and
+        priority."""
+        queue, level = split_level(name)
+        return f"{self.prefix}queue:{level_name(queue, priority or level)}"
+
+    def queue_streams(self, name: str) -> tuple[str, ...]:
+        """The streams of every priority level of a queue, level 0 first."""
+        return tuple(self.queue(name, p) for p in PRIORITIES)
+
+    def parked(self, queue: str) -> str:
+        """The queue's tasks parked on their owner's concurrency limit."""
+        return f"{self.prefix}parked:{queue}"
+
+    def claims(self, queue: str) -> str:
+        """The queue's entries handed out and not started yet, of owners with a limit."""
+        return f"{self.prefix}claims:{queue}"
+
+    def throttled(self, queue: str) -> str:
+        """The queue's tasks waiting on a rate limit, by the start time reserved them."""
+        return f"{self.prefix}throttled:{queue}"
 
     def series(self, queue: str) -> str:
         """The queue's per-minute samples (``scripts/series.lua``)."""
@@ -356,12 +463,15 @@ class Keys:
             self.running,
         )
 
-    def task_keys(self, task_id: str, queue: str, dedup: str | None = None) -> TaskKeys:
-        """The three KEYS of one task in a script call (``fsm.lua``): the unused ``dedup:``
-        key when the task has no dedup key."""
+    def task_keys(
+        self, task_id: str, queue: str, dedup: str | None = None, priority: int = 0
+    ) -> TaskKeys:
+        """The three KEYS of one task in a script call (``fsm.lua``): its queue key is the
+        stream of its priority level (``queue`` may be a level name, as a zset member
+        carries it); the unused ``dedup:`` key when the task has no dedup key."""
         p = self.prefix
         return TaskKeys(
             f"{p}task:{task_id}",
-            f"{p}queue:{queue}",
+            self.queue(queue, priority),
             f"{p}dedup:{dedup}" if dedup else self.nodedup,
         )

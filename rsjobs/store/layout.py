@@ -53,6 +53,7 @@ __all__ = [
     "QuarantineArgs",
     "QueueArgs",
     "ReclaimArgs",
+    "RecountArgs",
     "RegenerateTask",
     "ResolveArgs",
     "RetryArgs",
@@ -62,6 +63,7 @@ __all__ = [
     "StartArgs",
     "SuccessorItem",
     "SummaryArgs",
+    "TakeArgs",
     "TrimArgs",
     "WfAbortArgs",
     "WfCancelArgs",
@@ -152,6 +154,7 @@ TASK_OPTIONS = (
     "traceparent",
     "tracestate",
     "after_policy",
+    "priority",
 )
 _options = msgspec.json.Encoder()
 
@@ -170,13 +173,15 @@ def task_options(
     traceparent: str = "",
     tracestate: str = "",
     after_policy: str = "",
+    priority: int = 0,
 ) -> bytes:
     """A new task's options as the one JSON object the scripts take; 0 and empty values
     are left out (the scripts read a missing name as 0 or ''). ``labels``: the JSON text
     :func:`rsjobs.labels.encode_labels` makes; ``traceparent`` / ``tracestate``: the
     submitter's W3C trace context (:mod:`rsjobs.tracing`), stored only when given;
     ``after_policy``: a successor's (``after.lua``), left out for the default
-    ("succeeded")."""
+    ("succeeded"). ``priority``: 0-9 (the task's queue key is that level's stream:
+    ``Keys.task_keys``)."""
     o: dict[str, Any] = {"max_attempts": max_attempts}
     if timeout_ms:
         o["timeout_ms"] = timeout_ms
@@ -200,6 +205,8 @@ def task_options(
             o["tracestate"] = tracestate
     if after_policy and after_policy != "succeeded":
         o["after_policy"] = after_policy
+    if priority:
+        o["priority"] = priority
     return _options.encode(o)
 
 
@@ -273,6 +280,8 @@ class StartArgs(NamedTuple):
     consumer: str
     lease_ms: int | str
     nonce: str
+    #: the queue of every task of the call
+    queue: str
 
 
 class Entry(NamedTuple):
@@ -281,13 +290,54 @@ class Entry(NamedTuple):
     entry: str
 
 
-START = Layout("start", StartArgs._fields, "task", Entry._fields, TaskKeys._fields, ("paused",))
+#: the keys ``start.lua`` takes after its tasks' (the last three: the call's queue's)
+START_TAIL = ("paused", "limits", "rates", "parked", "throttled", "claims")
+
+START = Layout("start", StartArgs._fields, "task", Entry._fields, TaskKeys._fields, START_TAIL)
 
 
 def start(
     c: Common, k: Keys, source: str, args: StartArgs, items: Iterable[tuple[TaskKeys, Entry]]
 ) -> Packed:
-    return _pack(START, c, source, args, items, (k.paused,))
+    q = args.queue
+    tail = (k.paused, k.limits, k.rates, k.parked(q), k.throttled(q), k.claims(q))
+    return _pack(START, c, source, args, items, tail)
+
+
+class TakeArgs(NamedTuple):
+    """``take.lua``: what a worker takes."""
+
+    consumer: str
+    #: the most entries to hand out
+    most: int | str
+    #: aging: a waiting task's priority rises by one level per age_ms (0: never)
+    age_ms: int | str
+    #: the most new entries one call parks
+    park_max: int | str
+
+
+class TakeQueue(NamedTuple):
+    queue: str
+
+
+#: the keys of one queue in a ``take.lua`` call
+TAKE_QUEUE_KEYS = ("parked", "throttled", "claims", *(f"level{p}" for p in range(10)))
+
+TAKE = Layout(
+    "take",
+    TakeArgs._fields,
+    "queue",
+    TakeQueue._fields,
+    TAKE_QUEUE_KEYS,
+    ("limits", "rates", "wake"),
+)
+
+
+def take(c: Common, k: Keys, source: str, args: TakeArgs, queues: Iterable[str]) -> Packed:
+    items = (
+        ((k.parked(q), k.throttled(q), k.claims(q), *k.queue_streams(q)), (q,)) for q in queues
+    )
+    return _pack(TAKE, c, source, args, items, (k.limits, k.rates, k.wake))
 
 
 class Ending(NamedTuple):
@@ -308,11 +358,11 @@ class Ending(NamedTuple):
     charges: str = ""
 
 
-FINISH = Layout("finish", (), "task", Ending._fields, TaskKeys._fields)
+FINISH = Layout("finish", (), "task", Ending._fields, TaskKeys._fields, ("limits", "wake"))
 
 
-def finish(c: Common, source: str, items: Iterable[tuple[TaskKeys, Ending]]) -> Packed:
-    return _pack(FINISH, c, source, (), items)
+def finish(c: Common, k: Keys, source: str, items: Iterable[tuple[TaskKeys, Ending]]) -> Packed:
+    return _pack(FINISH, c, source, (), items, (k.limits, k.wake))
 
 
 class BeatArgs(NamedTuple):
@@ -509,6 +559,24 @@ def reclaim(
     c: Common, k: Keys, source: str, args: ReclaimArgs, items: Iterable[tuple[TaskKeys, Entry]]
 ) -> Packed:
     return _pack(RECLAIM, c, source, args, items, (k.deadletter, k.workers))
+
+
+class RecountArgs(NamedTuple):
+    queue: str
+
+
+#: the tail keys of ``recount.lua``: the queue's level streams
+LEVEL_KEYS = tuple(f"level{p}" for p in range(10))
+
+RECOUNT = Layout(
+    "recount", RecountArgs._fields, "entry", Entry._fields, TaskKeys._fields, LEVEL_KEYS
+)
+
+
+def recount(
+    c: Common, k: Keys, source: str, queue: str, items: Iterable[tuple[TaskKeys, Entry]]
+) -> Packed:
+    return _pack(RECOUNT, c, source, (queue,), items, k.queue_streams(queue))
 
 
 class DeadlineArgs(NamedTuple):
@@ -983,6 +1051,7 @@ LAYOUTS: dict[str, Layout] = {
         AFTER,
         SUCCESSORS,
         START,
+        TAKE,
         FINISH,
         HEARTBEAT,
         CONTROL,
@@ -994,6 +1063,7 @@ LAYOUTS: dict[str, Layout] = {
         RESOLVE,
         POLL,
         RECLAIM,
+        RECOUNT,
         DEADLINE,
         WORKERS,
         LINK,

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 from ..model import State
 from . import layout
 from .isolation import about_item
+from .keys import split_level
 from .layout import QuarantineArgs
 from .marker import is_layout1
 from .record import field
@@ -150,11 +151,14 @@ class Quarantine:
     ) -> QuarantineOutcome:
         """``quarantine.lua`` for one task (with its real dedup key)."""
         s = suspect
-        with boundary("HGET dedup"):
-            dedup = await self.redis.hget(self.keys.task(s.task_id), "dedup")
-        keys = self.keys.task_keys(s.task_id, s.queue, text(dedup) or None)
+        with boundary("HMGET dedup"):
+            dedup, pr = await self.redis.hmget(self.keys.task(s.task_id), ["dedup", "pr"])
+        # (a zset's member names the task's level: the queue is its name's first part)
+        queue, level = split_level(s.queue)
+        priority = int(text(pr)) if text(pr).isdigit() and int(text(pr)) <= 9 else level
+        keys = self.keys.task_keys(s.task_id, queue, text(dedup) or None, priority)
         args = QuarantineArgs(
-            s.task_id, s.queue, s.indexed_in, s.ref, step, why[:800], deadletter_max
+            s.task_id, queue, s.indexed_in, s.ref, step, why[:800], deadletter_max
         )
         call = layout.quarantine(self.scripts.common, self.keys, source, keys, args)
         outcome, _state = await self.scripts.run(call)

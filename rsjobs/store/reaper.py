@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from ..errors import StoreError
 from ..schemas import TaskInfo
 from . import layout
-from .keys import GROUP, TaskKeys, split_member
+from .keys import GROUP, PRIORITIES, WAITING_CONSUMER, TaskKeys, split_member
 from .layout import DeadlineArgs, DeadlineItem, Entry, ReclaimArgs, WorkersArgs
 from .record import TaskRecord, decode_task, field
 from .replies import DeadlineOutcome, LinkCode, Recovery, WorkersSweep, text
@@ -135,7 +135,9 @@ class Reaping:
     ) -> list[str] | None:
         """Entry ids of the queue's pending list idle for ``idle_ms`` at least, from
         ``start`` (XPENDING IDLE, which changes nothing); None when the queue has no
-        group (no worker ever read it)."""
+        group (no worker ever read it). ``queue`` may be a priority level's name
+        (:func:`level_name`). Those held for a limit (``~waiting``: no worker holds them)
+        are named with a ``~`` before their id: the caller pages past them."""
         qkey = self.keys.queue(queue)
         try:
             with boundary("XPENDING IDLE"):
@@ -146,7 +148,10 @@ class Reaping:
             if exc.code == "NOGROUP":
                 return None
             raise
-        return [text(r["message_id"]) for r in rows]
+        return [
+            ("~" if text(r["consumer"]) == WAITING_CONSUMER else "") + text(r["message_id"])
+            for r in rows
+        ]
 
     async def entry_tasks(self, queue: str, entries: Sequence[str]) -> list[str]:
         """The task id each entry carries ('' when the entry is gone from the stream)."""
@@ -171,6 +176,40 @@ class Reaping:
             [(k.task_keys(tid, queue, d), Entry(e)) for e, tid, d in items],
         )
         return [Recovery(text(w)) for w in await self.scripts.run(call)]
+
+    # -- per-owner RUNNING counts (recount.lua) ---------------------------------------------
+
+    async def recount(self, queue: str, most: int = 2000) -> int | None:
+        """Repair the queue's per-owner RUNNING counts from its pending lists
+        (``recount.lua``): how many owners' counts were wrong; None when the queue moved
+        while it was read (try again later) or holds more than ``most`` deliveries."""
+        k = self.keys
+        items: list[tuple[TaskKeys, Entry]] = []
+        for p, stream in enumerate(k.queue_streams(queue)):
+            try:
+                with boundary("XPENDING recount"):
+                    rows = await self.redis.xpending_range(stream, GROUP, "-", "+", most + 1)
+            except StoreError as exc:
+                if exc.code == "NOGROUP":
+                    continue
+                raise
+            rows = [r for r in rows if text(r["consumer"]) != WAITING_CONSUMER]
+            if len(items) + len(rows) > most:
+                return None
+            if not rows:
+                continue
+            ids = [text(r["message_id"]) for r in rows]
+            with boundary("XRANGE recount"):
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for e in ids:
+                        pipe.xrange(stream, e, e, count=1)
+                    found = await pipe.execute()
+            for e, f in zip(ids, found, strict=True):
+                tid = text(f[0][1].get("id", "")) if f else ""
+                items.append((k.task_keys(tid or "-", queue, None, p), Entry(e)))
+        call = layout.recount(self.scripts.common, k, SOURCE, queue, items)
+        code, fixed = await self.scripts.run(call)
+        return int(fixed) if int(code) == 1 else None
 
     # -- deadlines (deadline.lua) ----------------------------------------------------------
 
@@ -233,8 +272,15 @@ class Reaping:
             regs = await self.redis.hgetall(k.workers)
             marks = await self.redis.hgetall(k.workers_dead)
             queues = sorted(text(q) for q in await self.redis.smembers(k.queues))
-        for q in queues:
-            qkey = k.queue(q)
+        streams = [k.queue(q, p) for q in queues for p in PRIORITIES]
+        with boundary("EXISTS levels"):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for s in streams:
+                    pipe.exists(s)
+                there = await pipe.execute()
+        for qkey, e in zip(streams, there, strict=True):
+            if not e:
+                continue
             try:
                 with boundary("XPENDING summary"):
                     summary = await self.redis.xpending(qkey, GROUP)
@@ -242,6 +288,8 @@ class Reaping:
                 continue  # no group yet
             for c in summary.get("consumers") or []:
                 name = text(c["name"])
+                if name == WAITING_CONSUMER:
+                    continue  # (no worker: it holds the entries of tasks held for a limit)
                 with boundary("XPENDING consumer"):
                     rows = await self.redis.xpending_range(
                         qkey, GROUP, "-", "+", limit, consumername=name
@@ -313,15 +361,20 @@ class Reaping:
         return [int(r or 0) for r in rows]
 
     async def queue_sizes(self, queue: str) -> tuple[int, int]:
-        """The queue stream's length and its group's pending count (0 without a group)."""
-        qkey = self.keys.queue(queue)
-        with boundary("XLEN queue"):
-            length = int(await self.redis.xlen(qkey))
-        try:
-            with boundary("XPENDING summary"):
-                pending = int((await self.redis.xpending(qkey, GROUP))["pending"])
-        except StoreError:
-            pending = 0
+        """The length of the queue's streams (every priority level's) and their group's
+        pending count (0 without a group)."""
+        length = pending = 0
+        for qkey in self.keys.queue_streams(queue):
+            with boundary("XLEN queue"):
+                n = int(await self.redis.xlen(qkey))
+            if not n:
+                continue
+            length += n
+            try:
+                with boundary("XPENDING summary"):
+                    pending += int((await self.redis.xpending(qkey, GROUP))["pending"])
+            except StoreError:
+                pass
         return length, pending
 
     async def sample_tasks(self, queue: str, sample: int) -> list[str]:

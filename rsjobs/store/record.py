@@ -59,10 +59,12 @@ TASK_FIELDS = {
     # successors (after.lua): only on a task that has predecessors or successors
     "after": "af",
     "after_policy": "ap",
-    "predecessors": "pr",
+    "predecessors": "pd",
     "successors": "sc",
     "release_delay_ms": "rd",
     "release_wait_ms": "rw",
+    # only on a task of priority > 0 (rsjobs.limits)
+    "priority": "pr",
 }
 
 
@@ -125,6 +127,8 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     due_at: int = 0
     #: deliveries lost with their consumer (reclaim.lua)
     deliveries: int = 0
+    #: 0-9 (rsjobs.limits; not stored for 0)
+    priority: int = _short_int("priority")
     #: its entry on the dead-letter stream, and the links of a re-queued dead letter
     deadletter: str = ""
     requeued_as: str = ""

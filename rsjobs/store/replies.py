@@ -43,6 +43,7 @@ __all__ = [
     "WfReply",
     "WorkersSweep",
     "error_of",
+    "stored_priority",
     "text",
 ]
 
@@ -54,6 +55,13 @@ def text(v: Any) -> str:
     if v is None:
         return ""
     return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def stored_priority(raw: Any) -> int:
+    """A stored priority (task field ``pr``; none: 0). One that does not read is left to
+    the script, which refuses the task's keys."""
+    v = text(raw)
+    return int(v) if v.isdigit() and len(v) < 3 else 0
 
 
 class Code(IntEnum):
@@ -83,6 +91,11 @@ class Code(IntEnum):
     QUEUE_PAUSED = -5
     #: defer: the external id is the wait of another task (recorded)
     EXTERNAL_TAKEN = -6
+    #: start: its owner is at its concurrency limit: parked until it is under (the task
+    #: waits, PENDING; nothing recorded)
+    WAITING = -7
+    #: start: a rate limit holds it back: parked until the time reserved for it
+    THROTTLED = -8
 
 
 class WfCode(IntEnum):
@@ -148,6 +161,7 @@ class Recovery(StrEnum):
     REDELIVERED = "REDELIVERED"
     ALIVE = "ALIVE"
     BUSY = "BUSY"
+    WAITING = "WAITING"
     STALE = "STALE"
 
 

@@ -125,12 +125,18 @@ class Schedules:
                     backoff_max_ms=r.backoff_max_ms,
                     owner=r.owner,
                     labels=_labels(r.labels),
+                    priority=r.priority,
                 ),
             )
             nxt = next_tick(s, max(now_ms, at))
             args = ScheduleArgs(n, settings, at, nxt, missed_ticks(s, at, now_ms))
             call = layout.schedule(
-                self.scripts.common, k, source, args, k.task_keys(tid, r.queue), task
+                self.scripts.common,
+                k,
+                source,
+                args,
+                k.task_keys(tid, r.queue, None, r.priority),
+                task,
             )
             reply = await self.scripts.run(call)
             fired += int(reply[0])

@@ -12,7 +12,9 @@ Errors leave as rsjobs's (:mod:`rsjobs.store.transient`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -39,6 +41,7 @@ SCRIPT_NAMES = (
     # successors: the enqueue of one, and the release step (rsjobs.store.successors)
     "after",
     "successors",
+    "take",
     "start",
     "finish",
     "heartbeat",
@@ -53,6 +56,7 @@ SCRIPT_NAMES = (
     "poll",
     # the reaper's
     "reclaim",
+    "recount",
     "deadline",
     "workers",
     "link",
@@ -188,6 +192,15 @@ class Scripts:
                 return await send(*_as_eval(cmd, name))
         except (RedisError, OSError) as exc:
             raise translate(exc, f"{name}.lua") from exc
+
+    async def preload(self, names: Sequence[str]) -> None:
+        """Load these scripts into Redis now (SCRIPT LOAD), so that their first calls find
+        them: a first call that meets NOSCRIPT is sent again as EVAL, after calls sent
+        behind it on the lane have run (a worker relies on its ends running before its
+        next take). Best effort: a failure here only costs that EVAL later."""
+        with contextlib.suppress(RedisError, OSError):
+            for name in names:
+                await self.redis.script_load(script_source(name))
 
     async def require_layout(self) -> marker.LayoutState:
         """Check that the namespace is in this layout (``marker.lua``: a namespace that

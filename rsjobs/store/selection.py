@@ -36,6 +36,7 @@ _FIELDS = [
     "dedup",
     "retried_as",
     "wf",
+    field("priority"),
 ]
 _ID_CHARS = frozenset("0123456789abcdef")
 
@@ -52,10 +53,13 @@ class Selected(NamedTuple):
     dedup: str
     retried_as: str
     wf: str
+    priority: int = 0
 
     @property
     def ref(self) -> TaskRef:
-        return TaskRef(self.state, self.owner, self.queue, self.dedup, self.retried_as)
+        return TaskRef(
+            self.state, self.owner, self.queue, self.dedup, self.retried_as, self.priority
+        )
 
 
 class Selection(NamedTuple):
@@ -144,7 +148,7 @@ async def _keys_of(index: Index, keys: Keys, task_id: str) -> Keys:
 def _selected(keys: Keys, name: str, row: Iterable[object]) -> Selected | None:
     """The selected task of hash ``name``; None for a hash that is no task of this
     namespace's scripts (no state, an id that is not the key's)."""
-    tid, state, queue, typ, owner, created, dedup, retried_as, wf = (text(v) for v in row)
+    tid, state, queue, typ, owner, created, dedup, retried_as, wf, pr = (text(v) for v in row)
     if not state or len(tid) != 32 or not set(tid) <= _ID_CHARS or name != keys.task(tid):
         return None
     return Selected(
@@ -157,4 +161,5 @@ def _selected(keys: Keys, name: str, row: Iterable[object]) -> Selected | None:
         dedup,
         retried_as,
         wf,
+        int(pr) if pr.isdigit() and len(pr) < 3 else 0,
     )

@@ -226,9 +226,11 @@ class QueueStream(_Stream):
         bound: Bound,
         since: int,
         cap: tuple[int, int] | None = None,
+        priority: int = 0,
     ) -> None:
         super().__init__(key, bound, since, cap)
-        self.ident = f"q:{queue}"
+        # (one source per priority level of the queue: level 0 keeps the queue's name)
+        self.ident = f"q:{queue}" if not priority else f"q:{queue}|p{priority}"
         self.queue = queue
         self.states = frozenset(states)
 
@@ -322,6 +324,7 @@ class ScoreZset(Source):
                 continue  # at the bound's time and not after its member: seen already
             last = (ms, member)
             queue, _, tid = member.rpartition(":")
+            queue = queue.partition("|")[0]  # (the member names the task's level)
             dropped = not self.keep(queue)
             if dropped:
                 self.skipped += 1

@@ -23,7 +23,7 @@ from . import layout
 from .isolation import each_alone
 from .keys import TaskKeys
 from .layout import NewTask, SuccessorItem
-from .replies import AfterReply, Released, ReleaseReply, text
+from .replies import AfterReply, Released, ReleaseReply, stored_priority, text
 from .scripts import Scripts
 from .transient import boundary
 
@@ -194,24 +194,25 @@ class Successors:
         return written
 
     async def _keys(self, ids: list[str], entries: list[_Entry]) -> dict[tuple[str, str], TaskKeys]:
-        """The script keys of each successor, from its hash (queue and dedup key); a
+        """The script keys of each successor, from its hash (queue, dedup key and priority
+        level: its queue key is its level's stream); a
         successor gone (or not readable) gets its predecessor's queue: the script finds it
         gone and writes nothing for it."""
         unique = list(dict.fromkeys(ids))
         with boundary("HMGET successors"):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for tid in unique:
-                    pipe.hmget(self.keys.task(tid), ["q", "dedup"])
+                    pipe.hmget(self.keys.task(tid), ["q", "dedup", "pr"])
                 rows = await pipe.execute(raise_on_error=False)
-        found: dict[str, tuple[str, str]] = {}
+        found: dict[str, tuple[str, str, int]] = {}
         for tid, row in zip(unique, rows, strict=True):
             if isinstance(row, list) and row[0]:
-                found[tid] = (text(row[0]), text(row[1]))
+                found[tid] = (text(row[0]), text(row[1]), stored_priority(row[2]))
         out: dict[tuple[str, str], TaskKeys] = {}
         for e in entries:
             for sid in e.successors:
-                queue, dedup = found.get(sid, (e.queue, ""))
-                out[(e.id, sid)] = self.keys.task_keys(sid, queue, dedup or None)
+                queue, dedup, level = found.get(sid, (e.queue, "", 0))
+                out[(e.id, sid)] = self.keys.task_keys(sid, queue, dedup or None, level)
         return out
 
 

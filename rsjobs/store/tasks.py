@@ -18,11 +18,11 @@ from ..schemas import (
     repeat_fields,
 )
 from . import history, layout
-from .keys import TaskKeys
+from .keys import PRIORITIES, TaskKeys
 from .layout import ControlArgs, NewTask, QueueArgs, RetryArgs
 from .marker import check_task
 from .record import decode_task, field, text_fields
-from .replies import QueueReply, RetryReply, TaskReply, text
+from .replies import QueueReply, RetryReply, TaskReply, stored_priority, text
 from .scripts import Scripts
 from .successors import Successors
 from .transient import boundary
@@ -48,6 +48,8 @@ class TaskRef(NamedTuple):
     queue: str
     dedup: str
     retried_as: str = ""
+    #: its priority (its queue key is that level's stream)
+    priority: int = 0
 
 
 class HistoryRows(NamedTuple):
@@ -128,7 +130,7 @@ class Tasks:
         if (other := await self.scripts.elsewhere(task_id)) is not None:
             return await other.tasks.control(source, task_id, ref, event, reason, durable=durable)
         k = self.keys
-        keys = k.task_keys(task_id, ref.queue, ref.dedup or None)
+        keys = k.task_keys(task_id, ref.queue, ref.dedup or None, ref.priority)
         call = layout.control(
             self.scripts.common, k, source, keys, ControlArgs(event, reason, k.control)
         )
@@ -157,8 +159,8 @@ class Tasks:
                 source, task_id, ref, event, new_id, reason, replaces=replaces, durable=durable
             )
         k = self.keys
-        old = k.task_keys(task_id, ref.queue, ref.dedup or None)
-        new = k.task_keys(new_id, ref.queue, ref.dedup or None)
+        old = k.task_keys(task_id, ref.queue, ref.dedup or None, ref.priority)
+        new = k.task_keys(new_id, ref.queue, ref.dedup or None, ref.priority)
         call = layout.retry(
             self.scripts.common, source, old, new, RetryArgs(event, new_id, reason, replaces)
         )
@@ -262,15 +264,23 @@ class Tasks:
         if (other := await self.scripts.elsewhere(task_id)) is not None:
             return await other.tasks.ref(task_id)
         names = [field("state"), "owner", field("queue"), "dedup", "retried_as", "state"]
+        names.append(field("priority"))
         with boundary("HMGET task"):
-            state, owner, queue, dedup, retried_as, layout1 = await self.redis.hmget(
+            state, owner, queue, dedup, retried_as, layout1, pr = await self.redis.hmget(
                 self.keys.task(task_id), names
             )
         if state is None:
             if layout1 is not None:
                 check_task({"state": layout1}, task_id)
             return None
-        return TaskRef(text(state), text(owner), text(queue), text(dedup), text(retried_as))
+        return TaskRef(
+            text(state),
+            text(owner),
+            text(queue),
+            text(dedup),
+            text(retried_as),
+            stored_priority(pr),
+        )
 
     async def by_dedup(self, dedup: str) -> TaskInfo | None:
         """The live task a dedup key names (None when it names none)."""
@@ -339,8 +349,8 @@ class Tasks:
         return info, [HistoryEntry.from_entry(i, e, task_id, f) for i, e in rows]
 
     async def stats(self) -> dict[str, dict[str, int]]:
-        """Per queue: task counts per state, stream length (sharded: summed over the
-        shards, each read apart: not one atomic view)."""
+        """Per queue: task counts per state, stream length (of every priority level;
+        sharded: summed over the shards, each read apart: not one atomic view)."""
         if (stores := await self.scripts.fan_out()) is not None:
             out: dict[str, dict[str, int]] = {}
             for part in [await s.tasks._stats_here() for s in stores]:
@@ -356,18 +366,28 @@ class Tasks:
         with boundary("stats"):
             queues = sorted(text(q) for q in await self.redis.smembers(k.queues))
             raw: dict[str, str] = await self.redis.hgetall(k.stats)
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for q in queues:
-                    pipe.xlen(k.queue(q))
-                lengths = await pipe.execute()
+            lengths = await self._lengths(queues)
         out: dict[str, dict[str, int]] = {q: {} for q in queues}
         for name, value in raw.items():
             q, _, state = text(name).rpartition(":")
             if q in out and state in _STATE_NAMES:
                 out[q][state] = int(value)
-        for q, n in zip(queues, lengths, strict=True):
-            out[q]["stream_length"] = int(n)
+        for q in queues:
+            out[q]["stream_length"] = lengths[q]
         return out
+
+    async def _lengths(self, queues: Sequence[str]) -> dict[str, int]:
+        """queue -> the length of its streams, every priority level's (one round trip)."""
+        k = self.keys
+        if not queues:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for q in queues:
+                for stream in k.queue_streams(q):
+                    pipe.xlen(stream)
+            found = await pipe.execute()
+        n = len(PRIORITIES)
+        return {q: sum(int(x) for x in found[i * n : (i + 1) * n]) for i, q in enumerate(queues)}
 
     async def counters(self) -> dict[str, int]:
         """The namespace's counters (the ``stats`` hash): ``<queue>:<STATE>`` counts,
@@ -419,16 +439,11 @@ class Tasks:
                 pipe.hkeys(k.paused)
                 raw, queues, workers, events, paused = await pipe.execute()
             names = sorted(text(q) for q in queues)
-            lengths: list[Any] = []
-            if names:
-                async with self.redis.pipeline(transaction=False) as pipe:
-                    for q in names:
-                        pipe.xlen(k.queue(q))
-                    lengths = await pipe.execute()
+            lengths = await self._lengths(names)
         return Overview(
             {text(f): int(v) for f, v in raw.items()},
             names,
-            dict(zip(names, (int(n) for n in lengths), strict=True)),
+            lengths,
             int(workers),
             int(events),
             {text(q) for q in paused},

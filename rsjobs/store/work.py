@@ -1,15 +1,18 @@
-"""The worker's calls: consumer-group reads of the queue streams, START, the batched ends
-of attempts and heartbeats, hand-backs, promotion of due work, registration, the control
-channel.
+"""The worker's calls: taking work from the queue streams (``take.lua``), START, the
+batched ends of attempts and heartbeats, hand-backs, promotion of due work, registration,
+the control channel.
 
-Each queue is one stream; every worker reads it through the group ``workers`` with its
-own consumer name, so an entry is delivered to exactly one consumer and stays in that
-consumer's pending list (PEL) until a transition script acks and deletes it. The hot path
-(read, start, finish, heartbeat) is one round trip per batch.
+Each queue is one stream per priority level it uses; every worker reads them through the
+group ``workers`` with its own consumer name, so an entry is delivered to exactly one
+consumer and stays in that consumer's pending list (PEL) until a transition script acks
+and deletes it. ``take.lua`` picks what a worker gets (highest priority first, within
+the queues' limits); an idle worker waits for new entries with XREAD BLOCK, which claims
+nothing. The hot path (take, start, finish, heartbeat) is one round trip per batch.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -17,22 +20,38 @@ from typing import Any, NamedTuple
 
 from ..errors import StoreError
 from . import layout
-from .keys import GROUP, TaskKeys, split_member
-from .layout import BeatArgs, BeatItem, Ending, Entry, Member, StartArgs
+from .keys import GROUP, TaskKeys, split_level, split_member
+from .layout import BeatArgs, BeatItem, Ending, Entry, Member, StartArgs, TakeArgs
 from .replies import Beat, Promoted, Started, TaskReply, text
 from .scripts import Scripts
 from .transient import boundary
 
-__all__ = ["Delivery", "Work"]
+__all__ = ["Delivery", "Taken", "Work"]
 
 
 class Delivery(NamedTuple):
     """One delivered work entry."""
 
-    stream: str  #: the queue stream key
+    stream: str  #: the queue stream key (its priority level's)
     queue: str  #: the queue name
     entry: str  #: the stream entry id
     task_id: str
+    priority: int = 0
+
+
+class Taken(NamedTuple):
+    """What ``take.lua`` handed out, and where to wait when it handed out nothing."""
+
+    deliveries: list[Delivery]
+    #: stream key -> the entry id after which new entries wake the worker (empty when
+    #: something was handed out)
+    cursors: dict[str, str]
+    #: the earliest time (ms, Redis TIME) a held-back task may start (0: none)
+    next_due: int
+    #: stopped at its parking bound with entries left: take again at once
+    more: bool
+    #: an owner's limit held some task back
+    held: bool = False
 
 
 class Work:
@@ -86,11 +105,66 @@ class Work:
             return []
         out: list[Delivery] = []
         for stream, entries in reply or ():
-            queue = streams[text(stream)]
+            queue, priority = split_level(streams[text(stream)])
             for entry_id, fields in entries:
                 if fields:  # a deleted entry shows as an empty field map: nothing to run
-                    out.append(Delivery(text(stream), queue, text(entry_id), fields.get("id", "")))
+                    out.append(
+                        Delivery(
+                            text(stream), queue, text(entry_id), fields.get("id", ""), priority
+                        )
+                    )
         return out
+
+    async def take(
+        self,
+        consumer: str,
+        queues: Sequence[str],
+        count: int,
+        *,
+        age_ms: int = 30_000,
+        park_max: int = 256,
+    ) -> Taken:
+        """``take.lua``: up to ``count`` entries of ``queues``, highest (effective)
+        priority first, within the queues' limits (see the script)."""
+        k = self.keys
+        call = layout.take(
+            self.scripts.common, k, "worker", TakeArgs(consumer, count, age_ms, park_max), queues
+        )
+        taken, cursors, next_due, more, wake, held = await self.scripts.run(call)
+        out: list[Delivery] = []
+        for j in range(0, len(taken), 4):
+            queue = queues[int(taken[j]) - 1]
+            priority = int(taken[j + 1])
+            out.append(
+                Delivery(
+                    k.queue(queue, priority),
+                    queue,
+                    text(taken[j + 2]),
+                    text(taken[j + 3]),
+                    priority,
+                )
+            )
+        where: dict[str, str] = {}
+        if not out:
+            # (the cursors to wait from: only when nothing was handed out, see take.lua)
+            for i, q in enumerate(queues):
+                streams = k.queue_streams(q)
+                for p, stream in enumerate(streams):
+                    where[stream] = text(cursors[i * len(streams) + p])
+            # (an attempt ending whose owner has a limit adds an entry: a held task may
+            # start)
+            where[k.wake] = text(wake)
+        return Taken(out, where, int(next_due or 0), bool(int(more)), bool(int(held)))
+
+    async def wait(self, cursors: dict[str, str], block_ms: int) -> bool:
+        """Block up to ``block_ms`` until one of the streams gets an entry after its
+        cursor (XREAD: claims nothing; a stream that does not exist yet wakes the worker
+        when it is made). Whether one came."""
+        if not cursors:
+            return False
+        with boundary("XREAD BLOCK"):
+            reply = await self.redis.xread(cursors, count=1, block=max(1, block_ms))
+        return bool(reply)
 
     async def own_pending(
         self, consumer: str, streams: dict[str, str], count: int = 1000
@@ -104,7 +178,8 @@ class Work:
         time and reset their idle time. Entries deleted from the stream meanwhile (their
         task moved on) are acked here, which clears them from the pending list."""
         out: list[Delivery] = []
-        for stream, queue in streams.items():
+        for stream, level in streams.items():
+            queue, priority = split_level(level)
             try:
                 with boundary("XPENDING own"):
                     rows = await self.redis.xpending_range(
@@ -124,7 +199,9 @@ class Work:
             for r, entry in zip(rows, found, strict=True):
                 entry_id = text(r["message_id"])
                 if entry and entry[0][1]:
-                    out.append(Delivery(stream, queue, entry_id, entry[0][1].get("id", "")))
+                    out.append(
+                        Delivery(stream, queue, entry_id, entry[0][1].get("id", ""), priority)
+                    )
                 else:
                     gone.append(entry_id)
             if gone:
@@ -137,20 +214,39 @@ class Work:
     async def start(
         self, consumer: str, lease_ms: int, nonce: str, deliveries: Sequence[Delivery]
     ) -> list[Started]:
-        """``start.lua`` for a batch of deliveries; one reply each, in order."""
+        """``start.lua`` for a batch of deliveries; one reply each, in order (one call per
+        queue of the batch, sent together)."""
         k = self.keys
-        call = layout.start(
-            self.scripts.common,
-            k,
-            "worker",
-            StartArgs(consumer, lease_ms, nonce),
-            [(k.task_keys(d.task_id, d.queue), Entry(d.entry)) for d in deliveries],
-        )
-        return [Started.of(r) for r in await self.scripts.run(call)]
+        by_queue: dict[str, list[int]] = {}
+        for i, d in enumerate(deliveries):
+            by_queue.setdefault(d.queue, []).append(i)
+
+        async def one(queue: str, idx: list[int]) -> list[Started]:
+            call = layout.start(
+                self.scripts.common,
+                k,
+                "worker",
+                StartArgs(consumer, lease_ms, nonce, queue),
+                [
+                    (k.task_keys(d.task_id, d.queue, None, d.priority), Entry(d.entry))
+                    for d in (deliveries[i] for i in idx)
+                ],
+            )
+            return [Started.of(r) for r in await self.scripts.run(call)]
+
+        if len(by_queue) == 1:
+            ((queue, idx),) = by_queue.items()
+            return await one(queue, idx)
+        parts = await asyncio.gather(*(one(q, idx) for q, idx in by_queue.items()))
+        out: list[Started | None] = [None] * len(deliveries)
+        for idx, replies in zip(by_queue.values(), parts, strict=True):
+            for i, r in zip(idx, replies, strict=True):
+                out[i] = r
+        return [r for r in out if r is not None]
 
     async def finish(self, items: Sequence[tuple[TaskKeys, Ending]]) -> list[TaskReply]:
         """``finish.lua`` for a batch of ended attempts; ``{code, state}`` each."""
-        call = layout.finish(self.scripts.common, "worker", items)
+        call = layout.finish(self.scripts.common, self.keys, "worker", items)
         return [TaskReply.of(r) for r in await self.scripts.run(call)]
 
     async def heartbeat(
@@ -166,7 +262,10 @@ class Work:
         call = layout.release(
             self.scripts.common,
             "worker",
-            [(k.task_keys(d.task_id, d.queue), Entry(d.entry)) for d in deliveries],
+            [
+                (k.task_keys(d.task_id, d.queue, None, d.priority), Entry(d.entry))
+                for d in deliveries
+            ],
         )
         return [int(r) == 1 for r in await self.scripts.run(call)]
 

@@ -81,8 +81,9 @@ class Workflows:
     async def _run(self, call: layout.Packed) -> Any:
         return await self.scripts.run(call, durable=self.durable)
 
-    def _task_keys(self, task_id: str, queue: str) -> TaskKeys:
-        return self.keys.task_keys(task_id, queue)  # workflow tasks have no dedup key
+    def _task_keys(self, task_id: str, queue: str, priority: int = 0) -> TaskKeys:
+        # workflow tasks have no dedup key; their priority is their stage's
+        return self.keys.task_keys(task_id, queue, None, priority)
 
     # -- the scripts -----------------------------------------------------------------------
 
@@ -91,9 +92,15 @@ class Workflows:
         return WfReply.of(await self._run(layout.wf_start(c, source, self.history_maxlen, k, args)))
 
     async def spawn(
-        self, source: str, wf_id: str, args: WfSpawnArgs, tasks: Sequence[WfTask]
+        self,
+        source: str,
+        wf_id: str,
+        args: WfSpawnArgs,
+        tasks: Sequence[WfTask],
+        priority: int = 0,
     ) -> WfReply:
-        items = [(self._task_keys(t.id, t.queue), t) for t in tasks]
+        """``wf_spawn.lua``: the stage's tasks (of the stage's ``priority``)."""
+        items = [(self._task_keys(t.id, t.queue, priority), t) for t in tasks]
         call = layout.wf_spawn(
             self.scripts.common, source, self.history_maxlen, self.keys.workflow_keys(wf_id),
             args, items,
@@ -114,10 +121,21 @@ class Workflows:
         return WfReply.of(await self._run(layout.wf_gate(c, source, self.history_maxlen, k, args)))
 
     async def retry(
-        self, source: str, wf_id: str, args: WfRetryArgs, slots: Sequence[WfRetryItem]
+        self,
+        source: str,
+        wf_id: str,
+        args: WfRetryArgs,
+        slots: Sequence[WfRetryItem],
+        priority: int = 0,
     ) -> WfReply:
+        """``wf_retry.lua``: new tasks for the failed slots (of the stage's ``priority``,
+        as the failed tasks were)."""
         items = [
-            (self._task_keys(s.failed_id, s.queue), self._task_keys(s.id, s.queue), s)
+            (
+                self._task_keys(s.failed_id, s.queue, priority),
+                self._task_keys(s.id, s.queue, priority),
+                s,
+            )
             for s in slots
         ]
         call = layout.wf_retry(
@@ -198,15 +216,14 @@ class Workflows:
         with boundary("task queues"):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for tid in ids:
-                    pipe.hget(self.keys.task(tid), field("queue"))
-                queues: list[Any] = await pipe.execute(raise_on_error=False)
-        return OpenSet(
-            ids,
-            [
-                self._task_keys(t, q if isinstance(q, str) and q else "default")
-                for t, q in zip(ids, queues, strict=True)
-            ],
-        )
+                    pipe.hmget(self.keys.task(tid), [field("queue"), field("priority")])
+                rows: list[Any] = await pipe.execute(raise_on_error=False)
+        keys = []
+        for t, row in zip(ids, rows, strict=True):
+            q, pr = row if isinstance(row, list) else (None, None)
+            p = int(pr) if isinstance(pr, str) and pr.isdigit() and int(pr) <= 9 else 0
+            keys.append(self._task_keys(t, q if isinstance(q, str) and q else "default", p))
+        return OpenSet(ids, keys)
 
     async def record(self, wf_id: str) -> WorkflowRecord | None:
         """The workflow's hash (None: no such workflow). Raises

@@ -1,5 +1,6 @@
 """The operator's routes: a task's pause, resume, retry and replay, a queue's pause and
-resume, bulk cancel and retry by filter, and a dead letter's requeue.
+resume and its limits (per-owner concurrency, rates: :mod:`rsjobs.limits`), bulk cancel
+and retry by filter, and a dead letter's requeue.
 
 Every action goes through the client (the state machine's scripts) with the caller as
 its source in the history (``owner:<name>``, ``admin:<name>``, :attr:`Principal.source`).
@@ -16,13 +17,22 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ..errors import ConfigError, InvalidTransition, TaskNotFound
-from ..names import validate_name
+from ..limits import QueueLimits
+from ..names import is_owner, validate_name
 from ..schemas import TaskFilter
 from ..store import Code
 from .auth import Principal
 from .handlers import Handlers, not_found
 from .http import ApiError, json_response
-from .schemas import ActionRequest, BulkRequest, ControlResult, RequeueResult
+from .schemas import (
+    ActionRequest,
+    BulkRequest,
+    ControlResult,
+    LimitList,
+    LimitRequest,
+    RateRequest,
+    RequeueResult,
+)
 from .service import Service
 
 __all__ = ["Actions", "action_routes"]
@@ -93,6 +103,69 @@ class Actions(Handlers):
             flag = await self.client.resume_queue(name, req.reason, source=who.source)
         return json_response(flag)
 
+    # -- limits (admin) ----------------------------------------------------------------------
+
+    def _queue(self, request: Request) -> str:
+        name = str(request.path_params["queue"])
+        try:
+            return validate_name("queue", name)
+        except ConfigError as exc:
+            raise ApiError(400, "invalid_queue", str(exc)) from None
+
+    async def _limits_of(self, queue: str) -> QueueLimits:
+        (found,) = await self.client.limits(queue)
+        return found
+
+    async def all_limits(self, request: Request) -> Response:
+        """``GET /limits``: every queue's limits."""
+        self.admin(request)
+        found = [
+            q
+            for q in await self.client.limits()
+            if q.default is not None or q.owners or q.rates or q.waiting or q.throttled
+        ]
+        return json_response(LimitList(queues=found))
+
+    async def limits(self, request: Request) -> Response:
+        """``GET``, ``PUT``, ``DELETE /queues/{queue}/limits[/{owner}]``: the queue's
+        limits; the default per-owner limit, or an owner's own, set or removed."""
+        self.admin(request)
+        queue = self._queue(request)
+        owner = request.path_params.get("owner")
+        if owner is not None and not is_owner(owner):
+            raise ApiError(400, "invalid_owner", f"invalid owner {owner!r}")
+        if request.method == "PUT":
+            req = await self.body(request, LimitRequest)
+            try:
+                await self.client.set_limit(queue, req.limit, owner=owner)
+            except ConfigError as exc:
+                raise ApiError(422, "invalid_body", str(exc)) from None
+        elif request.method == "DELETE" and not await self.client.clear_limit(queue, owner=owner):
+            whose = f"owner {owner}'s own" if owner else "a default"
+            raise ApiError(404, "no_limit", f"queue {queue} has no limit of {whose}")
+        return json_response(await self._limits_of(queue))
+
+    async def rate(self, request: Request) -> Response:
+        """``PUT``, ``DELETE /queues/{queue}/rate[/{type}[/retries]]``: the queue's rate
+        limit, a type's on it, or the type's retries'."""
+        self.admin(request)
+        queue = self._queue(request)
+        type_ = request.path_params.get("type")
+        retries = request.url.path.endswith("/retries") and type_ is not None
+        if type_ is not None and not 0 < len(type_) <= 200:
+            raise ApiError(400, "invalid_type", "a task type is 1-200 characters")
+        if request.method == "PUT":
+            req = await self.body(request, RateRequest)
+            try:
+                await self.client.set_rate(
+                    queue, req.per_second, type=type_, burst=req.burst, retries=retries
+                )
+            except ConfigError as exc:
+                raise ApiError(422, "invalid_body", str(exc)) from None
+        elif not await self.client.clear_rate(queue, type=type_, retries=retries):
+            raise ApiError(404, "no_limit", f"queue {queue} has no such rate limit")
+        return json_response(await self._limits_of(queue))
+
     # -- bulk ------------------------------------------------------------------------------
 
     async def bulk(self, request: Request) -> Response:
@@ -161,5 +234,11 @@ def action_routes(service: Service) -> list[BaseRoute]:
         Route("/tasks/{task_id}/replay", a.restart, methods=["POST"]),
         Route("/queues/{queue}/pause", a.queue, methods=["POST"]),
         Route("/queues/{queue}/resume", a.queue, methods=["POST"]),
+        Route("/limits", a.all_limits, methods=["GET"]),
+        Route("/queues/{queue}/limits", a.limits, methods=["GET", "PUT", "DELETE"]),
+        Route("/queues/{queue}/limits/{owner}", a.limits, methods=["GET", "PUT", "DELETE"]),
+        Route("/queues/{queue}/rate", a.rate, methods=["PUT", "DELETE"]),
+        Route("/queues/{queue}/rate/{type}", a.rate, methods=["PUT", "DELETE"]),
+        Route("/queues/{queue}/rate/{type}/retries", a.rate, methods=["PUT", "DELETE"]),
         Route("/deadletters/{task_id}/requeue", a.requeue, methods=["POST"]),
     ]

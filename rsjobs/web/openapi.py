@@ -18,6 +18,7 @@ import msgspec
 
 from .. import __version__
 from ..costs import DIMENSIONS, CostReport, TaskCost, WorkflowCost
+from ..limits import QueueLimits, RateLimit
 from ..model import State
 from ..names import NAME_SCHEMA
 from ..overview import DeadLetterPage, QueueSeries
@@ -58,7 +59,10 @@ from .schemas import (
     ErrorBody,
     Health,
     HistoryPage,
+    LimitList,
+    LimitRequest,
     QueueList,
+    RateRequest,
     RequeueResult,
     StreamEnd,
     SubmitRequest,
@@ -87,6 +91,11 @@ _STRUCTS = (
     TaskPage,
     QueueList,
     WorkerList,
+    LimitRequest,
+    RateRequest,
+    LimitList,
+    QueueLimits,
+    RateLimit,
     DeadLetterPage,
     QueueSeries,
     WorkflowPage,
@@ -634,6 +643,82 @@ def _bulk(summary: str, description: str, op: str) -> dict[str, Any]:
     }}  # fmt: skip
 
 
+_NAME_PATTERN_EARLY = NAME_SCHEMA.removesuffix("\\Z") + "$"  # ECMA-262 spelling
+_QUEUE_PARAM = {"name": "queue", "in": "path", "required": True,
+                "schema": {"type": "string", "pattern": _NAME_PATTERN_EARLY}}  # fmt: skip
+_OWNER_PARAM = {"name": "owner", "in": "path", "required": True,
+                "schema": {"type": "string"},
+                "description": "1-128 letters, digits or '_.@-'"}  # fmt: skip
+_TYPE_PARAM = {"name": "type", "in": "path", "required": True,
+               "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+               "description": "the task type"}  # fmt: skip
+_LIMIT_ERRORS = {
+    **_ADMIN_ERRORS,
+    "400": _error("a malformed queue (invalid_queue), owner (invalid_owner) or type "
+                  "(invalid_type), or malformed JSON"),
+}  # fmt: skip
+
+
+def _limit_ops(what: str, params: list[dict[str, Any]], body: str, op: str) -> dict[str, Any]:
+    """PUT and DELETE of one limit setting (``what``), answering the queue's limits."""
+    answer = {"200": {"description": "the queue's limits after the call",
+                      "content": _json("QueueLimits")}}  # fmt: skip
+    return {
+        "put": {
+            "summary": f"Set {what} (admin); workers hold to it from their next start",
+            "operationId": f"set{op}", "parameters": params,
+            "requestBody": {"required": True, "content": _json(body)},
+            "responses": {**answer, **_LIMIT_ERRORS, **_BODY_REFUSALS,
+                          "422": _error("unknown field, wrong type, a negative, zero or huge "
+                                        "value (nothing written)")},
+        },
+        "delete": {
+            "summary": f"Remove {what} (admin)",
+            "operationId": f"clear{op}", "parameters": params,
+            "responses": {**answer, **_LIMIT_ERRORS,
+                          "404": _error("there is no such setting (no_limit)")},
+        },
+    }  # fmt: skip
+
+
+def _limit_paths() -> dict[str, Any]:
+    q, o, t = _QUEUE_PARAM, _OWNER_PARAM, _TYPE_PARAM
+    owner_limits = _limit_ops("an owner's own concurrency limit on the queue", [q, o],
+                              "LimitRequest", "OwnerLimit")  # fmt: skip
+    owner_limits["get"] = {
+        "summary": "A queue's limits (admin)", "operationId": "getOwnerLimits",
+        "parameters": [q, o],
+        "responses": {"200": {"description": "the queue's limits",
+                              "content": _json("QueueLimits")}, **_LIMIT_ERRORS},
+    }  # fmt: skip
+    queue_limits = _limit_ops("the queue's default per-owner concurrency limit", [q],
+                              "LimitRequest", "QueueLimit")  # fmt: skip
+    queue_limits["get"] = {
+        "summary": "A queue's limits (admin): per-owner concurrency (the default and the "
+                   "owners' own), rates, RUNNING tasks per owner, tasks held back",
+        "operationId": "getQueueLimits", "parameters": [q],
+        "responses": {"200": {"description": "the queue's limits",
+                              "content": _json("QueueLimits")}, **_LIMIT_ERRORS},
+    }  # fmt: skip
+    return {
+        "/limits": {"get": {
+            "summary": "The limits of every queue that has one (admin)",
+            "operationId": "listLimits",
+            "responses": {"200": {"description": "the queues' limits",
+                                  "content": _json("LimitList")}, **_ADMIN_ERRORS},
+        }},
+        "/queues/{queue}/limits": queue_limits,
+        "/queues/{queue}/limits/{owner}": owner_limits,
+        "/queues/{queue}/rate": _limit_ops("the queue's rate limit", [q], "RateRequest",
+                                           "QueueRate"),
+        "/queues/{queue}/rate/{type}": _limit_ops("a task type's rate limit on the queue",
+                                                  [q, t], "RateRequest", "TypeRate"),
+        "/queues/{queue}/rate/{type}/retries": _limit_ops(
+            "the rate limit of a task type's retries on the queue", [q, t], "RateRequest",
+            "RetryRate"),
+    }  # fmt: skip
+
+
 def _action_paths() -> dict[str, Any]:
     return {
         "/tasks/{task_id}/pause": _task_action(
@@ -1054,6 +1139,7 @@ def openapi_document() -> dict[str, Any]:
             **_paths(),
             **_list_paths(),
             **_action_paths(),
+            **_limit_paths(),
             **_workflow_paths(),
             **_callback_paths(),
             **_cost_paths(),

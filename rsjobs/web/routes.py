@@ -126,6 +126,7 @@ class Api(Handlers):
                     labels=req.labels,
                     after=req.after,
                     after_policy=req.after_policy,
+                    priority=req.priority,
                 ),
                 shard_key=req.shard_key,
             )

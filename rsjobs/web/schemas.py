@@ -13,6 +13,7 @@ import msgspec
 from msgspec import Meta
 
 from ..labels import MAX_LABELS, MAX_VALUE
+from ..limits import BURST_MAX, LIMIT_MAX, MAX_PRIORITY, PER_SECOND_MAX, QueueLimits
 from ..names import NAME_SCHEMA, OWNER_SCHEMA
 from ..overview import QueueView
 from ..reaper.registry import WorkerInfo
@@ -28,7 +29,10 @@ __all__ = [
     "ErrorBody",
     "Health",
     "HistoryPage",
+    "LimitList",
+    "LimitRequest",
     "QueueList",
+    "RateRequest",
     "RequeueResult",
     "StreamEnd",
     "SubmitRequest",
@@ -53,6 +57,7 @@ Labels = Annotated[dict[LabelKey, LabelValue], Meta(max_length=MAX_LABELS)]
 FilterLabels = Annotated[dict[LabelKey, LabelValue], Meta(min_length=1, max_length=MAX_LABELS)]
 #: A task id: 32 lowercase hex characters.
 TaskId = Annotated[str, Meta(pattern=r"^[0-9a-f]{32}\Z", description="task id")]
+Priority = Annotated[int, Meta(ge=0, le=MAX_PRIORITY, description="0 (default) to 9, higher first")]
 
 
 class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -82,6 +87,23 @@ class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     #: a sharded namespace: tasks given the same key share a shard (when no owner, dedup
     #: key or predecessor places them); not stored
     shard_key: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
+    #: 0 (the default) to 9: higher starts first on its queue
+    priority: Priority = 0
+
+
+class LimitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Body of ``PUT /queues/{queue}/limits[/{owner}]``: at most ``limit`` RUNNING tasks of
+    each owner (or of that owner) on the queue."""
+
+    limit: Annotated[int, Meta(ge=1, le=LIMIT_MAX)]
+
+
+class RateRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Body of ``PUT /queues/{queue}/rate[/{type}[/retries]]``: a token bucket of
+    ``per_second`` starts, up to ``burst`` at once (default one second's worth)."""
+
+    per_second: Annotated[float, Meta(gt=0, le=PER_SECOND_MAX)]
+    burst: Annotated[int, Meta(ge=1, le=BURST_MAX)] | None = None
 
 
 class CancelRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -240,6 +262,8 @@ class TaskView(msgspec.Struct, frozen=True, kw_only=True):
     after_policy: str = ""
     predecessor_states: dict[str, str] = msgspec.field(default_factory=dict)
     successors: list[str] = msgspec.field(default_factory=list)
+    #: 0 (the default) to 9: higher starts first
+    priority: int = 0
     #: the last entries of the task's history, oldest first
     recent: list[HistoryEntry] = msgspec.field(default_factory=list)
 
@@ -278,6 +302,7 @@ class TaskView(msgspec.Struct, frozen=True, kw_only=True):
             after_policy=info.after_policy,
             predecessor_states=info.predecessor_states,
             successors=info.successors,
+            priority=info.priority,
             recent=recent,
         )
 
@@ -286,6 +311,12 @@ class QueueList(msgspec.Struct, frozen=True, kw_only=True):
     """``GET /queues``: every queue of the namespace, by name."""
 
     queues: list[QueueView]
+
+
+class LimitList(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /limits``: the limits of every queue that has one, or tasks held by one."""
+
+    queues: list[QueueLimits]
 
 
 class WorkerList(msgspec.Struct, frozen=True, kw_only=True):

@@ -30,8 +30,11 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
+from ..store.keys import PRIORITIES, level_name
+
 if TYPE_CHECKING:
     from ..store import Delivery, Store
+    from ..store.work import Taken
 
 __all__ = ["ShardLane", "group_by_shard"]
 
@@ -43,8 +46,10 @@ class ShardLane:
 
     __slots__ = (
         "buffer",
+        "held",
         "hot",
         "keys",
+        "level_streams",
         "number",
         "paused",
         "recheck",
@@ -52,6 +57,7 @@ class ShardLane:
         "start_error",
         "store",
         "streams",
+        "taken",
     )
 
     def __init__(self, store: Store, queues: Iterable[str]) -> None:
@@ -59,8 +65,13 @@ class ShardLane:
         #: the shard's number (0: the namespace's own, the only one when unsharded)
         self.number = store.number
         self.keys = store.keys
-        #: the shard's queue streams: stream key -> queue name
+        queues = list(queues)
+        #: the shard's priority-0 queue streams (stream key -> queue name), and the
+        #: streams of every level (stream key -> level name)
         self.streams = {self.keys.queue(q): q for q in queues}
+        self.level_streams = {
+            self.keys.queue(q, p): level_name(q, p) for q in queues for p in PRIORITIES
+        }
         #: deliveries read from this shard and not started yet
         self.buffer: deque[Delivery] = deque()
         #: read this consumer's own pending list of this shard before the next fetch (at
@@ -76,6 +87,10 @@ class ShardLane:
         #: whether the last read found work (a sharded worker reads a hot lane without
         #: blocking, a cold one with a blocking read; see the module)
         self.hot = True
+        #: the last take on this shard found owners at their limits (see Worker._take)
+        self.held = False
+        #: what the last take on this shard answered (where to wait when it gave nothing)
+        self.taken: Taken | None = None
 
     def __repr__(self) -> str:
         return f"ShardLane({self.number}, hot={self.hot}, buffered={len(self.buffer)})"

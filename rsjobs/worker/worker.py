@@ -45,6 +45,7 @@ from ..names import validate_name
 from ..settings import Settings
 from ..store import Beat, Code, Delivery, Started, Store, Suspect, TaskKeys
 from ..store.isolation import about_server, each_alone
+from ..store.keys import WAITING_CONSUMER
 from ..store.layout import BeatItem, Ending
 from ..store.quarantine import DEADLETTER_MAXLEN
 from ..store.transient import is_failover
@@ -134,6 +135,8 @@ class Worker:
     failed attempt keeps in its history entry (0: none kept; the log has it whole).
     ``metrics_port``: serve Prometheus metrics (the namespace's and this worker's own,
     :mod:`rsjobs.metrics`) at ``http://<metrics_host>:<port>/metrics`` (0: a free port).
+    ``priority_age_ms``: the starvation bound of priorities (aging, see ``take.lua``): a
+    waiting task counts one level higher for each such period it has waited (0: never).
     """
 
     def __init__(
@@ -161,6 +164,7 @@ class Worker:
         poll_concurrency: int = 8,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        priority_age_ms: int = 30_000,
     ) -> None:
         if not queues:
             raise ConfigError("a worker needs at least one queue")
@@ -188,8 +192,10 @@ class Worker:
         #: one lane per shard of the namespace (rsjobs.worker.lanes): shard 0's until the
         #: set-up has read the namespace's shards
         self._lanes = [ShardLane(self.store, self.queues)]
-        #: shard 0's queue streams (stream key -> queue)
+        #: shard 0's priority-0 queue streams (made with their group at start-up), and the
+        #: streams of every level (take.lua makes a level's group when it first sees it)
         self.streams = self._lanes[0].streams
+        self.level_streams = self._lanes[0].level_streams
         self.concurrency = concurrency
         self.lease_ms = lease_ms
         self.heartbeat_ms = heartbeat_ms
@@ -198,6 +204,12 @@ class Worker:
         self.promote_ms = promote_ms
         self.progress_ms = progress_ms
         self.name = name or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        if self.name == WAITING_CONSUMER:
+            raise ConfigError(f"{WAITING_CONSUMER!r} is the name of no worker (see rsjobs.limits)")
+        if not 0 <= priority_age_ms <= 365 * 24 * 3600 * 1000:
+            raise ConfigError("priority_age_ms must be between 0 (no aging) and one year")
+        #: aging (take.lua): a waiting task's priority rises by one level per this many ms
+        self.priority_age_ms = priority_age_ms
         self.nonce = f"{self.name}-{uuid.uuid4().hex[:8]}"
         self.handle_signals = handle_signals
 
@@ -215,7 +227,7 @@ class Worker:
         #: own repeats), so they must not be taken for lost replies and run twice
         self._ending_entries: set[str] = set()
         self._start_tasks: set[asyncio.Task[None]] = set()
-        #: slots a sharded worker's reads hold while in flight (see rsjobs.worker.lanes)
+        #: slots a sharded worker's takes hold while in flight (see rsjobs.worker.lanes)
         self._reserved = 0
         #: while a start is in flight, read again only once this many slots are free, so
         #: batches (and their per-call cost) stay large under load; an idle worker reads
@@ -231,6 +243,11 @@ class Worker:
         self._spans: dict[str, Attempt] = {}
         self._finish_idle = asyncio.Event()
         self._finish_idle.set()
+        #: set while no ended attempt waits to be sent (the finisher took them all): a
+        #: take sent after that reaches Redis after their ends on the lane, which runs
+        #: calls in order (see _take)
+        self._finish_sent = asyncio.Event()
+        self._finish_sent.set()
         self._finisher: asyncio.Task[None] | None = None
         # workflow tasks end through wf_finish.lua, one call each (rsjobs.workflows)
         self._wf_finisher: WorkflowFinisher | None = None
@@ -380,6 +397,7 @@ class Worker:
             self._lanes[1:] = [ShardLane(s, self.queues) for s in stores[1:]]
         for lane in self._lanes:
             await lane.store.work.ensure_groups(lane.streams)
+        await self.store.scripts.preload(("take", "start", "finish", "heartbeat"))
         await self.store.tasks.remember_queues(self.queues)
         await self._read_paused()
         await self._register()
@@ -502,22 +520,19 @@ class Worker:
                 backoff = min(backoff * 2, 5.0)
 
     async def _read(self, lane: ShardLane, streams: dict[str, str], free: int) -> list[Delivery]:
-        """A batch of new deliveries of one lane for ``free`` slots (what is read beyond
-        them waits in the lane's buffer). Unsharded: one blocking read for every free slot.
-        Sharded (rsjobs.worker.lanes): a hot lane reads for them without blocking, holding
-        them meanwhile; a cold one blocks for a part of them, holding none."""
-        work = lane.store.work
+        """A batch of new deliveries of one lane for ``free`` slots (what is taken beyond
+        them waits in the lane's buffer). Unsharded: :meth:`_take` for every free slot.
+        Sharded (rsjobs.worker.lanes): a hot lane takes for them without waiting, holding
+        them meanwhile; a cold one takes (and waits) for a part of them, holding none."""
+        queues = list(streams.values())
         if len(self._lanes) == 1:
-            batch = await work.read(self.name, streams, free, self.block_ms)
-            if len(batch) > free:  # several queues: keep the surplus for later
-                lane.buffer.extend(batch[free:])
-                batch = batch[:free]
-            return batch
+            return await self._take(lane, queues, free)
         if lane.hot:
             self._reserved += free
-            batch = []
+            batch: list[Delivery] = []
+            more = False
             try:
-                batch = await work.read(self.name, streams, free, None)
+                batch, more = await self._take_now(lane, queues, free)
             finally:
                 self._reserved -= free
                 if len(batch) < free:
@@ -526,15 +541,51 @@ class Worker:
                     # take turns in the order they began to wait)
                     self._slot_free.set()
             take = min(len(batch), free)
+            lane.hot = bool(batch) or more
         else:
-            count = -(-free // len(self._lanes))
-            batch = await work.read(self.name, streams, count, self.block_ms)
+            batch = await self._take(lane, queues, -(-free // len(self._lanes)))
             take = min(len(batch), max(0, self._free()))
-        lane.hot = bool(batch)
+            lane.hot = bool(batch)
         if len(batch) > take:
             lane.buffer.extend(batch[take:])
             batch = batch[:take]
         return batch
+
+    async def _take_now(
+        self, lane: ShardLane, queues: list[str], free: int
+    ) -> tuple[list[Delivery], bool]:
+        """What take.lua hands out on ``lane``'s shard for ``free`` slots, without waiting;
+        and whether it stopped with entries left (take again at once)."""
+        work = lane.store.work
+        if lane.held and not self._finish_sent.is_set():
+            # owners were at their limits: ends about to be sent free their slots, so take
+            # once they are on their way (a take sent after them runs after them), not
+            # now, for nothing
+            await self._finish_sent.wait()
+        taken = await work.take(self.name, queues, free, age_ms=self.priority_age_ms)
+        lane.held = taken.held
+        lane.taken = taken
+        return taken.deliveries, taken.more
+
+    async def _take(self, lane: ShardLane, queues: list[str], free: int) -> list[Delivery]:
+        """What take.lua hands out on ``lane``'s shard for ``free`` slots; when it hands out
+        nothing, wait for work (XREAD BLOCK on the queues' streams, bounded by ``block_ms``
+        and by the time a held-back task may start), and return nothing."""
+        deliveries, more = await self._take_now(lane, queues, free)
+        taken = lane.taken
+        if deliveries or more or taken is None:
+            return deliveries
+        if not self._finish_idle.is_set():
+            # an end in flight may free an owner's slot: take again once it has landed
+            # instead of blocking
+            await self._finish_idle.wait()
+            return []
+        block = self.block_ms
+        if taken.next_due:
+            now = int(time.time() * 1000)
+            block = max(1, min(block, taken.next_due - now + 5))
+        await lane.store.work.wait(taken.cursors, block)
+        return []
 
     @property
     def paused(self) -> set[str]:
@@ -625,7 +676,7 @@ class Worker:
             return held | self._starting_entries | self._ending_entries
 
         before = known()
-        pending = await lane.store.work.own_pending(self.name, lane.streams)
+        pending = await lane.store.work.own_pending(self.name, lane.level_streams)
         skip = before | known()
         for d in pending:
             if d.entry not in skip:
@@ -656,7 +707,7 @@ class Worker:
                 self._set_paused(d.queue, True, "found at START", lane)
             if r.code is not Code.APPLIED:
                 continue
-            keys = lane.keys.task_keys(r.id, d.queue, r.dedup or None)
+            keys = lane.keys.task_keys(r.id, d.queue, r.dedup or None, d.priority)
             job = _Job(r.id, d.queue, d.entry, r.lease, r.dedup, keys, r.wf)
             timeout_s = r.timeout_ms / 1000 if r.timeout_ms else None
             ctx = Context(
@@ -906,6 +957,7 @@ class Worker:
             return
         self._spans[job.entry] = span
         self._finish_items.append((job.keys, ending, job.id, job.entry))
+        self._finish_sent.clear()
         if self._finisher is None or self._finisher.done():
             self._finish_idle.clear()
             self._finisher = asyncio.get_running_loop().create_task(self._flush_finishes())
@@ -928,6 +980,10 @@ class Worker:
         give_up = time.monotonic() + self.lease_ms / 1000
         while self._finish_items:
             items, self._finish_items = self._finish_items[:500], self._finish_items[500:]
+            if not self._finish_items:
+                # (unsharded, the call below writes them before this task yields: see
+                # _take; sharded, each shard's call is on its way once gathered)
+                self._finish_sent.set()
             groups = group_by_shard(items, lambda i: self._shard(i[2]), len(self._lanes))
             if len(groups) == 1:
                 ((shard, group),) = groups.items()
@@ -942,6 +998,7 @@ class Worker:
             exc = next(e for e in outcomes if e is not None)
             # keep the results: the lease may still be ours when Redis is back
             self._finish_items[:0] = again
+            self._finish_sent.clear()
             if time.monotonic() > give_up:
                 log.error(
                     "worker %s: dropping %d results after redis outage (%s); the "
@@ -955,6 +1012,7 @@ class Worker:
                 # their entries stay marked as ending: the tasks are RUNNING under this
                 # worker's lease until the reaper takes them back, and must not run again
                 self._finish_items.clear()
+                self._finish_sent.set()
                 break
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 2.0)

@@ -473,7 +473,7 @@ class WorkflowClient:
                 payload = _task_payload(info, stage, spec, assets, info.retries + 1)
                 task = wf_task(self.settings, await self._new_task_id(wf_id), stage, spec, payload)
                 retries.append(WfRetryItem(old, *task))
-            reply = await wf.retry(self.source, wf_id, args, retries)
+            reply = await wf.retry(self.source, wf_id, args, retries, stage.priority)
             if reply.code is not WfCode.STALE:
                 break
         assert reply is not None

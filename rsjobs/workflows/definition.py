@@ -24,6 +24,7 @@ import msgspec
 from ..codec import encode_payload
 from ..errors import ConfigError, PayloadError
 from ..labels import validate_labels
+from ..limits import check_priority
 from ..names import validate_name
 from .plan import Plan, StagePlan, TaskPlan
 
@@ -123,10 +124,13 @@ class Stage:
     max_retries: int = 3
     #: shown to people (status messages); defaults to the name
     label: str = ""
+    #: the priority of its tasks on their queue (0-9, higher first; rsjobs.limits)
+    priority: int = 0
 
     def plan(self, input: Any) -> StagePlan:
         validate_name("stage name", self.name)
         validate_name("queue", self.queue)
+        check_priority(self.priority)
         if not 0 <= self.max_retries <= 1000:
             raise ConfigError("max_retries must be between 0 and 1000")
         specs = self.tasks(input) if callable(self.tasks) else self.tasks
@@ -143,6 +147,7 @@ class Stage:
             gate=self.gate,
             max_retries=self.max_retries,
             tasks=tasks,
+            priority=self.priority,
         )
 
 

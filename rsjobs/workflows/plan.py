@@ -39,6 +39,8 @@ class StagePlan(msgspec.Struct, frozen=True, kw_only=True):
     gate: bool = False
     max_retries: int = 3
     tasks: list[TaskPlan]
+    #: the priority of its tasks (0-9)
+    priority: int = 0
 
     def item_order(self) -> dict[str, int]:
         return {t.item: i for i, t in enumerate(self.tasks)}

@@ -123,6 +123,7 @@ def wf_task(
             labels=encode_labels(spec.labels),
             traceparent=trace.traceparent,
             tracestate=trace.tracestate,
+            priority=stage.priority,
         ),
         spec.item,
         spec.kind,
@@ -170,7 +171,7 @@ async def spawn(store: Store, wf_id: str, source: str) -> int:
             ]
             await store.tasks.remember_queues([stage.queue])
             reply = await store.workflows.spawn(
-                source, wf_id, WfSpawnArgs(info.version, info.stage), tasks
+                source, wf_id, WfSpawnArgs(info.version, info.stage), tasks, stage.priority
             )
         if reply.code is WfCode.APPLIED:
             return len(tasks)

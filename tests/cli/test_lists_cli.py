@@ -26,7 +26,7 @@ async def test_tasks_lists_filters_and_pages(redis_url: str) -> None:
     out = rsjobs(redis_url, "tasks", "--queue", "gpu", "--label", "user=u_9")
     assert out.returncode == 0, out.stderr
     header, *rows = out.stdout.splitlines()
-    assert header.split()[:5] == ["listed", "id", "state", "queue", "type"]
+    assert header.split()[:6] == ["listed", "id", "state", "queue", "pri", "type"]
     assert {r.split()[2] for r in rows} == set(gpu)  # the time takes two words
     assert out.stderr == ""
     cancelled = rsjobs(redis_url, "tasks", "--state", "CANCELLED", "--queue", "gpu", "--json")

@@ -97,6 +97,21 @@ async def test_missed_ticks_run_once_on_catch_up_and_the_rest_are_counted(
     assert await client.redis.xlen(client.keys.queue("default")) == 1
 
 
+async def test_a_schedules_tasks_keep_its_priority(client: Client) -> None:
+    """A recurring task's priority (rsjobs.limits): every tick's task has it, on its level's
+    stream; a bad one is refused and writes nothing."""
+    with pytest.raises(ConfigError, match="priority"):
+        await client.schedule("urgent", type="tick", every_ms=1000, priority=11)
+    assert await client.redis.keys("*") == []
+    await client.schedule("urgent", type="tick", every_ms=1000, priority=6)
+    now = await client.store.reaper.now_ms()
+    await client.redis.zadd(client.keys.schedules_due, {"urgent": now - 10})
+    assert await client.store.schedules.fire_due("reaper", now) == 1
+    (info,) = await client.schedules()
+    assert (await client.get(info.last_task)).priority == 6
+    assert await client.redis.xlen(client.keys.queue("default", 6)) == 1
+
+
 async def test_a_removed_schedule_fires_no_more(client: Client) -> None:
     await client.schedule("gone", type="tick", every_ms=1000)
     assert await client.unschedule("gone")

@@ -16,6 +16,7 @@ from rsjobs import Client, CorruptData, RedisUnavailable, Settings, StoreError, 
 from rsjobs.store import Store
 from rsjobs.store.isolation import about_item, about_server
 from rsjobs.store.record import field
+from rsjobs.store.work import Delivery
 from rsjobs.workflows import WorkflowClient
 
 TID = "a" * 32
@@ -29,7 +30,8 @@ def _calls(store: Store) -> dict[str, Callable[[], Awaitable[Any]]]:
         "tasks.stats": store.tasks.stats,
         "tasks.enqueue": lambda: Client(store.redis, store.settings).enqueue("t"),
         "work.read": lambda: store.work.read("w", {stream: "q"}, 10, 0),
-        "work.start": lambda: store.work.start("w", 1000, "n", []),
+        "work.take": lambda: store.work.take("w", ["q"], 10),
+        "work.start": lambda: store.work.start("w", 1000, "n", [Delivery(stream, "q", "1-0", TID)]),
         "work.promote_due": lambda: store.work.promote_due("worker"),
         "reaper.queues": store.reaper.queues,
         "reaper.now_ms": store.reaper.now_ms,

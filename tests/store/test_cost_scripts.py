@@ -40,7 +40,7 @@ def _finish(h: LuaHarness, tid: str, event: str, lease: str, charges: str = "") 
     body = '"ok"' if event == "COMPLETE" else "boom"
     etype = "" if event == "COMPLETE" else "E"
     ending = Ending(event, lease, body, etype, 1, -1, 0.5, "", charges)
-    return h.run(layout.finish(h.c, "worker", [(h.tk(tid), ending)]))[0]
+    return h.run(layout.finish(h.c, h.k, "worker", [(h.tk(tid), ending)]))[0]
 
 
 def _derived(h: LuaHarness, tid: str) -> Tally:

@@ -19,7 +19,7 @@ def _attempt(h: LuaHarness, event: str, body: str, etype: str, tb: str) -> list[
     (entry,) = h.deliver()
     lease = h.start(A, entry)[5]
     ending = Ending(event, lease, body, etype, 1, 0, 0.5, tb)
-    result: list[object] = h.run(layout.finish(h.c, "worker", [(h.tk(A), ending)]))[0]
+    result: list[object] = h.run(layout.finish(h.c, h.k, "worker", [(h.tk(A), ending)]))[0]
     h.promote()
     return result
 
@@ -61,5 +61,5 @@ def test_a_traceback_over_the_bound_is_refused_before_any_write() -> None:
     before = h.snapshot()
     ending = Ending("FAIL", lease, "x", "E", 1, 0, 0.5, "x" * 8193)
     with pytest.raises(redis.ResponseError, match="rsjobs: invalid traceback length"):
-        h.run(layout.finish(h.c, "worker", [(h.tk(A), ending)]))
+        h.run(layout.finish(h.c, h.k, "worker", [(h.tk(A), ending)]))
     assert h.snapshot() == before

@@ -1,6 +1,7 @@
 """Property test: random event sequences against the Lua scripts (on fakeredis) and the
 Python reference model must agree on every answer and every state, and leave the queue
-stream, the scheduled and deadline indexes and the history consistent."""
+stream (its priority level's), the scheduled and deadline indexes, the owner's RUNNING
+count (``rsjobs.model.running_delta``) and the history consistent."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from rsjobs.model import TERMINAL, TRANSITIONS
+from rsjobs.model import OCCUPYING, TERMINAL, TRANSITIONS, running_delta
 from rsjobs.store import layout
+from rsjobs.store.keys import member
 from rsjobs.store.layout import DeadlineArgs, DeadlineItem, DeferArgs, ResolveArgs
 from tests.support.lua import LuaHarness
 from tests.support.reference import TaskModel, replay
@@ -31,36 +33,52 @@ class TaskMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.h = LuaHarness()
-        self.h.group()
         self.leases: dict[int, str] = {}  # attempt -> lease token issued by START
         self.spawned = 0  # new task ids handed to RETRY / REPLAY
         self.model: TaskModel
+        self.owner = ""
+        self.priority = 0
+        #: the owner's RUNNING count as the transitions so far move it (running_delta)
+        self.running = 0
 
     @initialize(
         max_attempts=st.integers(1, 3),
         delayed=st.booleans(),
         successor=st.booleans(),
         always=st.booleans(),
+        owner=st.sampled_from(["", "alice"]),
+        priority=st.sampled_from([0, 4, 9]),
     )
     def create(
-        self, max_attempts: int, delayed: bool, successor: bool = False, always: bool = False
+        self,
+        max_attempts: int,
+        delayed: bool,
+        successor: bool = False,
+        always: bool = False,
+        owner: str = "",
+        priority: int = 0,
     ) -> None:
+        self.owner, self.priority = owner, priority
         self.pred_open = successor
+        self.h.group("q", priority)
         options: dict[str, Any] = {
             "delay_ms": 1 if delayed else 0,
             "max_attempts": max_attempts,
             "timeout_ms": 60_000,
+            "owner": owner or None,
+            "priority": priority,
         }
         if successor:
-            # a successor (after.lua) of a predecessor on a queue of its own, whose counts
-            # and indexes stay out of this task's
+            # a successor (after.lua) of a predecessor (of the same owner) on a queue of
+            # its own, whose counts and indexes stay out of this task's
             self.h.group("pq")
-            self.h.enqueue(PID, queue="pq")
+            self.h.enqueue(PID, queue="pq", owner=owner or None)
             reply = self.h.after(TID, [PID], after_policy="always" if always else "", **options)
             state, dup = reply[2], 1 - reply[0]
         else:
             _, state, dup = self.h.enqueue(TID, **options)
         self.model = TaskModel(max_attempts, delayed, waiting=successor, always=always)
+        self.seen = self.model.state
         assert (state, dup) == (self.model.state, 0)
         self.same_history()
         COVERED.add(("", "ENQUEUE"))
@@ -86,13 +104,19 @@ class TaskMachine(RuleBasedStateMachine):
 
     def note(self, event: str) -> None:
         COVERED.add((self.model.state, event))
+        self.moved()
+
+    def moved(self) -> None:
+        """Follow the model's state since the last rule: the RUNNING count it implies."""
+        self.running += running_delta(self.seen, self.model.state)
+        self.seen = self.model.state
 
     # -- rules ---------------------------------------------------------------------------
 
     @rule(stale=st.booleans())
     def start(self, stale: bool) -> None:
         self.note("START")
-        self.h.deliver()
+        self.h.deliver(priority=self.priority)
         entry = self.current_entry()
         use = "1-1" if stale or not entry else entry
         reply = self.h.start(TID, use, nonce=f"n{self.model.attempt + 1}")
@@ -149,7 +173,7 @@ class TaskMachine(RuleBasedStateMachine):
         h = self.h
         # the clock moves past the longest wait (its end, as the scripts read it)
         h.r.hset(h.k.task(TID), "xu", 1)
-        item = DeadlineItem(f"q:{TID}", 0.5)
+        item = DeadlineItem(member("q", TID, self.priority), 0.5)
         reply = h.run(layout.deadline(h.c, "reaper", DeadlineArgs(0), [(h.tk(TID), item)]))
         self.model.wait_passes()
         assert reply == ["RETRY" if self.model.state == "SCHEDULED" else "TIMED_OUT"]
@@ -228,19 +252,38 @@ class TaskMachine(RuleBasedStateMachine):
         assert t.state == self.model.state
         assert t.attempt == self.model.attempt
         assert t.failures == self.model.failures
+        assert t.priority == self.priority
+
+    @invariant()
+    def running_count_follows_the_table(self) -> None:
+        """The owner's RUNNING count on the queue (KEYS[16]) is what running_delta made of
+        every transition: 1 while RUNNING, else 0 (the field is gone); none without an
+        owner."""
+        self.moved()
+        h = self.h
+        got = h.r.hgetall(h.k.running)
+        if not self.owner:
+            assert got == {}
+            return
+        assert self.running == (1 if self.model.state in OCCUPYING else 0)
+        assert got == ({f"q|{self.owner}": str(self.running)} if self.running else {})
 
     @invariant()
     def indexes_match_state(self) -> None:
         h, state = self.h, self.model.state
-        stream_len = h.r.xlen(h.k.queue("q"))
-        pending = h.r.xpending(h.k.queue("q"), "workers")["pending"]
+        # (every work entry on its level's stream; none on the others)
+        stream = h.k.queue("q", self.priority)
+        stream_len = h.r.xlen(stream)
+        pending = h.r.xpending(stream, "workers")["pending"]
         assert stream_len == (1 if state in ("PENDING", "RUNNING") else 0), state
+        for other in h.k.queue_streams("q"):
+            assert other == stream or not h.r.exists(other)
         # (a DEFERRED task has no work entry: no reaper can take it for a dead worker's)
         assert pending <= (1 if state in ("PENDING", "RUNNING") else 0), state
-        member = f"q:{TID}"
-        assert (h.r.zscore(h.k.scheduled, member) is not None) == (state == "SCHEDULED")
-        assert (h.r.zscore(h.k.waiting, member) is not None) == (state == "WAITING")
-        in_deadlines = h.r.zscore(h.k.deadlines, member) is not None
+        m = member("q", TID, self.priority)
+        assert (h.r.zscore(h.k.scheduled, m) is not None) == (state == "SCHEDULED")
+        assert (h.r.zscore(h.k.waiting, m) is not None) == (state == "WAITING")
+        in_deadlines = h.r.zscore(h.k.deadlines, m) is not None
         assert in_deadlines == (state in ("RUNNING", "DEFERRED"))
         counts = {
             k.split(":")[1]: int(v) for k, v in h.r.hgetall(h.k.stats).items() if k.startswith("q:")
@@ -335,7 +378,13 @@ PROBES: list[tuple[str, dict[str, Any]]] = [
 
 def _machine_in(state: str) -> TaskMachine:
     m = TaskMachine()
-    m.create(max_attempts=1, delayed=state == "SCHEDULED", successor=state == "WAITING")
+    m.create(
+        max_attempts=1,
+        delayed=state == "SCHEDULED",
+        successor=state == "WAITING",
+        owner="alice",
+        priority=9,
+    )
     for rule_name, kwargs in PATHS[state]:
         getattr(m, rule_name)(**kwargs)
     assert m.model.state == state

@@ -34,7 +34,7 @@ def by_entries(h: dict[str, str]) -> tuple[int, int, str]:
 def start(h: LuaHarness, consumer: str) -> Any:
     (entry,) = h.deliver(consumer)
     call = layout.start(
-        h.c, h.k, "worker", StartArgs(consumer, 30_000, "n1"), [(h.tk(A), h_entry(entry))]
+        h.c, h.k, "worker", StartArgs(consumer, 30_000, "n1", "q"), [(h.tk(A), h_entry(entry))]
     )
     return h.run(call)[0]
 

@@ -141,7 +141,8 @@ def _calls() -> dict[str, layout.Packed]:
         "after": L.after(c, k, "src", tk, _named(L.NewTask), ["id"] * 2),
         "successors": L.successors(c, k, "src", [(tk, _named(L.SuccessorItem))] * 2),
         "start": L.start(c, k, "src", _named(L.StartArgs), [(tk, _named(L.Entry))] * 2),
-        "finish": L.finish(c, "src", [(tk, _named(L.Ending))] * 2),
+        "take": L.take(c, k, "src", _named(L.TakeArgs), ["queue"] * 2),
+        "finish": L.finish(c, k, "src", [(tk, _named(L.Ending))] * 2),
         "heartbeat": L.heartbeat(c, "src", _named(L.BeatArgs), [(tk, _named(L.BeatItem))] * 2),
         "control": L.control(c, k, "src", tk, _named(L.ControlArgs)),
         "retry": L.retry(c, "src", tk, tk, _named(L.RetryArgs)),
@@ -152,6 +153,7 @@ def _calls() -> dict[str, layout.Packed]:
         "resolve": L.resolve(c, k, "src", tk, "external", _named(L.ResolveArgs)),
         "poll": L.poll(c, k, "src", _named(L.PollArgs), [(tk, _named(L.Member))] * 2),
         "reclaim": L.reclaim(c, k, "src", _named(L.ReclaimArgs), [(tk, _named(L.Entry))] * 2),
+        "recount": L.recount(c, k, "src", "queue", [(tk, _named(L.Entry))] * 2),
         "deadline": L.deadline(
             c, "src", _named(L.DeadlineArgs), [(tk, _named(L.DeadlineItem))] * 2
         ),
@@ -208,6 +210,16 @@ def test_each_packer_places_the_values_its_layout_names(script: str) -> None:
     elif script == "after":
         # (a predecessor's key is its hash: its id is the item's value)
         assert item_keys == [k.task("id")] * n
+    elif script == "take":
+        # a queue's keys: its two zsets and its level streams, built from its name
+        one = [
+            k.parked("queue"),
+            k.throttled("queue"),
+            k.claims("queue"),
+            *k.queue_streams("queue"),
+        ]
+        assert len(one) == len(lay.item_keys)
+        assert item_keys == one * n
     elif script == "wf_retry":
         names = [n.removeprefix("failed_") for n in lay.item_keys]
         assert item_keys == names * n
@@ -216,6 +228,18 @@ def test_each_packer_places_the_values_its_layout_names(script: str) -> None:
     tail = call.keys[len(call.keys) - len(lay.tail_keys) :] if lay.tail_keys else []
     if lay.tail_keys == WorkflowKeys._fields:
         assert tail == list(WorkflowKeys._fields)
+    elif script == "recount":
+        assert tail == list(k.queue_streams("queue"))
+    elif script == "start":
+        # (waiting and throttled: the call's queue's, its StartArgs.queue)
+        assert tail == [
+            k.paused,
+            k.limits,
+            k.rates,
+            k.parked("queue"),
+            k.throttled("queue"),
+            k.claims("queue"),
+        ]
     else:
         # (a deferred task's external key, and a successor's own task keys, are the
         # packer's arguments: named as themselves)

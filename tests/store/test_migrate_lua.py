@@ -184,7 +184,7 @@ def test_a_running_task_is_completed_by_its_lease_after_the_migration(h: Layout1
         [(h.tk(TID), layout.BeatItem(lease, entry, "", ""))],
     )
     assert h.new(beat) == ["OK"]
-    done = layout.finish(h.c, "worker", [(h.tk(TID), h.ending("COMPLETE", lease, '"ok"'))])
+    done = layout.finish(h.c, h.k, "worker", [(h.tk(TID), h.ending("COMPLETE", lease, '"ok"'))])
     assert [list(r) for r in h.new(done)] == [[1, "SUCCEEDED"]]
     info, history = h.now(TID)
     assert info.state == "SUCCEEDED" and info.result == "ok" and info.worker == "w1"
@@ -415,11 +415,11 @@ def test_the_scripts_refuse_a_task_of_layout_1_and_keep_its_entry(h: Layout1Harn
             h.c,
             h.k,
             "worker",
-            layout.StartArgs("w1", 30_000, "n"),
+            layout.StartArgs("w1", 30_000, "n", "q"),
             [(h.tk(TID), layout.Entry(entry))],
         ),
         layout.control(h.c, h.k, "user", h.tk(TID), layout.ControlArgs("CANCEL", "", h.k.control)),
-        layout.finish(h.c, "worker", [(h.tk(TID), h.ending("COMPLETE", "1:n", '"x"'))]),
+        layout.finish(h.c, h.k, "worker", [(h.tk(TID), h.ending("COMPLETE", "1:n", '"x"'))]),
         layout.release(h.c, "worker", [(h.tk(TID), layout.Entry(entry))]),
     ]
     for call in calls:

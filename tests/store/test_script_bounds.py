@@ -231,7 +231,7 @@ def _two_running(h: LuaHarness) -> tuple[list[Any], list[Any]]:
 
 
 def _finish(h: LuaHarness, *endings: tuple[str, Ending]) -> Packed:
-    return layout.finish(h.c, "worker", [(h.tk(t), e) for t, e in endings])
+    return layout.finish(h.c, h.k, "worker", [(h.tk(t), e) for t, e in endings])
 
 
 def _beat(h: LuaHarness, lease_ms: Any, *beats: tuple[str, BeatItem]) -> Packed:
@@ -242,7 +242,7 @@ def _beat(h: LuaHarness, lease_ms: Any, *beats: tuple[str, BeatItem]) -> Packed:
 
 def _start(h: LuaHarness, tid: str, lease_ms: Any, nonce: str, entry: str) -> Packed:
     return layout.start(
-        h.c, h.k, "worker", StartArgs("w1", lease_ms, nonce), [(h.tk(tid), Entry(entry))]
+        h.c, h.k, "worker", StartArgs("w1", lease_ms, nonce, "q"), [(h.tk(tid), Entry(entry))]
     )
 
 

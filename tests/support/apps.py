@@ -95,3 +95,12 @@ async def charge(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
     if ctx.attempt < int(payload.get("until", 0)):
         raise RuntimeError(f"planned failure on attempt {ctx.attempt}")
     return {"refused": refused, "attempt": ctx.attempt}
+
+
+@tasks.handler("hold")
+async def hold(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
+    """Sleep payload["s"] seconds on its first attempt only (a later attempt, after the
+    reaper took the first back, returns at once)."""
+    if ctx.attempt == 1:
+        await asyncio.sleep(float(payload.get("s", 1.0)))
+    return {"attempt": ctx.attempt}

@@ -48,8 +48,14 @@ def source(name: str) -> str:
 
 #: what this release's calls carry that layout 1's scripts do not take: tail KEYS, and
 #: per-item ARGV names (dropped by :func:`old_call`)
-_NEWER_TAIL_KEYS = {"start": ("paused",), "control": ("waiting",)}
+_NEWER_TAIL_KEYS = {
+    "start": ("paused", "limits", "rates", "parked", "throttled", "claims"),
+    "finish": ("limits", "wake"),
+    "control": ("waiting",),
+}
 _NEWER_ITEM_ARGV = {"finish": ("traceback", "charges"), "wf_finish": ("traceback", "charges")}
+#: the script's own ARGV names added since (dropped too)
+_NEWER_ARGV = {"start": ("queue",)}
 #: the common KEYS this release passes, of which layout 1's scripts take the first four
 #: (events, stats, scheduled, deadlines: not the list indexes)
 _NCOMMON = len(Keys().common())
@@ -64,6 +70,11 @@ def old_call(call: Packed) -> Packed:
     keys, argv = list(call.keys), list(call.argv)
     drop_tail = _NEWER_TAIL_KEYS.get(call.script, ())
     drop_argv = _NEWER_ITEM_ARGV.get(call.script, ())
+    drop_own = _NEWER_ARGV.get(call.script, ())
+    if drop_own:
+        at = {4 + lay.args.index(name) for name in drop_own}
+        argv = [v for n, v in enumerate(argv) if n not in at]
+        lay = lay._replace(args=tuple(a for a in lay.args if a not in drop_own))
     if drop_argv:
         per = len(lay.item_args)
         at = {lay.item_args.index(name) for name in drop_argv}

@@ -32,6 +32,7 @@ from rsjobs.store.layout import (
     task_options,
 )
 from rsjobs.store.record import TASK_FIELDS, TaskRecord, decode_task
+from rsjobs.store.replies import stored_priority
 from rsjobs.store.scripts import SCRIPT_NAMES, script_source
 
 
@@ -49,13 +50,19 @@ class LuaHarness:
         self.k = Keys(namespace)
         self.c = Common.of(self.k, 1000, retention_ms)
         self.sha = {n: self.r.script_load(script_source(n)) for n in SCRIPT_NAMES}
+        #: the priority of each task enqueued here (its keys name its level's stream)
+        self.priorities: dict[str, int] = {}
 
     def run(self, call: Packed) -> Any:
         """Run one packed call, as the store does (EVALSHA)."""
         return self.r.evalsha(self.sha[call.script], len(call.keys), *call.keys, *call.argv)
 
-    def tk(self, tid: str, queue: str = "q", dedup: str | None = None) -> TaskKeys:
-        return self.k.task_keys(tid, queue, dedup)
+    def tk(
+        self, tid: str, queue: str = "q", dedup: str | None = None, priority: int | None = None
+    ) -> TaskKeys:
+        """The task's keys (of the priority it was enqueued with here, unless given)."""
+        p = self.priorities.get(tid, 0) if priority is None else priority
+        return self.k.task_keys(tid, queue, dedup, p)
 
     def new_task(
         self,
@@ -73,6 +80,7 @@ class LuaHarness:
         owner: str | None = None,
         labels: str | None = None,
         after_policy: str = "",
+        priority: int = 0,
     ) -> NewTask:
         options = task_options(
             max_attempts=max_attempts,
@@ -85,12 +93,23 @@ class LuaHarness:
             owner=owner,
             labels=labels,
             after_policy=after_policy,
+            priority=priority,
         )
         return NewTask(tid, "img", queue, payload, options)
 
-    def enqueue(self, tid: str, *, queue: str = "q", dedup: str | None = None, **kw: Any) -> Any:
-        task = self.new_task(tid, queue=queue, dedup=dedup, **kw)
-        return self.run(layout.enqueue(self.c, "api", [(self.tk(tid, queue, dedup), task)]))[0]
+    def enqueue(
+        self,
+        tid: str,
+        *,
+        queue: str = "q",
+        dedup: str | None = None,
+        priority: int = 0,
+        **kw: Any,
+    ) -> Any:
+        task = self.new_task(tid, queue=queue, dedup=dedup, priority=priority, **kw)
+        keys = self.tk(tid, queue, dedup, priority)
+        self.priorities[tid] = priority
+        return self.run(layout.enqueue(self.c, "api", [(keys, task)]))[0]
 
     def after(
         self,
@@ -100,12 +119,14 @@ class LuaHarness:
         queue: str = "q",
         dedup: str | None = None,
         source: str = "api",
+        priority: int = 0,
         **kw: Any,
     ) -> Any:
         """``after.lua``: the successor ``tid`` of ``predecessors``; its reply."""
-        task = self.new_task(tid, queue=queue, dedup=dedup, **kw)
-        call = layout.after(self.c, self.k, source, self.tk(tid, queue, dedup), task, predecessors)
-        return self.run(call)
+        task = self.new_task(tid, queue=queue, dedup=dedup, priority=priority, **kw)
+        self.priorities[tid] = priority
+        keys = self.tk(tid, queue, dedup, priority)
+        return self.run(layout.after(self.c, self.k, source, keys, task, predecessors))
 
     def release_items(self) -> list[tuple[TaskKeys, SuccessorItem]]:
         """The items of a release step over the whole release stream, as the store builds
@@ -113,8 +134,9 @@ class LuaHarness:
         items = []
         for eid, f in self.r.xrange(self.k.release):
             for sid in f["sc"].split(","):
-                q, dedup = self.r.hmget(self.k.task(sid), ["q", "dedup"])
-                items.append((self.tk(sid, q or f["q"], dedup or None), SuccessorItem(eid, sid)))
+                q, dedup, pr = self.r.hmget(self.k.task(sid), ["q", "dedup", "pr"])
+                keys = self.tk(sid, q or f["q"], dedup or None, stored_priority(pr))
+                items.append((keys, SuccessorItem(eid, sid)))
         return items
 
     def release(self, source: str = "worker") -> Any:
@@ -135,15 +157,16 @@ class LuaHarness:
             words += reply[0]
         raise AssertionError("the release stream does not drain")
 
-    def group(self, queue: str = "q") -> None:
+    def group(self, queue: str = "q", priority: int = 0) -> None:
         try:
-            self.r.xgroup_create(self.k.queue(queue), GROUP, id="0", mkstream=True)
+            self.r.xgroup_create(self.k.queue(queue, priority), GROUP, id="0", mkstream=True)
         except Exception as exc:  # BUSYGROUP
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    def deliver(self, consumer: str = "w1", queue: str = "q") -> list[str]:
-        rows = self.r.xreadgroup(GROUP, consumer, {self.k.queue(queue): ">"}, count=100)
+    def deliver(self, consumer: str = "w1", queue: str = "q", priority: int = 0) -> list[str]:
+        stream = self.k.queue(queue, priority)
+        rows = self.r.xreadgroup(GROUP, consumer, {stream: ">"}, count=100)
         return [eid for _, entries in rows for eid, _ in entries]
 
     def start(
@@ -155,7 +178,7 @@ class LuaHarness:
         lease_ms: int = 30_000,
         consumer: str = "w1",
     ) -> Any:
-        args = StartArgs(consumer, lease_ms, nonce)
+        args = StartArgs(consumer, lease_ms, nonce, queue)
         return self.run(
             layout.start(self.c, self.k, "worker", args, [(self.tk(tid, queue), Entry(entry))])
         )[0]
@@ -176,7 +199,9 @@ class LuaHarness:
         dedup: str | None = None,
     ) -> Any:
         ending = self.ending(event, lease, body, retryable)
-        return self.run(layout.finish(self.c, "worker", [(self.tk(tid, queue, dedup), ending)]))[0]
+        return self.run(
+            layout.finish(self.c, self.k, "worker", [(self.tk(tid, queue, dedup), ending)])
+        )[0]
 
     def heartbeat(
         self, tid: str, lease: str, entry: str, progress: str = "", queue: str = "q"
@@ -207,6 +232,7 @@ class LuaHarness:
     ) -> Any:
         """``retry.lua``: RETRY (or REPLAY) of task ``old`` as the new task ``new``."""
         args = RetryArgs(event, new, message, replaces)
+        self.priorities[new] = self.priorities.get(old, 0)  # (a restart keeps it)
         call = layout.retry(
             self.c, source, self.tk(old, queue, dedup), self.tk(new, queue, dedup), args
         )

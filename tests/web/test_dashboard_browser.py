@@ -484,3 +484,38 @@ async def test_a_dead_letter_requeued_from_its_view(
                 "data-state", "SUCCEEDED", timeout=10_000
             )
         assert errors == []
+
+
+async def test_priorities_and_tasks_held_by_a_limit_are_shown(
+    browser: Any, redis_url: str, client: Client
+) -> None:
+    """A task list shows each task's priority, a task's page its priority, and the
+    overview the tasks a queue's limits hold back (rsjobs.limits)."""
+    expect = playwright.expect
+    await client.set_limit("gpu", 1)
+    urgent = await client.enqueue("noop", queue="gpu", priority=9, owner="alice")
+    await client.enqueue_many(
+        [EnqueueRequest(type="noop", queue="gpu", owner="alice") for _ in range(3)]
+    )
+    bobs = await client.enqueue("noop", queue="gpu", owner="bob")
+    await client.store.work.ensure_groups([client.keys.queue("gpu")])
+    # a worker that takes and starts but never ends: alice at her limit, her others set
+    # aside (parked) on the way to bob's
+    taken = await client.store.work.take("ghost", ["gpu"], 4)
+    started = await client.store.work.start("ghost", 60_000, "n", taken.deliveries)
+    assert sorted(s.id for s in started if s.state == "RUNNING") == sorted([urgent, bobs])
+    with serve(make_app(redis_url)) as web:
+        page, errors = await open_dashboard(browser, web.url, "#/tasks?queue=gpu")
+        rows = page.locator("main [data-view=tasks] tbody tr")
+        await expect(rows).to_have_count(5)
+        prios = await page.locator("[data-testid=priority]").all_inner_texts()
+        assert sorted(prios) == ["0", "0", "0", "0", "9"]
+        await shot(page, "tasks-priority")
+        await page.evaluate(f"location.hash = '#/task/{urgent}'")
+        await expect(page.locator("[data-fact=priority]")).to_have_text("9")
+        await shot(page, "task-priority")
+        await page.evaluate("location.hash = '#/'")
+        held = page.locator("[data-testid=queue][data-queue=gpu] [data-testid=held]")
+        await expect(held).to_have_text("3")
+        await shot(page, "overview-held")
+        assert errors == []

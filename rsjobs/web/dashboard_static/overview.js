@@ -100,7 +100,9 @@ class OverviewView {
         h("dt", {}, "backlog"), h("dd", { dataset: { testid: "backlog" } }, String(q.waiting)),
         h("dt", {}, "on the stream"), h("dd", {}, String(q.depth)),
         h("dt", {}, "oldest pending"), h("dd", { dataset: { testid: "oldest" } }, q.oldest_pending_ms ? fmtDuration(q.oldest_pending_ms) : "none"),
-        h("dt", {}, "live workers"), h("dd", {}, String(q.workers))),
+        h("dt", {}, "live workers"), h("dd", {}, String(q.workers)),
+        h("dt", { title: "tasks waiting on an owner's concurrency limit or a rate limit" }, "held by limits"),
+        h("dd", { dataset: { testid: "held" } }, String(q.held || 0))),
       counts, charts);
   }
 

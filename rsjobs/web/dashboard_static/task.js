@@ -89,7 +89,7 @@ class TaskDetailView {
         ...t.successors.map((s) => short(s, "successor"))) : null);
     const run = t.started_at && t.finished_at ? t.finished_at - t.started_at : t.started_at ? Date.now() - t.started_at : null;
     const facts = [
-      ["type", t.type], ["queue", t.queue], ["owner", t.owner || "–"],
+      ["type", t.type], ["queue", t.queue], ["priority", String(t.priority || 0)], ["owner", t.owner || "–"],
       ["attempt", `${t.attempt} of ${t.max_attempts}`], ["failures", String(t.failures)], ["worker", t.worker || "–"],
       ["progress", `${Math.round(t.progress)}%${t.progress_msg ? " " + t.progress_msg : ""}`],
       ["labels", Object.entries(t.labels).map(([k, v]) => `${k}=${v}`).join(" ") || "–"],

@@ -84,7 +84,7 @@ class TaskListView {
     }));
     this.root.replaceChildren(h("h2", {}, title), tabs, form, this.bulkBox, this.result,
       h("table", { className: "list" },
-        h("thead", {}, h("tr", {}, ["task", "type", "queue", "state", "attempt", "labels", "worker", "created", "updated", "error"].map((c) => h("th", {}, c)))),
+        h("thead", {}, h("tr", {}, ["task", "type", "queue", "priority", "state", "attempt", "labels", "worker", "created", "updated", "error"].map((c) => h("th", {}, c)))),
         this.tbody),
       this.pager);
   }
@@ -102,13 +102,14 @@ class TaskListView {
     if (unchanged(this, page)) return;
     this.tbody.replaceChildren(...page.items.map((t) => h("tr", { className: t.state, dataset: { taskId: t.id, state: t.state, testid: "task-row" } },
       h("td", {}, link(`#/task/${t.id}`, t.id.slice(0, 12) + "…", { title: t.id, className: "mono" })),
-      h("td", {}, t.type), h("td", {}, t.queue), h("td", {}, stateBadge(t.state)),
+      h("td", {}, t.type), h("td", {}, t.queue), h("td", { dataset: { testid: "priority" } }, String(t.priority || 0)),
+      h("td", {}, stateBadge(t.state)),
       h("td", {}, `${t.attempt}/${t.max_attempts}`),
       h("td", {}, Object.entries(t.labels).map(([k, v]) => h("span", { className: "label" }, `${k}=${v}`))),
       h("td", { className: "mono" }, t.worker || "–"),
       h("td", {}, fmtDate(t.created_at)), h("td", {}, fmtDate(t.updated_at)),
       h("td", { className: "err", title: t.error }, t.error_type ? `${t.error_type}: ${t.error}` : t.error))));
-    if (!page.items.length) this.tbody.append(h("tr", {}, h("td", { colSpan: 10, className: "muted" }, page.cursor ? "nothing on this page: look at the next one" : "no task matches")));
+    if (!page.items.length) this.tbody.append(h("tr", {}, h("td", { colSpan: 11, className: "muted" }, page.cursor ? "nothing on this page: look at the next one" : "no task matches")));
     const prev = h("button", { type: "button", disabled: !this.cursor, dataset: { testid: "prev" } }, "← Previous");
     const next = h("button", { type: "button", disabled: !page.cursor, dataset: { testid: "next" } }, "Next →");
     prev.addEventListener("click", () => {
