@@ -345,7 +345,7 @@ class Reaper:
     async def _recount(self, store: Store, queues: list[str]) -> int:
         """Recount the per-owner RUNNING counts of the queues that have some, on one shard
         (a queue that moved while it was read is recounted at the next sweep)."""
-        with_counts = {q.queue for q in await store.limits.of(queues) if q.running}
+        with_counts = {q.queue for q in await store.limits.of_here(queues) if q.running}
         fixed, settled = 0, True
         for q in sorted(with_counts):
             n = await store.reaper.recount(q)

@@ -74,11 +74,12 @@ class Limits:
         """Each queue's limits, and how they hold now (sharded: shard 0's settings with
         the rates summed over the shards, the RUNNING and parked tasks of every shard)."""
         if (stores := await self.scripts.fan_out()) is not None:
-            parts = [await st.limits._of_here(queues) for st in stores]
+            parts = [await st.limits.of_here(queues) for st in stores]
             return [_merged([p[i] for p in parts]) for i in range(len(queues))]
-        return await self._of_here(queues)
+        return await self.of_here(queues)
 
-    async def _of_here(self, queues: list[str]) -> list[QueueLimits]:
+    async def of_here(self, queues: list[str]) -> list[QueueLimits]:
+        """:meth:`of` of this shard alone."""
         k = self.keys
         with boundary("limits"):
             async with self.redis.pipeline(transaction=False) as pipe:
