@@ -64,10 +64,12 @@ browser:
 	@bash tools/install-browser.sh
 
 # Peers (taskiq, bullmq, saq, arq, streaq) in a separate venv, same Redis, same run
-# quick mode: make bench BENCH_ARGS="--tasks 2000 --rounds 1"
+# quick mode: make bench BENCH_ARGS="--tasks 2000 --rounds 1" BENCH_SHARDS_ARGS="--tasks 5000"
 bench:
 	bash bench/setup.sh
 	.venv-bench/bin/python -m bench.run $(BENCH_ARGS)
+	# the cluster section: sharded namespaces (S = 1, 3, 6) on 3 masters
+	.venv-bench/bin/python -m bench.shards $(BENCH_SHARDS_ARGS)
 
 # A million tasks through enqueue, processing and retention expiry (about 9 minutes);
 # short mode: make soak SOAK_ARGS="--tasks 50000"

@@ -75,11 +75,19 @@ def _log_format_default() -> str:
 def settings_from_args(args: argparse.Namespace, **more: Any) -> Settings:
     """The :class:`Settings` the global options name (namespace, durable mode), plus
     ``more``; a bad value is a one-line CLI error."""
+    raw = getattr(args, "shards", None)
+    shards: int | None = None
+    if raw not in (None, ""):
+        try:
+            shards = int(raw)
+        except ValueError:
+            raise CliError(f"--shards must be an integer between 1 and 256, not {raw!r}") from None
     try:
         return Settings(
             namespace=args.namespace,
             wait_replicas=args.wait_replicas,
             wait_timeout_ms=args.wait_timeout_ms,
+            shards=shards,
             **more,
         )
     except ConfigError as exc:
@@ -374,6 +382,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="Redis URL (env RSJOBS_URL)",
     )
     p.add_argument("--namespace", default=os.environ.get("RSJOBS_NAMESPACE", "default"))
+    p.add_argument(
+        "--shards",
+        default=os.environ.get("RSJOBS_SHARDS") or None,
+        metavar="S",
+        help="the namespace's shard count (1-256): the first process given one creates the "
+        "namespace with it; another count than the namespace's is an error; none: read it "
+        "(env RSJOBS_SHARDS)",
+    )
     p.add_argument("--log-level", default=os.environ.get("RSJOBS_LOG_LEVEL", "INFO"))
     p.add_argument(
         "--log-format",

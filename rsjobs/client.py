@@ -61,7 +61,7 @@ from .schemas import (
     WebhookDelivery,
 )
 from .settings import Settings
-from .store import Code, Store, TaskRef, error_of
+from .store import Code, Shards, Store, TaskRef, error_of
 from .store.connection import connect
 from .store.history import position as history_position
 from .store.layout import NewTask, task_options
@@ -225,6 +225,7 @@ class Client:
         labels: Mapping[str, str] | None = None,
         after: Sequence[str] | None = None,
         after_policy: str = "succeeded",
+        shard_key: str | None = None,
         priority: int = 0,
     ) -> str:
         """Submit one task; returns its id.
@@ -246,6 +247,12 @@ class Client:
         Raises :class:`ConfigError` or :class:`PayloadError` on bad input,
         :class:`UnknownPredecessor` (no such task, or another owner's) or
         :class:`PredecessorRefused`, before any write.
+
+        In a sharded namespace (:mod:`rsjobs.store.shards`) a task goes to the shard of
+        its owner, else of its dedup key, else of its predecessors, else of ``shard_key``
+        (any text: tasks given the same one share a shard, e.g. the tasks of a diamond of
+        successors), else round-robin. ``shard_key`` changes nothing else and is not
+        stored; it does nothing in a namespace of one shard.
         """
         result = await self.submit(
             EnqueueRequest(
@@ -264,31 +271,29 @@ class Client:
                 after=list(after) if after is not None else None,
                 after_policy=after_policy,
                 priority=priority,
-            )
+            ),
+            shard_key=shard_key,
         )
         return result.id
 
-    async def submit(self, req: EnqueueRequest) -> EnqueueResult:
+    async def submit(self, req: EnqueueRequest, *, shard_key: str | None = None) -> EnqueueResult:
         """Submit one task and say what happened (id, state, duplicate); see :meth:`enqueue`."""
         encoded = _check_request(req, self.settings.payload_limit)
+        _check_shard_key(shard_key)
+        store, tid = await self._place(req, shard_key)
         if req.queue not in self._known_queues:
             await self._remember_queues({req.queue})
-        tid = new_task_id()
-        keys = self.keys.task_keys(tid, req.queue, req.dedup_key, req.priority)
+        keys = store.keys.task_keys(tid, req.queue, req.dedup_key, req.priority)
         attributes = task_attributes(tid, req.type, req.queue, "send")
         attributes["rsjobs.task.owner"] = req.owner
         with enqueue_span(f"rsjobs.enqueue {req.type}", attributes) as trace:
             task = new_task(tid, req, encoded, trace)
             if req.after:
                 result = _after_result(
-                    await self.store.successors.enqueue(
-                        self.source, keys, task, req.after, durable=True
-                    )
+                    await store.successors.enqueue(self.source, keys, task, req.after, durable=True)
                 )
             else:
-                (result,) = await self.store.tasks.enqueue(
-                    self.source, [(keys, task)], durable=True
-                )
+                (result,) = await store.tasks.enqueue(self.source, [(keys, task)], durable=True)
             if result.duplicate and req.dedup_key is not None:
                 # enqueue.lua wrote nothing; the task the key names must be this request
                 info = await self.store.tasks.get(result.id)
@@ -297,7 +302,11 @@ class Client:
         return result
 
     async def enqueue_many(
-        self, requests: Iterable[EnqueueRequest], *, chunk: int = 250
+        self,
+        requests: Iterable[EnqueueRequest],
+        *,
+        chunk: int = 250,
+        shard_key: str | None = None,
     ) -> list[str]:
         """Submit many tasks in few round trips (``chunk`` per script call); returns ids.
 
@@ -309,11 +318,19 @@ class Client:
         predecessors of successors (``after``) are checked before the first write too
         (:class:`UnknownPredecessor`, :class:`PredecessorRefused`); each successor is one
         script call of its own.
+
+        In a sharded namespace each task is placed as :meth:`enqueue` says (``shard_key``:
+        for every task of the call that no other rule places), and the tasks are grouped
+        by shard: one single-slot script call per group (and chunk); the ids come back in
+        the order of ``requests``.
         """
         reqs = list(requests)
         limit = self.settings.payload_limit
         encoded = [_check_request(r, limit) for r in reqs]
-        await self._check_dedup(reqs, encoded)
+        _check_shard_key(shard_key)
+        shards = await self.store.open()
+        placed = [self._shard_of(shards, r, shard_key) for r in reqs]
+        await self._check_dedup(reqs, encoded, placed)
         await self._check_predecessors(reqs)
         queues = {r.queue for r in reqs}
         await self._remember_queues(queues)
@@ -325,47 +342,65 @@ class Client:
         }
         # one span for the call, its context stored with every task of it
         with enqueue_span("rsjobs.enqueue_many", attributes) as trace:
-            return await self._enqueue_checked(reqs, encoded, chunk, trace)
+            return await self._enqueue_checked(reqs, encoded, placed, chunk, trace)
 
     async def _enqueue_checked(
-        self, reqs: list[EnqueueRequest], encoded: list[bytes], chunk: int, trace: TraceContext
+        self,
+        reqs: list[EnqueueRequest],
+        encoded: list[bytes],
+        placed: list[int],
+        chunk: int,
+        trace: TraceContext,
     ) -> list[str]:
-        """Write the checked requests (:meth:`enqueue_many`), submitted in ``trace``."""
+        """Write the checked requests (:meth:`enqueue_many`), each on its shard
+        (``placed``), submitted in ``trace``."""
         # two chunks in flight (on two connections): Python packs the next chunk while
         # Redis runs the previous one
         gate = asyncio.Semaphore(2)
-        k = self.keys
+        shards = self.store.shards
         plain = [i for i, r in enumerate(reqs) if not r.after]
+        # the plain tasks grouped by shard (one single-slot call per group and chunk)
+        groups: dict[int, list[int]] = {}
+        for i in plain:
+            groups.setdefault(placed[i], []).append(i)
+        calls = [
+            (shard, where[start : start + chunk])
+            for shard, where in groups.items()
+            for start in range(0, len(where), chunk)
+        ]
 
-        async def send(start: int) -> list[EnqueueResult]:
+        async def send(shard: int, where: list[int]) -> list[EnqueueResult]:
             async with gate:
+                store = self.store.shard(shard)
                 tasks = []
-                for i in plain[start : start + chunk]:
-                    r, tid = reqs[i], new_task_id()
+                for i in where:
+                    r, tid = reqs[i], shards.new_id(shard)
                     tasks.append(
                         (
-                            k.task_keys(tid, r.queue, r.dedup_key, r.priority),
+                            store.keys.task_keys(tid, r.queue, r.dedup_key, r.priority),
                             new_task(tid, r, encoded[i], trace),
                         )
                     )
-                return await self.store.tasks.enqueue(self.source, tasks, durable=True)
+                return await store.tasks.enqueue(self.source, tasks, durable=True)
 
         async def send_successor(i: int) -> EnqueueResult:
             async with gate:
-                r, tid = reqs[i], new_task_id()
-                reply = await self.store.successors.enqueue(
+                store = self.store.shard(placed[i])
+                r, tid = reqs[i], shards.new_id(placed[i])
+                reply = await store.successors.enqueue(
                     self.source,
-                    k.task_keys(tid, r.queue, r.dedup_key, r.priority),
+                    store.keys.task_keys(tid, r.queue, r.dedup_key, r.priority),
                     new_task(tid, r, encoded[i], trace),
                     r.after or (),
                     durable=True,
                 )
                 return _after_result(reply)
 
-        parts = await asyncio.gather(*(send(i) for i in range(0, len(plain), chunk)))
+        parts = await asyncio.gather(*(send(shard, where) for shard, where in calls))
         out: list[EnqueueResult | None] = [None] * len(reqs)
-        for i, res in zip(plain, (r for part in parts for r in part), strict=True):
-            out[i] = res
+        for (_, where), part in zip(calls, parts, strict=True):
+            for i, res in zip(where, part, strict=True):
+                out[i] = res
         # the successors after the plain tasks, in their order (their predecessors were
         # checked above: an error now means one was cancelled and expired meanwhile)
         for i, r in enumerate(reqs):
@@ -385,21 +420,36 @@ class Client:
                     check_repeat(info, key, r.type, r.queue, decode(e))
         return [res.id for res in results]
 
-    async def _check_dedup(self, reqs: list[EnqueueRequest], encoded: list[bytes]) -> None:
+    async def _check_dedup(
+        self, reqs: list[EnqueueRequest], encoded: list[bytes], placed: list[int]
+    ) -> None:
         """:mod:`rsjobs.dedup`'s rule for the keyed requests of one batch, before any
-        write: against each other, then against the live tasks their keys name."""
-        keyed: list[tuple[str, Submitted]] = [
-            (r.dedup_key, (r.type, r.queue, decode(e)))
-            for r, e in zip(reqs, encoded, strict=True)
+        write: against each other, then against the live tasks their keys name (on the
+        shard each request goes to)."""
+        keyed: list[tuple[str, Submitted, int]] = [
+            (r.dedup_key, (r.type, r.queue, decode(e)), shard)
+            for r, e, shard in zip(reqs, encoded, placed, strict=True)
             if r.dedup_key is not None
         ]
         if not keyed:
             return
-        check_batch(keyed)
-        infos = await self.store.tasks.by_dedup_many([key for key, _ in keyed])
-        for (key, (type_, queue, payload)), info in zip(keyed, infos, strict=True):
-            if info is not None:
-                check_repeat(info, key, type_, queue, payload)
+        check_batch([(key, sub) for key, sub, _ in keyed])
+        for shard in sorted({shard for *_, shard in keyed}):
+            mine = [(key, sub) for key, sub, at in keyed if at == shard]
+            infos = await self.store.shard(shard).tasks.by_dedup_many([key for key, _ in mine])
+            for (key, (type_, queue, payload)), info in zip(mine, infos, strict=True):
+                if info is not None:
+                    check_repeat(info, key, type_, queue, payload)
+
+    def _shard_of(self, shards: Shards, r: EnqueueRequest, shard_key: str | None) -> int:
+        """The shard a request goes to (:meth:`Shards.place`)."""
+        return shards.place(owner=r.owner, dedup=r.dedup_key, after=r.after, shard_key=shard_key)
+
+    async def _place(self, r: EnqueueRequest, shard_key: str | None) -> tuple[Store, str]:
+        """The store of the shard a request goes to, and a new task id on it."""
+        shards = await self.store.open()
+        shard = self._shard_of(shards, r, shard_key)
+        return self.store.shard(shard), shards.new_id(shard)
 
     async def _check_predecessors(self, reqs: list[EnqueueRequest]) -> None:
         """The predecessors of the successors of one batch, before any write: each one a
@@ -477,7 +527,7 @@ class Client:
         Raises :class:`WaitTimeout` after ``timeout_ms`` (None = wait forever).
         """
         validate_task_id(task_id)
-        events = self.store.events
+        events = (await self.store.at(task_id)).events  # the events of the task's shard
         # the cursor before the read: a transition after the read is an entry after it
         cursor = await events.last_id()
         info = await self.get(task_id)
@@ -708,7 +758,8 @@ class Client:
 
     async def webhook_deliveries(self, task_id: str) -> list[WebhookDelivery]:
         """The task's webhook deliveries, every attempt, newest first (docs/hooks.md)."""
-        return [_delivery.decode(raw) for raw in await self.store.hooks.deliveries(task_id)]
+        store = await self.store.at(validate_task_id(task_id))
+        return [_delivery.decode(raw) for raw in await store.hooks.deliveries(task_id)]
 
     async def unschedule(self, name: str) -> bool:
         """Remove the schedule ``name`` (its tasks stay); whether there was one."""
@@ -799,6 +850,7 @@ class Client:
         if ref is None:
             ref = await self.ref(task_id)
         replaces = ""
+        store = await self.store.at(task_id)
         if ref.retried_as and allowed(ref.state, event, ref.state):
             # started over already: that task answers while it exists (nothing to write;
             # an event the state refuses goes to the script, which records the refusal)
@@ -809,8 +861,10 @@ class Client:
                     created=False,
                 )  # fmt: skip
             replaces = ref.retried_as  # gone (retention): a new task may start it over
-        reply = await self.store.tasks.retry(
-            src, task_id, ref, event, new_task_id(), reason, replaces=replaces, durable=True
+        # the task started over lives on the shard of the one it starts over
+        new_id = store.shards.new_id(store.number)
+        reply = await store.tasks.retry(
+            src, task_id, ref, event, new_id, reason, replaces=replaces, durable=True
         )
         if reply.code is Code.APPLIED:
             return RetryResult(
@@ -1099,6 +1153,11 @@ class Client:
         if not isinstance(source, str) or not 0 < len(source) <= 200 or " " in source:
             raise ConfigError("source must be 1-200 characters without spaces")
         return source
+
+
+def _check_shard_key(shard_key: object) -> None:
+    if shard_key is not None and not (isinstance(shard_key, str) and 0 < len(shard_key) <= 200):
+        raise ConfigError("shard_key must be a string of 1-200 characters")
 
 
 def _check_reason(reason: object) -> None:

@@ -59,7 +59,6 @@ async def resolve_external(
     bill = Charges()
     for unit, amount in (charges or {}).items():
         bill.add(amount, unit)
-    deferred = store.deferred
     if external_id:
         check_external(external_id, provider)
     body = "null"
@@ -68,12 +67,18 @@ async def resolve_external(
     else:
         body = error[:2000] or "the outside job failed"
     if task_id is None:
-        found = await deferred.lookup(provider, external_id)
+        # the outside job's key lives on its task's shard: look on each (sharded)
+        found = None
+        for s in await store.each():
+            found = await s.deferred.lookup(provider, external_id)
+            if found is not None:
+                break
         if found is None:
             return Resolution(Code.NOT_FOUND, "", "")
         task_id = found.task_id
         if attempt is None:
             attempt = found.attempt
+    deferred = (await store.at(task_id)).deferred
     ref = await deferred.ref(task_id)
     if ref is None:
         return Resolution(Code.NOT_FOUND, task_id, "")

@@ -31,6 +31,7 @@ _STATES = ("WAITING", "PENDING", "SCHEDULED", "RUNNING", "DEFERRED", "PAUSED", "
            "FAILED", "CANCELLED", "TIMED_OUT")  # fmt: skip
 _WAITING = ("PENDING", "SCHEDULED", "RUNNING")
 _ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+_SHARD_CURSOR = re.compile(r"([0-9]{1,20}-[0-9]{1,20})\.([0-9]{1,3})")
 
 
 class QueueView(msgspec.Struct, frozen=True, kw_only=True):
@@ -49,6 +50,9 @@ class QueueView(msgspec.Struct, frozen=True, kw_only=True):
     oldest_pending_ms: int
     #: whether the queue is paused (``Client.pause_queue``: no worker starts its tasks)
     paused: bool = False
+    #: a sharded namespace whose shards do not all hold the pause (one did not get it, or
+    #: kept it: repeat the pause or resume): on how many, e.g. ``"3 of 8"``; '' otherwise
+    paused_shards: str = ""
     #: live workers serving it
     workers: int
     #: work waits and no live worker serves the queue
@@ -119,6 +123,7 @@ async def queue_views(store: Store) -> list[QueueView]:
                 waiting=waiting,
                 oldest_pending_ms=max(0, now - since) if since else 0,
                 paused=name in paused,
+                paused_shards=paused[name].shards if name in paused else "",
                 workers=live.get(name, 0),
                 unserved=bool(waiting) and not live.get(name),
                 held=held.get(name, 0),
@@ -136,11 +141,53 @@ async def deadletter_page(
 
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
         raise ConfigError("limit must be an integer between 1 and 1000")
+    stores = await store.each()
+    bad = ConfigError("invalid cursor: pass the cursor a page of dead letters returned")
+    if len(stores) > 1:
+        return await _sharded_deadletters(stores, cursor, limit, bad)
     if cursor is not None and not (isinstance(cursor, str) and _ENTRY_ID.fullmatch(cursor)):
-        raise ConfigError("invalid cursor: pass the cursor a page of dead letters returned")
+        raise bad
     items = await list_deadletters(store, count=limit, before=cursor)
     last = items[-1].entry if len(items) == limit else None
     return DeadLetterPage(items=items, cursor=last)
+
+
+async def _sharded_deadletters(
+    stores: list[Store], cursor: str | None, limit: int, bad: ConfigError
+) -> DeadLetterPage:
+    """A page of the dead letters of every shard, newest first by (entry id, shard); the
+    cursor is the last one's ``<entry id>.<shard>`` (not one atomic view)."""
+    from .reaper.deadletter import list_deadletters
+
+    at: tuple[str, int] | None = None
+    if cursor is not None:
+        m = _SHARD_CURSOR.fullmatch(cursor) if isinstance(cursor, str) else None
+        if m is None or int(m[2]) >= len(stores):
+            raise bad
+        at = (m[1], int(m[2]))
+    rows = []
+    for store in stores:
+        k = store.number
+        # after (id, shard) in (id, shard) order: the same id on a lower shard comes after
+        items = await list_deadletters(
+            store,
+            count=limit,
+            before=at[0] if at else None,
+            inclusive=at is not None and k < at[1],
+        )
+        rows += [((_entry_key(d.entry), k), d) for d in items]
+    rows.sort(key=lambda r: r[0], reverse=True)
+    page = rows[:limit]
+    last = page[-1][0] if len(page) == limit else None
+    return DeadLetterPage(
+        items=[d for _, d in page],
+        cursor=f"{page[-1][1].entry}.{last[1]}" if last is not None else None,
+    )
+
+
+def _entry_key(entry: str) -> tuple[int, int]:
+    ms, _, seq = entry.partition("-")
+    return int(ms or 0), int(seq or 0)
 
 
 async def queue_series(store: Store, queue: str, *, minutes: int = 60) -> QueueSeries:

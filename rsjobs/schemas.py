@@ -391,6 +391,10 @@ class QueuePause(msgspec.Struct, frozen=True, kw_only=True):
     by: str = ""
     reason: str = ""
     changed: bool = False
+    #: a sharded namespace whose shards do not all hold the flag (a pause or resume that
+    #: did not reach every shard: a repeat completes it): on how many, e.g. ``"3 of 8"``;
+    #: '' when every shard agrees
+    shards: str = ""
 
 
 class TaskFilter(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

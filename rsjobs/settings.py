@@ -30,6 +30,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     wait_replicas: int = 0
     #: how long durable mode waits for the replicas before raising ``NotReplicated``
     wait_timeout_ms: int = 1000
+    #: the namespace's shard count (``rsjobs.store.shards``): the first process given one
+    #: creates the namespace with it, a process given another count than the namespace's
+    #: stops with ``ConfigError``; None: read it (a namespace without one has one shard)
+    shards: int | None = None
 
     def __post_init__(self) -> None:
         validate_name("namespace", self.namespace)
@@ -43,3 +47,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError("wait_replicas must be between 0 and 100")
         if not 1 <= self.wait_timeout_ms <= 600_000:
             raise ConfigError("wait_timeout_ms must be between 1 and 600000")
+        if self.shards is not None:
+            from .store.shards import check_count
+
+            check_count(self.shards)

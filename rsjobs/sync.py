@@ -173,10 +173,12 @@ class SyncClient:
         labels: Mapping[str, str] | None = None,
         after: Sequence[str] | None = None,
         after_policy: str = "succeeded",
+        shard_key: str | None = None,
         priority: int = 0,
     ) -> str:
         """Submit one task; returns its id (see :meth:`rsjobs.Client.enqueue`; ``after``
-        makes it a successor of those tasks)."""
+        makes it a successor of those tasks; ``shard_key`` places it in a sharded
+        namespace)."""
         r = self._runner()
         return r.run(
             r.client.enqueue(
@@ -194,20 +196,27 @@ class SyncClient:
                 labels=dict(labels) if labels is not None else None,
                 after=list(after) if after is not None else None,
                 after_policy=after_policy,
+                shard_key=shard_key,
                 priority=priority,
             )
         )
 
-    def submit(self, req: EnqueueRequest) -> EnqueueResult:
+    def submit(self, req: EnqueueRequest, *, shard_key: str | None = None) -> EnqueueResult:
         """Submit one task and say what happened (see :meth:`rsjobs.Client.submit`)."""
         r = self._runner()
-        return r.run(r.client.submit(req))
+        return r.run(r.client.submit(req, shard_key=shard_key))
 
-    def enqueue_many(self, requests: Iterable[EnqueueRequest], *, chunk: int = 250) -> list[str]:
+    def enqueue_many(
+        self,
+        requests: Iterable[EnqueueRequest],
+        *,
+        chunk: int = 250,
+        shard_key: str | None = None,
+    ) -> list[str]:
         """Submit many tasks in few round trips (see :meth:`rsjobs.Client.enqueue_many`)."""
         reqs = list(requests)  # consumed here, in the caller's thread
         r = self._runner()
-        return r.run(r.client.enqueue_many(reqs, chunk=chunk))
+        return r.run(r.client.enqueue_many(reqs, chunk=chunk, shard_key=shard_key))
 
     def get(self, task_id: str) -> TaskInfo:
         """The task as stored now. Raises :class:`rsjobs.TaskNotFound`."""

@@ -230,12 +230,17 @@ async def cmd_deadletter_list(args: argparse.Namespace) -> int:
     """``rsjobs deadletter list``: newest first, as an aligned table."""
     import msgspec
 
+    from ..overview import deadletter_page
     from ..reaper import list_deadletters
     from .tables import print_table
     from .views import deadletters_table
 
     async with client_from_args(args) as client:
-        letters = await list_deadletters(client.store, count=args.count)
+        if (await client.store.open()).count == 1:
+            letters = await list_deadletters(client.store, count=args.count)
+        else:  # every shard's, merged newest first
+            count = max(1, min(args.count, 1000))
+            letters = (await deadletter_page(client.store, limit=count)).items
     if args.json:
         print(msgspec.json.encode(letters).decode())
         return 0

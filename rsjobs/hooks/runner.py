@@ -33,7 +33,7 @@ import msgspec
 from ..errors import ConfigError, CorruptData, RsjobsError
 from ..schemas import TaskInfo
 from ..store import Store
-from ..store.hooks import HookEntry, HookRetry
+from ..store.hooks import HookEntry, HookRetry, HookStore
 from .registry import Backoff, Hook, HookEvent, Hooks, call_hook
 from .webhooks import Webhook, post
 
@@ -89,18 +89,22 @@ class HookRunner:
         self._own_http = http is None
         self._webhooks: dict[str, Webhook] = {}
         self._refreshed = -1.0
-        self._forgot = -1.0
+        self._forgot: dict[str, float] = {}
+        #: the hook store of each shard (one: the namespace's, until start())
+        self._shards: list[HookStore] = [store.hooks]
         self._started = False
         #: runs made, failed runs, dead letters, consumers of gone runners removed from the
         #: group (for logs and tests)
         self.runs = self.failures = self.buried = self.forgotten = 0
 
     async def start(self) -> None:
-        """Create the group and tell the scripts which states the hooks want."""
-        hs = self.store.hooks
-        await hs.ensure_group()
+        """Create the group (on every shard's hook stream) and tell the scripts which
+        states the hooks want (on every shard)."""
+        self._shards = [s.hooks for s in await self.store.each()]
+        for hs in self._shards:
+            await hs.ensure_group()
         for hook in self.hooks:
-            await hs.listen(hook.listener, hook.states)
+            await self.store.hooks.listen(hook.listener, hook.states)
         await self._refresh(force=True)
         self._started = True
 
@@ -113,38 +117,54 @@ class HookRunner:
         stop = stop or asyncio.Event()
         if not self._started:
             await self.start()
+        # one loop per shard (a sharded namespace has a hook stream per shard), sharing
+        # the runner's concurrency
+        await asyncio.gather(*(self._run_shard(hs, stop) for hs in self._shards))
+
+    async def _run_shard(self, hs: HookStore, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
-                await self.step()
+                await self._step(hs)
             except RsjobsError as exc:
                 log.warning("hook pass failed: %s", exc)
                 await asyncio.sleep(1)
 
     async def step(self) -> int:
-        """One pass (see the module); how many entries and retries it handled."""
-        hs = self.store.hooks
+        """One pass (see the module) over every shard; how many entries and retries it
+        handled."""
+        if not self._started:
+            await self.start()
+        done = 0
+        for hs in self._shards:
+            done += await self._step(hs, block=len(self._shards) == 1)
+        return done
+
+    async def _step(self, hs: HookStore, block: bool = True) -> int:
+        """One pass over one shard's hook stream and retries."""
         await self._refresh()
         held = await hs.pending_of(self.name, self.batch)
         held += await hs.reclaim(self.name, self.claim_idle_ms, self.batch)
-        await self._forget_gone()
-        done = await self._entries(held)
-        done += await self._retries()
-        block = 1 if done else self.block_ms
-        done += await self._entries(await hs.read(self.name, self.batch, block))
+        await self._forget_gone(hs)
+        done = await self._entries(hs, held)
+        done += await self._retries(hs)
+        wait = 1 if done or not block else self.block_ms
+        done += await self._entries(hs, await hs.read(self.name, self.batch, wait))
         return done
 
     @property
     def webhook_count(self) -> int:
         return len(self._webhooks)
 
-    async def _forget_gone(self) -> None:
-        """Once per ``claim_idle_ms``: remove from the group the consumers of runners that
-        are gone (idle that long) and hold nothing (what they held was reclaimed above)."""
+    async def _forget_gone(self, hs: HookStore) -> None:
+        """Once per ``claim_idle_ms`` (per shard): remove from the group the consumers of
+        runners that are gone (idle that long) and hold nothing (what they held was
+        reclaimed above)."""
         loop = asyncio.get_running_loop()
-        if self._forgot >= 0 and (loop.time() - self._forgot) * 1000 < self.claim_idle_ms:
+        last = self._forgot.get(hs.keys.tag, -1.0)
+        if last >= 0 and (loop.time() - last) * 1000 < self.claim_idle_ms:
             return
-        self._forgot = loop.time()
-        gone = await self.store.hooks.forget_idle(self.name, self.claim_idle_ms)
+        self._forgot[hs.keys.tag] = loop.time()
+        gone = await hs.forget_idle(self.name, self.claim_idle_ms)
         if gone:
             self.forgotten += len(gone)
             log.info("removed the consumers of gone hook runners: %s", ", ".join(gone))
@@ -204,7 +224,8 @@ class HookRunner:
             if hook.timeout_ms / 1000 > limit:
                 hook = msgspec.structs.replace(hook, timeout_ms=int(limit * 1000))
             d = await post(self._http, hook, event)
-            await self.store.hooks.log_delivery(event.task_id, _delivery_enc.encode(d))
+            at = await self.store.at(event.task_id)  # the log lives on the task's shard
+            await at.hooks.log_delivery(event.task_id, _delivery_enc.encode(d))
             err = d.error
         self.failures += 1
         log.info("hook %s on %s (%s) failed: %s", _name(listener), event.task_id, event.state, err)
@@ -223,17 +244,17 @@ class HookRunner:
             attempt=attempt,
         )
 
-    async def _entries(self, entries: Sequence[HookEntry]) -> int:
-        await asyncio.gather(*(self._entry(e) for e in entries))
+    async def _entries(self, hs: HookStore, entries: Sequence[HookEntry]) -> int:
+        await asyncio.gather(*(self._entry(hs, e) for e in entries))
         return len(entries)
 
-    async def _entry(self, e: HookEntry) -> None:
+    async def _entry(self, hs: HookStore, e: HookEntry) -> None:
         async with self._sem:
             task = await self._task(e.task_id)
             listeners = self._listeners(e.state, task.type if task is not None else "")
             event = self._event(e, task, 1)
             errors = await asyncio.gather(*(self._attempt(li, event) for li in listeners))
-            now = await self.store.hooks.now_ms()
+            now = await hs.now_ms()
             retries: list[tuple[HookRetry, int]] = []
             dead: list[HookRetry] = []
             for li, err in zip(listeners, errors, strict=True):
@@ -246,15 +267,14 @@ class HookRunner:
                 else:
                     retries.append((r, now + b.delay_ms(1, random.random())))
             self.buried += len(dead)
-            await self.store.hooks.settle([e.entry], retries, dead)
+            await hs.settle([e.entry], retries, dead)
 
-    async def _retries(self) -> int:
-        due = await self.store.hooks.due(self.batch, self.retry_claim_ms)
-        await asyncio.gather(*(self._retry(m, r) for m, r in due))
+    async def _retries(self, hs: HookStore) -> int:
+        due = await hs.due(self.batch, self.retry_claim_ms)
+        await asyncio.gather(*(self._retry(hs, m, r) for m, r in due))
         return len(due)
 
-    async def _retry(self, member: str, r: HookRetry | None) -> None:
-        hs = self.store.hooks
+    async def _retry(self, hs: HookStore, member: str, r: HookRetry | None) -> None:
         async with self._sem:
             if r is None:
                 await hs.retry_done(member)  # not one this runner wrote: dropped

@@ -62,11 +62,12 @@ class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def list_deadletters(
-    store: Store, *, count: int = 50, before: str | None = None
+    store: Store, *, count: int = 50, before: str | None = None, inclusive: bool = False
 ) -> list[DeadLetter]:
-    """The newest ``count`` dead letters (older than entry ``before``), newest first."""
+    """The newest ``count`` dead letters (older than entry ``before``; ``inclusive``: or
+    that one), newest first (of ``store``'s shard)."""
     out = []
-    for row in await store.reaper.deadletters(count, before):
+    for row in await store.reaper.deadletters(count, before, inclusive=inclusive):
         f = row.fields
         out.append(
             DeadLetter(

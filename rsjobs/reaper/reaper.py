@@ -115,6 +115,8 @@ class SweepReport(msgspec.Struct, kw_only=True):
     series_sampled: int = 0
     #: ticks of recurring schedules this sweep fired (rsjobs.schedules)
     ticks_fired: int = 0
+    #: the shards this reaper swept (a sharded namespace: those whose guard it got)
+    shards: list[int] = msgspec.field(default_factory=list)
     #: per-owner RUNNING counts found wrong and set right (recount.lua; rsjobs.limits)
     counts_fixed: int = 0
     ms: int = 0
@@ -181,16 +183,17 @@ class Reaper:
         #: running sums of the numeric fields of every sweep report (for tests, metrics)
         self.totals: Counter[str] = Counter()
         self._stopping = asyncio.Event()
-        #: the minute (ms) of the last series sample this reaper took or found taken, and
-        #: the queues it sampled
-        self._sampled: tuple[int, frozenset[str]] = (-1, frozenset())
+        #: per shard, the minute (ms) of the last series sample this reaper took or found
+        #: taken, and the queues it sampled
+        self._sampled: dict[int, tuple[int, frozenset[str]]] = {}
         #: Prometheus metrics (the namespace's and this reaper's) on metrics_port (None:
         #: not served) at metrics_host, while run() runs
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
         self.metrics_server: asyncio.Server | None = None
         #: when this reaper last recounted the per-owner RUNNING counts (monotonic s)
-        self._recounted = float("-inf")
+        #: per shard, when its per-owner RUNNING counts were last recounted (monotonic)
+        self._recounted: dict[int, float] = {}
 
     async def close(self) -> None:
         if self._own_redis:
@@ -207,90 +210,38 @@ class Reaper:
         return await self.store.reaper.take_guard(self.name, self.config.guard_ms)
 
     async def sweep_once(self) -> SweepReport:
-        """One full sweep now (unless another reaper holds the guard); returns its report."""
+        """One full sweep now (unless another reaper holds the guard); returns its report.
+
+        A sharded namespace is swept shard by shard: each shard has a guard of its own,
+        and this reaper sweeps the shards whose guard it gets (several reapers split
+        them), each by the clock of the node that serves it. Schedules are fired with
+        shard 0 (they live there)."""
         cfg = self.config
         t0 = time.monotonic()
         report = SweepReport(reaper=self.name, sweep=self.sweeps + 1)
         # a namespace of an earlier layout is not swept (it would be misread): once per run
         await self.store.require_layout()
-        if cfg.guard:
-            holder = await self._take_guard()
-            if holder:
-                report.skipped, report.guard_holder = True, holder
-                self.sweeps += 1
-                return report
-        queues = await self.store.reaper.queues()
-        report.queues = len(queues)
-        # each step on its own: one that fails on some data is logged and counted, and the
-        # sweep goes on with the next (a failure of Redis itself ends the sweep)
-        rec = await self._step(report, "recovery", lambda: recover(self.store, queues, cfg))
-        if rec is not None:
-            report.retried, report.failed = rec["RETRIED"], rec["FAILED"]
-            report.deadlettered, report.redelivered = rec["DEADLETTERED"], rec["REDELIVERED"]
-            report.alive, report.busy = rec["ALIVE"], rec["BUSY"]
-            report.stale_entries = rec["STALE"]
-            self._isolated(report, rec)
-
-        now_ms = await self.store.reaper.now_ms()
-        dl = await self._step(
-            report, "deadlines", lambda: enforce_deadlines(self.store, cfg, now_ms)
-        )
-        if dl is not None:
-            report.timeout_retried, report.timed_out = dl["RETRY"], dl["TIMED_OUT"]
-            report.expired = dl["EXPIRED"]
-            self._isolated(report, dl)
-
-        # the successors of tasks that ended (here, or anywhere a release entry was left
-        # behind by a crash): after recovery and deadlines, so that what they ended is
-        # released in the same sweep; one XRANGE of an empty stream when idle
-        rel = await self._step(report, "successors", lambda: self.store.successors.release(SOURCE))
-        if rel is not None:
-            report.release_entries = rel.handled
-            report.successors_released, report.successors_cancelled = rel.released, rel.cancelled
-            report.errors += rel.failed
-
-        pr = await self._step(report, "promotion", lambda: promote(self.store, cfg))
-        if pr is not None:
-            report.promoted = pr["PROMOTED"]
-            self._isolated(report, pr)
-
-        # recurring schedules: each due tick enqueues one task, however many reapers run
-        ticks = await self._step(report, "schedules", self._fire_schedules)
-        report.ticks_fired = ticks or 0
-
-        retention = self.settings.retention_ms
-        if retention > 0:  # the events of tasks past their retention (0: kept for ever)
-            trimmed = await self._step(
-                report, "events", lambda: self.store.reaper.trim_events(now_ms - retention)
-            )
-            report.events_trimmed = trimmed or 0
-
-        if cfg.recount_ms and time.monotonic() - self._recounted >= cfg.recount_ms / 1000:
-            fixed = await self._step(report, "recount", lambda: self._recount(queues))
-            report.counts_fixed = fixed or 0
-
-        ws = await self._step(report, "workers", lambda: sweep_workers(self.store, queues, cfg))
-        if ws is not None:
-            report.workers_dead, report.workers_forgotten = ws.newly_dead, ws.forgotten
-            report.consumers_deleted = ws.consumers_deleted
-
-        # the list indexes lose what expired with its tasks (memory returns to baseline)
-        tr = await self._step(report, "index", lambda: self.store.index.trim(SOURCE))
-        if tr is not None:
-            report.index_trimmed = tr.members + tr.done
-
-        # the queues' counters, sampled once a minute for their series (one sample per
-        # minute however many reapers sweep: series.lua keeps the first)
-        # (again within a minute when a queue appeared: it gets its first sample at once)
-        seen = (now_ms - now_ms % 60_000, frozenset(queues))
-        if seen[0] != self._sampled[0] or not seen[1] <= self._sampled[1]:
-            sampled = await self._step(report, "series", lambda: self._sample(queues))
-            if sampled is not None:
-                report.series_sampled, self._sampled = sampled, seen
-
+        stores = await self.store.each()
+        held: list[Store] = []
+        for store in stores:
+            if cfg.guard:
+                holder = await store.reaper.take_guard(self.name, cfg.guard_ms)
+                if holder:
+                    report.guard_holder = report.guard_holder or holder
+                    continue
+            held.append(store)
+        if not held:
+            report.skipped = True
+            self.sweeps += 1
+            return report
+        if len(stores) > 1:
+            report.shards = [s.number for s in held]
+        for store in held:
+            await self._sweep_shard(store, report)
         # workflows whose tasks the sweep (or anything else) ended advance here too, so a
         # deployment needs no separate driver process
-        drive = await self._step(report, "workflows", self._driver.sweep_once)
+        shards = None if len(stores) == 1 else [s.number for s in held]
+        drive = await self._step(report, "workflows", lambda: self._driver.sweep_once(shards))
         if drive is not None:
             report.workflows_visited = drive.visited
             report.workflows_spawned = drive.spawned_workflows
@@ -308,24 +259,107 @@ class Reaper:
         )
         return report
 
-    async def _recount(self, queues: list[str]) -> int:
-        """Recount the per-owner RUNNING counts of the queues that have some (a queue that
-        moved while it was read is recounted at the next sweep)."""
-        with_counts = {q.queue for q in await self.store.limits.of(queues) if q.running}
+    async def _sweep_shard(self, store: Store, report: SweepReport) -> None:
+        """The steps of one sweep on one shard (the only one, unsharded)."""
+        cfg = self.config
+        queues = await store.reaper.queues()
+        report.queues = max(report.queues, len(queues))
+        # each step on its own: one that fails on some data is logged and counted, and the
+        # sweep goes on with the next (a failure of Redis itself ends the sweep)
+        rec = await self._step(report, "recovery", lambda: recover(store, queues, cfg))
+        if rec is not None:
+            report.retried += rec["RETRIED"]
+            report.failed += rec["FAILED"]
+            report.deadlettered += rec["DEADLETTERED"]
+            report.redelivered += rec["REDELIVERED"]
+            report.alive += rec["ALIVE"]
+            report.busy += rec["BUSY"]
+            report.stale_entries += rec["STALE"]
+            self._isolated(report, rec)
+
+        now_ms = await store.reaper.now_ms()  # the clock of the shard's node
+        dl = await self._step(report, "deadlines", lambda: enforce_deadlines(store, cfg, now_ms))
+        if dl is not None:
+            report.timeout_retried += dl["RETRY"]
+            report.timed_out += dl["TIMED_OUT"]
+            report.expired += dl["EXPIRED"]
+            self._isolated(report, dl)
+
+        # the successors of tasks that ended (here, or anywhere a release entry was left
+        # behind by a crash): after recovery and deadlines, so that what they ended is
+        # released in the same sweep; one XRANGE of an empty stream when idle
+        rel = await self._step(report, "successors", lambda: store.successors.release(SOURCE))
+        if rel is not None:
+            report.release_entries += rel.handled
+            report.successors_released += rel.released
+            report.successors_cancelled += rel.cancelled
+            report.errors += rel.failed
+
+        pr = await self._step(report, "promotion", lambda: promote(store, cfg))
+        if pr is not None:
+            report.promoted += pr["PROMOTED"]
+            self._isolated(report, pr)
+
+        if store.number == 0:
+            # recurring schedules: each due tick enqueues one task, however many reapers
+            # run (they live on shard 0, and so do their tasks)
+            ticks = await self._step(report, "schedules", self._fire_schedules)
+            report.ticks_fired = ticks or 0
+
+        retention = self.settings.retention_ms
+        if retention > 0:  # the events of tasks past their retention (0: kept for ever)
+            trimmed = await self._step(
+                report, "events", lambda: store.reaper.trim_events(now_ms - retention)
+            )
+            report.events_trimmed += trimmed or 0
+
+        last_count = self._recounted.get(store.number, float("-inf"))
+        if cfg.recount_ms and time.monotonic() - last_count >= cfg.recount_ms / 1000:
+            fixed = await self._step(report, "recount", lambda: self._recount(store, queues))
+            report.counts_fixed += fixed or 0
+
+        ws = await self._step(report, "workers", lambda: sweep_workers(store, queues, cfg))
+        if ws is not None:
+            report.workers_dead += [n for n in ws.newly_dead if n not in report.workers_dead]
+            report.workers_forgotten += [
+                n for n in ws.forgotten if n not in report.workers_forgotten
+            ]
+            report.consumers_deleted += ws.consumers_deleted
+
+        # the list indexes lose what expired with its tasks (memory returns to baseline)
+        tr = await self._step(report, "index", lambda: store.index.trim(SOURCE))
+        if tr is not None:
+            report.index_trimmed += tr.members + tr.done
+
+        # the queues' counters, sampled once a minute for their series (one sample per
+        # minute however many reapers sweep: series.lua keeps the first)
+        # (again within a minute when a queue appeared: it gets its first sample at once)
+        seen = (now_ms - now_ms % 60_000, frozenset(queues))
+        last = self._sampled.get(store.number, (-1, frozenset()))
+        if seen[0] != last[0] or not seen[1] <= last[1]:
+            sampled = await self._step(report, "series", lambda: self._sample(store, queues))
+            if sampled is not None:
+                report.series_sampled += sampled
+                self._sampled[store.number] = seen
+
+    async def _recount(self, store: Store, queues: list[str]) -> int:
+        """Recount the per-owner RUNNING counts of the queues that have some, on one shard
+        (a queue that moved while it was read is recounted at the next sweep)."""
+        with_counts = {q.queue for q in await store.limits.of_here(queues) if q.running}
         fixed, settled = 0, True
         for q in sorted(with_counts):
-            n = await self.store.reaper.recount(q)
+            n = await store.reaper.recount(q)
             if n is None:
                 settled = False
             else:
                 fixed += n
         if settled:
-            self._recounted = time.monotonic()
+            self._recounted[store.number] = time.monotonic()
         return fixed
 
-    async def _sample(self, queues: list[str]) -> int:
-        oldest = await self.store.index.oldest_pending(queues)
-        done, _ = await self.store.series.sample(SOURCE, oldest)
+    async def _sample(self, store: Store, queues: list[str]) -> int:
+        oldest = await store.index.oldest_here(queues)  # this shard's alone
+        done, _ = await store.series.sample(SOURCE, oldest)
         return done
 
     async def _fire_schedules(self) -> int:

@@ -22,6 +22,8 @@ check it at start with :meth:`Store.require_layout`.
 
 from __future__ import annotations
 
+import asyncio
+
 from redis.asyncio import Redis
 
 from ..settings import Settings
@@ -57,6 +59,8 @@ from .replies import (
 from .schedules import Schedules
 from .scripts import Scripts
 from .series import Series
+from .shards import Shards, shard_of
+from .shards import load as load_shards
 from .successors import ReleaseReport, Successors
 from .tasks import TaskRef, Tasks
 from .transient import boundary
@@ -83,6 +87,7 @@ __all__ = [
     "ReleaseReport",
     "RetryReply",
     "Series",
+    "Shards",
     "Started",
     "Store",
     "Suspect",
@@ -117,10 +122,25 @@ class Store:
         *,
         wf_history_maxlen: int = HISTORY_MAXLEN,
         durable_workflows: bool = False,
+        _shard: tuple[Store, int] | None = None,
     ) -> None:
         self.redis = redis
         self.settings = settings or Settings()
-        self.scripts = Scripts(redis, self.settings)
+        self._options = (wf_history_maxlen, durable_workflows)
+        #: shard 0's store (the namespace's: it knows the shards), and this one's shard
+        self.root: Store = _shard[0] if _shard else self
+        self.number = _shard[1] if _shard else 0
+        if _shard is None:
+            self.scripts = Scripts(redis, self.settings)
+            self._shards: Shards | None = None
+            self._stores: dict[int, Store] = {0: self}
+            self._opening = asyncio.Lock()
+        else:
+            root = self.root
+            self.scripts = Scripts(
+                redis, self.settings, tag=root.shards.tags[self.number], root=root.scripts
+            )
+        self.scripts.store = self
         self.keys = self.scripts.keys
         self.tasks = Tasks(self.scripts)
         self.work = Work(self.scripts)
@@ -140,13 +160,70 @@ class Store:
         self.costs = Costs(self.scripts)
         self.limits = Limits(self.scripts)
 
+    # -- shards (rsjobs.store.shards) -------------------------------------------------------
+
+    async def open(self) -> Shards:
+        """The namespace's shards, read once (created with ``Settings.shards`` when the
+        namespace is new). Raises :class:`rsjobs.ConfigError` when ``Settings.shards`` is
+        not the namespace's count (nothing written)."""
+        root = self.root
+        if root._shards is None:
+            async with root._opening:
+                if root._shards is None:
+                    root._shards = await load_shards(root.scripts, root.settings.shards)
+        return root._shards
+
+    @property
+    def shards(self) -> Shards:
+        """The namespace's shards (:meth:`open` read them; before that, one shard)."""
+        return self.root._shards or Shards(self.settings.namespace)
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the namespace has more than one shard (known once :meth:`open` ran)."""
+        return self.shards.count > 1
+
+    def shard(self, number: int) -> Store:
+        """The store of shard ``number`` (0: the namespace's own): today's store of one
+        namespace, on that shard's keys. Needs :meth:`open` for a shard other than 0."""
+        root = self.root
+        store = root._stores.get(number)
+        if store is None:
+            if not 0 < number < root.shards.count:
+                raise ValueError(f"namespace {self.settings.namespace} has no shard {number}")
+            wf_max, durable = root._options
+            store = Store(
+                self.redis,
+                root.settings,
+                wf_history_maxlen=wf_max,
+                durable_workflows=durable,
+                _shard=(root, number),
+            )
+            root._stores[number] = store
+        return store
+
+    async def at(self, an_id: str) -> Store:
+        """The store of the shard of a task or workflow id (an id of the legacy form, or
+        naming a shard the namespace does not have, is shard 0's)."""
+        if shard_of(an_id) == 0:
+            return self.root
+        shards = await self.open()
+        return self.shard(shards.shard_of(an_id))
+
+    async def each(self) -> list[Store]:
+        """Every shard's store, in shard order (one, the namespace's, when unsharded)."""
+        shards = await self.open()
+        return [self.shard(k) for k in range(shards.count)]
+
     async def ping(self) -> None:
         """Whether the node that serves the namespace answers: a read of one of its keys
         (``EXISTS`` of the layout marker), so that a cluster node which does not own the
         namespace's slot answers ``MOVED`` (passing: :class:`rsjobs.RedisUnavailable`)
-        rather than a PING's PONG."""
-        with boundary("EXISTS layout"):
-            await self.redis.exists(self.keys.layout)
+        rather than a PING's PONG. A sharded namespace: the node of every shard (a key of
+        each shard's tag)."""
+        for store in await self.each():
+            with boundary("EXISTS layout"):
+                await self.redis.exists(store.keys.layout)
 
     @property
     def layout_ok(self) -> bool:

@@ -50,8 +50,14 @@ class Costs:
     """The reads of the costs hash and of a task's or workflow's costs."""
 
     def __init__(self, scripts: Scripts) -> None:
+        self.scripts = scripts
         self.redis = scripts.redis
         self.keys = scripts.keys
+
+    async def _hashes(self) -> list[str]:
+        """The costs hash of each shard (sharded: summed, not one atomic view)."""
+        stores = await self.scripts.fan_out()
+        return [st.keys.costs for st in stores] if stores else [self.keys.costs]
 
     async def report(self, by: str, name: str | None = None) -> CostReport:
         """The sums of dimension ``by`` (queue, type, owner or stage) per name, from the
@@ -60,17 +66,18 @@ class Costs:
             raise ValueError(f"no cost dimension {by!r} (one of {', '.join(DIMENSIONS)})")
         match = f"{by}|{escape_glob(name)}|*" if name is not None else f"{by}|*"
         rows: dict[str, Tally] = {}
-        with boundary("HSCAN costs"):
-            async for field, value in self.redis.hscan_iter(self.keys.costs, match, count=1000):
-                parts = split_field(text(field))
-                if parts is None or (name is not None and parts[1] != name):
-                    continue
-                _, label, unit, category = parts
-                try:
-                    n = int(text(value))
-                except ValueError:
-                    raise CorruptData("costs", text(field), "not an integer") from None
-                rows.setdefault(label, Tally()).add(category, unit, n)
+        for costs in await self._hashes():
+            with boundary("HSCAN costs"):
+                async for field, value in self.redis.hscan_iter(costs, match, count=1000):
+                    parts = split_field(text(field))
+                    if parts is None or (name is not None and parts[1] != name):
+                        continue
+                    _, label, unit, category = parts
+                    try:
+                        n = int(text(value))
+                    except ValueError:
+                        raise CorruptData("costs", text(field), "not an integer") from None
+                    rows.setdefault(label, Tally()).add(category, unit, n)
         total = Tally()
         for t in rows.values():
             total.merge(t)
@@ -83,17 +90,20 @@ class Costs:
     async def raw(self) -> dict[str, int]:
         """The whole costs hash, field -> value (for the metrics and the tests)."""
         out: dict[str, int] = {}
-        with boundary("HSCAN costs"):
-            async for field, value in self.redis.hscan_iter(self.keys.costs, count=1000):
-                try:
-                    out[text(field)] = int(text(value))
-                except ValueError:
-                    continue
+        for costs in await self._hashes():
+            with boundary("HSCAN costs"):
+                async for field, value in self.redis.hscan_iter(costs, count=1000):
+                    try:
+                        out[text(field)] = out.get(text(field), 0) + int(text(value))
+                    except ValueError:
+                        continue
         return out
 
     async def task(self, task_id: str) -> TaskCost | None:
         """A task's attempts and their sums (None: no such task). Raises
         :class:`rsjobs.CorruptData` when its hash or history does not read."""
+        if (other := await self.scripts.elsewhere(task_id)) is not None:
+            return await other.costs.task(task_id)
         with boundary("HGETALL task"):
             h = await self.redis.hgetall(self.keys.task(task_id))
         if not h:
@@ -122,6 +132,8 @@ class Costs:
     async def workflow(self, wf_id: str) -> WorkflowCost | None:
         """A workflow's costs: its tasks of every version and retry, summed in all and per
         stage (None: no such workflow). A task whose hash expired is left out."""
+        if (other := await self.scripts.elsewhere(wf_id)) is not None:
+            return await other.costs.workflow(wf_id)
         with boundary("HGETALL workflow"):
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.hgetall(self.keys.workflow(wf_id))

@@ -6,8 +6,10 @@ or the workflow's history."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import msgspec
 from redis.exceptions import ResponseError
 
 from ..errors import CorruptData
@@ -17,7 +19,7 @@ from .replies import text
 from .scripts import Scripts
 from .transient import boundary
 
-__all__ = ["Events", "order"]
+__all__ = ["Events", "MergedEvents", "order"]
 
 Row = tuple[str, dict[str, str]]
 
@@ -123,3 +125,93 @@ class Events:
                 )
             )
         return out
+
+
+_PART = re.compile(r"(?:([0-9]{1,15})-([0-9]{1,20}))?")
+_BASE = re.compile(r"([0-9]{1,15}):(.*)")
+
+
+class MergedEvents:
+    """The events streams of a sharded namespace read as one (``GET /events``): a position
+    is where each shard's stream was read up to, written as one text
+    (``<base ms>:<ms - base>-<seq>.<...>`` per shard, '' for a stream not read yet), so
+    that a client resuming with it misses nothing of any shard. Entries come in the order
+    of (ms, seq, shard); the shards are read one after the other (not one atomic view)."""
+
+    def __init__(self, parts: list[Events]) -> None:
+        self.parts = parts
+
+    def parse(self, position: str) -> list[str]:
+        """Each shard's stream id of a position; ValueError when it is not one of this
+        namespace's."""
+        m = _BASE.fullmatch(position) if isinstance(position, str) else None
+        if m is None:
+            raise ValueError(f"invalid position {position!r}")
+        base, pieces = int(m[1]), m[2].split(".")
+        if len(pieces) != len(self.parts):
+            raise ValueError(f"invalid position {position!r}: not of {len(self.parts)} shards")
+        out = []
+        for piece in pieces:
+            p = _PART.fullmatch(piece)
+            if p is None:
+                raise ValueError(f"invalid position {position!r}")
+            out.append(f"{base + int(p[1])}-{p[2]}" if p[1] is not None else "0-0")
+        for i in out:
+            if order(i)[1] >= 2**64:
+                raise ValueError(f"invalid position {position!r}")
+        return out
+
+    @staticmethod
+    def position(ids: list[str]) -> str:
+        """The position text of each shard's stream id."""
+        keys = [order(i) for i in ids]
+        base = min((ms for ms, seq in keys if (ms, seq) != (0, 0)), default=0)
+        return f"{base}:" + ".".join(
+            "" if (ms, seq) == (0, 0) else f"{ms - base}-{seq}" for ms, seq in keys
+        )
+
+    async def last_generated(self) -> str:
+        return self.position([await e.last_generated() for e in self.parts])
+
+    async def trimmed_past(self, position: str) -> bool:
+        """Whether trimming removed entries after ``position`` on some shard (a shard not
+        read yet, ``0-0``, was empty when the reader began: what it holds is new)."""
+        ids = self.parse(position)
+        for e, i in zip(self.parts, ids, strict=True):
+            if i != "0-0" and await e.trimmed_past(i):
+                return True
+        return False
+
+    def after_last(self, position: str, newest: str) -> bool:
+        """Whether ``position`` is past ``newest`` on some shard."""
+        return any(
+            order(a) > order(b)
+            for a, b in zip(self.parse(position), self.parse(newest), strict=True)
+        )
+
+    async def after(self, position: str, count: int) -> list[tuple[str, int, Row]]:
+        """Up to ``count`` entries after ``position``, in (ms, seq, shard) order: each with
+        the position after it, its shard, and the entry as its shard's stream holds it."""
+        ids = self.parse(position)
+        rows: list[tuple[tuple[int, int, int], int, Row]] = []
+        for k, (e, after) in enumerate(zip(self.parts, ids, strict=True)):
+            for row in await e.after(after, count):
+                rows.append(((*order(row[0]), k), k, row))
+        rows.sort(key=lambda r: r[0])
+        out = []
+        for _, k, row in rows[:count]:
+            ids[k] = row[0]
+            out.append((self.position(ids), k, row))
+        return out
+
+    async def describe(self, rows: list[tuple[str, int, Row]]) -> list[NamespaceEvent]:
+        """Each entry as a :class:`NamespaceEvent` whose id is the position after it (its
+        task read on its shard)."""
+        out: list[NamespaceEvent | None] = [None] * len(rows)
+        for k, e in enumerate(self.parts):
+            mine = [i for i, (_, shard, _) in enumerate(rows) if shard == k]
+            if not mine:
+                continue
+            for i, ev in zip(mine, await e.describe([rows[i][2] for i in mine]), strict=True):
+                out[i] = msgspec.structs.replace(ev, id=rows[i][0])
+        return [ev for ev in out if ev is not None]

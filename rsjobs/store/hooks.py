@@ -102,14 +102,25 @@ class HookStore:
 
     # -- listeners -------------------------------------------------------------------------
 
+    async def _every(self) -> list[HookStore]:
+        """The hook stores of every shard, when this is the namespace's (sharded); else
+        this one alone."""
+        stores = await self.scripts.fan_out()
+        return [st.hooks for st in stores] if stores else [self]
+
     async def listen(self, listener: str, states: Sequence[str]) -> None:
-        """Tell the scripts that ``listener`` wants changes to ``states`` (``*``: all)."""
-        with boundary("HSET hooks:on"):
-            await self.redis.hset(self.keys.hooks_on, listener, ",".join(states))
+        """Tell the scripts that ``listener`` wants changes to ``states`` (``*``: all; on
+        every shard, in shard order: each shard's scripts read their own)."""
+        for hs in await self._every():
+            with boundary("HSET hooks:on"):
+                await hs.redis.hset(hs.keys.hooks_on, listener, ",".join(states))
 
     async def unlisten(self, listener: str) -> bool:
-        with boundary("HDEL hooks:on"):
-            return bool(await self.redis.hdel(self.keys.hooks_on, listener))
+        gone = False
+        for hs in await self._every():
+            with boundary("HDEL hooks:on"):
+                gone = bool(await hs.redis.hdel(hs.keys.hooks_on, listener)) or gone
+        return gone
 
     async def listeners(self) -> dict[str, list[str]]:
         with boundary("HGETALL hooks:on"):
@@ -215,15 +226,21 @@ class HookStore:
         return [name for name, done in zip(idle, replies, strict=True) if int(done) == 1]
 
     async def backlog(self) -> dict[str, int]:
-        """How much waits: entries on the stream (unread or unsettled), retries, dead."""
-        k = self.keys
-        with boundary("hooks backlog"):
-            async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.xlen(k.hooks)
-                pipe.zcard(k.hooks_retry)
-                pipe.xlen(k.hooks_dead)
-                stream, retry, dead = await pipe.execute()
-        return {"stream": int(stream), "retries": int(retry), "dead": int(dead)}
+        """How much waits: entries on the stream (unread or unsettled), retries, dead
+        (summed over the shards)."""
+        out = {"stream": 0, "retries": 0, "dead": 0}
+        for hs in await self._every():
+            k = hs.keys
+            with boundary("hooks backlog"):
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    pipe.xlen(k.hooks)
+                    pipe.zcard(k.hooks_retry)
+                    pipe.xlen(k.hooks_dead)
+                    stream, retry, dead = await pipe.execute()
+            out["stream"] += int(stream)
+            out["retries"] += int(retry)
+            out["dead"] += int(dead)
+        return out
 
     # -- retries -----------------------------------------------------------------------------
 
@@ -268,11 +285,14 @@ class HookStore:
     # -- dead letters ------------------------------------------------------------------------
 
     async def dead(self, count: int = 100) -> list[DeadHook]:
-        """The dead letters, oldest first."""
-        with boundary("XRANGE hooks:dead"):
-            rows = await self.redis.xrange(self.keys.hooks_dead, "-", "+", count=count)
+        """The dead letters, oldest first (of every shard, by entry id)."""
+        rows = []
+        for hs in await self._every():
+            with boundary("XRANGE hooks:dead"):
+                rows += await self.redis.xrange(hs.keys.hooks_dead, "-", "+", count=count)
+        rows.sort(key=lambda r: tuple(int(x) for x in text(r[0]).split("-")))
         out = []
-        for rid, fields in rows:
+        for rid, fields in rows[:count]:
             raw = text(fields.get("r", ""))
             try:
                 out.append(DeadHook(text(rid), _retry_dec.decode(raw)))
@@ -282,7 +302,14 @@ class HookStore:
 
     async def requeue(self, dead_ids: Sequence[str], now_ms: int) -> int:
         """Put dead letters back as retries due now, with their attempts reset (one MULTI
-        each: the dead letter goes only with its retry); how many there were."""
+        each: the dead letter goes only with its retry); how many there were (on every
+        shard: each shard's dead letters go back to its own retries)."""
+        done = 0
+        for hs in await self._every():
+            done += await hs._requeue(dead_ids, now_ms)
+        return done
+
+    async def _requeue(self, dead_ids: Sequence[str], now_ms: int) -> int:
         done = 0
         k = self.keys
         for did in dead_ids:
@@ -319,24 +346,35 @@ class HookStore:
         return {text(k): text(v).encode() for k, v in raw.items()}
 
     async def put_webhook(self, name: str, settings: bytes, states: Sequence[str]) -> None:
-        """Save a webhook and listen for its states (one MULTI)."""
+        """Save a webhook and listen for its states (one MULTI; sharded: the settings on
+        shard 0 with its own listening, then each other shard's listening)."""
+        every = await self._every()
         with boundary("MULTI webhook add"):
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hset(self.keys.webhooks, name, settings)
                 pipe.hset(self.keys.hooks_on, f"webhook:{name}", ",".join(states))
                 await pipe.execute()
+        for hs in every[1:]:
+            with boundary("HSET hooks:on"):
+                await self.redis.hset(hs.keys.hooks_on, f"webhook:{name}", ",".join(states))
 
     async def remove_webhook(self, name: str) -> bool:
+        every = await self._every()
         with boundary("MULTI webhook remove"):
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hdel(self.keys.webhooks, name)
                 pipe.hdel(self.keys.hooks_on, f"webhook:{name}")
                 gone, _ = await pipe.execute()
+        for hs in every[1:]:
+            with boundary("HDEL hooks:on"):
+                await self.redis.hdel(hs.keys.hooks_on, f"webhook:{name}")
         return bool(gone)
 
     async def log_delivery(self, task_id: str, record: bytes) -> None:
         """Add a delivery to the task's webhook log (newest first, LOG_MAX kept, expiring
-        with the retention period)."""
+        with the retention period; on the task's shard)."""
+        if (other := await self.scripts.elsewhere(task_id)) is not None:
+            return await other.hooks.log_delivery(task_id, record)
         key = self.keys.webhook_log(task_id)
         retention = self.scripts.settings.retention_ms
         with boundary("LPUSH webhooks:log"):
@@ -349,6 +387,8 @@ class HookStore:
 
     async def deliveries(self, task_id: str) -> list[bytes]:
         """The task's webhook deliveries (JSON), newest first."""
+        if (other := await self.scripts.elsewhere(task_id)) is not None:
+            return await other.hooks.deliveries(task_id)
         with boundary("LRANGE webhooks:log"):
             rows = await self.redis.lrange(self.keys.webhook_log(task_id), 0, -1)
         return [text(r).encode() for r in rows]

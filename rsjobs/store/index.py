@@ -59,6 +59,7 @@ __all__ = [
     "STATES",
     "Index",
     "ListQuery",
+    "PagePart",
     "TrimReport",
     "label_tag",
     "owner_tag",
@@ -153,6 +154,23 @@ class ListQuery(NamedTuple):
         return True
 
 
+class PagePart(NamedTuple):
+    """One shard's page (:meth:`Index.part`): its tasks and their candidates (list
+    positions), the candidate its cursor names (None: nothing is left) and that cursor,
+    the query's fingerprint and the index that drives it."""
+
+    items: list[TaskSummary]
+    cands: list[Candidate]
+    last: Candidate | None
+    cursor: str | None
+    fingerprint: str
+    driver: str
+
+    def cursor_after(self, c: Candidate) -> str:
+        """The cursor of a page that starts after candidate ``c`` of this shard."""
+        return encode_cursor(Cursor(self.fingerprint, self.driver, *c.cursor_key))
+
+
 class TrimReport(NamedTuple):
     """What a trim removed: tags:trim entries handled, tags members, done entries."""
 
@@ -191,7 +209,18 @@ class Index:
 
     async def page(self, q: ListQuery) -> TaskPage:
         """One page of the list ``q`` asks for, newest first. Raises
-        :class:`rsjobs.ConfigError` for a cursor that is not one of this list's."""
+        :class:`rsjobs.ConfigError` for a cursor that is not one of this list's. A sharded
+        namespace's list merges its shards' pages (:mod:`.merged`)."""
+        if (stores := await self.scripts.fan_out()) is not None:
+            from .merged import task_page
+
+            return await task_page(stores, q)
+        part = await self.part(q)
+        return TaskPage(items=part.items, cursor=part.cursor)
+
+    async def part(self, q: ListQuery) -> PagePart:
+        """:meth:`page` of this shard, with the list position of each task handed out and
+        of the last candidate looked at (what a merge of shards' pages needs)."""
         fp = q.fingerprint()
         cursor = decode_cursor(q.cursor) if q.cursor else None
         if cursor is not None and cursor.query != fp:
@@ -210,10 +239,14 @@ class Index:
             levels = await self.levels(queues)
         delivered = await self._last_delivered(levels) if capped else {}
         sources = self._sources(q, driver, states, levels, tags, delivered, cursor)
-        items, last = await self._collect(q, sources)
-        return TaskPage(
-            items=items,
-            cursor=None if last is None else encode_cursor(Cursor(fp, driver, *last)),
+        items, cands, last = await self._collect(q, sources)
+        return PagePart(
+            items,
+            cands,
+            last,
+            None if last is None else encode_cursor(Cursor(fp, driver, *last.cursor_key)),
+            fp,
+            driver,
         )
 
     async def _queues(self) -> list[str]:
@@ -363,8 +396,9 @@ class Index:
 
     async def _collect(
         self, q: ListQuery, sources: list[Source]
-    ) -> tuple[list[TaskSummary], tuple[int, str, str] | None]:
-        """The page's tasks, and the cursor key after it (None: nothing is left)."""
+    ) -> tuple[list[TaskSummary], list[Candidate], Candidate | None]:
+        """The page's tasks and their candidates, and the candidate the cursor after it
+        names (None: nothing is left)."""
         stream = self._candidates(sources, q.limit)
         try:
             return await self._fill(q, stream, sources)
@@ -373,9 +407,10 @@ class Index:
 
     async def _fill(
         self, q: ListQuery, stream: AsyncGenerator[Candidate, None], sources: list[Source]
-    ) -> tuple[list[TaskSummary], tuple[int, str, str] | None]:
+    ) -> tuple[list[TaskSummary], list[Candidate], Candidate | None]:
         scan = max(SCAN_MIN, 10 * q.limit)
         items: list[TaskSummary] = []
+        cands: list[Candidate] = []
         seen: set[str] = set()
         passed = 0  # candidates the merge passed on (marks included)
         read = 0  # candidates read, for the share that passes the filters
@@ -407,14 +442,15 @@ class Index:
                     continue
                 seen.add(c.task_id)
                 items.append(summary)
+                cands.append(c)
                 if len(items) == q.limit:
                     last, left = c, n < len(batch) - 1  # the next page starts after it
                     break
         if last is None or not (more or left):
-            return items, None  # the merge has nothing after this page
+            return items, cands, None  # the merge has nothing after this page
         if len(items) < q.limit and looked() < scan:
-            return items, None
-        return items, (last.ms, last.ident, last.position)
+            return items, cands, None
+        return items, cands, last
 
     async def _read(self, q: ListQuery, batch: list[Candidate]) -> list[TaskSummary | None]:
         """The summary of each candidate still true and wanted (None for the others)."""
@@ -450,7 +486,19 @@ class Index:
     async def oldest_pending(self, queues: Sequence[str]) -> dict[str, int]:
         """queue -> when its oldest waiting work entry was queued (ms; 0: none, or a queue
         key that is not a stream: one broken queue must not hide the others): the oldest
-        undelivered entry of any of its levels, or held for a limit (``~waiting``)."""
+        undelivered entry of any of its levels, or held for a limit (``~waiting``);
+        sharded: the oldest of any shard."""
+        if (stores := await self.scripts.fan_out()) is not None:
+            out: dict[str, int] = dict.fromkeys(queues, 0)
+            for st in stores:
+                for name, ms in (await st.index.oldest_here(queues)).items():
+                    if ms and (not out[name] or ms < out[name]):
+                        out[name] = ms
+            return out
+        return await self.oldest_here(queues)
+
+    async def oldest_here(self, queues: Sequence[str]) -> dict[str, int]:
+        """:meth:`oldest_pending` of this shard alone."""
         levels = await self.levels(queues)
         delivered = await self._last_delivered(levels)
         k = self.keys

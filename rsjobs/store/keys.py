@@ -87,6 +87,19 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
     rsjobs:{default}:layout               string  the layout the namespace's data is in (``2``;
                                                   none: empty, or written before it had one;
                                                   see store/marker.py)
+    rsjobs:{default}:shards               string  the namespace's shards, JSON ``{"count": S,
+                                                  "tags": [...]}`` (store/shards.py); none:
+                                                  one shard (S = 1 writes no key of its own)
+
+A namespace of S > 1 shards has every key above once per shard, with the shard's hash tag
+in place of ``{default}`` (``rsjobs:{default#3}:task:<id>``, ``rsjobs:{default#3}:queue:
+<name>``...; shard 0 keeps ``{default}``), except what only shard 0 holds: the queue
+names, the schedules, the webhooks' settings, the layout marker, the shards metadata and
+the reaper's schedule guard. Settings that scripts read in a task's slot (``paused``,
+``hooks:on``) are written to every shard; so are the workers' registrations (``workers``:
+reclaim.lua and workers.lua read them in the slot of the shard they sweep, and mark dead
+in that shard's ``workers:dead``). Each shard has its own ``reaper:guard`` (several
+reapers split the shards).
 
 Recurring tasks (``rsjobs.schedules``; the reaper fires their ticks with ``schedule.lua``)::
 
@@ -249,7 +262,9 @@ def parse_member(value: str) -> tuple[str, int, str]:
 
 
 class Keys:
-    """Key names for one namespace."""
+    """Key names for one namespace, or for one shard of it: ``tag`` (a shard's hash tag,
+    :mod:`rsjobs.store.shards`) replaces ``{namespace}`` in every key; the namespace's name
+    stays what users see."""
 
     __slots__ = (
         "control",
@@ -279,7 +294,9 @@ class Keys:
         "schedules",
         "schedules_due",
         "schedules_log",
+        "shards",
         "stats",
+        "tag",
         "tags",
         "tags_trim",
         "waiting",
@@ -291,11 +308,15 @@ class Keys:
         "workflows_active",
     )
 
-    def __init__(self, namespace: str = "default") -> None:
+    def __init__(self, namespace: str = "default", *, tag: str | None = None) -> None:
         validate_name("namespace", namespace)
         self.namespace = namespace
-        self.prefix = f"rsjobs:{{{namespace}}}:"
+        #: the hash tag: the namespace's own (shard 0), or a shard's (rsjobs.store.shards)
+        self.tag = tag or namespace
+        self.prefix = f"rsjobs:{{{self.tag}}}:"
         p = self.prefix
+        #: the namespace's shards (rsjobs.store.shards): meaningful on shard 0's tag only
+        self.shards = p + "shards"
         self.events = p + "events"
         self.stats = p + "stats"
         self.scheduled = p + "scheduled"

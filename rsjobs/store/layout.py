@@ -955,6 +955,15 @@ def marker(c: Common, k: Keys, source: str, current: int | str) -> Packed:
     return _pack(MARKER, c, source, (str(current),), (), (k.layout, k.deadletter))
 
 
+SHARDS = Layout("shards", ("wanted",), tail_keys=("deadletter", "shards"))
+
+
+def shards(c: Common, k: Keys, source: str, wanted: str) -> Packed:
+    """``shards.lua`` on shard 0: read the namespace's shards, setting ``wanted`` (JSON)
+    on a namespace that holds no data yet ('' : read only)."""
+    return _pack(SHARDS, c, source, (wanted,), (), (k.deadletter, k.shards))
+
+
 class Layout1Task(NamedTuple):
     """The two KEYS of one task in a ``migrate.lua`` call: its hash and the history stream
     it had in layout 1."""
@@ -1060,6 +1069,7 @@ LAYOUTS: dict[str, Layout] = {
         LINK,
         QUARANTINE,
         MARKER,
+        SHARDS,
         MIGRATE,
         TRIM,
         SUMMARIES,

@@ -5,10 +5,19 @@
 
 A setting is one field, written with one HSET or HDEL: a worker reads it at its next
 ``take.lua`` / ``start.lua`` call.
+
+A sharded namespace (:mod:`.shards`) has these keys on every shard, and the scripts of a
+shard read its own: a setting is written to every shard, in shard order (a retry of a
+call that failed half-way completes it). A per-owner limit is the same on each shard (an
+owner's tasks all live on one shard, so it holds exactly); a rate of R starts per second
+with a burst of B is split: each shard's bucket gets R/S per second and a burst of
+ceil(B/S). The reads merge the shards: rates summed back, RUNNING and parked tasks
+summed (not one atomic view).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..limits import QueueLimits, RateLimit
@@ -28,11 +37,26 @@ class Limits:
         self.keys = scripts.keys
 
     async def put(self, field: str, value: str) -> None:
+        """Write a setting (sharded: on every shard, a rate split between them)."""
+        if (stores := await self.scripts.fan_out()) is not None:
+            for st in stores:
+                await st.limits._put_here(field, _share(field, value, len(stores)))
+            return
+        await self._put_here(field, value)
+
+    async def _put_here(self, field: str, value: str) -> None:
         with boundary("HSET limits"):
             await self.redis.hset(self.keys.limits, field, value)
 
     async def remove(self, field: str, *, bucket: bool = False) -> bool:
-        """Remove a setting (and, for a rate, its bucket's state); whether it was set."""
+        """Remove a setting (and, for a rate, its bucket's state); whether it was set
+        (sharded: on any shard, removed from every one)."""
+        if (stores := await self.scripts.fan_out()) is not None:
+            gone = [await st.limits._remove_here(field, bucket) for st in stores]
+            return any(gone)
+        return await self._remove_here(field, bucket)
+
+    async def _remove_here(self, field: str, bucket: bool) -> bool:
         with boundary("HDEL limits"):
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hdel(self.keys.limits, field)
@@ -47,7 +71,15 @@ class Limits:
         return {text(k): text(v) for k, v in raw.items()}
 
     async def of(self, queues: list[str]) -> list[QueueLimits]:
-        """Each queue's limits, and how they hold now."""
+        """Each queue's limits, and how they hold now (sharded: shard 0's settings with
+        the rates summed over the shards, the RUNNING and parked tasks of every shard)."""
+        if (stores := await self.scripts.fan_out()) is not None:
+            parts = [await st.limits.of_here(queues) for st in stores]
+            return [_merged([p[i] for p in parts]) for i in range(len(queues))]
+        return await self.of_here(queues)
+
+    async def of_here(self, queues: list[str]) -> list[QueueLimits]:
+        """:meth:`of` of this shard alone."""
         k = self.keys
         with boundary("limits"):
             async with self.redis.pipeline(transaction=False) as pipe:
@@ -76,6 +108,50 @@ class Limits:
             if kind in ("c", "r", "rr"):
                 names.add(rest.partition("|")[0])
         return sorted(n for n in names if n)
+
+
+def _share(field: str, value: str, shards: int) -> str:
+    """A setting's value on one of ``shards`` shards: a rate's split, else as given."""
+    if not field.startswith(("r|", "rr|")):
+        return value
+    per, _, burst = value.partition(" ")
+    try:
+        return f"{float(per) / shards:g} {max(1, math.ceil(int(burst) / shards))}"
+    except ValueError:
+        return value
+
+
+def _merged(parts: list[QueueLimits]) -> QueueLimits:
+    """One queue's limits over the shards (shard 0's first)."""
+    first = parts[0]
+    rates: dict[tuple[str, bool], RateLimit] = {}
+    for part in parts:
+        for r in part.rates:
+            had = rates.get((r.type, r.retries))
+            if had is None:
+                rates[(r.type, r.retries)] = r
+            else:
+                per = float(f"{had.per_second + r.per_second:.6g}")
+                rates[(r.type, r.retries)] = RateLimit(
+                    queue=r.queue,
+                    type=r.type,
+                    retries=r.retries,
+                    per_second=per,
+                    burst=had.burst + r.burst,
+                )
+    running: dict[str, int] = {}
+    for part in parts:
+        for owner, n in part.running.items():
+            running[owner] = running.get(owner, 0) + n
+    return QueueLimits(
+        queue=first.queue,
+        default=first.default,
+        owners=first.owners,
+        rates=sorted(rates.values(), key=lambda r: (r.type, r.retries)),
+        running=dict(sorted(running.items())),
+        waiting=sum(p.waiting for p in parts),
+        throttled=sum(p.throttled for p in parts),
+    )
 
 
 def _queue_limits(

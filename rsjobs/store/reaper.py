@@ -246,7 +246,26 @@ class Reaping:
 
     async def registry(self, limit: int = 100) -> Registry:
         """What ``rsjobs workers`` shows: registrations, dead marks and the deliveries each
-        consumer holds (at most ``limit`` per queue)."""
+        consumer holds (at most ``limit`` per queue). Sharded: the registrations and
+        marks of every shard (workers register on each: the scripts of each read it),
+        shard 0's first, and the deliveries held on every shard."""
+        if (stores := await self.scripts.fan_out()) is not None:
+            parts = [await st.reaper._registry_here(limit) for st in stores]
+            regs: dict[str, str] = {}
+            marks: dict[str, str] = {}
+            holdings: dict[str, list[str]] = {}
+            for part in parts:
+                for n, v in part.registrations.items():
+                    regs.setdefault(n, v)
+                for n, v in part.marks.items():
+                    marks.setdefault(n, v)
+                for n, ids in part.holdings.items():
+                    holdings.setdefault(n, []).extend(ids)
+            queues = sorted({q for part in parts for q in part.queues})
+            return Registry(regs, marks, queues, holdings)
+        return await self._registry_here(limit)
+
+    async def _registry_here(self, limit: int) -> Registry:
         k = self.keys
         holdings: dict[str, list[str]] = {}
         with boundary("workers registry"):
@@ -290,11 +309,14 @@ class Reaping:
 
     # -- dead letters ----------------------------------------------------------------------
 
-    async def deadletters(self, count: int, before: str | None = None) -> list[DeadLetterRow]:
+    async def deadletters(
+        self, count: int, before: str | None = None, *, inclusive: bool = False
+    ) -> list[DeadLetterRow]:
         """The newest ``count`` dead-letter entries (older than entry ``before``, when
-        given), newest first, each with its task's state and ``requeued_as`` link now."""
+        given; ``inclusive``: or that entry), newest first, each with its task's state and
+        ``requeued_as`` link now."""
         k = self.keys
-        top = "+" if before is None else f"({before}"
+        top = "+" if before is None else (before if inclusive else f"({before}")
         with boundary("dead letters"):
             rows = await self.redis.xrevrange(k.deadletter, top, "-", count=count)
             async with self.redis.pipeline(transaction=False) as pipe:

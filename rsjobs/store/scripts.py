@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, RedisError
@@ -30,6 +30,9 @@ from .lane import Lane
 from .layout import Common, Packed
 from .layout import marker as marker_call
 from .transient import translate
+
+if TYPE_CHECKING:
+    from . import Store
 
 __all__ = ["SCRIPT_NAMES", "UNGATED", "Scripts", "script_sha", "script_source"]
 
@@ -60,6 +63,7 @@ SCRIPT_NAMES = (
     "quarantine",
     # the namespace's layout: its marker, and the conversion from the previous one
     "marker",
+    "shards",
     "migrate",
     "trim",
     "summaries",
@@ -82,9 +86,10 @@ SCRIPT_NAMES = (
 )
 
 
-#: the scripts a store runs before it knows the namespace's layout: the check itself, and
-#: the conversion of a namespace that is not in this one (see :mod:`.marker`)
-UNGATED = frozenset({"marker", "migrate"})
+#: the scripts a store runs before it knows the namespace's layout: the check itself, the
+#: namespace's shards (:mod:`.shards`), and the conversion of a namespace that is not in
+#: this one (see :mod:`.marker`)
+UNGATED = frozenset({"marker", "shards", "migrate"})
 
 
 @cache
@@ -111,16 +116,46 @@ def script_sha(name: str) -> str:
 
 
 class Scripts:
-    """The scripts bound to one Redis client, namespace and settings."""
+    """The scripts bound to one Redis client, namespace (or shard of it: ``tag``, and
+    ``root``, the scripts of shard 0, which check the layout for every shard) and
+    settings."""
 
-    def __init__(self, redis: Redis, settings: Settings) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        settings: Settings,
+        *,
+        tag: str | None = None,
+        root: Scripts | None = None,
+    ) -> None:
         self.redis = redis
         self.settings = settings
-        self.keys = Keys(settings.namespace)
+        self.keys = Keys(settings.namespace, tag=tag)
+        self.root = root or self
         #: what every call starts with (see rsjobs.store.layout)
         self.common = Common.of(self.keys, settings.events_maxlen, settings.retention_ms)
         #: the namespace's layout was found to be this one (see require_layout)
         self.layout_ok = False
+        #: the store these scripts serve (set by it): parts route an id to its shard's
+        self.store: Store | None = None
+
+    async def elsewhere(self, an_id: str) -> Store | None:
+        """The store of the shard of task or workflow id ``an_id``, when that is not the
+        shard of these scripts (None: it is, or they serve no store)."""
+        if self.store is None:
+            return None
+        target = await self.store.at(an_id)
+        return None if target is self.store else target
+
+    async def fan_out(self) -> list[Store] | None:
+        """Every shard's store, when these scripts serve the namespace's store (shard 0's,
+        which answers for the namespace) and it has more than one shard; else None (a read
+        answers for this shard alone)."""
+        store = self.store
+        if store is None or store.root is not store:
+            return None
+        stores = await store.each()
+        return stores if len(stores) > 1 else None
 
     @property
     def lane(self) -> Lane | None:
@@ -174,6 +209,14 @@ class Scripts:
         marked with another one."""
         if self.layout_ok:
             return marker.LayoutState(str(marker.LAYOUT), False)
+        if self.root is not self:
+            # the marker is shard 0's: one check for every shard
+            state = await self.root.require_layout()
+            self.layout_ok = True
+            return state
+        if self.store is not None:
+            # the shards first: a namespace given a shard count is created with it
+            await self.store.open()
         call = marker_call(self.common, self.keys, "api", marker.LAYOUT)
         state = marker.read_reply(await self.run(call))
         refused = marker.refusal(self.keys.namespace, state)

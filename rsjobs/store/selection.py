@@ -111,15 +111,19 @@ async def select(
         found = await index.page(q)
         ids = [t.id for t in found.items if t.id not in seen]
         seen.update(ids)
-        rows: list[list[object]] = []
-        if ids:
+        # each task's keys are its shard's (one read per shard of a sharded namespace)
+        shard_keys = [await _keys_of(index, keys, tid) for tid in ids]
+        rows: list[list[object]] = [[] for _ in ids]
+        for k in {id(k): k for k in shard_keys}.values():
+            mine = [i for i, sk in enumerate(shard_keys) if sk is k]
             with boundary("HMGET tasks"):
                 async with redis.pipeline(transaction=False) as pipe:
-                    for tid in ids:
-                        pipe.hmget(keys.task(tid), _FIELDS)
-                    rows = await pipe.execute()
-        for tid, row in zip(ids, rows, strict=True):
-            t = _selected(keys, keys.task(tid), row)
+                    for i in mine:
+                        pipe.hmget(k.task(ids[i]), _FIELDS)
+                    for i, row in zip(mine, await pipe.execute(), strict=True):
+                        rows[i] = row
+        for tid, row, k in zip(ids, rows, shard_keys, strict=True):
+            t = _selected(k, k.task(tid), row)
             if t is None or not matches(f, t) or (where is not None and not where(t)):
                 continue
             matched += 1
@@ -133,6 +137,12 @@ async def select(
         q = q._replace(cursor=found.cursor)
     tasks = sorted((t for _, _, t in oldest), key=lambda t: (t.created_at, t.id))
     return Selection(matched, tasks)
+
+
+async def _keys_of(index: Index, keys: Keys, task_id: str) -> Keys:
+    """The keys of the shard of ``task_id`` (``keys``: the index's own)."""
+    other = await index.scripts.elsewhere(task_id)
+    return other.keys if other is not None else keys
 
 
 def _selected(keys: Keys, name: str, row: Iterable[object]) -> Selected | None:

@@ -63,6 +63,12 @@ def _entry_ms(entry_id: Any) -> int:
     return int(ms) if ms.isdigit() else -1
 
 
+def _add(a: Point, b: Point) -> Point:
+    """Two shards' points of one minute as one."""
+    sums = [x + y for x, y in zip(a[1:-1], b[1:-1], strict=True)]
+    return Point._make([a.t, *sums, max(a.oldest_pending_ms, b.oldest_pending_ms)])
+
+
 def _count(fields: Mapping[str, str], name: str) -> int:
     v = fields.get(name, "0")
     return int(v) if v.lstrip("-").isdigit() else 0
@@ -94,7 +100,19 @@ class Series:
         return int(done), int(minute)
 
     async def points(self, queue: str, minutes: int, now_ms: int) -> list[Point]:
-        """The points of the last ``minutes`` minutes up to ``now_ms``, oldest first."""
+        """The points of the last ``minutes`` minutes up to ``now_ms``, oldest first
+        (sharded: each shard's series, summed per minute; the oldest wait is the longest
+        of any shard)."""
+        if (stores := await self.scripts.fan_out()) is not None:
+            by_minute: dict[int, Point] = {}
+            for st in stores:
+                for p in await st.series._points_here(queue, minutes, now_ms):
+                    q = by_minute.get(p.t)
+                    by_minute[p.t] = p if q is None else _add(q, p)
+            return [by_minute[t] for t in sorted(by_minute)]
+        return await self._points_here(queue, minutes, now_ms)
+
+    async def _points_here(self, queue: str, minutes: int, now_ms: int) -> list[Point]:
         first = now_ms - now_ms % STEP_MS - (minutes - 1) * STEP_MS
         with boundary("XREVRANGE series"):
             rows: list[Any] = await self.redis.xrevrange(

@@ -72,6 +72,11 @@ class Candidate(NamedTuple):
     def key(self) -> tuple[int, str, Any]:
         return (self.ms, self.ident, self.pos)
 
+    @property
+    def cursor_key(self) -> tuple[int, str, str]:
+        """The key a list cursor stores (:mod:`rsjobs.store.cursor`)."""
+        return (self.ms, self.ident, self.position)
+
 
 class Source:
     """The base: a buffer of fetched candidates, the bound of the next fetch, and whether

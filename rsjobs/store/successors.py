@@ -94,7 +94,21 @@ class Successors:
 
     async def predecessors(self, ids: Sequence[str]) -> list[PredecessorRef | None]:
         """State, owner, workflow and number of successors of each task (None: no such
-        task), in one round trip: what a batch submit checks before its first write."""
+        task), in one round trip per shard: what a batch submit checks before its first
+        write."""
+        groups: dict[Successors, list[int]] = {}
+        for i, tid in enumerate(ids):
+            other = await self.scripts.elsewhere(tid)
+            groups.setdefault(other.successors if other is not None else self, []).append(i)
+        if len(groups) > 1 or (groups and self not in groups):
+            out: list[PredecessorRef | None] = [None] * len(ids)
+            for part, where in groups.items():
+                for i, ref in zip(where, await part._refs([ids[i] for i in where]), strict=True):
+                    out[i] = ref
+            return out
+        return await self._refs(ids)
+
+    async def _refs(self, ids: Sequence[str]) -> list[PredecessorRef | None]:
         names = ["s", "owner", "wf", "sc"]
         with boundary("HMGET predecessors"):
             async with self.redis.pipeline(transaction=False) as pipe:

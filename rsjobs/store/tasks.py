@@ -92,11 +92,14 @@ class Tasks:
     # -- writes ----------------------------------------------------------------------------
 
     async def remember_queues(self, queues: Iterable[str]) -> None:
-        """Add queue names to the namespace's set of queues (what ``stats`` lists)."""
+        """Add queue names to the namespace's set of queues (what ``stats`` lists; every
+        shard's, sharded: the reaper sweeps the queues of each shard)."""
         names = list(queues)
         if names:
-            with boundary("SADD queues"):
-                await self.redis.sadd(self.keys.queues, *names)
+            stores = await self.scripts.fan_out()
+            for k in [s.keys for s in stores] if stores else [self.keys]:
+                with boundary("SADD queues"):
+                    await self.redis.sadd(k.queues, *names)
 
     async def enqueue(
         self, source: str, tasks: Sequence[tuple[TaskKeys, NewTask]], *, durable: bool = False
@@ -124,6 +127,8 @@ class Tasks:
         :meth:`ref`). A cancel of a task with successors runs the release step at once
         (they are cancelled, or released under the policy "always"; the reaper's next
         sweep does it when this cannot)."""
+        if (other := await self.scripts.elsewhere(task_id)) is not None:
+            return await other.tasks.control(source, task_id, ref, event, reason, durable=durable)
         k = self.keys
         keys = k.task_keys(task_id, ref.queue, ref.dedup or None, ref.priority)
         call = layout.control(
@@ -147,7 +152,12 @@ class Tasks:
         durable: bool = False,
     ) -> RetryReply:
         """``retry.lua``: RETRY or REPLAY of the finished task ``task_id`` (``ref`` from
-        :meth:`ref`) as the new task ``new_id``, on its queue and with its dedup key."""
+        :meth:`ref`) as the new task ``new_id`` (an id of the same shard), on its queue
+        and with its dedup key."""
+        if (other := await self.scripts.elsewhere(task_id)) is not None:
+            return await other.tasks.retry(
+                source, task_id, ref, event, new_id, reason, replaces=replaces, durable=durable
+            )
         k = self.keys
         old = k.task_keys(task_id, ref.queue, ref.dedup or None, ref.priority)
         new = k.task_keys(new_id, ref.queue, ref.dedup or None, ref.priority)
@@ -159,7 +169,20 @@ class Tasks:
     async def queue_flag(
         self, source: str, event: str, queue: str, reason: str, *, durable: bool = False
     ) -> QueueReply:
-        """``queue.lua``: PAUSE_QUEUE or RESUME_QUEUE of ``queue``."""
+        """``queue.lua``: PAUSE_QUEUE or RESUME_QUEUE of ``queue``; on every shard of a
+        sharded namespace, in shard order (each shard's scripts read their own flag): the
+        reply is the last shard's, ``changed`` when any shard changed (a repeat completes
+        what a failed call left half done)."""
+        if (stores := await self.scripts.fan_out()) is not None:
+            replies = [
+                await s.tasks._queue_flag(source, event, queue, reason, durable) for s in stores
+            ]
+            return QueueReply(any(r.changed for r in replies), replies[-1].record)
+        return await self._queue_flag(source, event, queue, reason, durable)
+
+    async def _queue_flag(
+        self, source: str, event: str, queue: str, reason: str, durable: bool
+    ) -> QueueReply:
         k = self.keys
         call = layout.queue(
             self.scripts.common, k, source, QueueArgs(event, queue, reason, k.control)
@@ -167,7 +190,22 @@ class Tasks:
         return QueueReply.of(await self.scripts.run(call, durable=durable))
 
     async def paused_queues(self) -> dict[str, QueuePause]:
-        """Every paused queue of the namespace, with its pause record."""
+        """Every paused queue of the namespace, with its pause record (sharded: a queue
+        paused on some shards only says so in ``shards``, e.g. ``"3 of 8"``)."""
+        if (stores := await self.scripts.fan_out()) is not None:
+            per = [await s.tasks._paused_here() for s in stores]
+            out: dict[str, QueuePause] = {}
+            for flags in per:
+                for q, p in flags.items():
+                    out.setdefault(q, p)
+            for q, p in out.items():
+                on = sum(q in flags for flags in per)
+                if on < len(stores):
+                    out[q] = msgspec.structs.replace(p, shards=f"{on} of {len(stores)}")
+            return out
+        return await self._paused_here()
+
+    async def _paused_here(self) -> dict[str, QueuePause]:
         with boundary("HGETALL paused"):
             raw: dict[Any, Any] = await self.redis.hgetall(self.keys.paused)
         return {text(q): pause_record(text(q), text(v)) for q, v in raw.items()}
@@ -194,7 +232,22 @@ class Tasks:
         return (await self.get_many([task_id]))[0]
 
     async def get_many(self, task_ids: Sequence[str]) -> list[TaskInfo | None]:
-        """Several tasks in one round trip; None for ids that name no task."""
+        """Several tasks in one round trip per shard; None for ids that name no task."""
+        groups: dict[Tasks, list[int]] = {}
+        for i, tid in enumerate(task_ids):
+            other = await self.scripts.elsewhere(tid)
+            groups.setdefault(other.tasks if other is not None else self, []).append(i)
+        if len(groups) > 1 or (groups and self not in groups):
+            out: list[TaskInfo | None] = [None] * len(task_ids)
+            for part, where in groups.items():
+                found = await part._get_here([task_ids[i] for i in where])
+                for i, info in zip(where, found, strict=True):
+                    out[i] = info
+            return out
+        return await self._get_here(task_ids)
+
+    async def _get_here(self, task_ids: Sequence[str]) -> list[TaskInfo | None]:
+        """:meth:`get_many` of ids on this shard."""
         with boundary("HGETALL tasks"):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for tid in task_ids:
@@ -208,6 +261,8 @@ class Tasks:
         """State, owner, queue, dedup key and ``retried_as`` of the task in one HMGET
         (None: no such task). Raises :class:`rsjobs.NotMigrated` for a task hash of layout
         1 (its ``state`` is the long name's: see :mod:`.marker`)."""
+        if (other := await self.scripts.elsewhere(task_id)) is not None:
+            return await other.tasks.ref(task_id)
         names = [field("state"), "owner", field("queue"), "dedup", "retried_as", "state"]
         names.append(field("priority"))
         with boundary("HMGET task"):
@@ -249,6 +304,8 @@ class Tasks:
     ) -> HistoryRows | None:
         """History entries after entry number ``after`` (at most ``count``), with the
         repeat counters of its refusals; None when there is no such task."""
+        if (other := await self.scripts.elsewhere(task_id)) is not None:
+            return await other.tasks.history(task_id, after=after, count=count)
         with boundary("HGETALL task history"):
             h = await self.redis.hgetall(self.keys.task(task_id))
         if not h:
@@ -264,6 +321,8 @@ class Tasks:
         one read (the hash holds both): when the state is terminal, the terminal entry is
         in this page, a later one, or at or before ``after``. ``known``: ``after`` is an
         entry of this history (or its start)."""
+        if (other := await self.scripts.elsewhere(task_id)) is not None:
+            return await other.tasks.snapshot(task_id, after, count)
         with boundary("HGETALL task snapshot"):
             h = await self.redis.hgetall(self.keys.task(task_id))
         if not h:
@@ -275,6 +334,8 @@ class Tasks:
     async def view(self, task_id: str, recent: int) -> tuple[TaskInfo, list[HistoryEntry]] | None:
         """The task and its last ``recent`` history entries (oldest first), one read
         (None: no such task)."""
+        if (other := await self.scripts.elsewhere(task_id)) is not None:
+            return await other.tasks.view(task_id, recent)
         with boundary("HGETALL task view"):
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.hgetall(self.keys.task(task_id))
@@ -288,7 +349,19 @@ class Tasks:
         return info, [HistoryEntry.from_entry(i, e, task_id, f) for i, e in rows]
 
     async def stats(self) -> dict[str, dict[str, int]]:
-        """Per queue: task counts per state, stream length (of every priority level)."""
+        """Per queue: task counts per state, stream length (of every priority level;
+        sharded: summed over the shards, each read apart: not one atomic view)."""
+        if (stores := await self.scripts.fan_out()) is not None:
+            out: dict[str, dict[str, int]] = {}
+            for part in [await s.tasks._stats_here() for s in stores]:
+                for q, counts in part.items():
+                    into = out.setdefault(q, {})
+                    for name, n in counts.items():
+                        into[name] = into.get(name, 0) + n
+            return dict(sorted(out.items()))
+        return await self._stats_here()
+
+    async def _stats_here(self) -> dict[str, dict[str, int]]:
         k = self.keys
         with boundary("stats"):
             queues = sorted(text(q) for q in await self.redis.smembers(k.queues))
@@ -318,7 +391,16 @@ class Tasks:
 
     async def counters(self) -> dict[str, int]:
         """The namespace's counters (the ``stats`` hash): ``<queue>:<STATE>`` counts,
-        ``ev:<EVENT>`` transitions, ``rej:<EVENT>`` refusals..."""
+        ``ev:<EVENT>`` transitions, ``rej:<EVENT>`` refusals... (sharded: summed)."""
+        if (stores := await self.scripts.fan_out()) is not None:
+            out: dict[str, int] = {}
+            for s in stores:
+                for name, n in (await s.tasks._counters_here()).items():
+                    out[name] = out.get(name, 0) + n
+            return out
+        return await self._counters_here()
+
+    async def _counters_here(self) -> dict[str, int]:
         with boundary("HGETALL stats"):
             raw: dict[str, str] = await self.redis.hgetall(self.keys.stats)
         return {text(k): int(v) for k, v in raw.items()}
@@ -326,7 +408,27 @@ class Tasks:
     async def overview(self) -> Overview:
         """What a metrics scrape reads, in two round trips: the counters, the queues and
         their stream lengths, the registered workers, the events stream's length, the
-        paused queues."""
+        paused queues (sharded: summed over the shards; the workers are shard 0's)."""
+        if (stores := await self.scripts.fan_out()) is not None:
+            parts = [await s.tasks._overview_here() for s in stores]
+            counters: dict[str, int] = {}
+            lengths: dict[str, int] = {}
+            for p in parts:
+                for name, n in p.counters.items():
+                    counters[name] = counters.get(name, 0) + n
+                for q, n in p.lengths.items():
+                    lengths[q] = lengths.get(q, 0) + n
+            return Overview(
+                counters,
+                sorted(lengths),
+                dict(sorted(lengths.items())),
+                parts[0].workers,
+                sum(p.events for p in parts),
+                set().union(*(p.paused for p in parts)),
+            )
+        return await self._overview_here()
+
+    async def _overview_here(self) -> Overview:
         k = self.keys
         with boundary("overview"):
             async with self.redis.pipeline(transaction=False) as pipe:

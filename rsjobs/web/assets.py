@@ -133,7 +133,8 @@ class AssetApi(Handlers):
             index = plan.stage_index(stage)
         except ValueError:
             raise ApiError(404, "not_found", f"no stage {stage!r} in this workflow") from None
-        raw = await self.svc.store.workflows.asset(wf_id, f"{version}:{index}:{item}")
+        store = await self.svc.store.at(wf_id)
+        raw = await store.workflows.asset(wf_id, f"{version}:{index}:{item}")
         if raw is None:
             raise ApiError(404, "not_found", f"no asset {stage}/{item} in version {version}")
         path = self.file_of(decode_asset(raw).ref)

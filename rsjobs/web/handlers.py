@@ -134,7 +134,7 @@ class Handlers:
     async def visible_workflow(self, who: Principal, wf_id: str) -> tuple[str, str, str]:
         """The workflow's status, owner and plan (JSON) in one read; 404 when it does not
         exist or ``who`` may not see it."""
-        seen = await self.svc.store.workflows.visible(wf_id)
+        seen = await (await self.svc.store.at(wf_id)).workflows.visible(wf_id)
         if seen is None or not who.may_see(seen[1]):
             raise not_found("workflow", wf_id)
         return seen

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from typing import Any
 
@@ -219,10 +219,11 @@ def page_params(request: Request) -> tuple[str, int]:
     return after, int(raw_limit)
 
 
-def last_event_id(request: Request) -> str | None:
+def last_event_id(request: Request, check: Callable[[str], object] | None = None) -> str | None:
     """The resume point of an SSE request (``Last-Event-ID`` header, or ``last_event_id``
     in the query for a page that reconnects by hand; the header wins when both are sent); a
-    400 :class:`ApiError` if either is malformed."""
+    400 :class:`ApiError` if either is malformed (``check``: what raises ValueError for a
+    malformed one; default: a stream id)."""
     from .hub import parse_id
 
     header = request.headers.get("last-event-id")
@@ -230,7 +231,8 @@ def last_event_id(request: Request) -> str | None:
     # both are checked: a malformed one is refused even when the other one is there
     for given in (header, query):
         try:
-            parse_id(given or "0-0")
+            if given or check is None:
+                (check or parse_id)(given or "0-0")
         except ValueError:
             raise ApiError(
                 400, "invalid_last_event_id", "Last-Event-ID: an id this stream sent"

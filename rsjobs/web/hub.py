@@ -1,4 +1,5 @@
-"""One reader of the namespace ``events`` stream per process, fanned out to subscribers.
+"""One reader of the namespace ``events`` stream per process (one per shard of a sharded
+namespace), fanned out to subscribers.
 
 The transition scripts keep every entry of a task's history in its hash and append to the
 ``events`` stream the task id and the entry's number (``id``, ``hid``). The hub runs a
@@ -38,6 +39,7 @@ from collections.abc import Callable, Mapping
 from ..errors import RedisUnavailable, StoreError
 from ..model import TERMINAL
 from ..schemas import HistoryEntry
+from ..store import Store
 from ..store.events import Events
 from .schemas import encode
 
@@ -217,13 +219,26 @@ class Tail:
         return grew
 
 
+class _Reader:
+    """One blocking reader of one events stream (a shard's, in a sharded namespace)."""
+
+    __slots__ = ("cursor", "events", "healthy", "task")
+
+    def __init__(self, events: Events) -> None:
+        self.events = events
+        self.cursor = "0-0"
+        self.healthy = False
+        self.task: asyncio.Task[None] | None = None
+
+
 class Hub:
     """The per-process reader of the events stream (``events``: the store's, on a client
-    of its own for the blocking reads); start it with :meth:`start`."""
+    of its own for the blocking reads; or a :class:`rsjobs.store.Store`, whose shards'
+    events streams it reads, one reader each); start it with :meth:`start`."""
 
     def __init__(
         self,
-        events: Events,
+        events: Events | Store,
         *,
         block_ms: int = 5000,
         count: int = 1000,
@@ -231,7 +246,8 @@ class Hub:
         retry_ms: int = 500,
         outage_ms: int = 5000,
     ) -> None:
-        self.events = events
+        self._source = events
+        self._readers: list[_Reader] = [_Reader(events)] if isinstance(events, Events) else []
         self.block_ms = block_ms
         self.count = count
         self.buffer = buffer
@@ -240,20 +256,38 @@ class Hub:
         self.outage_ms = outage_ms
         #: called with every entry read (task id, history id, fields): metrics use it
         self.observers: list[Callable[[str, str, dict[str, str]], None]] = []
-        self.cursor = "0-0"
-        self.healthy = False
         self.entries_read = 0
         self._subs: dict[str, set[Subscription]] = {}
         self._watches: dict[str, set[Watch]] = {}
         self._tails: set[Tail] = set()
-        self._task: asyncio.Task[None] | None = None
         self._starting: asyncio.Lock | None = None
         self._closing = False
         self._closing_streams = False
 
     @property
+    def events(self) -> Events:
+        """The (first) events stream read."""
+        return self._readers[0].events
+
+    @property
+    def cursor(self) -> str:
+        """The (first) reader's position."""
+        return self._readers[0].cursor if self._readers else "0-0"
+
+    @cursor.setter
+    def cursor(self, value: str) -> None:
+        self._readers[0].cursor = value
+
+    @property
+    def healthy(self) -> bool:
+        """Whether every reader's last read went through."""
+        return bool(self._readers) and all(r.healthy for r in self._readers)
+
+    @property
     def running(self) -> bool:
-        return self._task is not None and not self._task.done()
+        return bool(self._readers) and all(
+            r.task is not None and not r.task.done() for r in self._readers
+        )
 
     @property
     def subscribers(self) -> int:
@@ -279,12 +313,19 @@ class Hub:
         async with self._starting:
             if self.running:
                 return
-            # The current end of the stream, not '$': entries written between this call and
-            # the first XREAD must not fall in between.
-            self.cursor = await self.events.last_id()
-            self.healthy = True
+            if not self._readers:
+                assert not isinstance(self._source, Events)
+                self._readers = [_Reader(s.events) for s in await self._source.each()]
+            for r in self._readers:
+                # The current end of the stream, not '$': entries written between this
+                # call and the first XREAD must not fall in between.
+                if r.task is None or r.task.done():
+                    r.cursor = await r.events.last_id()
             self._closing = False
-            self._task = asyncio.create_task(self._run(), name="rsjobs-web-hub")
+            for n, r in enumerate(self._readers):
+                if r.task is None or r.task.done():
+                    r.healthy = True
+                    r.task = asyncio.create_task(self._run(r), name=f"rsjobs-web-hub-{n}")
             # a restart (after aclose, or after the reader died) may have skipped entries
             self._resync_all()
 
@@ -293,9 +334,12 @@ class Hub:
             s.request_resync()
 
     async def aclose(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
+        tasks = [r.task for r in self._readers if r.task is not None]
+        for r in self._readers:
+            r.task = None
+        if tasks:
             self._closing = True
+        for task in tasks:
             # redis-py may absorb a cancellation that lands in its socket timeout or its
             # retry logic; cancel again until the reader is gone (bounded)
             for _ in range(50):
@@ -358,14 +402,14 @@ class Hub:
             if not subs:
                 del self._subs[sub.task_id]
 
-    async def _run(self) -> None:
+    async def _run(self, reader: _Reader) -> None:
         failed = False
         loop = asyncio.get_running_loop()
         down_since = 0.0  # when the current run of failed reads began
         while not self._closing:
             started = loop.time()
             try:
-                entries = await self.events.read(self.cursor, self.count, self.block_ms)
+                entries = await reader.events.read(reader.cursor, self.count, self.block_ms)
             except asyncio.CancelledError:
                 raise
             except (RedisUnavailable, StoreError, OSError) as exc:
@@ -377,7 +421,7 @@ class Hub:
                     log.warning("events reader: %s; retrying every %d ms", exc, self.retry_ms)
                     # a read failing past its block time went unanswered from then on
                     down_since = min(loop.time(), started + self.block_ms / 1000)
-                failed, self.healthy = True, False
+                failed, reader.healthy = True, False
                 if (loop.time() - down_since) * 1000 >= self.outage_ms and self.subscribers:
                     # Past a blip (a restart is ridden out, the history fills the gap):
                     # streams that would stay silent end, and EventSource reconnects.
@@ -389,29 +433,30 @@ class Hub:
                 # Entries may have been trimmed, or Redis restarted: every subscriber
                 # catches up from its task's history stream.
                 log.info("events reader: redis is back")
-                failed, self.healthy = False, True
+                failed, reader.healthy = False, True
                 self._resync_all()
             if entries:
                 if len(entries) == self.count:
-                    await self._check_trimmed()
+                    await self._check_trimmed(reader)
+                reader.cursor = entries[-1][0]
                 self._dispatch(entries)
 
-    async def _check_trimmed(self) -> None:
+    async def _check_trimmed(self, reader: _Reader | None = None) -> None:
         """A full batch means this reader lags; if MAXLEN trimming overtook it, entries
         were lost to it: every subscriber catches up from its task's history."""
+        reader = reader or self._readers[0]
         try:
-            first = await self.events.first_id()
+            first = await reader.events.first_id()
         except (RedisUnavailable, StoreError, OSError):
             return
-        if first is not None and parse_id(first) > parse_id(self.cursor):
+        if first is not None and parse_id(first) > parse_id(reader.cursor):
             log.warning("events reader fell behind the stream's trimming; resyncing")
             self._resync_all()
 
     def _dispatch(self, entries: list[tuple[str, dict[str, str]]]) -> None:
         for t in self._tails:
             t.notify()
-        for entry_id, fields in entries:
-            self.cursor = entry_id
+        for _, fields in entries:
             self.entries_read += 1
             task_id, hid = fields.get("id", ""), fields.get("hid", "")
             if not hid:

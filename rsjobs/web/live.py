@@ -30,7 +30,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ..errors import RedisUnavailable, StoreError
-from ..store.events import Events, order
+from ..schemas import NamespaceEvent
+from ..store.events import Events, MergedEvents, order
 from .handlers import Handlers, StreamHold
 from .http import RESUME_PARAMS, ApiError, last_event_id
 from .hub import Tail
@@ -46,7 +47,7 @@ _encoder = msgspec.json.Encoder()
 
 
 async def namespace_events(
-    events: Events,
+    events: Events | MergedEvents,
     tail: Tail,
     after: str,
     *,
@@ -66,15 +67,14 @@ async def namespace_events(
         if gap:
             yield b"event: gap\ndata: %s\n\n" % _encoder.encode({"after": after})
         while not tail.closed:
-            rows = await events.after(after, PAGE)
-            if rows:
+            described, last, n = await _page(events, after)
+            if n:
                 out = [
-                    b"id: %s\ndata: %s\n\n" % (e.id.encode(), _encoder.encode(e))
-                    for e in await events.describe(rows)
+                    b"id: %s\ndata: %s\n\n" % (e.id.encode(), _encoder.encode(e)) for e in described
                 ]
                 yield b"".join(out)
-                after = rows[-1][0]
-                if len(rows) == PAGE:
+                after = last
+                if n == PAGE:
                     continue  # more is there already
             left = ends - loop.time()
             if left <= 0:
@@ -95,6 +95,16 @@ async def namespace_events(
         release()
 
 
+async def _page(events: Events | MergedEvents, after: str) -> tuple[list[NamespaceEvent], str, int]:
+    """The events after ``after`` (a page), the position after them, how many were read."""
+    if isinstance(events, MergedEvents):
+        merged = await events.after(after, PAGE)
+        last = merged[-1][0] if merged else after
+        return await events.describe(merged), last, len(merged)
+    rows = await events.after(after, PAGE)
+    return await events.describe(rows), rows[-1][0] if rows else after, len(rows)
+
+
 class Live(Handlers):
     """The handler, bound to the app's :class:`Service`."""
 
@@ -102,15 +112,27 @@ class Live(Handlers):
         who = self.principal(request, allow_query=True, params=RESUME_PARAMS)
         if not who.admin:
             raise ApiError(403, "forbidden", "the namespace's events need an admin token")
-        last = last_event_id(request) or None
-        if last is not None and not _STREAM_ID.fullmatch(last):
-            raise ApiError(
-                400, "invalid_last_event_id", "Last-Event-ID: an id this stream sent (<ms>-<seq>)"
-            )
         svc = self.svc
-        events = svc.store.events
-        newest = await events.last_generated()
-        if last is not None and order(last) > order(newest):
+        stores = await svc.store.each()
+        events: Events | MergedEvents
+        if len(stores) > 1:
+            # a sharded namespace: each event's id is the position in every shard's stream
+            events = MergedEvents([s.events for s in stores])
+            last = last_event_id(request, events.parse) or None
+            newest = await events.last_generated()
+            past = last is not None and events.after_last(last, newest)
+        else:
+            last = last_event_id(request) or None
+            if last is not None and not _STREAM_ID.fullmatch(last):
+                raise ApiError(
+                    400,
+                    "invalid_last_event_id",
+                    "Last-Event-ID: an id this stream sent (<ms>-<seq>)",
+                )
+            events = svc.store.events
+            newest = await events.last_generated()
+            past = last is not None and order(last) > order(newest)
+        if past:
             raise ApiError(
                 400, "invalid_last_event_id", "Last-Event-ID is after the stream's last event"
             )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -102,7 +103,10 @@ class Api(Handlers):
         if req.backoff_max_ms < req.backoff_base_ms:
             raise ApiError(422, "invalid_body", "backoff_max_ms must be >= backoff_base_ms")
         if dedup:
-            existing = await self.duplicate_of(dedup, req)
+            # (the request with the owner the task gets: its placement)
+            existing = await self.duplicate_of(
+                dedup, msgspec.structs.replace(req, owner=owner or None)
+            )
             if existing is not None:
                 return self.submitted(request, existing.id, existing.state, duplicate=True)
         try:
@@ -123,7 +127,8 @@ class Api(Handlers):
                     after=req.after,
                     after_policy=req.after_policy,
                     priority=req.priority,
-                )
+                ),
+                shard_key=req.shard_key,
             )
         except DedupKeyReused as exc:  # a concurrent submit with the key won the race
             raise key_reused(exc.task_id or "") from None
@@ -143,8 +148,12 @@ class Api(Handlers):
         return self.submitted(request, result.id, state or "PENDING", duplicate=result.duplicate)
 
     async def duplicate_of(self, dedup: str, req: SubmitRequest) -> TaskInfo | None:
-        """The live task this idempotency key already names, checked against ``req``."""
-        info = await self.tasks.by_dedup(dedup)
+        """The live task this idempotency key already names (on the shard that the key, or
+        the request's owner, places its task on), checked against ``req``."""
+        store = self.client.store
+        shards = await store.open()
+        place = shards.place(owner=req.owner, dedup=dedup)
+        info = await store.shard(place).tasks.by_dedup(dedup)
         if info is None:
             return None
         if not same_request(info, req.type, req.queue, req.payload):

@@ -84,6 +84,9 @@ class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     after: Annotated[list[TaskId], Meta(min_length=1, max_length=32)] | None = None
     #: succeeded: run once every predecessor SUCCEEDED; always: once every one finished
     after_policy: Literal["succeeded", "always"] = "succeeded"
+    #: a sharded namespace: tasks given the same key share a shard (when no owner, dedup
+    #: key or predecessor places them); not stored
+    shard_key: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
     #: 0 (the default) to 9: higher starts first on its queue
     priority: Priority = 0
 

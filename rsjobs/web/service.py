@@ -50,7 +50,8 @@ class Service:
         #: the client of the events reader's blocking reads (the app's own, or ``client``'s)
         self.blocking = blocking if blocking is not None else client.redis
         self.hub = Hub(
-            Store(self.blocking, client.settings).events,
+            # the blocking reads on a client of their own: one reader per shard
+            Store(self.blocking, client.settings),
             block_ms=config.hub_block_ms,
             buffer=config.subscriber_buffer,
             outage_ms=config.redis_outage_ms,

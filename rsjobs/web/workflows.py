@@ -160,7 +160,7 @@ class WorkflowApi(Handlers):
         wf_id = self.workflow_id(request)
         last = last_event_id(request)
         await self.visible_workflow(who, wf_id)
-        store = self.svc.store
+        store = await self.svc.store.at(wf_id)  # the workflow's shard
         if last and last != "0-0" and not await store.workflows.is_entry(wf_id, last):
             # resuming after an id that is not this workflow's would skip entries silently
             raise ApiError(

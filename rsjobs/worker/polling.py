@@ -70,19 +70,25 @@ class PollRunner:
                 await asyncio.wait_for(closing.wait(), self.every_ms / 1000)
 
     async def tick(self, free: int) -> int:
-        """Claim up to ``free`` due polls and start them; how many were claimed."""
-        deferred = self.store.deferred
-        due = await deferred.due_polls(free)
-        if not due:
-            return 0
-        claims = [
-            c for c in await deferred.claim_polls(due, self.claim_ms) if c.code is Code.APPLIED
-        ]
-        for c in claims:
-            task = asyncio.get_running_loop().create_task(self.poll(c))
-            self.running.add(task)
-            task.add_done_callback(self.running.discard)
-        return len(claims)
+        """Claim up to ``free`` due polls and start them (of every shard of a sharded
+        namespace, shard by shard); how many were claimed."""
+        claimed = 0
+        for store in await self.store.each():
+            if claimed >= free:
+                break
+            deferred = store.deferred
+            due = await deferred.due_polls(free - claimed)
+            if not due:
+                continue
+            claims = [
+                c for c in await deferred.claim_polls(due, self.claim_ms) if c.code is Code.APPLIED
+            ]
+            for c in claims:
+                task = asyncio.get_running_loop().create_task(self.poll(c))
+                self.running.add(task)
+                task.add_done_callback(self.running.discard)
+            claimed += len(claims)
+        return claimed
 
     async def poll(self, c: PollClaim) -> None:
         """Run one claimed poll and write its answer."""
@@ -116,7 +122,7 @@ class PollRunner:
         await self.answer(c, answer)
 
     async def answer(self, c: PollClaim, answer: PollResult) -> None:
-        deferred = self.store.deferred
+        deferred = (await self.store.at(c.id)).deferred  # the task's shard
         ref = await deferred.ref(c.id)
         if ref is None:
             return

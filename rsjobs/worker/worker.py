@@ -4,6 +4,12 @@ keeps leases alive, and ends every attempt through the transition scripts.
 Round trips on the hot path are batched: one XREADGROUP and one ``start.lua`` call per
 batch of deliveries, and one ``finish.lua`` call per batch of finished attempts (whatever
 finished while the previous call was in flight).
+
+A sharded namespace (:mod:`rsjobs.store.shards`) is read shard by shard: one lane per
+shard (:mod:`rsjobs.worker.lanes`) with its own fetch loop and control channel, sharing
+the concurrency; start, finish, heartbeat, deferral and release calls go per shard (one
+single-slot call per shard's group of a batch). The worker registers on every shard: the
+reaper's scripts read the registry in the slot of the shard they sweep.
 """
 
 from __future__ import annotations
@@ -17,7 +23,6 @@ import signal
 import socket
 import time
 import uuid
-from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -40,7 +45,7 @@ from ..names import validate_name
 from ..settings import Settings
 from ..store import Beat, Code, Delivery, Started, Store, Suspect, TaskKeys
 from ..store.isolation import about_server, each_alone
-from ..store.keys import PRIORITIES, WAITING_CONSUMER, level_name
+from ..store.keys import WAITING_CONSUMER
 from ..store.layout import BeatItem, Ending
 from ..store.quarantine import DEADLETTER_MAXLEN
 from ..store.transient import is_failover
@@ -49,6 +54,7 @@ from ..tracing import Attempt, TraceContext, start_attempt, task_attributes
 from .context import Context
 from .deferral import Deferral
 from .failures import TRACEBACK_CHARS, TRACEBACK_MAX, format_traceback, log_failure
+from .lanes import ShardLane, group_by_shard
 from .metrics import WorkerMetrics
 from .polling import PollRunner
 from .registry import Registry
@@ -183,12 +189,13 @@ class Worker:
         self.store = Store(self.redis, self.settings)
         self.keys = self.store.keys
         self.queues = list(queues)
-        #: the queues' priority-0 streams (made with their group at start-up), and the
+        #: one lane per shard of the namespace (rsjobs.worker.lanes): shard 0's until the
+        #: set-up has read the namespace's shards
+        self._lanes = [ShardLane(self.store, self.queues)]
+        #: shard 0's priority-0 queue streams (made with their group at start-up), and the
         #: streams of every level (take.lua makes a level's group when it first sees it)
-        self.streams = {self.keys.queue(q): q for q in self.queues}
-        self.level_streams = {
-            self.keys.queue(q, p): level_name(q, p) for q in self.queues for p in PRIORITIES
-        }
+        self.streams = self._lanes[0].streams
+        self.level_streams = self._lanes[0].level_streams
         self.concurrency = concurrency
         self.lease_ms = lease_ms
         self.heartbeat_ms = heartbeat_ms
@@ -207,10 +214,8 @@ class Worker:
         self.handle_signals = handle_signals
 
         self.jobs: dict[str, _Job] = {}
-        self._buffer: deque[Delivery] = deque()
-        #: read this consumer's own pending list before the next fetch (at start, after
-        #: a connection error)
-        self._recheck = True
+        #: shard 0's deliveries read and not started yet (each lane has its own buffer)
+        self._buffer = self._lanes[0].buffer
         self._closing = False
         #: deliveries whose start.lua call is in flight: they hold slots (concurrency) but
         #: are not jobs yet; the fetch loop reads the next batch meanwhile
@@ -222,9 +227,8 @@ class Worker:
         #: own repeats), so they must not be taken for lost replies and run twice
         self._ending_entries: set[str] = set()
         self._start_tasks: set[asyncio.Task[None]] = set()
-        #: the last take found owners at their limits (see _take)
-        self._held = False
-        self._start_error: BaseException | None = None
+        #: slots a sharded worker's takes hold while in flight (see rsjobs.worker.lanes)
+        self._reserved = 0
         #: while a start is in flight, read again only once this many slots are free, so
         #: batches (and their per-call cost) stay large under load; an idle worker reads
         #: at once whatever is free
@@ -249,17 +253,13 @@ class Worker:
         self._wf_finisher: WorkflowFinisher | None = None
         self._wf_pending: set[asyncio.Task[int]] = set()
         #: the release step (successors), run after a finish batch that wrote release
-        #: entries: one at a time; asked again while it runs, it runs once more
+        #: entries (on the shards in _release_shards): one at a time; asked again while it
+        #: runs, it runs once more
         self._releaser: asyncio.Task[None] | None = None
-        self._release_again = False
+        self._release_shards: set[int] = set()
         #: threads of sync handlers that outlived their job (they ignored ctx.cancelled):
         #: each holds a slot until it returns (see _hold); key -> what it ran
         self._stuck: dict[int, _Stuck] = {}
-        #: queues this worker serves whose pause flag is set (queue.lua): their streams are
-        #: not read until a RESUME_QUEUE notice (or a heartbeat's read of the flags) says so
-        self.paused: set[str] = set()
-        #: how often each queue was seen going (see _resumed)
-        self._resumes: dict[str, int] = {}
         self.traceback_chars = traceback_chars
         #: deferred attempts (Context.defer): the secret their callback tokens are signed
         #: with and the web app's base URL (rsjobs.callbacks), the DEFER calls in flight,
@@ -319,23 +319,30 @@ class Worker:
             return
         helpers = [
             asyncio.create_task(self._beat_loop(), name="rsjobs-beat"),
-            asyncio.create_task(self._control_loop(), name="rsjobs-control"),
             asyncio.create_task(self._promote_loop(), name="rsjobs-promote"),
+        ]
+        helpers += [  # one per shard: each shard's notices come on its own channel
+            asyncio.create_task(
+                self._control_loop(lane),
+                name="rsjobs-control" + (f"-{lane.number}" if lane.number else ""),
+            )
+            for lane in self._lanes
         ]
         if self.registry.has_pollers:
             helpers.append(
                 asyncio.create_task(self.polls.run(self._polls_closing), name="rsjobs-polls")
             )
         log.info(
-            "worker %s: queues=%s concurrency=%d redis=%s",
+            "worker %s: queues=%s concurrency=%d redis=%s%s",
             self.name,
             self.queues,
             self.concurrency,
             self.store.describe(self.url),
+            f" shards={len(self._lanes)}" if len(self._lanes) > 1 else "",
         )
         try:
             await self._serve_metrics()
-            await self._fetch_loop()
+            await self._fetch()
             await self._drain()
         finally:
             # redis-py can turn a cancellation during a blocking read into a connection
@@ -385,7 +392,11 @@ class Worker:
         the groups of the queue streams, the queue names, the first registration."""
         await self.store.ping()
         await self.store.require_layout()
-        await self.store.work.ensure_groups(self.streams)
+        stores = await self.store.each()  # the namespace's shards (given S, or as stored)
+        if len(stores) != len(self._lanes):
+            self._lanes[1:] = [ShardLane(s, self.queues) for s in stores[1:]]
+        for lane in self._lanes:
+            await lane.store.work.ensure_groups(lane.streams)
         await self.store.scripts.preload(("take", "start", "finish", "heartbeat"))
         await self.store.tasks.remember_queues(self.queues)
         await self._read_paused()
@@ -418,9 +429,10 @@ class Worker:
     async def _drain(self) -> None:
         """Graceful stop: let handlers finish within the grace period, hand back the rest."""
         await self._wait_starts()
-        if self._buffer:
-            await self._release(list(self._buffer))
-            self._buffer.clear()
+        for lane in self._lanes:
+            if lane.buffer:
+                await self._release(list(lane.buffer), lane)
+                lane.buffer.clear()
         if self.jobs and not self._force:
             pending = [j.task for j in self.jobs.values() if j.task is not None]
             log.info(
@@ -438,20 +450,33 @@ class Worker:
 
     # -- fetching ------------------------------------------------------------------------
 
-    async def _fetch_loop(self) -> None:
-        """Read deliveries for free slots and start them.
+    async def _fetch(self) -> None:
+        """Run the fetch loop of every lane (one per shard) until a stop."""
+        if len(self._lanes) == 1:
+            await self._fetch_loop(self._lanes[0])
+        else:
+            await asyncio.gather(*(self._fetch_loop(lane) for lane in self._lanes))
+
+    def _free(self) -> int:
+        """Slots neither running, starting, held by a stuck thread nor reserved by a read."""
+        held = len(self.jobs) + self._starting + len(self._stuck) + self._reserved
+        return self.concurrency - held
+
+    async def _fetch_loop(self, lane: ShardLane) -> None:
+        """Read deliveries of one shard's queues for free slots and start them.
 
         A batch's start.lua call runs in the background (:meth:`_start_batch`) while this
         loop goes on to read the next batch for slots that free meanwhile: a read and a
         start are in flight together, instead of one after the other. Deliveries being
         started hold their slots, so at most ``concurrency`` tasks are ever started and not
-        finished.
+        finished. A sharded worker runs one such loop per shard (rsjobs.worker.lanes): the
+        loops take turns at the free slots, in the order they began to wait for one.
         """
         backoff = 0.1
         while not self._stopping.is_set():
-            free = self.concurrency - len(self.jobs) - self._starting - len(self._stuck)
-            streams = self._streams_to_read()
-            if self._start_error is None and (
+            free = self._free()
+            streams = lane.streams_to_read()
+            if lane.start_error is None and (
                 free <= 0 or (self._starting and free < self._min_batch) or not streams
             ):
                 # no slot, or every queue paused: wait for a slot, a RESUME_QUEUE or a stop
@@ -460,27 +485,27 @@ class Worker:
                 await self._slot_free.wait()
                 continue
             try:
-                if self._start_error is not None:
-                    exc, self._start_error = self._start_error, None
+                if lane.start_error is not None:
+                    exc, lane.start_error = lane.start_error, None
                     raise exc
-                if self._recheck:
-                    await self._adopt_own_pending()
-                    self._recheck = False
-                if self._buffer:
-                    batch = [self._buffer.popleft() for _ in range(min(free, len(self._buffer)))]
+                if lane.recheck:
+                    await self._adopt_own_pending(lane)
+                    lane.recheck = False
+                if lane.buffer:
+                    batch = [lane.buffer.popleft() for _ in range(min(free, len(lane.buffer)))]
                 else:
-                    batch = await self._take(list(streams.values()), free)
+                    batch = await self._read(lane, streams, free)
                 if batch:
                     self._starting += len(batch)
                     self._starting_entries.update(d.entry for d in batch)
-                    task = asyncio.get_running_loop().create_task(self._start_batch(batch))
+                    task = asyncio.get_running_loop().create_task(self._start_batch(batch, lane))
                     self._start_tasks.add(task)
                     task.add_done_callback(self._start_tasks.discard)
                 backoff = 0.1
             except RedisUnavailable as exc:
                 # a batch read but not started, or a reply lost on the way, is still in this
                 # consumer's pending list: look there once Redis answers again
-                self._recheck = True
+                lane.recheck = True
                 log.warning("worker %s: redis unavailable (%s); retrying", self.name, exc)
                 if is_failover(exc):
                     await self.store.reset_connections()
@@ -489,25 +514,67 @@ class Worker:
             except Exception:
                 # OOM, BUSY, a queue key that is not a stream, a bug: nothing one task or
                 # one key does may end the worker; say it loudly, back off, go on
-                self._recheck = True
+                lane.recheck = True
                 log.exception("worker %s: fetching failed; retrying in %.1fs", self.name, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
 
-    async def _take(self, queues: list[str], free: int) -> list[Delivery]:
-        """What take.lua hands out for ``free`` slots; when it hands out nothing, wait for
-        work (XREAD BLOCK on the queues' streams, bounded by ``block_ms`` and by the time
-        a held-back task may start), and return nothing."""
-        work = self.store.work
-        if self._held and not self._finish_sent.is_set():
+    async def _read(self, lane: ShardLane, streams: dict[str, str], free: int) -> list[Delivery]:
+        """A batch of new deliveries of one lane for ``free`` slots (what is taken beyond
+        them waits in the lane's buffer). Unsharded: :meth:`_take` for every free slot.
+        Sharded (rsjobs.worker.lanes): a hot lane takes for them without waiting, holding
+        them meanwhile; a cold one takes (and waits) for a part of them, holding none."""
+        queues = list(streams.values())
+        if len(self._lanes) == 1:
+            return await self._take(lane, queues, free)
+        if lane.hot:
+            self._reserved += free
+            batch: list[Delivery] = []
+            more = False
+            try:
+                batch, more = await self._take_now(lane, queues, free)
+            finally:
+                self._reserved -= free
+                if len(batch) < free:
+                    # slots handed back: wake the lanes waiting for one (only then: a
+                    # wake here would queue them again behind this lane, and the lanes
+                    # take turns in the order they began to wait)
+                    self._slot_free.set()
+            take = min(len(batch), free)
+            lane.hot = bool(batch) or more
+        else:
+            batch = await self._take(lane, queues, -(-free // len(self._lanes)))
+            take = min(len(batch), max(0, self._free()))
+            lane.hot = bool(batch)
+        if len(batch) > take:
+            lane.buffer.extend(batch[take:])
+            batch = batch[:take]
+        return batch
+
+    async def _take_now(
+        self, lane: ShardLane, queues: list[str], free: int
+    ) -> tuple[list[Delivery], bool]:
+        """What take.lua hands out on ``lane``'s shard for ``free`` slots, without waiting;
+        and whether it stopped with entries left (take again at once)."""
+        work = lane.store.work
+        if lane.held and not self._finish_sent.is_set():
             # owners were at their limits: ends about to be sent free their slots, so take
             # once they are on their way (a take sent after them runs after them), not
             # now, for nothing
             await self._finish_sent.wait()
         taken = await work.take(self.name, queues, free, age_ms=self.priority_age_ms)
-        self._held = taken.held
-        if taken.deliveries or taken.more:
-            return taken.deliveries
+        lane.held = taken.held
+        lane.taken = taken
+        return taken.deliveries, taken.more
+
+    async def _take(self, lane: ShardLane, queues: list[str], free: int) -> list[Delivery]:
+        """What take.lua hands out on ``lane``'s shard for ``free`` slots; when it hands out
+        nothing, wait for work (XREAD BLOCK on the queues' streams, bounded by ``block_ms``
+        and by the time a held-back task may start), and return nothing."""
+        deliveries, more = await self._take_now(lane, queues, free)
+        taken = lane.taken
+        if deliveries or more or taken is None:
+            return deliveries
         if not self._finish_idle.is_set():
             # an end in flight may free an owner's slot: take again once it has landed
             # instead of blocking
@@ -517,52 +584,67 @@ class Worker:
         if taken.next_due:
             now = int(time.time() * 1000)
             block = max(1, min(block, taken.next_due - now + 5))
-        await work.wait(taken.cursors, block)
+        await lane.store.work.wait(taken.cursors, block)
         return []
 
-    def _streams_to_read(self) -> dict[str, str]:
-        """The streams of the queues that are not paused (stream key -> queue)."""
-        if not self.paused:
-            return self.streams
-        return {k: q for k, q in self.streams.items() if q not in self.paused}
+    @property
+    def paused(self) -> set[str]:
+        """Queues this worker serves whose pause flag it has seen (queue.lua; a sharded
+        namespace: on any of its shards): their streams are not read (on that shard) until
+        a RESUME_QUEUE notice (or a heartbeat's read of the flags) says so."""
+        if len(self._lanes) == 1:
+            return self._lanes[0].paused
+        return set().union(*(lane.paused for lane in self._lanes))
 
-    def _set_paused(self, queue: str, paused: bool, how: str) -> None:
-        """Mark one of our queues paused or not; a resume wakes the fetch loop at once."""
-        if queue not in self.queues or (queue in self.paused) == paused:
+    def _streams_to_read(self) -> dict[str, str]:
+        """The streams of shard 0's queues that are not paused (stream key -> queue)."""
+        return self._lanes[0].streams_to_read()
+
+    def _set_paused(
+        self, queue: str, paused: bool, how: str, lane: ShardLane | None = None
+    ) -> None:
+        """Mark one of our queues paused or not (on ``lane``'s shard, by default shard 0);
+        a resume wakes the fetch loops at once."""
+        lane = lane or self._lanes[0]
+        if queue not in self.queues or (queue in lane.paused) == paused:
             return
+        where = f" on shard {lane.number}" if len(self._lanes) > 1 else ""
         if paused:
-            self.paused.add(queue)
-            log.info("worker %s: queue %s is paused (%s): taking no new work from it",
-                     self.name, queue, how)  # fmt: skip
+            lane.paused.add(queue)
+            log.info("worker %s: queue %s is paused%s (%s): taking no new work from it",
+                     self.name, queue, where, how)  # fmt: skip
         else:
-            self.paused.discard(queue)
-            log.info("worker %s: queue %s is resumed (%s)", self.name, queue, how)
+            lane.paused.discard(queue)
+            log.info("worker %s: queue %s is resumed%s (%s)", self.name, queue, where, how)
             self._slot_free.set()
 
-    def _resumed(self, queue: str, how: str) -> None:
+    def _resumed(self, queue: str, how: str, lane: ShardLane | None = None) -> None:
         """The queue was seen going (a RESUME_QUEUE notice, a read of the flags): counted,
         so that a START sent before, which found it still paused, does not mark it paused
         again when its reply comes in after."""
-        if queue in self.streams.values():
-            self._resumes[queue] = self._resumes.get(queue, 0) + 1
-            self._set_paused(queue, False, how)
+        lane = lane or self._lanes[0]
+        if queue in lane.streams.values():
+            lane.resumes[queue] = lane.resumes.get(queue, 0) + 1
+            self._set_paused(queue, False, how, lane)
 
-    async def _read_paused(self) -> None:
-        """Read the pause flags of our queues (notices may have been missed)."""
-        now = await self.store.work.paused(self.queues)
-        for q in self.queues:
-            if q in now:
-                self._set_paused(q, True, "flag read")
-            else:
-                self._resumed(q, "flag read")
+    async def _read_paused(self, lane: ShardLane | None = None) -> None:
+        """Read the pause flags of our queues (notices may have been missed), on
+        ``lane``'s shard or, by default, every shard."""
+        for one in [lane] if lane is not None else self._lanes:
+            now = await one.store.work.paused(self.queues)
+            for q in self.queues:
+                if q in now:
+                    self._set_paused(q, True, "flag read", one)
+                else:
+                    self._resumed(q, "flag read", one)
 
-    async def _start_batch(self, batch: list[Delivery]) -> None:
-        """Start one batch in the background of the fetch loop; an error goes to the loop,
-        which handles it as if its own call had raised it."""
+    async def _start_batch(self, batch: list[Delivery], lane: ShardLane) -> None:
+        """Start one batch in the background of its lane's fetch loop; an error goes to the
+        loop, which handles it as if its own call had raised it."""
         try:
-            await self._start(batch)
+            await self._start(batch, lane)
         except Exception as exc:
-            self._start_error = exc
+            lane.start_error = exc
         finally:
             self._starting -= len(batch)
             self._starting_entries.difference_update(d.entry for d in batch)
@@ -573,32 +655,37 @@ class Worker:
         back) and not left RUNNING without a handler."""
         if self._start_tasks:
             await asyncio.wait(list(self._start_tasks), timeout=10)
-        if self._start_error is not None:
-            # stopping: the fetch loop no longer handles it (the deliveries stay in this
-            # consumer's pending list for the reaper)
-            log.warning("worker %s: starting a batch failed: %s", self.name, self._start_error)
-            self._start_error = None
+        for lane in self._lanes:
+            if lane.start_error is not None:
+                # stopping: the fetch loop no longer handles it (the deliveries stay in
+                # this consumer's pending list for the reaper)
+                log.warning("worker %s: starting a batch failed: %s", self.name,
+                            lane.start_error)  # fmt: skip
+                lane.start_error = None
 
-    async def _adopt_own_pending(self) -> None:
-        """Queue up what this consumer was delivered and runs nowhere: a batch read but
-        not started, or started by a START whose reply was lost (start.lua answers the
-        repeat as it did the first). Entries this worker runs, starts or is ending are
-        left out, whether they were so before the read or became so during it."""
+    async def _adopt_own_pending(self, lane: ShardLane | None = None) -> None:
+        """Queue up what this consumer was delivered and runs nowhere (on ``lane``'s shard,
+        by default shard 0): a batch read but not started, or started by a START whose
+        reply was lost (start.lua answers the repeat as it did the first). Entries this
+        worker runs, starts or is ending are left out, whether they were so before the
+        read or became so during it."""
+        lane = lane or self._lanes[0]
 
         def known() -> set[str]:
-            held = {j.entry for j in self.jobs.values()} | {d.entry for d in self._buffer}
+            held = {j.entry for j in self.jobs.values()} | {d.entry for d in lane.buffer}
             return held | self._starting_entries | self._ending_entries
 
         before = known()
-        pending = await self.store.work.own_pending(self.name, self.level_streams)
+        pending = await lane.store.work.own_pending(self.name, lane.level_streams)
         skip = before | known()
         for d in pending:
             if d.entry not in skip:
-                self._buffer.append(d)
+                lane.buffer.append(d)
 
-    async def _start(self, batch: list[Delivery]) -> None:
-        work = self.store.work
-        resumes = self._resumes.copy()  # a resume heard after this call was sent wins
+    async def _start(self, batch: list[Delivery], lane: ShardLane) -> None:
+        """START (start.lua) of one lane's batch, one single-slot call on its shard."""
+        work = lane.store.work
+        resumes = lane.resumes.copy()  # a resume heard after this call was sent wins
 
         async def call(part: Sequence[Delivery]) -> list[Started]:
             return await work.start(self.name, self.lease_ms, self.nonce, part)
@@ -608,19 +695,19 @@ class Worker:
         # the single calls find them started by this consumer and answer the same
         done = await each_alone(call, batch, log, f"worker {self.name}: start batch")
         if done.failed:
-            await self._quarantine(done.failed)
+            await self._quarantine(done.failed, lane)
             bad = {d.entry for d, _ in done.failed}
             batch = [d for d in batch if d.entry not in bad]
         replies = [r for part in done.replies for r in part]
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         for d, r in zip(batch, replies, strict=True):
-            if r.code is Code.QUEUE_PAUSED and resumes.get(d.queue) == self._resumes.get(d.queue):
+            if r.code is Code.QUEUE_PAUSED and resumes.get(d.queue) == lane.resumes.get(d.queue):
                 # paused before we heard: start.lua handed the delivery back
-                self._set_paused(d.queue, True, "found at START")
+                self._set_paused(d.queue, True, "found at START", lane)
             if r.code is not Code.APPLIED:
                 continue
-            keys = self.keys.task_keys(r.id, d.queue, r.dedup or None, d.priority)
+            keys = lane.keys.task_keys(r.id, d.queue, r.dedup or None, d.priority)
             job = _Job(r.id, d.queue, d.entry, r.lease, r.dedup, keys, r.wf)
             timeout_s = r.timeout_ms / 1000 if r.timeout_ms else None
             ctx = Context(
@@ -659,7 +746,7 @@ class Worker:
                 self._run(job, r.type, r.payload, timeout_s, r.predecessors)
             )
 
-    async def _quarantine(self, failed: list[tuple[Delivery, Exception]]) -> None:
+    async def _quarantine(self, failed: list[tuple[Delivery, Exception]], lane: ShardLane) -> None:
         """Deliveries whose task start.lua fails on: quarantined (FAILED through DEADLETTER
         when the task's data is found defective), else left in this consumer's pending
         list for the reaper."""
@@ -667,7 +754,7 @@ class Worker:
             log.error("worker %s: cannot start task %s: %s", self.name, d.task_id, exc)
         suspects = [Suspect(d.task_id, d.queue, "queue", d.entry, exc) for d, exc in failed]
         try:
-            verdicts = await self.store.quarantine.isolate(
+            verdicts = await lane.store.quarantine.isolate(
                 "worker", "start", suspects, DEADLETTER_MAXLEN
             )
         except RsjobsError as exc:
@@ -683,9 +770,9 @@ class Worker:
                     v.why,
                 )
 
-    async def _release(self, deliveries: list[Delivery]) -> None:
+    async def _release(self, deliveries: list[Delivery], lane: ShardLane) -> None:
         with contextlib.suppress(RsjobsError):
-            await self.store.work.release(deliveries)
+            await lane.store.work.release(deliveries)
 
     # -- running -------------------------------------------------------------------------
 
@@ -875,88 +962,121 @@ class Worker:
             self._finish_idle.clear()
             self._finisher = asyncio.get_running_loop().create_task(self._flush_finishes())
 
+    def _shard(self, task_id: str) -> int:
+        """The shard (lane number) of one of the namespace's task ids."""
+        if len(self._lanes) == 1:
+            return 0
+        k = self.store.shards.shard_of(task_id)
+        return k if k < len(self._lanes) else 0
+
+    def _store_of(self, task_id: str) -> Store:
+        """The store of the shard of a task id (the namespace's, unsharded)."""
+        return self._lanes[self._shard(task_id)].store
+
     async def _flush_finishes(self) -> None:
-        """Send whatever finished, in one script call per batch, until nothing is left."""
+        """Send whatever finished, in one script call per batch and shard, until nothing
+        is left."""
         backoff = 0.05
         give_up = time.monotonic() + self.lease_ms / 1000
-        work = self.store.work
         while self._finish_items:
             items, self._finish_items = self._finish_items[:500], self._finish_items[500:]
             if not self._finish_items:
-                # (the call below writes them before this task yields: see _take)
+                # (unsharded, the call below writes them before this task yields: see
+                # _take; sharded, each shard's call is on its way once gathered)
                 self._finish_sent.set()
-
-            async def call(part: Sequence[tuple[TaskKeys, Ending, str, str]]) -> list[Any]:
-                return await work.finish([(k, e) for k, e, _, _ in part])
-
-            try:
-                done = await each_alone(call, items, log, f"worker {self.name}: finish batch")
-            except Exception as exc:
-                if not about_server(exc):
-                    raise
-                # keep the results: the lease may still be ours when Redis is back
-                self._finish_items[:0] = items
-                self._finish_sent.clear()
-                if time.monotonic() > give_up:
-                    log.error(
-                        "worker %s: dropping %d results after redis outage (%s); the "
-                        "reaper will recover the tasks",
-                        self.name,
-                        len(items),
-                        exc,
-                    )
-                    for _, e, _, entry in self._finish_items:
-                        self._end_span(entry, e.event)
-                    # their entries stay marked as ending: the tasks are RUNNING under this
-                    # worker's lease until the reaper takes them back, and must not run again
-                    self._finish_items.clear()
-                    self._finish_sent.set()
-                    break
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+            groups = group_by_shard(items, lambda i: self._shard(i[2]), len(self._lanes))
+            if len(groups) == 1:
+                ((shard, group),) = groups.items()
+                outcomes: list[Exception | None] = [await self._finish_group(shard, group)]
+            else:
+                outcomes = await asyncio.gather(
+                    *(self._finish_group(k, g) for k, g in groups.items())
+                )
+            again = [i for g, exc in zip(groups.values(), outcomes, strict=True) if exc for i in g]
+            if not again:
                 continue
-            for (_, e, tid, entry), err in done.failed:
-                # its task's data breaks finish.lua: the reaper takes the task back after
-                # its lease and quarantines it (its entry stays marked as ending)
-                log.error("worker %s: %s of task %s failed: %s", self.name, e.event, tid, err)
-                self._end_span(entry, e.event)
-            bad = {tid for (_, _, tid, _), _ in done.failed}
-            items = [i for i in items if i[2] not in bad]
-            replies = [r for part in done.replies for r in part]
-            if any(r.released for r in replies):
-                # tasks with successors ended: release (or cancel) them now, not at the
-                # reaper's next sweep
-                self._release_successors()
-            self._ending_entries.difference_update(entry for *_, entry in items)
-            for (_, e, tid, entry), (code, state) in zip(items, replies, strict=True):
-                # a refused end leaves the task as it was: the state says which
-                self._end_span(entry, e.event if code >= 0 else f"{e.event} refused", state)
-                if code < 0:
-                    log.warning(
-                        "worker %s: %s of task %s refused (task is %s)",
-                        self.name,
-                        e.event,
-                        tid,
-                        state,
-                    )
+            exc = next(e for e in outcomes if e is not None)
+            # keep the results: the lease may still be ours when Redis is back
+            self._finish_items[:0] = again
+            self._finish_sent.clear()
+            if time.monotonic() > give_up:
+                log.error(
+                    "worker %s: dropping %d results after redis outage (%s); the "
+                    "reaper will recover the tasks",
+                    self.name,
+                    len(again),
+                    exc,
+                )
+                for _, e, _, entry in self._finish_items:
+                    self._end_span(entry, e.event)
+                # their entries stay marked as ending: the tasks are RUNNING under this
+                # worker's lease until the reaper takes them back, and must not run again
+                self._finish_items.clear()
+                self._finish_sent.set()
+                break
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
         self._finish_idle.set()
 
-    def _release_successors(self) -> None:
-        self._release_again = True
+    async def _finish_group(
+        self, shard: int, items: list[tuple[TaskKeys, Ending, str, str]]
+    ) -> Exception | None:
+        """finish.lua for one shard's part of a batch; the error that Redis could not be
+        reached with (the items are to be sent again), else None once written."""
+        work = self._lanes[shard].store.work
+
+        async def call(part: Sequence[tuple[TaskKeys, Ending, str, str]]) -> list[Any]:
+            return await work.finish([(k, e) for k, e, _, _ in part])
+
+        try:
+            done = await each_alone(call, items, log, f"worker {self.name}: finish batch")
+        except Exception as exc:
+            if not about_server(exc):
+                raise
+            return exc
+        for (_, e, tid, entry), err in done.failed:
+            # its task's data breaks finish.lua: the reaper takes the task back after
+            # its lease and quarantines it (its entry stays marked as ending)
+            log.error("worker %s: %s of task %s failed: %s", self.name, e.event, tid, err)
+            self._end_span(entry, e.event)
+        bad = {tid for (_, _, tid, _), _ in done.failed}
+        items = [i for i in items if i[2] not in bad]
+        replies = [r for part in done.replies for r in part]
+        if any(r.released for r in replies):
+            # tasks with successors ended: release (or cancel) them now, not at the
+            # reaper's next sweep
+            self._release_successors(shard)
+        self._ending_entries.difference_update(entry for *_, entry in items)
+        for (_, e, tid, entry), (code, state) in zip(items, replies, strict=True):
+            # a refused end leaves the task as it was: the state says which
+            self._end_span(entry, e.event if code >= 0 else f"{e.event} refused", state)
+            if code < 0:
+                log.warning(
+                    "worker %s: %s of task %s refused (task is %s)",
+                    self.name,
+                    e.event,
+                    tid,
+                    state,
+                )
+        return None
+
+    def _release_successors(self, shard: int = 0) -> None:
+        self._release_shards.add(shard)
         if self._releaser is None or self._releaser.done():
             self._releaser = asyncio.get_running_loop().create_task(self._run_releases())
 
     async def _run_releases(self) -> None:
-        while self._release_again:
-            self._release_again = False
-            try:
-                await self.store.successors.release("worker")
-            except RsjobsError as exc:
-                # the entries stay on the release stream: the reaper's sweep handles them
-                log.warning(
-                    "worker %s: release step failed (%s); left to the reaper", self.name, exc
-                )
-                return
+        while self._release_shards:
+            shards, self._release_shards = sorted(self._release_shards), set()
+            for shard in shards:
+                try:
+                    await self._lanes[shard].store.successors.release("worker")
+                except RsjobsError as exc:
+                    # the entries stay on the release stream: the reaper's sweep handles
+                    # them
+                    log.warning(
+                        "worker %s: release step failed (%s); left to the reaper", self.name, exc
+                    )
 
     def _end_span(self, entry: str, outcome: str, state: str = "") -> None:
         span = self._spans.pop(entry, None)
@@ -991,7 +1111,7 @@ class Worker:
         lease would lapse (then the reaper takes the task back: RECLAIM)."""
         self.processed += 1
         self._ending_entries.add(job.entry)
-        deferred, entry = self.store.deferred, job.entry
+        deferred, entry = self._store_of(job.id).deferred, job.entry
         charges = self._ended(job, "DEFER")
 
         async def call() -> None:
@@ -1081,12 +1201,28 @@ class Worker:
                 if next_beat >= next_recheck:
                     # once a lease: anything delivered to us that we do not run (a reply
                     # that never arrived) is picked up from our own pending list
-                    self._recheck = True
+                    for lane in self._lanes:
+                        lane.recheck = True
                     next_recheck = next_beat + self.lease_ms / 1000
             else:
                 await asyncio.sleep(self.progress_ms / 1000)  # coalesce progress bursts
 
     async def _beat(self, jobs: list[_Job]) -> None:
+        """Heartbeats (heartbeat.lua) of running jobs: one call per shard's group, the
+        groups together; the first error, once every group is done."""
+        groups = group_by_shard(jobs, lambda j: self._shard(j.id), len(self._lanes))
+        if len(groups) == 1:
+            ((shard, group),) = groups.items()
+            await self._beat_shard(shard, group)
+            return
+        outcomes = await asyncio.gather(
+            *(self._beat_shard(k, g) for k, g in groups.items()), return_exceptions=True
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    async def _beat_shard(self, shard: int, jobs: list[_Job]) -> None:
         items: list[tuple[TaskKeys, BeatItem]] = []
         sent: list[float | None] = []
         for j in jobs:
@@ -1102,7 +1238,7 @@ class Worker:
             )
             items.append((j.keys, beat))
             sent.append(p)
-        work = self.store.work
+        work = self._lanes[shard].store.work
 
         async def call(part: Sequence[int]) -> list[Beat]:
             return await work.heartbeat(self.name, self.lease_ms, [items[i] for i in part])
@@ -1123,41 +1259,43 @@ class Worker:
                 log.info("worker %s: task %s is %s; stopping its handler", self.name, j.id, word)
                 j.stop(word.value)
 
-    async def _control_loop(self) -> None:
+    async def _control_loop(self, lane: ShardLane) -> None:
         """Hear CANCEL / PAUSE notices of tasks and PAUSE_QUEUE / RESUME_QUEUE notices of
-        queues at once (heartbeats are the fallback: they renew leases and read the pause
-        flags again)."""
+        queues on one shard's control channel at once (heartbeats are the fallback: they
+        renew leases and read the pause flags again)."""
         while not self._closing:
             try:
-                async for event, subject in self.store.work.control_notices():
+                async for event, subject in lane.store.work.control_notices():
                     if event == "SUBSCRIBED":
                         # what was published before we listened (a read that fails now is
                         # made again by the next heartbeat)
                         with contextlib.suppress(RsjobsError):
-                            await self._read_paused()
+                            await self._read_paused(lane)
                     elif event == "PAUSE_QUEUE":
-                        self._set_paused(subject, True, "notice")
+                        self._set_paused(subject, True, "notice", lane)
                     elif event == "RESUME_QUEUE":
-                        self._resumed(subject, "notice")
+                        self._resumed(subject, "notice", lane)
                     elif (job := self.jobs.get(subject)) is not None:
                         job.stop({"CANCEL": "CANCELLED", "PAUSE": "PAUSED"}.get(event, event))
             except RedisUnavailable:
                 await asyncio.sleep(0.5)
 
     async def _promote_loop(self) -> None:
-        """Move due SCHEDULED tasks back to their queues (the reaper does it too)."""
-        last = ""
+        """Move due SCHEDULED tasks back to their queues (the reaper does it too), on
+        every shard."""
+        last: dict[int, str] = {}
         while not self._closing:
             await asyncio.sleep(self.promote_ms / 1000)
-            try:
-                await self.store.work.promote_due("worker")
-                last = ""
-            except RedisUnavailable:
-                pass
-            except Exception as exc:  # e.g. a corrupt scheduled task: the reaper isolates it
-                if str(exc) != last:
-                    log.warning("worker %s: promoting failed (%s)", self.name, exc)
-                last = str(exc)
+            for lane in self._lanes:
+                try:
+                    await lane.store.work.promote_due("worker")
+                    last.pop(lane.number, None)
+                except RedisUnavailable:
+                    pass
+                except Exception as exc:  # e.g. a corrupt scheduled task: the reaper isolates it
+                    if str(exc) != last.get(lane.number):
+                        log.warning("worker %s: promoting failed (%s)", self.name, exc)
+                    last[lane.number] = str(exc)
 
     async def _register(self) -> None:
         info = {
@@ -1183,11 +1321,19 @@ class Worker:
                 for s in list(self._stuck.values())[:100]
             ],
         }
-        await self.store.work.register(self.name, encode(info))
+        registration = encode(info)
+        if len(self._lanes) == 1:
+            await self.store.work.register(self.name, registration)
+            return
+        # on every shard: the reaper's scripts read the registry in the slot they sweep
+        await asyncio.gather(
+            *(lane.store.work.register(self.name, registration) for lane in self._lanes)
+        )
 
     async def _unregister(self) -> None:
-        with contextlib.suppress(RsjobsError, OSError):
-            await self.store.work.unregister(self.name)
+        for lane in self._lanes:
+            with contextlib.suppress(RsjobsError, OSError):
+                await lane.store.work.unregister(self.name)
 
 
 def _payload(raw: str) -> Any:

@@ -111,7 +111,7 @@ async def reason_of(store: Store, wf_id: str, exc: BaseException) -> str:
     """Why the workflow cannot go on after ``exc`` ('' when nothing wrong is found)."""
     if isinstance(exc, PayloadError):
         return f"its next tasks cannot be created: {exc}"
-    defects = await workflow_defects(store, wf_id)
+    defects = await workflow_defects(await store.at(wf_id), wf_id)
     if not defects:
         return ""
     return f"its stored data is corrupt: {'; '.join(defects)} ({type(exc).__name__}: {exc})"
@@ -119,6 +119,7 @@ async def reason_of(store: Store, wf_id: str, exc: BaseException) -> str:
 
 async def abort(store: Store, wf_id: str, reason: str, source: str) -> WfReply:
     """Run ``wf_abort.lua`` (see its header for the reply codes)."""
+    store = await store.at(wf_id)
     reply = None
     for _ in range(8):
         open_set = OpenSet([], [])

@@ -112,6 +112,15 @@ class WorkflowClient:
     async def close(self) -> None:
         await self.store.close()
 
+    async def _at(self, wf_id: str) -> Store:
+        """The store of the workflow's shard (its tasks live there too)."""
+        return await self.store.at(wf_id)
+
+    async def _new_task_id(self, wf_id: str) -> str:
+        """A new id for a task of the workflow: on its shard."""
+        store = await self._at(wf_id)
+        return new_id() if store.shards.count == 1 else store.shards.new_id(store.number)
+
     async def __aenter__(self) -> WorkflowClient:
         return self
 
@@ -149,7 +158,11 @@ class WorkflowClient:
         plan = d.plan(value)
         if owner is not None and not (0 < len(owner) <= 200):
             raise ConfigError("owner must be 1-200 characters")
-        wf_id = validate_workflow_id(workflow_id) if workflow_id else new_id()
+        if workflow_id:
+            wf_id = validate_workflow_id(workflow_id)  # its id places it
+        else:
+            shards = await self.store.open()
+            wf_id = new_id() if shards.count == 1 else shards.new_id(shards.place(owner=owner))
         # every task payload of the first stage fits, or nothing is written
         first = WorkflowInfo(
             id=wf_id,
@@ -163,7 +176,7 @@ class WorkflowClient:
         )
         check_stage(self.settings, first, [])
         await self.store.tasks.remember_queues({s.queue for s in plan.stages})
-        reply = await self.store.workflows.start(
+        reply = await (await self._at(wf_id)).workflows.start(
             self.source,
             WfStartArgs(
                 wf_id,
@@ -221,7 +234,7 @@ class WorkflowClient:
         """The workflow's history, oldest first; ``after`` is an exclusive stream id."""
         validate_workflow_id(wf_id)
         start = "-" if after in ("-", "0", "0-0", "") else f"({after}"
-        rows = await self.store.workflows.history(wf_id, start, count)
+        rows = await (await self._at(wf_id)).workflows.history(wf_id, start, count)
         if rows is None:
             raise WorkflowNotFound(wf_id)
         return [WorkflowEvent.from_entry(i, f) for i, f in rows]
@@ -235,18 +248,21 @@ class WorkflowClient:
     async def all_assets(self, wf_id: str) -> list[Asset]:
         """Every asset of every version (regenerated ones included), by version and stage."""
         validate_workflow_id(wf_id)
-        raw: Mapping[str, str] = await self.store.workflows.assets(wf_id)
+        raw: Mapping[str, str] = await (await self._at(wf_id)).workflows.assets(wf_id)
         found = [decode_asset(v) for v in raw.values()]
         return sorted(found, key=lambda a: (a.version, a.stage_index, a.item))
 
     async def list(self, *, limit: int = 50, owner: str | None = None) -> list[WorkflowInfo]:
         """The most recently started workflows (that still exist), newest first."""
-        ids = await self.store.workflows.recent(max(limit * 4, limit))
+        records = []
+        for store in await self.store.each():  # each shard's newest, merged by start time
+            ids = await store.workflows.recent(max(limit * 4, limit))
+            if ids:
+                records += [r for r in await store.workflows.records(ids) if r is not None]
+        records.sort(key=lambda r: (r.created_at, r.id), reverse=True)
         out: list[WorkflowInfo] = []
-        if not ids:
-            return out
-        for record in await self.store.workflows.records(ids):
-            if record is not None and (owner is None or record.owner == owner):
+        for record in records:
+            if owner is None or record.owner == owner:
                 # one corrupt workflow must not hide all the others: it is left out here
                 # (its history still reads; the driver moves it to FAILED)
                 with contextlib.suppress(CorruptWorkflow):
@@ -265,7 +281,7 @@ class WorkflowClient:
         """Block until the workflow's status is one of ``statuses`` (default: a terminal
         one), driven by its history stream. Raises :class:`rsjobs.WaitTimeout`."""
         wanted = set(statuses) if statuses is not None else None
-        last_id = await self.store.workflows.last_history_id(wf_id)
+        last_id = await (await self._at(wf_id)).workflows.last_history_id(wf_id)
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
         while True:
             info = await self.get(wf_id)
@@ -280,7 +296,7 @@ class WorkflowClient:
                     raise WaitTimeout(f"workflow {wf_id} is still {info.status}")
                 block = max(1, min(block, int(left * 1000)))
             try:
-                rows = await self.store.workflows.read_history(wf_id, last_id, block)
+                rows = await (await self._at(wf_id)).workflows.read_history(wf_id, last_id, block)
             except RedisUnavailable:  # a failover ends the read, not the wait
                 await asyncio.sleep(min(0.5, block / 1000))
                 rows = []
@@ -341,7 +357,7 @@ class WorkflowClient:
             if event == "CONFIRM" and await self._check_confirm(info, version_arg, stage_arg):
                 # checked for what was read: a confirm of anything else is refused as stale
                 version_arg, stage_arg = str(info.version), str(info.stage)
-        reply = await self.store.workflows.gate(
+        reply = await (await self._at(wf_id)).workflows.gate(
             self.source, wf_id, WfGateArgs(event, version_arg, stage_arg, note[:500])
         )
         status = self._result(wf_id, event, reply)
@@ -397,10 +413,12 @@ class WorkflowClient:
         args = WfRegenerateArgs(target, reason[:500], info.plan.max_versions, expect)
         current = info.version
         for _ in range(ATTEMPTS):
-            open_set = await self.store.workflows.open_tasks(wf_id)
+            open_set = await (await self._at(wf_id)).workflows.open_tasks(wf_id)
             # the slots it leaves behind: their succeeded tasks are superseded (costs)
-            left = await self.store.workflows.left_behind(wf_id, current, target)
-            reply = await self.store.workflows.regenerate(self.source, wf_id, args, open_set, left)
+            left = await (await self._at(wf_id)).workflows.left_behind(wf_id, current, target)
+            reply = await (await self._at(wf_id)).workflows.regenerate(
+                self.source, wf_id, args, open_set, left
+            )
             if reply.code is not WfCode.STALE:
                 break
             current = (await self.get(wf_id)).version
@@ -415,8 +433,10 @@ class WorkflowClient:
         validate_workflow_id(wf_id)
         reply = None
         for _ in range(ATTEMPTS):
-            open_set = await self.store.workflows.open_tasks(wf_id)
-            reply = await self.store.workflows.cancel(self.source, wf_id, reason[:500], open_set)
+            open_set = await (await self._at(wf_id)).workflows.open_tasks(wf_id)
+            reply = await (await self._at(wf_id)).workflows.cancel(
+                self.source, wf_id, reason[:500], open_set
+            )
             if reply.code is not WfCode.STALE:
                 break
         assert reply is not None
@@ -428,7 +448,7 @@ class WorkflowClient:
         writing nothing, when a new task would be over the payload limit. Returns the new
         status."""
         reply = None
-        wf = self.store.workflows
+        wf = (await self._at(wf_id)).workflows
         for _ in range(ATTEMPTS):
             info = await self.get(wf_id)
             args = WfRetryArgs(info.version, info.stage, note[:500])
@@ -451,7 +471,7 @@ class WorkflowClient:
             retries = []
             for spec, old in failed:
                 payload = _task_payload(info, stage, spec, assets, info.retries + 1)
-                task = wf_task(self.settings, new_id(), stage, spec, payload)
+                task = wf_task(self.settings, await self._new_task_id(wf_id), stage, spec, payload)
                 retries.append(WfRetryItem(old, *task))
             reply = await wf.retry(self.source, wf_id, args, retries, stage.priority)
             if reply.code is not WfCode.STALE:

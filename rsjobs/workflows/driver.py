@@ -22,6 +22,7 @@ import logging
 import signal
 import time
 import traceback
+from collections.abc import Sequence
 
 import msgspec
 from redis.asyncio import Redis
@@ -99,19 +100,28 @@ class WorkflowDriver:
     def stop(self) -> None:
         self._stopping.set()
 
-    async def sweep_once(self) -> DriveReport:
-        """Re-drive every active workflow once; returns what was done."""
+    async def sweep_once(self, shards: Sequence[int] | None = None) -> DriveReport:
+        """Re-drive every active workflow once (of ``shards`` only, when given: a reaper
+        drives those it holds the guard of); returns what was done."""
         t0 = time.monotonic()
         report = DriveReport()
         # a namespace of an earlier layout is not driven (it would be misread): once per run
         await self.store.require_layout()
+        for store in await self.store.each():
+            if shards is None or store.number in shards:
+                await self._sweep_shard(store, report)
+        self.passes += 1
+        report.ms = int((time.monotonic() - t0) * 1000)
+        return report
+
+    async def _sweep_shard(self, store: Store, report: DriveReport) -> None:
         cursor = 0
         while True:
-            cursor, ids = await self.store.workflows.active(cursor, self.batch)
+            cursor, ids = await store.workflows.active(cursor, self.batch)
             for wf_id in ids:
                 report.visited += 1
                 try:
-                    result = await redrive(self.store, wf_id, self.source)
+                    result = await redrive(store, wf_id, self.source)
                 except Exception as exc:
                     if not about_item(exc):
                         raise  # Redis itself: the pass is retried
@@ -130,10 +140,7 @@ class WorkflowDriver:
                     report.spawned_tasks += result.spawned
             if cursor == 0:
                 break
-        report.pruned = await self._prune_index()
-        report.ms = int((time.monotonic() - t0) * 1000)
-        self.passes += 1
-        return report
+        report.pruned += await self._prune_index(store)
 
     async def _isolate(self, wf_id: str, exc: Exception, report: DriveReport) -> None:
         """One workflow failed to be driven: ABORT it when its data says why, else log."""
@@ -164,13 +171,14 @@ class WorkflowDriver:
             reason,
         )
 
-    async def _prune_index(self) -> int:
-        """Drop index entries of workflows that expired (older than the retention)."""
+    async def _prune_index(self, store: Store) -> int:
+        """Drop index entries of workflows that expired (older than the retention) from
+        one shard's index, by that shard's clock."""
         retention = self.settings.retention_ms
         if retention <= 0 or self.passes % 60:
             return 0
-        horizon = await self.store.reaper.now_ms() - retention
-        return await self.store.workflows.prune_index(horizon)
+        horizon = await store.reaper.now_ms() - retention
+        return await store.workflows.prune_index(horizon)
 
     async def run(self) -> None:
         """Sweep every ``interval_ms`` until :meth:`stop` (or SIGTERM / SIGINT)."""

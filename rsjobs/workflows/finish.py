@@ -49,7 +49,9 @@ class WorkflowFinisher:
         deadline = time.monotonic() + give_up_s
         while True:
             try:
-                reply = await self.store.workflows.finish("worker", wf_id, keys, ending)
+                # (the workflow's shard: its tasks live there)
+                store = await self.store.at(wf_id)
+                reply = await store.workflows.finish("worker", wf_id, keys, ending)
                 break
             except RedisUnavailable as exc:
                 if time.monotonic() > deadline:

@@ -125,38 +125,27 @@ async def page(
 ) -> WorkflowPage:
     """One page of workflows after ``cursor``, newest first, in ``state``, of definition
     ``name`` and of ``owner`` (None: any). Raises :class:`rsjobs.ConfigError` for a bad
-    filter, limit or cursor."""
+    filter, limit or cursor.
+
+    A sharded namespace's page merges its shards' by (creation time, id), the cursor's
+    order in every shard: nothing past the point where a shard that has more stopped
+    looking is handed out (it has not looked past it). Not one atomic view."""
     before = check(state=state, name=name, owner=owner, cursor=cursor, limit=limit)
-    scan = max(SCAN_MIN, 10 * limit)
-    wfs = store.workflows
-    picked: list[tuple[str, list[str | None]]] = []
-    looked = 0
-    last: tuple[int, str] | None = None
-    exhausted = False
-    while len(picked) < limit and looked < scan:
-        want = min(_BATCH, scan - looked)
-        batch = await wfs.index_before(before, want)
-        rows = await wfs.list_fields([i for _, i in batch], _FIELDS) if batch else []
-        used = 0
-        for item, row in zip(batch, rows, strict=True):
-            looked, used = looked + 1, used + 1
-            last = before = item
-            f = dict(zip(_FIELDS, row, strict=True))
-            if f["status"] is None or f["id"] != item[1]:
-                continue  # expired (the driver drops its id later), or not a workflow
-            if (state and f["status"] != state) or (name and f["def"] != name):
-                continue
-            if owner is not None and (f["owner"] or "") != owner:
-                continue
-            picked.append((item[1], row))
-            if len(picked) == limit:
-                break
-        if len(batch) < want and used == len(batch):
-            exhausted = True  # the index has nothing after the last id looked at
-            break
-    plans = await wfs.list_fields([i for i, _ in picked], ("plan",))
+    stores = await store.each()
+    parts = [await _part(s, before, state, name, owner, limit) for s in stores]
+    if len(parts) == 1:
+        picked, last, exhausted = parts[0]
+    else:
+        floors = [p[1] for p in parts if not p[2] and p[1] is not None]
+        floor = max(floors) if floors else None
+        merged = sorted((x for p in parts for x in p[0]), key=lambda x: x[0], reverse=True)
+        picked = [x for x in merged if floor is None or x[0] >= floor][:limit]
+        if len(picked) == limit and (len(merged) > limit or floor is not None):
+            last, exhausted = picked[-1][0], False
+        else:
+            last, exhausted = floor, floor is None
     out = []
-    for (wf_id, row), (plan,) in zip(picked, plans, strict=True):
+    for (_, wf_id, row), plan in zip(picked, await _plans(store, picked), strict=True):
         f = dict(zip(_FIELDS, row, strict=True))
         try:
             names = [s.name for s in _plan.decode(plan or "{}").stages]
@@ -179,3 +168,59 @@ async def page(
     return WorkflowPage(
         workflows=out, cursor=f"{last[0]}.{last[1]}" if more and last is not None else None
     )
+
+
+#: a workflow a page picked: its index key (creation time, id), its id, its fields
+_Picked = tuple[tuple[int, str], str, list[str | None]]
+
+
+async def _part(
+    store: Store,
+    before: tuple[int, str] | None,
+    state: str | None,
+    name: str | None,
+    owner: str | None,
+    limit: int,
+) -> tuple[list[_Picked], tuple[int, str] | None, bool]:
+    """One shard's page: the workflows picked, the last index key looked at, and whether
+    the index has nothing after it."""
+    scan = max(SCAN_MIN, 10 * limit)
+    wfs = store.workflows
+    picked: list[_Picked] = []
+    looked = 0
+    last: tuple[int, str] | None = None
+    exhausted = False
+    while len(picked) < limit and looked < scan:
+        want = min(_BATCH, scan - looked)
+        batch = await wfs.index_before(before, want)
+        rows = await wfs.list_fields([i for _, i in batch], _FIELDS) if batch else []
+        used = 0
+        for item, row in zip(batch, rows, strict=True):
+            looked, used = looked + 1, used + 1
+            last = before = item
+            f = dict(zip(_FIELDS, row, strict=True))
+            if f["status"] is None or f["id"] != item[1]:
+                continue  # expired (the driver drops its id later), or not a workflow
+            if (state and f["status"] != state) or (name and f["def"] != name):
+                continue
+            if owner is not None and (f["owner"] or "") != owner:
+                continue
+            picked.append((item, item[1], row))
+            if len(picked) == limit:
+                break
+        if len(batch) < want and used == len(batch):
+            exhausted = True  # the index has nothing after the last id looked at
+            break
+    return picked, last, exhausted
+
+
+async def _plans(store: Store, picked: list[_Picked]) -> list[str | None]:
+    """The plan of each picked workflow, read on its shard."""
+    out: list[str | None] = [None] * len(picked)
+    for s in await store.each():
+        mine = [i for i, (_, wf_id, _) in enumerate(picked) if await s.at(wf_id) is s]
+        if mine:
+            rows = await s.workflows.list_fields([picked[i][1] for i in mine], ("plan",))
+            for i, (plan,) in zip(mine, rows, strict=True):
+                out[i] = plan
+    return out

@@ -32,6 +32,7 @@ __all__ = [
     "new_id",
     "redrive",
     "spawn",
+    "task_id",
     "task_payload",
     "wf_task",
 ]
@@ -41,11 +42,19 @@ ATTEMPTS = 8
 
 
 def new_id() -> str:
+    """A workflow or task id of a namespace of one shard (a sharded namespace's come from
+    ``store.shards``, :mod:`rsjobs.store.shards`)."""
     return uuid.uuid4().hex
+
+
+def task_id(store: Store) -> str:
+    """A new id for a task of a workflow whose shard's store is ``store``."""
+    return new_id() if store.shards.count == 1 else store.shards.new_id(store.number)
 
 
 async def current_assets(store: Store, wf_id: str, version: int) -> list[Asset]:
     """The assets of ``version``, unordered."""
+    store = await store.at(wf_id)
     raw = await store.workflows.assets(wf_id)
     prefix = f"{version}:"
     return [decode_asset(v) for f, v in raw.items() if f.startswith(prefix)]
@@ -122,6 +131,7 @@ def wf_task(
 
 
 async def load_info(store: Store, wf_id: str) -> WorkflowInfo | None:
+    store = await store.at(wf_id)
     record = await store.workflows.record(wf_id)
     return WorkflowInfo.from_record(record) if record is not None else None
 
@@ -130,7 +140,9 @@ async def spawn(store: Store, wf_id: str, source: str) -> int:
     """Create the current stage's tasks if they do not exist yet; returns how many.
 
     Raises :class:`rsjobs.PayloadError` when a task's payload would be over the limit
-    (nothing is written then; the driver moves such a workflow to FAILED)."""
+    (nothing is written then; the driver moves such a workflow to FAILED). The tasks are
+    created on the workflow's shard."""
+    store = await store.at(wf_id)
     for _ in range(ATTEMPTS):
         info = await load_info(store, wf_id)
         if info is None or not info.needs_spawn:
@@ -149,7 +161,7 @@ async def spawn(store: Store, wf_id: str, source: str) -> int:
             tasks = [
                 wf_task(
                     store.settings,
-                    new_id(),
+                    task_id(store),
                     stage,
                     spec,
                     task_payload(info, stage, spec, assets),
@@ -185,6 +197,7 @@ async def redrive(store: Store, wf_id: str, source: str = "driver") -> DriveResu
     """Bring one workflow up to date with its tasks: account for task ends that did not
     pass through the workflow (reaper, task API), cancel tasks no longer current, spawn a
     stage whose tasks are missing. Idempotent."""
+    store = await store.at(wf_id)
     result = DriveResult(id=wf_id)
     reply = None
     for _ in range(ATTEMPTS):

@@ -114,6 +114,7 @@ _TASK_FIELDS = ("state", "progress", "attempt", "error")
 
 async def load_status(store: Store, wf_id: str) -> WorkflowStatus | None:
     """The status document of ``wf_id`` (None when it does not exist)."""
+    store = await store.at(wf_id)
     state = await store.workflows.state(wf_id)
     if state is None:
         return None

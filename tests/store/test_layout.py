@@ -161,6 +161,7 @@ def _calls() -> dict[str, layout.Packed]:
         "link": L.link(c, "src", tk, tk),
         "quarantine": L.quarantine(c, k, "src", tk, _named(L.QuarantineArgs)),
         "marker": L.marker(c, k, "src", "current"),
+        "shards": L.shards(c, k, "src", "wanted"),
         "migrate": L.migrate(c, "src", _named(L.MigrateArgs), [_named(L.Layout1Task)] * 2),
         "trim": L.trim(c, "src", _named(L.TrimArgs)),
         "summaries": L.summaries(c, "src", _named(L.SummaryArgs), [("task", _named(L.Expect))] * 2),

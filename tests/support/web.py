@@ -49,12 +49,14 @@ def make_app(
     *,
     dev: bool = False,
     definitions: Iterable[WorkflowDefinition] = (),
+    namespace: str = NAMESPACE,
     **config: Any,
 ) -> Starlette:
-    """The app as the tests use it: namespace "t", alice / bob / admin tokens, no env."""
+    """The app as the tests use it: namespace "t" (unless given another), alice / bob /
+    admin tokens, no env."""
     return create_app(
         url,
-        namespace=NAMESPACE,
+        namespace=namespace,
         tokens=TOKENS,
         admin_token=ADMIN,
         dev=dev,

@@ -50,6 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="(sentinel, cluster) submits, cancels and workflow actions acknowledged only "
         "once a replica has them (WAIT): none may be lost in a failover",
     )
+    a(
+        "--shards",
+        type=int,
+        default=1,
+        help="the namespace's shard count (1): its tasks spread over that many hash tags "
+        "(in a cluster, over the masters); Redis faults pick a shard's node in turn",
+    )
     a("--workflows", type=int, default=-1, help="workflows to start (-1: one per 40 tasks)")
     a(
         "--poison-inputs",
@@ -101,6 +108,7 @@ def config_from(args: argparse.Namespace) -> ChaosConfig:
         faults=_faults(args.faults, args.topology),
         topology=args.topology,
         durable=args.durable,
+        shards=args.shards,
         workflows=args.workflows,
         poison_inputs=args.poison_inputs,
         web=not args.no_web,

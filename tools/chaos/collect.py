@@ -8,7 +8,7 @@ scans).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from redis.asyncio import Redis
@@ -18,6 +18,7 @@ from rsjobs.keys import Keys
 from rsjobs.schemas import HistoryEntry
 from rsjobs.store.history import entries
 from rsjobs.store.record import TASK_FIELDS, decode_task, text_fields
+from rsjobs.store.shards import shard_of
 from rsjobs.workflows import WorkflowEvent
 
 from .handlers import exec_key
@@ -37,27 +38,58 @@ __all__ = [
 
 CHUNK = 200
 
+#: the keys of a namespace: its one shard's, or every shard's in shard order
+Shards = Keys | Sequence[Keys]
 
-async def scan_task_ids(redis: Redis, keys: Keys) -> set[str]:
-    """Ids of every task hash or history in the namespace."""
+
+def _all(keys: Shards) -> Sequence[Keys]:
+    return [keys] if isinstance(keys, Keys) else keys
+
+
+def _by_shard(keys: Shards, ids: Iterable[str]) -> list[tuple[Keys, list[str]]]:
+    """The ids grouped by the shard each names (its keys), sorted: a pipeline per shard
+    (a cluster refuses one across slots)."""
+    every = _all(keys)
+    groups: dict[int, list[str]] = {}
+    for i in sorted(set(ids)):
+        k = shard_of(i)
+        groups.setdefault(k if k < len(every) else 0, []).append(i)
+    return [(every[k], part) for k, part in sorted(groups.items())]
+
+
+async def scan_task_ids(redis: Redis, keys: Shards) -> set[str]:
+    """Ids of every task hash or history in the namespace (every shard's)."""
     ids: set[str] = set()
-    prefix = keys.prefix + "task:"
-    async for key in redis.scan_iter(match=prefix + "*", count=1000):
-        rest = str(key)[len(prefix) :]
-        ids.add(rest.removesuffix(":history"))
+    for k in _all(keys):
+        prefix = k.prefix + "task:"
+        async for key in redis.scan_iter(match=prefix + "*", count=1000):
+            rest = str(key)[len(prefix) :]
+            ids.add(rest.removesuffix(":history"))
     return ids
 
 
-async def scan_workflow_ids(redis: Redis, keys: Keys) -> set[str]:
-    """Ids of every workflow with any key in the namespace."""
+async def scan_workflow_ids(redis: Redis, keys: Shards) -> set[str]:
+    """Ids of every workflow with any key in the namespace (every shard's)."""
     ids: set[str] = set()
-    prefix = keys.prefix + "wf:"
-    async for key in redis.scan_iter(match=prefix + "*", count=1000):
-        ids.add(str(key)[len(prefix) :].split(":", 1)[0])
+    for k in _all(keys):
+        prefix = k.prefix + "wf:"
+        async for key in redis.scan_iter(match=prefix + "*", count=1000):
+            ids.add(str(key)[len(prefix) :].split(":", 1)[0])
     return ids
 
 
-async def read_workflows(redis: Redis, keys: Keys, ids: Iterable[str]) -> dict[str, WorkflowRecord]:
+async def read_workflows(
+    redis: Redis, shards: Shards, ids: Iterable[str]
+) -> dict[str, WorkflowRecord]:
+    out: dict[str, WorkflowRecord] = {}
+    for keys, part in _by_shard(shards, ids):
+        out |= await _read_workflows(redis, keys, part)
+    return out
+
+
+async def _read_workflows(
+    redis: Redis, keys: Keys, ids: Iterable[str]
+) -> dict[str, WorkflowRecord]:
     out: dict[str, WorkflowRecord] = {}
     todo = sorted(set(ids))
     for i in range(0, len(todo), CHUNK):
@@ -83,7 +115,14 @@ async def read_workflows(redis: Redis, keys: Keys, ids: Iterable[str]) -> dict[s
     return out
 
 
-async def read_tasks(redis: Redis, keys: Keys, ids: Iterable[str]) -> dict[str, TaskRecord]:
+async def read_tasks(redis: Redis, shards: Shards, ids: Iterable[str]) -> dict[str, TaskRecord]:
+    out: dict[str, TaskRecord] = {}
+    for keys, part in _by_shard(shards, ids):
+        out |= await _read_tasks(redis, keys, part)
+    return out
+
+
+async def _read_tasks(redis: Redis, keys: Keys, ids: Iterable[str]) -> dict[str, TaskRecord]:
     out: dict[str, TaskRecord] = {}
     todo = sorted(set(ids))
     for i in range(0, len(todo), CHUNK):
@@ -152,38 +191,51 @@ async def read_executions(redis: Redis, namespace: str) -> list[Execution]:
         start = "(" + str(rows[-1][0])
 
 
-async def read_dedup(redis: Redis, keys: Keys, dedup_keys: Iterable[str]) -> dict[str, str]:
+async def read_dedup(redis: Redis, shards: Shards, dedup_keys: Iterable[str]) -> dict[str, str]:
+    """Each dedup key's task id, from the shard that holds it ('' on none)."""
     names = sorted(set(dedup_keys))
     if not names:
         return {}
-    async with redis.pipeline(transaction=False) as pipe:
-        for k in names:
-            pipe.get(keys.dedup(k))
-        rows = await pipe.execute()
-    return {k: str(v or "") for k, v in zip(names, rows, strict=True)}
+    out = dict.fromkeys(names, "")
+    for keys in _all(shards):
+        async with redis.pipeline(transaction=False) as pipe:
+            for k in names:
+                pipe.get(keys.dedup(k))
+            rows = await pipe.execute()
+        for k, v in zip(names, rows, strict=True):
+            out[k] = out[k] or str(v or "")
+    return out
 
 
-async def read_stats(redis: Redis, keys: Keys) -> dict[str, int]:
-    raw = await redis.hgetall(keys.stats)
-    return {str(k): int(v) for k, v in raw.items()}
+async def read_stats(redis: Redis, shards: Shards) -> dict[str, int]:
+    """The stats hash (every shard's, summed)."""
+    out: dict[str, int] = {}
+    for keys in _all(shards):
+        for k, v in (await redis.hgetall(keys.stats)).items():
+            out[str(k)] = out.get(str(k), 0) + int(v)
+    return out
 
 
-async def read_events(redis: Redis, keys: Keys) -> tuple[dict[str, list[str]], int]:
-    """task id -> history ids named by the events stream (in order), and the count of
-    those entries (a workflow's notes, ``wf`` and ``hid`` without ``id``, are left out:
-    they name its history entries, not a task's)."""
+async def read_events(redis: Redis, shards: Shards) -> tuple[dict[str, list[str]], int]:
+    """task id -> history ids named by the events stream (in order; every shard's: a
+    task's entries are all on its shard's), and the count of those entries (a workflow's
+    notes, ``wf`` and ``hid`` without ``id``, are left out: they name its history
+    entries, not a task's)."""
     out: dict[str, list[str]] = {}
-    start, n = "-", 0
-    while True:
-        rows = await redis.xrange(keys.events, start, "+", count=5000)
-        for _, f in rows:
-            if "id" not in f and "wf" in f:
-                continue
-            n += 1
-            out.setdefault(str(f.get("id", "")), []).append(str(f.get("hid", "")))
-        if len(rows) < 5000:
-            return out, n
-        start = "(" + str(rows[-1][0])
+    n = 0
+    for keys in _all(shards):
+        start = "-"
+        while True:
+            rows = await redis.xrange(keys.events, start, "+", count=5000)
+            for _, f in rows:
+                if "id" not in f and "wf" in f:
+                    continue
+                n += 1
+                out.setdefault(str(f.get("id", "")), []).append(str(f.get("hid", "")))
+            if len(rows) < 5000:
+                break
+            start = "(" + str(rows[-1][0])
+    return out, n
 
 
 def tracebacks(run_dir: Path) -> list[str]:

@@ -87,6 +87,8 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: workflows started (2 stages, no gates); -1 = one per 40 tasks
     workflows: int = -1
     namespace: str = "chaos"
+    #: the namespace's shards (rsjobs.store.shards); 1: one, as before shards
+    shards: int = 1
     #: the Registry the workers load; another one must wrap ``tools.chaos.handlers``
     #: (e.g. to try a patched worker build without touching the package)
     worker_app: str = "tools.chaos.handlers:tasks"
@@ -117,6 +119,8 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(
                 f"unknown faults {sorted(unknown)}; choose from {', '.join(FAULT_KINDS)}"
             )
+        if not 1 <= self.shards <= 256:
+            raise ConfigError("--shards must be between 1 and 256")
         if self.lease_ms < 300 or self.fault_gap_s <= 0 or self.drain_timeout_s <= 0:
             raise ConfigError("--lease-ms >= 300, --fault-gap > 0 and --drain-timeout > 0")
 

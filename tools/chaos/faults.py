@@ -23,8 +23,8 @@ Faults:
   master is SIGKILLed first, its replica takes over (``CLUSTER FAILOVER FORCE``), and it
   is brought back after ``hold_s``, rejoining as a replica.
 
-Redis faults act on the current primary (in a cluster: the namespace's master) and never
-overlap.
+Redis faults act on the current primary (in a cluster: the namespace's master; with
+``--shards``, the master of each shard in turn) and never overlap.
 
 The same seed gives the same schedule (times, kinds, slots, holds); the interleaving with
 the workload is up to the machine, so a replay re-creates the conditions, not the trace.
@@ -160,9 +160,17 @@ class FaultInjector:
         cluster: Cluster,
         plan: list[PlannedFault],
         ready: Callable[[str], Awaitable[bool]] | None = None,
+        *,
+        shard_slots: list[int] | None = None,
     ) -> None:
         self.cluster = cluster
         self.plan = plan
+        #: (a cluster, a sharded namespace) the slot of each shard: each Redis fault acts
+        #: on the master serving the next shard in turn, so every master gets its share
+        self.shard_slots = shard_slots or []
+        self._next_shard = 0
+        #: Redis faults one at a time here too: the shard they act on is set before each
+        self._redis_turn = asyncio.Lock()
         #: whether the worker of that name is up (registered); gates worker_term
         self.ready = ready
         self.healing = asyncio.Event()
@@ -210,19 +218,36 @@ class FaultInjector:
                     await self._kill(slot, f, "reaper_kill")
                 else:
                     await self._worker(slot, f)
-            elif f.kind == "redis_drop":
-                await c.drop_clients()
-            elif f.kind == "redis_freeze":
-                await c.freeze(f.hold_s, self._sleep)
-            elif f.kind == "redis_failover":
-                await c.failover(f.variant == "kill", f.hold_s, self._sleep)
-            elif f.kind == "cluster_failover":
-                await c.cluster_failover(f.variant == "kill", f.hold_s, self._sleep)
             else:
-                await c.restart_redis(kill=f.kind == "redis_kill", down_s=f.hold_s)
+                async with self._redis_turn:
+                    await self._next_shard_slot()
+                    await self._redis(f)
         except Exception as exc:  # the run goes on; the report lists it
             self.errors.append(f"{f.describe()}: {type(exc).__name__}: {exc}")
             c.note("fault_error", f.kind, 0, str(exc))
+
+    async def _redis(self, f: PlannedFault) -> None:
+        c = self.cluster
+        if f.kind == "redis_drop":
+            await c.drop_clients()
+        elif f.kind == "redis_freeze":
+            await c.freeze(f.hold_s, self._sleep)
+        elif f.kind == "redis_failover":
+            await c.failover(f.variant == "kill", f.hold_s, self._sleep)
+        elif f.kind == "cluster_failover":
+            await c.cluster_failover(f.variant == "kill", f.hold_s, self._sleep)
+        else:
+            await c.restart_redis(kill=f.kind == "redis_kill", down_s=f.hold_s)
+
+    async def _next_shard_slot(self) -> None:
+        """(sharded, cluster) Point the Redis faults at the next shard's master."""
+        if len(self.shard_slots) < 2:
+            return
+        topology = self.cluster.topology
+        topology.slot = self.shard_slots[self._next_shard % len(self.shard_slots)]
+        self._next_shard += 1
+        with contextlib.suppress(*TRANSIENT, OSError):
+            await topology.refresh_primary()
 
     def _pick(self, slots: list[Slot], i: int, *, allow_stopped: bool) -> Slot | None:
         """The planned slot or, when another fault is acting on it, the next free one."""

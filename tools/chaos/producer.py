@@ -274,7 +274,8 @@ class Producer:
         after the workflow finished: a status read from a primary that is about to lose
         it (a write not yet on the replica) is not the end."""
         loop = asyncio.get_running_loop()
-        wid, key = start.wf_id, self.wf.keys.workflow(start.wf_id)
+        wid = start.wf_id
+        key = (await self.wf.store.at(wid)).keys.workflow(wid)  # (its shard's)
         cancel_at = loop.time() + cancel_after_s if cancel_after_s >= 0 else None
         while not self._stop_tending.is_set():
             try:

@@ -18,6 +18,9 @@ import msgspec
 
 from rsjobs.client import Client, connect
 from rsjobs.settings import Settings
+from rsjobs.store.cluster import slot_of
+from rsjobs.store.keys import Keys
+from rsjobs.store.shards import shard_tags
 from rsjobs.workflows import WorkflowClient
 
 from .aio import stop_tasks
@@ -57,11 +60,17 @@ def replay_command(cfg: ChaosConfig) -> str:
         + (f" --poison {cfg.poison}" if cfg.poison >= 0 else "")
         + (f" --topology {cfg.topology}" if cfg.topology != "single" else "")
         + (" --durable" if cfg.durable else "")
+        + (f" --shards {cfg.shards}" if cfg.shards > 1 else "")
         + (f" --workflows {cfg.workflows}" if cfg.workflows >= 0 else "")
         + (f" --poison-inputs {cfg.poison_inputs}" if cfg.poison_inputs >= 0 else "")
         + ("" if cfg.web else " --no-web")
         + (f" --worker-app {cfg.worker_app}" if cfg.worker_app != ChaosConfig().worker_app else "")
     )
+
+
+async def shard_keys(client: Client) -> list[Keys]:
+    """The keys of every shard of the client's namespace."""
+    return [s.keys for s in await client.store.each()]
 
 
 async def _wait_registered(client: Client, names: list[str], timeout_s: float) -> None:
@@ -106,8 +115,17 @@ def run_settings(cfg: ChaosConfig) -> Settings:
     the replica)."""
     wait = 1 if cfg.durable else 0
     return Settings(
-        namespace=cfg.namespace, wait_replicas=wait, wait_timeout_ms=cfg.wait_timeout_ms
+        namespace=cfg.namespace,
+        wait_replicas=wait,
+        wait_timeout_ms=cfg.wait_timeout_ms,
+        shards=cfg.shards if cfg.shards > 1 else None,
     )
+
+
+def shard_slots(cfg: ChaosConfig) -> list[int]:
+    """The cluster slot of each shard of the run's namespace (the tags it is created
+    with: rsjobs.store.shards)."""
+    return [slot_of(f"{{{tag}}}") for tag in shard_tags(cfg.namespace, cfg.shards)]
 
 
 async def _wait_web(http: httpx.AsyncClient, timeout_s: float) -> None:
@@ -147,7 +165,8 @@ async def drain(
                 ]
             pending = still
             if not pending and not scanned:
-                pending = sorted(await scan_task_ids(client.redis, client.keys) - set(ids))
+                every = await shard_keys(client)
+                pending = sorted(await scan_task_ids(client.redis, every) - set(ids))
                 scanned = True
                 continue
             if not pending:
@@ -177,7 +196,14 @@ class ChaosRun:
         self.plan = planned(cfg)
         self.run_dir = Path(tempfile.mkdtemp(prefix="rsjobs-chaos-"))
         self.cluster = Cluster(cfg, self.run_dir, echo)
-        self.injector = FaultInjector(self.cluster, self.plan, self._registered)
+        if cfg.shards > 1:  # every process is given the shard count (the CLI reads it)
+            self.cluster.env["RSJOBS_SHARDS"] = str(cfg.shards)
+        self.injector = FaultInjector(
+            self.cluster,
+            self.plan,
+            self._registered,
+            shard_slots=shard_slots(cfg) if cfg.topology == "cluster" else None,
+        )
         self.background: list[asyncio.Task[None]] = []
         self.client: Client | None = None
         self.http: httpx.AsyncClient | None = None
@@ -347,7 +373,8 @@ class ChaosRun:
         return report
 
     async def _collect(self, client: Client, producer: Producer) -> RunData:
-        redis, keys, cfg = client.redis, client.keys, self.cfg
+        redis, cfg = client.redis, self.cfg
+        keys = await shard_keys(client)
         ids = set(producer.accepted_ids) | await scan_task_ids(redis, keys)
         wf_ids = {s.wf_id for s in producer.all_workflow_starts}
         wf_ids |= set(producer.poison.refused_wf_ids) | await scan_workflow_ids(redis, keys)

@@ -92,7 +92,8 @@ class OverviewView {
     else if (series instanceof Error) charts = h("p", { className: "error" }, describeError(series, "the series"));
     else charts = seriesCharts(series);
     return h("section", { className: `queue${q.paused ? " paused" : ""}`, dataset: { testid: "queue", queue: q.name, paused: q.paused ? "1" : "0" } },
-      h("header", {}, h("h3", {}, q.name), q.paused ? h("span", { className: "badge PAUSED" }, "paused") : null,
+      h("header", {}, h("h3", {}, q.name), q.paused ? h("span", { className: "badge PAUSED", dataset: { testid: "paused-badge" } },
+          q.paused_shards ? `paused on ${q.paused_shards} shards` : "paused") : null,
         q.unserved ? h("span", { className: "badge FAILED", title: "work waits and no live worker serves it" }, "unserved") : null,
         button),
       h("dl", { className: "facts" },
