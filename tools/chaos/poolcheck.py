@@ -252,5 +252,6 @@ def _counts(pools: PoolState, present: dict[str, TaskRecord], bad: Bad, c: Count
                     bad(
                         "COUNT_DRIFT",
                         "",
-                        f"claims:{q} of {worker} still counts {owner}={count} after the drain: {why}",
+                        f"claims:{q} of {worker} still counts {owner}={count} after the "
+                        f"drain: {why}",
                     )
