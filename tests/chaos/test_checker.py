@@ -18,7 +18,7 @@ from rsjobs.schemas import HistoryEntry
 from rsjobs.workflows import WorkflowEvent
 from tests.support.reference import replay as reference_replay
 from tools.chaos import RunData, check
-from tools.chaos.poolcheck import CLAIM_MS, rate_bound
+from tools.chaos.poolcheck import CLAIM_MS, admissions, rate_bound
 from tools.chaos.records import (
     CancelAck,
     Execution,
@@ -1761,6 +1761,24 @@ def test_an_excess_window_right_after_an_outage_is_counted_apart() -> None:
     res = check(thawed)
     assert res.ok, res.violations
     assert res.counts["rate_windows_after_outage"] == 1
+
+
+def test_rated_tasks_starting_late_together_count_at_their_reserved_times() -> None:
+    """Five rated tasks held back with times reserved 500 ms apart (2/s), all started
+    together at ACK + 2200 when their workers came back (a 10-minute run's pattern: the
+    workers that took them killed, the new ones still booting): the bucket counted them
+    at the reserved times, which the samples saw: no excess. Without the samples the
+    same starts are five in one window."""
+    five = [_pool_task(_tid(30 + i), [(2200, 2210)], type=RATED_TYPE) for i in range(5)]
+    seen = {rec.task_id: [(ACK + 50, ACK + 100 + 500 * i)] for i, (rec, _) in enumerate(five)}
+    res = check(_pool_run(five, throttled_seen=seen))
+    assert res.ok, res.violations
+    assert res.counts["rated_late_starts"] == 4 and res.counts["rated_peak_per_s"] == 2
+    assert kinds(_pool_run(five)) == {"RATE_EXCEEDED"}
+    # a reservation seen before an earlier START was that START's: not this one's
+    twice = _pool_task(_tid(40), [(1000, 1100), (2200, 2210)], type=RATED_TYPE)
+    ((admitted, _), (again, _)) = admissions(twice[0], [(ACK + 50, ACK + 900)])
+    assert (admitted, again) == (ACK + 900, ACK + 2200)
 
 
 def _replace_task(data: RunData, tid: str, **fields_over: str) -> RunData:

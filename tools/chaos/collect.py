@@ -212,14 +212,17 @@ def member_id(member: str) -> str:
     return member.rpartition("|")[2]
 
 
-async def sample_held(redis: Redis, keys: Keys, queue: str) -> tuple[set[str], set[str]]:
-    """The ids of the tasks of ``queue`` parked on their owner's limit, and of those held
-    back by a rate limit, now."""
+async def sample_held(redis: Redis, keys: Keys, queue: str) -> tuple[set[str], dict[str, int]]:
+    """The ids of the tasks of ``queue`` parked on their owner's limit now, and those held
+    back by a rate limit with the start time reserved for each (ms)."""
     async with redis.pipeline(transaction=False) as pipe:
         pipe.zrange(keys.parked(queue), 0, -1)
-        pipe.zrange(keys.throttled(queue), 0, -1)
+        pipe.zrange(keys.throttled(queue), 0, -1, withscores=True)
         parked, throttled = await pipe.execute()
-    return {member_id(str(m)) for m in parked}, {member_id(str(m)) for m in throttled}
+    return (
+        {member_id(str(m)) for m in parked},
+        {member_id(str(m)): int(score) for m, score in throttled},
+    )
 
 
 async def read_pools(redis: Redis, keys: Keys, state: PoolState) -> PoolState:

@@ -21,6 +21,7 @@ __all__ = [
     "EARLY_MS",
     "LATE_MS",
     "OUTAGE_CATCHUP_MS",
+    "admissions",
     "pool_findings",
     "rate_bound",
 ]
@@ -31,9 +32,10 @@ CLAIM_MS = 10_000
 #: a task let through on its reserved time starts up to this early (start.lua: ``rt <=
 #: now + 50``)
 EARLY_MS = 50
-#: ... and, handed out when its time came, starts this much later at most on a loaded
-#: machine (a worker's take-to-start delay): its slot was taken at its reserved time, so
-#: a window may hold it besides the starts whose slots are in it
+#: ... and, handed out when its time came, starts this much later on a loaded machine (a
+#: worker's take-to-start delay) when no sample saw its reservation (one seen is counted
+#: at its reserved time: admissions): its slot was taken at its reserved time, so a
+#: window may hold it besides the starts whose slots are in it
 LATE_MS = 250
 #: a Redis disruption (restart, freeze, failover, drop) or a worker's SIGSTOP that ended
 #: this shortly before (or inside) a 1 s window excuses that window's excess: the tasks
@@ -141,6 +143,22 @@ def _limits(pools: PoolState, present: dict[str, TaskRecord], bad: Bad, c: Count
     c["tasks_parked_seen"] = len(pools.parked_seen)
 
 
+def admissions(rec: TaskRecord, seen: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(admitted, started) of each START of ``rec``: the time the bucket counted it —
+    the start time reserved for it when a sample saw it rate-held since its previous
+    START (start.lua lets it through on that reservation, however late its worker comes:
+    the bucket took that slot when it reserved it), else its START's own time."""
+    out: list[tuple[int, int]] = []
+    prev = 0
+    for ts, ev, *_ in _accepted(rec):
+        if ev != "START":
+            continue
+        held = [r for at, r in seen if prev < at <= ts and r <= ts + EARLY_MS]
+        out.append((min(ts, held[-1]) if held else ts, ts))
+        prev = ts
+    return out
+
+
 def _rate(
     pools: PoolState,
     present: dict[str, TaskRecord],
@@ -148,29 +166,34 @@ def _rate(
     bad: Bad,
     c: Counter[str],
 ) -> None:
-    """RATE_EXCEEDED: the rated type's STARTs (every attempt) on the queue, in any 1 s
-    window, are no more than :func:`rate_bound` allows (a window right after an outage
-    excepted: OUTAGE_CATCHUP_MS); and from the time the rate was set, never more in all
-    than the bucket held (``burst`` + one per interval: this one no outage excuses)."""
+    """RATE_EXCEEDED: the rated type's STARTs (every attempt) on the queue, each at the
+    time the bucket counted it (:func:`admissions`), in any 1 s window, are no more than
+    :func:`rate_bound` allows (a window right after an outage excepted:
+    OUTAGE_CATCHUP_MS); and from the time the rate was set, never more in all than the
+    bucket held (``burst`` + one per interval: this one no outage excuses)."""
     st = pools.settings
     starts: list[tuple[int, str]] = []
     for rec in present.values():
         f = rec.fields
         if f.get("type") != st.rated_type or f.get("queue") != st.queue:
             continue
-        starts += [(ts, rec.task_id) for ts, ev, *_ in _accepted(rec) if ev == "START"]
+        for admitted, ts in admissions(rec, pools.throttled_seen.get(rec.task_id, [])):
+            starts.append((admitted, rec.task_id))
+            if ts - admitted > LATE_MS:
+                c["rated_late_starts"] += 1  # its worker came late to its reserved time
     starts.sort()
     c["rated_starts"] = len(starts)
     c["tasks_throttled_seen"] = len(pools.throttled_seen)
     interval = 1000 / st.per_second
     for i, (ts, tid) in enumerate(starts):
-        if i + 1 > st.burst + math.floor((ts + EARLY_MS - pools.set_ms) / interval):
+        allowed = st.burst + math.floor((ts + EARLY_MS - pools.set_ms) / interval)
+        if i + 1 > allowed:
             bad(
                 "RATE_EXCEEDED",
                 tid,
-                f"start {i + 1} of {st.rated_type} at {ts}: the bucket ({st.per_second:g}/s, "
-                f"burst {st.burst}, set at {pools.set_ms}) allowed "
-                f"{st.burst + math.floor((ts + EARLY_MS - pools.set_ms) / interval)} by then",
+                f"start {i + 1} of {st.rated_type} (counted at {ts}): the bucket "
+                f"({st.per_second:g}/s, burst {st.burst}, set at {pools.set_ms}) allowed "
+                f"{allowed} by then",
             )
             break
     bound = rate_bound(st.per_second, st.burst)
@@ -181,7 +204,7 @@ def _rate(
     for i, (ts, tid) in enumerate(starts):
         while j < len(starts) and starts[j][0] < ts + 1000:
             j += 1
-        n = j - i  # starts in [ts, ts + 1000)
+        n = j - i  # starts counted in [ts, ts + 1000)
         peak = max(peak, n)
         if n <= bound or ts < flagged_until:
             continue
@@ -192,8 +215,8 @@ def _rate(
         bad(
             "RATE_EXCEEDED",
             tid,
-            f"{n} starts of {st.rated_type} in the 1 s from {ts} (rate {st.per_second:g}/s, "
-            f"burst {st.burst}: at most {bound} with the tolerances)",
+            f"{n} starts of {st.rated_type} counted in the 1 s from {ts} (rate "
+            f"{st.per_second:g}/s, burst {st.burst}: at most {bound} with the tolerances)",
         )
     c["rated_peak_per_s"] = peak
 

@@ -199,10 +199,11 @@ class PoolState(msgspec.Struct, frozen=True, kw_only=True):
     throttled: dict[str, list[str]] = msgspec.field(default_factory=dict)
     #: per queue: ``claims:<queue>`` (consumer -> ``<expiry ms> <owner>=<n> ...``)
     claims: dict[str, dict[str, str]] = msgspec.field(default_factory=dict)
-    #: ids of the tasks a sample (every 250 ms) saw parked on their owner's limit, or
-    #: held back by a rate limit, during the run
+    #: ids of the tasks a sample (every 250 ms) saw parked on their owner's limit
     parked_seen: list[str] = msgspec.field(default_factory=list)
-    throttled_seen: list[str] = msgspec.field(default_factory=list)
+    #: the tasks a sample saw held back by a rate limit: id -> (when first seen, harness
+    #: clock ms; the start time reserved for it, its score) per reservation seen
+    throttled_seen: dict[str, list[tuple[int, int]]] = msgspec.field(default_factory=dict)
 
 
 class RunData(msgspec.Struct, frozen=True, kw_only=True):

@@ -86,14 +86,22 @@ async def set_pools(client: Client, pools: PoolSettings) -> int:
     return at
 
 
-async def _sample_held(client: Client, queue: str, parked: set[str], throttled: set[str]) -> None:
-    """Every 250 ms: which tasks are parked on their owner's limit, or rate-held (the
-    report's evidence that the limits bound)."""
+async def _sample_held(
+    client: Client, queue: str, parked: set[str], throttled: dict[str, list[tuple[int, int]]]
+) -> None:
+    """Every 250 ms: which tasks are parked on their owner's limit, and which are rate-held
+    with the time reserved for them (evidence that the limits bound; the checker holds
+    the rate to the reserved times: a task may start after its time, when its worker
+    was late)."""
     while True:
         try:
             p, t = await sample_held(client.redis, client.keys, queue)
+            at = now_ms()
             parked |= p
-            throttled |= t
+            for tid, reserved in t.items():
+                seen = throttled.setdefault(tid, [])
+                if not seen or seen[-1][1] != reserved:
+                    seen.append((at, reserved))
         except TRANSIENT:
             pass
         await asyncio.sleep(0.25)
@@ -200,7 +208,7 @@ class ChaosRun:
         self.pools = pool_settings(self.specs, cfg.active_s)
         self.pools_set_ms = 0
         self.parked_seen: set[str] = set()
-        self.throttled_seen: set[str] = set()
+        self.throttled_seen: dict[str, list[tuple[int, int]]] = {}
         n_wf = cfg.workflows if cfg.workflows >= 0 else max(1, cfg.tasks // 40)
         self.wf_specs = plan_workflows(cfg.seed, n_wf, cfg.active_s)
         n_poison = cfg.poison_inputs if cfg.poison_inputs >= 0 else max(1, cfg.tasks // 100)
@@ -431,7 +439,7 @@ class ChaosRun:
                     settings=self.pools,
                     set_ms=self.pools_set_ms,
                     parked_seen=sorted(self.parked_seen),
-                    throttled_seen=sorted(self.throttled_seen),
+                    throttled_seen=self.throttled_seen,
                 ),
             ),
         )
