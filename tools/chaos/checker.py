@@ -58,8 +58,10 @@ COUNT_DRIFT          after the drain: an owner still counted RUNNING in the ``ru
 PRIORITY_LOST        a task's priority (its ``pr``, its ENQUEUE / RETRY / REPLAY entries'
                      ``pr``) is not the one it was submitted with
 RATE_EXCEEDED        more starts of the rate-limited type in a 1 s window than burst +
-                     rate allow (widened by the tolerances: a reserved start may come
-                     50 ms early, 250 ms late; a window right after a Redis outage or a
+                     rate allow, each counted when the bucket counted it (at the time
+                     reserved for it when a sample saw it rate-held, else at its START;
+                     widened by the tolerances: a reserved start may come 50 ms early,
+                     an unseen one 250 ms late; a window right after a Redis outage or a
                      worker's SIGSTOP is counted apart: its reserved starts come late,
                      together), or more in all since the rate was set than the bucket held
 SUCCESSOR_RESULTS    a successor ran without the results of exactly its predecessors
