@@ -10,8 +10,9 @@ no task starves; 0 = no aging), then oldest first. A new entry is delivered to t
 consumer with XREADGROUP; a parked one is claimed from ~waiting (XCLAIM) and leaves its
 zset. An owner's tasks count against its limit while RUNNING (KEYS[16]) and, handed out
 to a worker and not started yet, as that worker's claims (its field of `claims`:
-"<expiry> <owner>=<n> ...", for CLAIM_MS; start.lua takes them off): so two workers do
-not both take an owner's last slot. A new entry whose owner (its `o` field) is at its
+"<expiry> <owner>=<n>:<expiry> ...", each owner's for CLAIM_MS from the take that first
+handed out its task, not extended by later takes; start.lua takes them off): so two
+workers do not both take an owner's last slot. A new entry whose owner (its `o` field) is at its
 limit is *blocked*: it is passed over (no head-of-line blocking) and parked in `parked`,
 as start.lua would. A level's entries are delivered straight (XREADGROUP) in a run while
 no other candidate can go before them, the blocked ones among them parked at once;

@@ -75,7 +75,7 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
                                                   ``<priority><entry>|<id>`` scored by the
                                                   start time reserved for them (ms); their
                                                   entries are held by ``~waiting`` too
-    rsjobs:{default}:claims:<queue>       hash    consumer -> ``<expiry ms> <owner>=<n> ...``:
+    rsjobs:{default}:claims:<queue>       hash    consumer -> ``<expiry ms> <owner>=<n>:<its expiry> ...``:
                                                   the tasks take.lua handed a worker that
                                                   start.lua has not seen yet, per owner with
                                                   a limit (counted against it; a worker's

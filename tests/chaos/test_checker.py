@@ -1741,6 +1741,12 @@ def test_an_expired_claim_or_one_taken_before_the_last_start_is_no_drift() -> No
     res = check(_pool_clean(claims={"chaos": {W1: expired, W2: before}}))
     assert res.ok, res.violations
     assert res.counts["claims_expired_left"] == 1
+    # the same with each owner's own expiry (take.lua's claims since): bob's expired
+    # while the field (alice's) still runs
+    both = f"{ACK + 20 + CLAIM_MS} bob=1:{ACK + 4000} alice=1:{ACK + 20 + CLAIM_MS}"
+    res = check(_pool_clean(claims={"chaos": {W1: both}}))
+    assert res.ok, res.violations
+    assert res.counts["claims_expired_left"] == 1
 
 
 def test_an_excess_window_right_after_an_outage_is_counted_apart() -> None:
@@ -1821,6 +1827,12 @@ POOL_CORRUPTIONS: dict[str, tuple[Callable[[], RunData], str]] = {
     ),
     "a claim kept alive after its owner's last task moved": (
         lambda: _pool_clean(claims={"chaos": {W1: f"{ACK + 200 + CLAIM_MS} bob=1"}}),
+        "COUNT_DRIFT",
+    ),
+    "a claim kept alive (its owner's own expiry)": (
+        lambda: _pool_clean(
+            claims={"chaos": {W1: f"{ACK + 200 + CLAIM_MS} bob=1:{ACK + 200 + CLAIM_MS}"}}
+        ),
         "COUNT_DRIFT",
     ),
     "a claim expiring past CLAIM_MS": (

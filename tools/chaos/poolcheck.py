@@ -255,11 +255,15 @@ def _counts(pools: PoolState, present: dict[str, TaskRecord], bad: Bad, c: Count
     for q, by_worker in sorted(pools.claims.items()):
         for worker, raw in sorted(by_worker.items()):
             head, *parts = raw.split() or [""]
-            exp = int(head) if head.isdigit() else 0
+            field_exp = int(head) if head.isdigit() else 0
             for part in parts:
-                owner, _, count = part.partition("=")
+                # "<owner>=<count>:<its expiry>" (an older claim: "<owner>=<count>", the
+                # field's expiry)
+                owner, _, rest = part.partition("=")
+                count, _, own_exp = rest.partition(":")
                 if not count.isdigit() or int(count) <= 0:
                     continue
+                exp = int(own_exp) if own_exp.isdigit() else field_exp
                 if exp <= pools.read_ms:
                     c["claims_expired_left"] += 1  # no longer counted (take.lua drops it)
                     continue

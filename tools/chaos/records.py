@@ -197,7 +197,7 @@ class PoolState(msgspec.Struct, frozen=True, kw_only=True):
     #: per queue: the members of ``parked:<queue>`` and ``throttled:<queue>``
     parked: dict[str, list[str]] = msgspec.field(default_factory=dict)
     throttled: dict[str, list[str]] = msgspec.field(default_factory=dict)
-    #: per queue: ``claims:<queue>`` (consumer -> ``<expiry ms> <owner>=<n> ...``)
+    #: per queue: ``claims:<queue>`` (consumer -> ``<expiry ms> <owner>=<n>:<its expiry> ...``)
     claims: dict[str, dict[str, str]] = msgspec.field(default_factory=dict)
     #: ids of the tasks a sample (every 250 ms) saw parked on their owner's limit
     parked_seen: list[str] = msgspec.field(default_factory=list)
