@@ -683,6 +683,12 @@ def test_tracebacks_in_process_logs_are_found(tmp_path: Any) -> None:
         "RuntimeError: boom\nINFO later\n"
     )
     (tmp_path / "chaos-w1g1.log").write_text("INFO nothing\n")
+    # a handler's exception, logged by its worker on purpose: no finding
+    (tmp_path / "chaos-w2g1.log").write_text(
+        "INFO worker chaos-w2g1: traceback of task abc, attempt 1\n"
+        "Traceback (most recent call last):\n  File 'h', line 2\n    raise Flaky()\n"
+        "tools.chaos.handlers.Flaky: attempt 1 fails on purpose\n"
+    )
     assert tracebacks(tmp_path) == ["chaos-w0g1.log:5: RuntimeError: boom"]
 
 

@@ -191,18 +191,26 @@ async def read_events(redis: Redis, keys: Keys) -> tuple[dict[str, list[str]], i
         start = "(" + str(rows[-1][0])
 
 
+#: the worker's line before the traceback of a handler's exception (rsjobs.worker.failures):
+#: a failure the workload plans, logged on purpose, not a fault of a process
+HANDLER_TRACEBACK = ": traceback of task "
+
+
 def tracebacks(run_dir: Path) -> list[str]:
-    """``"<log>: <exception line>"`` for every traceback in the processes' logs."""
+    """``"<log>: <exception line>"`` for every traceback in the processes' logs, except the
+    tracebacks of handlers' exceptions that a worker logs after ``traceback of task``."""
     out: list[str] = []
     for log in sorted(run_dir.glob("*.log")):
         lines = log.read_text(errors="replace").splitlines()
-        in_tb = False
+        in_tb = handler = False
         for i, line in enumerate(lines):
             if line.startswith("Traceback (most recent call last)"):
                 in_tb = True
+                handler = i > 0 and HANDLER_TRACEBACK in lines[i - 1]
             elif in_tb and line and not line.startswith((" ", "\t", "During handling")):
                 in_tb = False
-                out.append(f"{log.name}:{i + 1}: {line[:300]}")
+                if not handler:
+                    out.append(f"{log.name}:{i + 1}: {line[:300]}")
     return out
 
 
