@@ -1729,23 +1729,36 @@ function pools.admissible(rates_key, limits_key, field)
   return math.floor((NOW + s[2] - base) / s[1] + 1e-6) + 1
 end
 
--- A worker's claims (the claims hash of a queue: consumer -> "<expiry ms> <owner>=<n>
--- ..."): the tasks of owners with a limit that take.lua handed to it and start.lua has
--- not seen yet. Returns the expiry and a table owner -> n.
+-- A worker's claims (the claims hash of a queue: consumer -> "<expiry ms> <owner>=<n>:<owner
+-- expiry ms> ..."): the tasks of owners with a limit that take.lua handed to it and
+-- start.lua has not seen yet. An owner's claim expires CLAIM_MS after the call that
+-- handed out its first task (take.lua never moves it on, so a claim whose task never
+-- reaches start.lua, e.g. a take whose reply was lost and whose task was cancelled, ends
+-- by itself); the field's expiry is its owners' latest. Returns the field's expiry, a
+-- table owner -> n and a table owner -> its expiry (a claim written without one has the
+-- field's).
 function pools.read_claims(raw)
   local exp = tonumber(string.match(raw or '', '^(%d+)')) or 0
-  local counts = {}
-  for owner, n in string.gmatch(raw or '', ' ([^ =]+)=(%d+)') do counts[owner] = tonumber(n) end
-  return exp, counts
+  local counts, exps = {}, {}
+  for owner, n, e in string.gmatch(raw or '', ' ([^ =]+)=(%d+):?(%d*)') do
+    counts[owner] = tonumber(n)
+    exps[owner] = tonumber(e) or exp
+  end
+  return exp, counts, exps
 end
 
--- Write a worker's claims back (none left: the field goes).
-function pools.write_claims(key, consumer, exp, counts)
-  local parts = {tostring(exp)}
+-- Write a worker's claims back, each owner's with its expiry (none left: the field goes).
+function pools.write_claims(key, consumer, counts, exps)
+  local parts, exp = {''}, 0
   for owner, n in pairs(counts) do
-    if n > 0 then parts[#parts + 1] = owner .. '=' .. n end
+    if n > 0 then
+      local e = exps[owner] or 0
+      parts[#parts + 1] = owner .. '=' .. n .. ':' .. e
+      if e > exp then exp = e end
+    end
   end
   if #parts > 1 then
+    parts[1] = tostring(exp)
     redis.call('HSET', key, consumer, table.concat(parts, ' '))
   else
     redis.call('HDEL', key, consumer)

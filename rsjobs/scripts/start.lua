@@ -112,6 +112,13 @@ for i = 1, n do
   end
   if t == nil then
     local _, qkey = task_keys(i)
+    -- its owner's claim (take.lua) ends here too: the entry names the owner
+    local rec = redis.call('XRANGE', qkey, entry, entry)[1]
+    if rec then
+      for j = 1, #rec[2], 2 do
+        if rec[2][j] == 'o' then claimed[rec[2][j + 1]] = (claimed[rec[2][j + 1]] or 0) + 1 end
+      end
+    end
     drop_entry(qkey, entry)
     out[i] = {-1}
   elseif t.state == 'RUNNING' and t.f.entry == entry and t.f.consumer == consumer
@@ -167,11 +174,11 @@ end
 if next(claimed) ~= nil then
   local raw = redis.call('HGET', CLAIMS_KEY, consumer)
   if raw then
-    local exp, counts = pools.read_claims(raw)
+    local _, counts, exps = pools.read_claims(raw)
     for owner, c in pairs(claimed) do
       if counts[owner] then counts[owner] = counts[owner] - c end
     end
-    pools.write_claims(CLAIMS_KEY, consumer, exp, counts)
+    pools.write_claims(CLAIMS_KEY, consumer, counts, exps)
   end
 end
 return out

@@ -10,8 +10,9 @@ no task starves; 0 = no aging), then oldest first. A new entry is delivered to t
 consumer with XREADGROUP; a parked one is claimed from ~waiting (XCLAIM) and leaves its
 zset. An owner's tasks count against its limit while RUNNING (KEYS[16]) and, handed out
 to a worker and not started yet, as that worker's claims (its field of `claims`:
-"<expiry> <owner>=<n> ...", for CLAIM_MS; start.lua takes them off): so two workers do
-not both take an owner's last slot. A new entry whose owner (its `o` field) is at its
+"<expiry> <owner>=<n>:<expiry> ...", each owner's for CLAIM_MS from the take that first
+handed out its task, not extended by later takes; start.lua takes them off): so two
+workers do not both take an owner's last slot. A new entry whose owner (its `o` field) is at its
 limit is *blocked*: it is passed over (no head-of-line blocking) and parked in `parked`,
 as start.lua would. A level's entries are delivered straight (XREADGROUP) in a run while
 no other candidate can go before them, the blocked ones among them parked at once;
@@ -163,8 +164,9 @@ local function at_limit(queue, owner)
   end
   return false
 end
--- this consumer's claims per queue (owner -> n), written back at the end
-local mine = {}
+-- this consumer's claims per queue (owner -> n) and their expiries (owner -> ms), written
+-- back at the end
+local mine, mine_exp = {}, {}
 -- Hand out a task of `owner`: counted, and claimed when the owner has a limit.
 local function hand(qi, queue, owner)
   if owner ~= nil and owner ~= '' then
@@ -172,6 +174,9 @@ local function hand(qi, queue, owner)
     handed[s.f] = (handed[s.f] or 0) + 1
     if s.limit then
       mine[qi][owner] = (mine[qi][owner] or 0) + 1
+      -- an owner's claim expires CLAIM_MS after its first task was handed out (never
+      -- moved on: see pools.read_claims)
+      mine_exp[qi][owner] = mine_exp[qi][owner] or (NOW + CLAIM_MS)
       if busy(queue, owner) >= s.limit then held = 1 end
     end
   end
@@ -270,19 +275,23 @@ for qi = 1, nq do
   queues[qi] = qs
   -- the live claims, by owner (expired ones dropped; this consumer's are counted and
   -- kept in mine[qi], written back with what this call hands out)
-  mine[qi] = {}
+  mine[qi], mine_exp[qi] = {}, {}
   local cl = redis.call('HGETALL', KEYS[b + 3])
   local gone = {}
   for j = 1, #cl, 2 do
-    local exp, counts = pools.read_claims(cl[j + 1])
+    local exp, counts, exps = pools.read_claims(cl[j + 1])
     if exp <= NOW then
       gone[#gone + 1] = cl[j]
     else
       for owner, c in pairs(counts) do
-        local f = queue .. '|' .. owner
-        claims[f] = (claims[f] or 0) + c
+        if exps[owner] > NOW then  -- (an owner's expired claim is dropped)
+          local f = queue .. '|' .. owner
+          claims[f] = (claims[f] or 0) + c
+          if cl[j] == consumer then
+            mine[qi][owner], mine_exp[qi][owner] = c, exps[owner]
+          end
+        end
       end
-      if cl[j] == consumer then mine[qi] = counts end
     end
   end
   if #gone > 0 then redis.call('HDEL', KEYS[b + 3], unpack(gone)) end
@@ -315,8 +324,8 @@ end
 local function write_mine()
   for qi = 1, nq do
     if next(mine[qi]) ~= nil then
-      pools.write_claims(KEYS[NCOMMON + (qi - 1) * PER_QUEUE + 3], consumer, NOW + CLAIM_MS,
-        mine[qi])
+      pools.write_claims(KEYS[NCOMMON + (qi - 1) * PER_QUEUE + 3], consumer, mine[qi],
+        mine_exp[qi])
     end
   end
 end

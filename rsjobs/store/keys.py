@@ -75,11 +75,12 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
                                                   ``<priority><entry>|<id>`` scored by the
                                                   start time reserved for them (ms); their
                                                   entries are held by ``~waiting`` too
-    rsjobs:{default}:claims:<queue>       hash    consumer -> ``<expiry ms> <owner>=<n> ...``:
-                                                  the tasks take.lua handed a worker that
-                                                  start.lua has not seen yet, per owner with
-                                                  a limit (counted against it; a worker's
-                                                  claims expire when it never starts them)
+    rsjobs:{default}:claims:<queue>       hash    consumer -> ``<expiry ms> <owner>=<n>:<its
+                                                  expiry> ...``: the tasks take.lua handed a
+                                                  worker that start.lua has not seen yet,
+                                                  per owner with a limit (counted against
+                                                  it; an owner's claim expires 10 s after
+                                                  the take that first handed one out)
     rsjobs:{default}:wake                 stream  an entry ``q=<queue>`` when a task whose owner
                                                   has a limit ends (finish.lua): idle workers
                                                   wait on it with XREAD and take again

@@ -136,7 +136,10 @@ def create_app(
         try:
             await service.start()
         except NotMigrated:
-            raise  # the app must not serve a namespace it would misread
+            # the app must not serve a namespace it would misread (its connections closed
+            # first: a refused startup leaves nothing open)
+            await service.aclose()
+            raise
         except (RsjobsError, OSError) as exc:
             log.warning("redis unavailable at startup (%s); will retry on first use", exc)
         try:

@@ -18,6 +18,7 @@ from rsjobs.schemas import HistoryEntry
 from rsjobs.workflows import WorkflowEvent
 from tests.support.reference import replay as reference_replay
 from tools.chaos import RunData, check
+from tools.chaos.poolcheck import CLAIM_MS, admissions, rate_bound
 from tools.chaos.records import (
     CancelAck,
     Execution,
@@ -25,6 +26,7 @@ from tools.chaos.records import (
     FaultEvent,
     Flood,
     PoisonInput,
+    PoolState,
     Submission,
     TaskRecord,
     WorkflowRecord,
@@ -33,6 +35,7 @@ from tools.chaos.records import (
 from tools.chaos.recovery import percentile, recoveries
 from tools.chaos.replay import replay
 from tools.chaos.system import stats_findings
+from tools.chaos.workload import RATED_TYPE, PoolSettings
 
 T1 = "a" * 32
 T2 = "b" * 32
@@ -680,6 +683,12 @@ def test_tracebacks_in_process_logs_are_found(tmp_path: Any) -> None:
         "RuntimeError: boom\nINFO later\n"
     )
     (tmp_path / "chaos-w1g1.log").write_text("INFO nothing\n")
+    # a handler's exception, logged by its worker on purpose: no finding
+    (tmp_path / "chaos-w2g1.log").write_text(
+        "INFO worker chaos-w2g1: traceback of task abc, attempt 1\n"
+        "Traceback (most recent call last):\n  File 'h', line 2\n    raise Flaky()\n"
+        "tools.chaos.handlers.Flaky: attempt 1 fails on purpose\n"
+    )
     assert tracebacks(tmp_path) == ["chaos-w0g1.log:5: RuntimeError: boom"]
 
 
@@ -1617,3 +1626,279 @@ def test_the_attempt_and_workflow_histograms_are_checked_against_the_records() -
     ]:
         drift = stats_findings({**stats, key: value}, {T1: rec}, {WF: wf})
         assert [v.kind for v in drift] and {v.kind for v in drift} == {"STATS_DRIFT"}, key
+
+
+# -- shared queues: per-owner limits, the counts they are kept with, priorities, a rate --
+
+POOLS = PoolSettings(default_limit=1, owner_limits={"alice": 2}, per_second=2.0, burst=1)
+POOL_KINDS = {"LIMIT_EXCEEDED", "COUNT_DRIFT", "PRIORITY_LOST", "RATE_EXCEEDED"}
+
+
+def _pool_task(
+    tid: str,
+    spans: list[tuple[int, int]],
+    *,
+    owner: str = "",
+    type: str = "chaos",
+    pr: int = 0,
+    reclaimed: bool = False,
+) -> tuple[TaskRecord, list[Execution]]:
+    """A fast task RUNNING over ``spans`` (ms after ACK): the first attempt's interval on
+    W2 ended by a RECLAIM when ``reclaimed`` (W2 is killed in _pool_run), the last one
+    COMPLETEs on W1."""
+    extra = {"pr": str(pr)} if pr else {}
+    hist = [entry(1, "ENQUEUE", "", "PENDING", src="api", tid=tid, **extra)]
+    execs: list[Execution] = []
+    for att, (a, b) in enumerate(spans, 1):
+        last = att == len(spans)
+        worker = W1 if last or not reclaimed else W2
+        hist.append(entry(a, "START", "PENDING", "RUNNING", att, tid=tid, worker=worker))
+        if last:
+            hist.append(entry(b, "COMPLETE", "RUNNING", "SUCCEEDED", att, tid=tid))
+        else:
+            hist.append(
+                entry(b, "RECLAIM", "RUNNING", "PENDING", att, src="reaper", tid=tid, worker=W2)
+            )
+        xid = f"x{att}-{tid}"
+        execs.append(
+            Execution(exec_id=xid, task_id=tid, attempt=att, worker=worker, pid=1, ev="start",
+                      ts=ACK + a + 1)
+        )  # fmt: skip
+        if last:
+            execs.append(
+                Execution(exec_id=xid, task_id=tid, attempt=att, worker=worker, pid=1, ev="end",
+                          ts=ACK + b - 1, outcome="ok")
+            )  # fmt: skip
+    att = len(spans)
+    kw: dict[str, Any] = {"id": tid, "type": type, "result": result(att, W1, f"x{att}-{tid}")}
+    if owner:
+        kw["owner"] = owner
+    if pr:
+        kw["priority"] = pr
+    return TaskRecord(task_id=tid, fields=fields("SUCCEEDED", att, **kw), history=hist), execs
+
+
+def _tid(n: int) -> str:
+    return f"{n:032x}"
+
+
+def _pool_run(
+    tasks: list[tuple[TaskRecord, list[Execution]]],
+    **pools: Any,
+) -> RunData:
+    """``tasks`` submitted (with the priority they have), the limits POOLS set long
+    before, the keys read 5 s after (as over ``pools``); W2 killed at ACK + 45."""
+    state: dict[str, Any] = {"settings": POOLS, "set_ms": ACK - 100_000, "read_ms": ACK + 5000}
+    state.update(pools)
+    return good_run(
+        submissions=[
+            Submission(
+                seq=i,
+                kind="fast",
+                task_id=rec.task_id,
+                ack_ms=ACK,
+                priority=int(rec.fields.get("priority", 0)),
+            )
+            for i, (rec, _) in enumerate(tasks)
+        ],
+        tasks={rec.task_id: rec for rec, _ in tasks},
+        executions=[e for _, execs in tasks for e in execs],
+        faults=[FaultEvent(at_ms=ACK + 45, kind="worker_kill", target=W2)],
+        pools=PoolState(**state),
+    )
+
+
+def _clean_pool_tasks() -> list[tuple[TaskRecord, list[Execution]]]:
+    """bob (limit 1): one after the other, one starting at the very ms the one before it
+    ended, and one after a reclaimed attempt ended at its RECLAIM; alice (limit 2): two at
+    once; four starts of the rated type (2/s, burst 1: at most 1 + ceil(2 * 1.3) = 4 in a
+    1 s window with the tolerances) within one second; a task of priority 7."""
+    return [
+        _pool_task(_tid(1), [(10, 20)], owner="bob"),
+        _pool_task(_tid(2), [(20, 30)], owner="bob"),
+        _pool_task(_tid(3), [(40, 50), (60, 70)], owner="bob", reclaimed=True),
+        _pool_task(_tid(4), [(50, 60)], owner="bob"),
+        _pool_task(_tid(5), [(10, 30)], owner="alice"),
+        _pool_task(_tid(6), [(15, 25)], owner="alice", pr=7),
+        *(_pool_task(_tid(10 + i), [(100 + 200 * i, 110 + 200 * i)], type=RATED_TYPE)
+          for i in range(4)),
+    ]  # fmt: skip
+
+
+def _pool_clean(**pools: Any) -> RunData:
+    return _pool_run(_clean_pool_tasks(), **pools)
+
+
+def test_a_clean_shared_queue_run_passes() -> None:
+    res = check(_pool_clean())
+    assert res.ok, res.violations
+    c = res.counts
+    assert c["owner_starts"] == 7 and c["owner_peak_bob"] == 1 and c["owner_peak_alice"] == 2
+    assert c["owners_at_limit"] == 2 and c["rated_starts"] == 4 and c["rated_peak_per_s"] == 4
+    assert c["prioritized_tasks"] == 1 and c["priority_levels_started"] == 1
+    assert rate_bound(2.0, 1) == 4
+
+
+def test_an_expired_claim_or_one_taken_before_the_last_start_is_no_drift() -> None:
+    """A claim no longer counted (expired: take.lua drops it), or written while the owner
+    still had a task to start (before its last task last moved), is no drift."""
+    expired = f"{ACK + 4000} bob=1"  # read at ACK + 5000
+    before = f"{ACK + 20 + CLAIM_MS} alice=1"  # written at ACK + 20, alice's last end at 30
+    res = check(_pool_clean(claims={"chaos": {W1: expired, W2: before}}))
+    assert res.ok, res.violations
+    assert res.counts["claims_expired_left"] == 1
+    # the same with each owner's own expiry (take.lua's claims since): bob's expired
+    # while the field (alice's) still runs
+    both = f"{ACK + 20 + CLAIM_MS} bob=1:{ACK + 4000} alice=1:{ACK + 20 + CLAIM_MS}"
+    res = check(_pool_clean(claims={"chaos": {W1: both}}))
+    assert res.ok, res.violations
+    assert res.counts["claims_expired_left"] == 1
+
+
+def test_an_excess_window_right_after_an_outage_is_counted_apart() -> None:
+    """Five rated starts within 1 s just after a Redis freeze ended: the times the bucket
+    reserved during the freeze come due together; counted, not a violation (the total
+    since the rate was set still holds them)."""
+    five = [_pool_task(_tid(20 + i), [(100 + 10 * i, 200)], type=RATED_TYPE) for i in range(5)]
+    data = _pool_run(five)
+    assert kinds(data) == {"RATE_EXCEEDED"}
+    thawed = msgspec.structs.replace(
+        data,
+        faults=[
+            *data.faults,
+            FaultEvent(at_ms=ACK - 3000, kind="redis_freeze", target="redis"),
+            FaultEvent(at_ms=ACK + 90, kind="redis_thaw", target="redis"),
+        ],
+    )
+    res = check(thawed)
+    assert res.ok, res.violations
+    assert res.counts["rate_windows_after_outage"] == 1
+
+
+def test_rated_tasks_starting_late_together_count_at_their_reserved_times() -> None:
+    """Five rated tasks held back with times reserved 500 ms apart (2/s), all started
+    together at ACK + 2200 when their workers came back (a 10-minute run's pattern: the
+    workers that took them killed, the new ones still booting): the bucket counted them
+    at the reserved times, which the samples saw: no excess. Without the samples the
+    same starts are five in one window."""
+    five = [_pool_task(_tid(30 + i), [(2200, 2210)], type=RATED_TYPE) for i in range(5)]
+    seen = {rec.task_id: [(ACK + 50, ACK + 100 + 500 * i)] for i, (rec, _) in enumerate(five)}
+    res = check(_pool_run(five, throttled_seen=seen))
+    assert res.ok, res.violations
+    assert res.counts["rated_late_starts"] == 4 and res.counts["rated_peak_per_s"] == 2
+    assert kinds(_pool_run(five)) == {"RATE_EXCEEDED"}
+    # a reservation seen before an earlier START was that START's: not this one's
+    twice = _pool_task(_tid(40), [(1000, 1100), (2200, 2210)], type=RATED_TYPE)
+    ((admitted, _), (again, _)) = admissions(twice[0], [(ACK + 50, ACK + 900)])
+    assert (admitted, again) == (ACK + 900, ACK + 2200)
+
+
+def _replace_task(data: RunData, tid: str, **fields_over: str) -> RunData:
+    rec = data.tasks[tid]
+    return msgspec.structs.replace(
+        data, tasks={**data.tasks, tid: msgspec.structs.replace(rec, fields={**rec.fields,
+                                                                             **fields_over})}
+    )  # fmt: skip
+
+
+def _pr_entry(data: RunData, tid: str, pr: str) -> RunData:
+    rec = data.tasks[tid]
+    first = msgspec.structs.replace(rec.history[0], extra={"pr": pr})
+    hist = [first, *rec.history[1:]]
+    return msgspec.structs.replace(
+        data, tasks={**data.tasks, tid: msgspec.structs.replace(rec, history=hist)}
+    )
+
+
+POOL_CORRUPTIONS: dict[str, tuple[Callable[[], RunData], str]] = {
+    "bob over his limit of 1": (
+        lambda: _pool_run([*_clean_pool_tasks(), _pool_task(_tid(7), [(25, 45)], owner="bob")]),
+        "LIMIT_EXCEEDED",
+    ),
+    "alice over her own limit of 2": (
+        lambda: _pool_run([*_clean_pool_tasks(), _pool_task(_tid(8), [(20, 22)], owner="alice")]),
+        "LIMIT_EXCEEDED",
+    ),
+    "a RUNNING count left after the drain": (
+        lambda: _pool_clean(running={"chaos|bob": 1}),
+        "COUNT_DRIFT",
+    ),
+    "a terminal task still parked": (
+        lambda: _pool_clean(parked={"chaos": [f"bob|90001700000000000-0000000000|{_tid(1)}"]}),
+        "COUNT_DRIFT",
+    ),
+    "a missing task still throttled": (
+        lambda: _pool_clean(throttled={"chaos": [f"00001700000000000-0000000000|{_tid(99)}"]}),
+        "COUNT_DRIFT",
+    ),
+    "a claim kept alive after its owner's last task moved": (
+        lambda: _pool_clean(claims={"chaos": {W1: f"{ACK + 200 + CLAIM_MS} bob=1"}}),
+        "COUNT_DRIFT",
+    ),
+    "a claim kept alive (its owner's own expiry)": (
+        lambda: _pool_clean(
+            claims={"chaos": {W1: f"{ACK + 200 + CLAIM_MS} bob=1:{ACK + 200 + CLAIM_MS}"}}
+        ),
+        "COUNT_DRIFT",
+    ),
+    "a claim expiring past CLAIM_MS": (
+        lambda: _pool_clean(claims={"chaos": {W1: f"{ACK + 5001 + CLAIM_MS} alice=1"}}),
+        "COUNT_DRIFT",
+    ),
+    "a priority lost from the hash": (
+        lambda: _replace_task(_pool_clean(), _tid(6), priority="0"),
+        "PRIORITY_LOST",
+    ),
+    "a priority not on the ENQUEUE entry": (
+        lambda: _pr_entry(_pool_clean(), _tid(6), "3"),
+        "PRIORITY_LOST",
+    ),
+    "a priority given to a task submitted without one": (
+        lambda: _replace_task(_pool_clean(), _tid(1), priority="4"),
+        "PRIORITY_LOST",
+    ),
+    "five rated starts in one second": (
+        lambda: _pool_run(
+            [_pool_task(_tid(20 + i), [(100 + 10 * i, 200)], type=RATED_TYPE) for i in range(5)]
+        ),
+        "RATE_EXCEEDED",
+    ),
+    "more rated starts since the rate was set than the bucket held": (
+        # 4 starts in the first 600 ms (burst 1 + 1 per 500 ms: at most 2), after an outage
+        lambda: msgspec.structs.replace(
+            _pool_clean(set_ms=ACK + 100),
+            faults=[FaultEvent(at_ms=ACK + 150, kind="redis_drop", target="redis")],
+        ),
+        "RATE_EXCEEDED",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POOL_CORRUPTIONS))
+def test_each_shared_queue_corruption_is_reported(name: str) -> None:
+    make, kind = POOL_CORRUPTIONS[name]
+    found = kinds(make()) & POOL_KINDS
+    assert found == {kind}, check(make()).violations
+
+
+def test_the_workload_uses_owners_priorities_and_a_rate() -> None:
+    from tools.chaos.workload import OWNERS, TYPE, plan_tasks, pool_settings
+
+    a = plan_tasks(7, 1000, 30.0, 2000)
+    assert a == plan_tasks(7, 1000, 30.0, 2000)
+    owners = {s.owner for s in a}
+    assert owners == {"", *OWNERS}
+    assert {s.priority for s in a} == set(range(10))
+    assert {s.type for s in a} == {TYPE, RATED_TYPE}
+    assert 0.3 < sum(1 for s in a if s.owner) / len(a) < 0.5
+    # a successor is of its predecessors' owner
+    by_seq = {s.seq: s for s in a}
+    assert all(by_seq[p].owner == s.owner for s in a for p in s.after)
+    p = pool_settings(a, 30.0)
+    rated = sum(1 for s in a if s.type == RATED_TYPE)
+    assert p.per_second >= 1.6 * rated / 30 and p.burst >= 1
+    assert p.limit_of("alice") == 3 and p.limit_of("bob") == 2
+    # the plan without the shared-queue fields is the one of before (own random streams)
+    assert [(s.seq, s.kind, s.at_s) for s in a][:5] == [
+        (s.seq, s.kind, s.at_s) for s in plan_tasks(7, 1000, 30.0, 2000)
+    ][:5]

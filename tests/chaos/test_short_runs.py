@@ -38,9 +38,12 @@ def run_chaos(tmp_path: Path, *args: str, timeout: float) -> tuple[int, dict[str
 
 @pytest.mark.timeout(300)
 def test_short_run_everysec_has_no_violation(tmp_path: Path) -> None:
-    """Every fault of the single topology, workflows, the web app serving, and every kind
-    of bad input (through the Python API and the web app): each refused with a clear
-    error and nothing written, the floods answered and recorded, no process stopped."""
+    """Every fault of the single topology, workflows, the web app serving, every kind of
+    bad input (through the Python API and the web app): each refused with a clear error
+    and nothing written, the floods answered and recorded, no process stopped; and the
+    shared queue's mix (owners with limits, priorities, a rate-limited type) exercised:
+    the limits bound, and held (no LIMIT_EXCEEDED, RATE_EXCEEDED, COUNT_DRIFT or
+    PRIORITY_LOST among the violations, which are none)."""
     rc, rep, out = run_chaos(
         tmp_path,
         "--duration", "25", "--tasks", "500", "--workers", "3", "--reapers", "2",
@@ -82,6 +85,13 @@ def test_short_run_everysec_has_no_violation(tmp_path: Path) -> None:
     # when every command was), and the next-stage workflows were accepted (then FAILED)
     # (one still unanswered when the producer's bound ends the run is a warning, not a
     # loss: on a loaded machine a flood can outlast it; it is never left out of the count)
+    # the shared queue's mix: owners' tasks started, some of them parked on their owner's
+    # limit and at least one owner held at it; rated tasks started, some held back by the
+    # rate; tasks of several priority levels started
+    assert counts["owner_starts"] > 0 and counts["owners_at_limit"] >= 1, counts
+    assert counts["tasks_parked_seen"] > 0, counts
+    assert counts["rated_starts"] > 0 and counts["tasks_throttled_seen"] > 0, counts
+    assert counts["prioritized_tasks"] > 0 and counts["priority_levels_started"] >= 5, counts
     assert counts["poison_inputs"] == 10 and counts["floods"] >= 1, counts
     assert counts.get("poison_mishandled", 0) == 0 and counts.get("poison_accepted", 0) == 0
     answered = counts["poison_refused"] + counts["poison_next_stage_workflows"]

@@ -308,3 +308,59 @@ def test_a_parked_task_that_moved_on_is_passed_over_and_its_member_dropped() -> 
     assert [t for _, _, t in got3] == [alice[2]]
     assert p.waiting() == []
     assert p.start(got3)[0][0] == 1
+
+
+def _claims(p: Pool, consumer: str = "w1") -> dict[str, tuple[int, int]]:
+    """A worker's claims on queue q: owner -> (count, expiry ms)."""
+    raw = p.h.r.hget(p.h.k.claims("q"), consumer) or ""
+    out = {}
+    for part in raw.split()[1:]:
+        owner, _, rest = part.partition("=")
+        n, _, exp = rest.partition(":")
+        out[owner] = (int(n), int(exp))
+    return out
+
+
+def test_a_claim_is_not_kept_alive_by_later_takes() -> None:
+    """A task handed out and never started (its take's reply lost, then it was cancelled:
+    no START comes for it) keeps its owner's claim only until the claim expires: later
+    takes of the same worker hand out other owners' tasks without moving that expiry on
+    (they used to rewrite it, holding the owner's slot for as long as the worker took)."""
+    p = Pool()
+    p.h.r.hset(p.h.k.limits, "c|q|*", 1)
+    bob = p.add(1, owner="bob")
+    got, _ = p.take(1)
+    assert [t for _, _, t in got] == [bob]
+    ((count, first_exp),) = _claims(p).values()
+    assert count == 1
+    assert p.h.control(bob, "CANCEL")[:2] == [1, "CANCELLED"]  # (its entry is dropped)
+    p.add(2, owner="bob")
+    alice = p.add(3, owner="alice")
+    got2, _ = p.take(2)
+    # bob's claim still counts (it has not expired): only alice's task is handed out
+    assert [t for _, _, t in got2] == [alice]
+    claims = _claims(p)
+    assert claims["bob"] == (1, first_exp)  # not moved on
+    assert claims["alice"][0] == 1 and claims["alice"][1] >= first_exp
+    # once it has expired, the next take drops it and bob's task goes
+    raw = p.h.r.hget(p.h.k.claims("q"), "w1")
+    p.h.r.hset(p.h.k.claims("q"), "w1", raw.replace(f"bob=1:{first_exp}", "bob=1:1"))
+    got3, _ = p.take(2)
+    assert [t for _, _, t in got3] == [tid(2)]
+    assert _claims(p)["bob"][0] == 1
+
+
+def test_start_of_a_task_gone_since_its_take_ends_its_owners_claim() -> None:
+    """A task handed out whose hash is gone by its START (answered -1): the claim of its
+    owner ends there too (start.lua reads the owner from the work entry)."""
+    p = Pool()
+    p.h.r.hset(p.h.k.limits, "c|q|*", 1)
+    bob = p.add(1, owner="bob")
+    got, _ = p.take(1)
+    assert _claims(p)["bob"][0] == 1
+    p.h.r.delete(p.h.k.task(bob))
+    assert p.start(got) == [[-1]]
+    assert p.h.r.hgetall(p.h.k.claims("q")) == {}
+    p.add(2, owner="bob")
+    got2, _ = p.take(1)
+    assert [t for _, _, t in got2] == [tid(2)]

@@ -47,6 +47,23 @@ SUCCESSOR_EARLY      a successor released (or started) before every predecessor 
 SUCCESSOR_CANCEL     a successor cancelled while it waited, by nobody (the producer did
                      not cancel it) and without naming a predecessor that ended otherwise
                      than SUCCEEDED (pred, pred_state of its CANCEL entry)
+LIMIT_EXCEEDED       an owner had more RUNNING tasks on a queue than its concurrency
+                     limit (from the histories: START to the entry leaving RUNNING, as
+                     the state machine counts them; rejected entries ignored; a reclaimed
+                     attempt's interval ends at its RECLAIM) (``poolcheck``)
+COUNT_DRIFT          after the drain: an owner still counted RUNNING in the ``running``
+                     hash, a terminal or missing task in ``parked:<q>`` / ``throttled:<q>``,
+                     or a worker's claim on an owner still counting, written after that
+                     owner's last task last moved (a claim left behind) or past CLAIM_MS
+PRIORITY_LOST        a task's priority (its ``pr``, its ENQUEUE / RETRY / REPLAY entries'
+                     ``pr``) is not the one it was submitted with
+RATE_EXCEEDED        more starts of the rate-limited type in a 1 s window than burst +
+                     rate allow, each counted when the bucket counted it (at the time
+                     reserved for it when a sample saw it rate-held, else at its START;
+                     widened by the tolerances: a reserved start may come 50 ms early,
+                     an unseen one 250 ms late; a window right after a Redis outage or a
+                     worker's SIGSTOP is counted apart: its reserved starts come late,
+                     together), or more in all since the rate was set than the bucket held
 SUCCESSOR_RESULTS    a successor ran without the results of exactly its predecessors
                      that SUCCEEDED (ctx.predecessors, as its result says)
 SHUTDOWN_FAILED      a SIGTERMed worker exited non-zero, or not within grace + 10 s
@@ -72,6 +89,7 @@ from rsjobs.schemas import HistoryEntry
 from rsjobs.successors import parse_after
 
 from .poisoncheck import marker_of, poison_findings
+from .poolcheck import pool_findings
 from .records import Execution, FaultEvent, RunData, TaskRecord, Violation
 from .recovery import RecoveryStats, recoveries, summarize
 from .replay import final_state, replay
@@ -236,6 +254,7 @@ class _Checker:
         self.check_successors(present, c)
         self.check_external(c)
         self.check_dedup(present)
+        pool_findings(d, present, self.bad, c)
         kills = [(e.worker, e.ts) for e in d.executions if e.ev == "kill"]
         items = recoveries(present.values(), d.faults, d.lease_ms, kills)
         self.r.recovery = summarize(items)

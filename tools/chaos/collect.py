@@ -1,6 +1,7 @@
 """Read back what Redis holds after a run: every task of the namespace (hash + history),
 every workflow (hash, history, slots, assets, open tasks), the handlers' execution
-records and the dedup keys. Pipelined, in chunks.
+records, the dedup keys and the shared-queue keys (running counts, parked and throttled
+tasks, workers' claims). Pipelined, in chunks.
 
 Test-harness code: it uses SCAN to find tasks nobody acknowledged (rsjobs itself never
 scans).
@@ -11,26 +12,30 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import msgspec
 from redis.asyncio import Redis
 
 from rsjobs.errors import CorruptData
-from rsjobs.keys import Keys
 from rsjobs.schemas import HistoryEntry
 from rsjobs.store.history import entries
+from rsjobs.store.keys import Keys
 from rsjobs.store.record import TASK_FIELDS, decode_task, text_fields
 from rsjobs.store.shards import shard_of
 from rsjobs.workflows import WorkflowEvent
 
 from .handlers import exec_key
-from .records import Execution, TaskRecord, WorkflowRecord
+from .records import Execution, PoolState, TaskRecord, WorkflowRecord
 
 __all__ = [
+    "member_id",
     "read_dedup",
     "read_events",
     "read_executions",
+    "read_pools",
     "read_stats",
     "read_tasks",
     "read_workflows",
+    "sample_held",
     "scan_task_ids",
     "scan_workflow_ids",
     "tracebacks",
@@ -238,16 +243,77 @@ async def read_events(redis: Redis, shards: Shards) -> tuple[dict[str, list[str]
     return out, n
 
 
+#: the worker's line before the traceback of a handler's exception (rsjobs.worker.failures):
+#: a failure the workload plans, logged on purpose, not a fault of a process
+HANDLER_TRACEBACK = ": traceback of task "
+
+
 def tracebacks(run_dir: Path) -> list[str]:
-    """``"<log>: <exception line>"`` for every traceback in the processes' logs."""
+    """``"<log>: <exception line>"`` for every traceback in the processes' logs, except the
+    tracebacks of handlers' exceptions that a worker logs after ``traceback of task``."""
     out: list[str] = []
     for log in sorted(run_dir.glob("*.log")):
         lines = log.read_text(errors="replace").splitlines()
-        in_tb = False
+        in_tb = handler = False
         for i, line in enumerate(lines):
             if line.startswith("Traceback (most recent call last)"):
                 in_tb = True
+                handler = i > 0 and HANDLER_TRACEBACK in lines[i - 1]
             elif in_tb and line and not line.startswith((" ", "\t", "During handling")):
                 in_tb = False
-                out.append(f"{log.name}:{i + 1}: {line[:300]}")
+                if not handler:
+                    out.append(f"{log.name}:{i + 1}: {line[:300]}")
     return out
+
+
+def member_id(member: str) -> str:
+    """The task id of a ``parked:<queue>`` or ``throttled:<queue>`` member (its last
+    ``|`` field: ``<owner>|<9-priority><entry>|<id>``, ``<priority><entry>|<id>``)."""
+    return member.rpartition("|")[2]
+
+
+async def sample_held(redis: Redis, keys: Keys, queue: str) -> tuple[set[str], dict[str, int]]:
+    """The ids of the tasks of ``queue`` parked on their owner's limit now, and those held
+    back by a rate limit with the start time reserved for each (ms)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.zrange(keys.parked(queue), 0, -1)
+        pipe.zrange(keys.throttled(queue), 0, -1, withscores=True)
+        parked, throttled = await pipe.execute()
+    return (
+        {member_id(str(m)) for m in parked},
+        {member_id(str(m)): int(score) for m, score in throttled},
+    )
+
+
+async def read_pools(redis: Redis, keys: Keys, state: PoolState) -> PoolState:
+    """``state`` with what the shared-queue keys hold now: the ``running`` hash, and per
+    queue ever used its ``parked``, ``throttled`` and ``claims`` keys, and Redis TIME."""
+    queues = sorted(str(q) for q in await redis.smembers(keys.queues))
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.time()
+        pipe.hgetall(keys.running)
+        for q in queues:
+            pipe.zrange(keys.parked(q), 0, -1)
+            pipe.zrange(keys.throttled(q), 0, -1)
+            pipe.hgetall(keys.claims(q))
+        rows = await pipe.execute()
+    secs, micros = rows[0]
+    parked: dict[str, list[str]] = {}
+    throttled: dict[str, list[str]] = {}
+    claims: dict[str, dict[str, str]] = {}
+    for i, q in enumerate(queues):
+        p, t, c = rows[2 + 3 * i : 5 + 3 * i]
+        if p:
+            parked[q] = [str(m) for m in p]
+        if t:
+            throttled[q] = [str(m) for m in t]
+        if c:
+            claims[q] = {str(k): str(v) for k, v in c.items()}
+    return msgspec.structs.replace(
+        state,
+        read_ms=int(secs) * 1000 + int(micros) // 1000,
+        running={str(k): int(v) for k, v in rows[1].items()},
+        parked=parked,
+        throttled=throttled,
+        claims=claims,
+    )

@@ -1,4 +1,5 @@
-"""The chaos workload's handler: ``tools.chaos.handlers:tasks`` (one task type, ``chaos``).
+"""The chaos workload's handler: ``tools.chaos.handlers:tasks`` (task types ``chaos`` and
+``chaos.rated``, the same handler; ``chaos.wf`` for workflows).
 
 Every call records itself in the run's Redis before doing anything (a ``start`` record),
 and again when it returns or raises (``end``) or is cancelled (``stop``), or just before a
@@ -182,6 +183,11 @@ async def chaos(ctx: Context, payload: dict[str, Any]) -> Any:
         out["got"] = sorted(ctx.predecessors)
         out["states"] = dict(ctx.predecessor_states)
     return out
+
+
+# the share of the workload held to the run's rate limit (workload.RATED_TYPE): the same
+# behaviour under another type
+tasks.handler("chaos.rated")(chaos)
 
 
 @tasks.handler("chaos.wf")

@@ -164,7 +164,9 @@ class Producer:
                 backoff = min(backoff * 2, 1.0)
         ack = now_ms()
         for s, tid in zip(specs, ids, strict=True):
-            self.submissions.append(Submission(seq=s.seq, kind=s.kind, task_id=tid, ack_ms=ack))
+            self.submissions.append(
+                Submission(seq=s.seq, kind=s.kind, task_id=tid, ack_ms=ack, priority=s.priority)
+            )
             self._after_submit(s, tid)
 
     async def _submit_successor(self, s: TaskSpec) -> None:
@@ -194,7 +196,9 @@ class Producer:
                 self.successors_unsubmitted += 1
                 return
         self.submissions.append(
-            Submission(seq=s.seq, kind=s.kind, task_id=result.id, ack_ms=now_ms())
+            Submission(
+                seq=s.seq, kind=s.kind, task_id=result.id, ack_ms=now_ms(), priority=s.priority
+            )
         )
         self._after_submit(s, result.id)
 
@@ -206,6 +210,8 @@ class Producer:
                 req.type,
                 req.payload,
                 queue=req.queue,
+                owner=req.owner,
+                priority=req.priority,
                 max_attempts=req.max_attempts,
                 timeout_ms=req.timeout_ms,
                 delay_ms=req.delay_ms,
@@ -217,7 +223,14 @@ class Producer:
 
         tid = str(await self._retrying(submit))
         self.submissions.append(
-            Submission(seq=s.seq, kind=s.kind, task_id=tid, ack_ms=now_ms(), dedup=s.dedup)
+            Submission(
+                seq=s.seq,
+                kind=s.kind,
+                task_id=tid,
+                ack_ms=now_ms(),
+                dedup=s.dedup,
+                priority=s.priority,
+            )
         )
         self._after_submit(s, tid)
         if s.repeat_after_s >= 0:
@@ -231,6 +244,7 @@ class Producer:
                     ack_ms=now_ms(),
                     dedup=s.dedup,
                     repeat=True,
+                    priority=s.priority,
                 )
             )
 

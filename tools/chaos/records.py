@@ -12,6 +12,8 @@ import msgspec
 from rsjobs.schemas import HistoryEntry
 from rsjobs.workflows import WorkflowEvent
 
+from .workload import PoolSettings
+
 __all__ = [
     "CancelAck",
     "Execution",
@@ -19,6 +21,7 @@ __all__ = [
     "FaultEvent",
     "Flood",
     "PoisonInput",
+    "PoolState",
     "RunData",
     "Submission",
     "TaskRecord",
@@ -46,6 +49,8 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True):
     dedup: str = ""
     #: True for the second submit of a dedup key (it must answer with the first's id)
     repeat: bool = False
+    #: the priority it was submitted with (0-9)
+    priority: int = 0
 
 
 class CancelAck(msgspec.Struct, frozen=True, kw_only=True):
@@ -178,6 +183,29 @@ class Flood(msgspec.Struct, frozen=True, kw_only=True):
     last_ms: int = 0
 
 
+class PoolState(msgspec.Struct, frozen=True, kw_only=True):
+    """The run's shared-queue limits (docs/limits.md), what the harness saw held during
+    the run, and what their keys held after the drain (once every process had stopped)."""
+
+    settings: PoolSettings
+    #: when the limits were set (harness clock, ms; before the first submit)
+    set_ms: int
+    #: Redis TIME (ms) when the keys below were read
+    read_ms: int = 0
+    #: the ``running`` hash: ``<queue>|<owner>`` -> RUNNING tasks
+    running: dict[str, int] = msgspec.field(default_factory=dict)
+    #: per queue: the members of ``parked:<queue>`` and ``throttled:<queue>``
+    parked: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    throttled: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    #: per queue: ``claims:<queue>`` (consumer -> ``<expiry ms> <owner>=<n>:<its expiry> ...``)
+    claims: dict[str, dict[str, str]] = msgspec.field(default_factory=dict)
+    #: ids of the tasks a sample (every 250 ms) saw parked on their owner's limit
+    parked_seen: list[str] = msgspec.field(default_factory=list)
+    #: the tasks a sample saw held back by a rate limit: id -> (when first seen, harness
+    #: clock ms; the start time reserved for it, its score) per reservation seen
+    throttled_seen: dict[str, list[tuple[int, int]]] = msgspec.field(default_factory=dict)
+
+
 class RunData(msgspec.Struct, frozen=True, kw_only=True):
     """Everything the checker looks at."""
 
@@ -222,3 +250,5 @@ class RunData(msgspec.Struct, frozen=True, kw_only=True):
     floods: list[Flood] = msgspec.field(default_factory=list)
     #: ids of refused workflow starts the producer chose (none may exist)
     refused_wf_ids: list[str] = msgspec.field(default_factory=list)
+    #: the shared-queue limits and their keys; None = not used (those checks skipped)
+    pools: PoolState | None = None

@@ -104,6 +104,18 @@ def format_report(r: ChaosReport) -> str:
             if k.startswith("workflows_") and k != "workflows_started"
         )
         + f"; {c.get('workflow_tasks', 0)} tasks",
+        f"pools      {c.get('owner_starts', 0)} starts of owners' tasks, peaks "
+        + ", ".join(
+            f"{k.removeprefix('owner_peak_')} {v}"
+            for k, v in sorted(c.items())
+            if k.startswith("owner_peak_")
+        )
+        + f" ({c.get('owners_at_limit', 0)} owners at their limit); parked "
+        f"{c.get('tasks_parked_seen', 0)} tasks, rate-held {c.get('tasks_throttled_seen', 0)}; "
+        f"{c.get('rated_starts', 0)} rated starts, at most {c.get('rated_peak_per_s', 0)} in 1 s"
+        f" ({c.get('rate_windows_after_outage', 0)} windows after an outage over the bound); "
+        f"{c.get('prioritized_tasks', 0)} tasks with a priority, "
+        f"{c.get('priority_levels_started', 0)} levels started",
         f"poison     {c.get('poison_inputs', 0)} inputs: refused {c.get('poison_refused', 0)}, "
         f"accepted {c.get('poison_accepted', 0)}, mishandled {c.get('poison_mishandled', 0)}, "
         f"unanswered {c.get('poison_unanswered', 0)}; next-stage-over-limit workflows "

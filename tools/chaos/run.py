@@ -30,9 +30,11 @@ from .collect import (
     read_dedup,
     read_events,
     read_executions,
+    read_pools,
     read_stats,
     read_tasks,
     read_workflows,
+    sample_held,
     scan_task_ids,
     scan_workflow_ids,
     tracebacks,
@@ -41,10 +43,11 @@ from .config import ChaosConfig
 from .faults import FaultInjector, PlannedFault, plan_faults
 from .flows import definitions
 from .producer import Producer
-from .records import RunData
+from .records import PoolState, RunData
 from .report import ChaosReport, format_history, format_report
+from .supervisor import now_ms
 from .transient import TRANSIENT
-from .workload import plan_poison, plan_tasks, plan_workflows
+from .workload import PoolSettings, plan_poison, plan_tasks, plan_workflows, pool_settings
 
 __all__ = ["drain", "planned", "replay_command", "run_chaos"]
 
@@ -79,6 +82,38 @@ async def _wait_registered(client: Client, names: list[str], timeout_s: float) -
         if time.monotonic() > end:
             raise TimeoutError(f"workers {names} did not register within {timeout_s:g}s")
         await asyncio.sleep(0.1)
+
+
+async def set_pools(client: Client, pools: PoolSettings) -> int:
+    """Set the run's limits on its queue (before the first submit); returns when (ms)."""
+    at = now_ms()
+    q = pools.queue
+    await client.set_limit(q, pools.default_limit)
+    for owner, n in pools.owner_limits.items():
+        await client.set_limit(q, n, owner=owner)
+    await client.set_rate(q, pools.per_second, type=pools.rated_type, burst=pools.burst)
+    return at
+
+
+async def _sample_held(
+    client: Client, queue: str, parked: set[str], throttled: dict[str, list[tuple[int, int]]]
+) -> None:
+    """Every 250 ms: which tasks are parked on their owner's limit, and which are rate-held
+    with the time reserved for them (evidence that the limits bound; the checker holds
+    the rate to the reserved times: a task may start after its time, when its worker
+    was late)."""
+    while True:
+        try:
+            p, t = await sample_held(client.redis, client.keys, queue)
+            at = now_ms()
+            parked |= p
+            for tid, reserved in t.items():
+                seen = throttled.setdefault(tid, [])
+                if not seen or seen[-1][1] != reserved:
+                    seen.append((at, reserved))
+        except TRANSIENT:
+            pass
+        await asyncio.sleep(0.25)
 
 
 async def _progress(client: Client, producer: Producer, total: int, echo: Echo) -> None:
@@ -189,6 +224,10 @@ class ChaosRun:
         self.cfg = cfg
         self.echo = echo
         self.specs = plan_tasks(cfg.seed, cfg.tasks, cfg.active_s, cfg.lease_ms, cfg.poison)
+        self.pools = pool_settings(self.specs, cfg.active_s)
+        self.pools_set_ms = 0
+        self.parked_seen: set[str] = set()
+        self.throttled_seen: dict[str, list[tuple[int, int]]] = {}
         n_wf = cfg.workflows if cfg.workflows >= 0 else max(1, cfg.tasks // 40)
         self.wf_specs = plan_workflows(cfg.seed, n_wf, cfg.active_s)
         n_poison = cfg.poison_inputs if cfg.poison_inputs >= 0 else max(1, cfg.tasks // 100)
@@ -220,6 +259,15 @@ class ChaosRun:
             f"rsjobs chaos: seed {cfg.seed}, {len(self.specs)} tasks, {len(self.wf_specs)} "
             f"workflows, {len(self.poison_specs)} poison inputs, {len(self.plan)} faults, "
             f"fsync {cfg.fsync}, topology {cfg.topology}" + (" (durable)" if cfg.durable else "")
+        )
+        p = self.pools
+        owned = sum(1 for s in self.specs if s.owner)
+        echo(
+            f"shared queue {p.queue}: {owned} tasks with owners (limit {p.default_limit}, "
+            + ", ".join(f"{o} {n}" for o, n in p.owner_limits.items())
+            + f"), {sum(1 for s in self.specs if s.priority)} with a priority, "
+            f"{sum(1 for s in self.specs if s.type == p.rated_type)} of type {p.rated_type} "
+            f"at {p.per_second:g}/s (burst {p.burst})"
         )
         echo(f"replay with: {replay_command(cfg)}")
         echo(f"run dir: {self.run_dir}")
@@ -269,6 +317,7 @@ class ChaosRun:
                 timeout=20,
             )
             await _wait_web(self.http, 60)
+        self.pools_set_ms = await set_pools(client, self.pools)
         producer = Producer(
             client,
             self.specs,
@@ -285,6 +334,9 @@ class ChaosRun:
             submit,
             loop.create_task(self.injector.run(t0)),
             loop.create_task(_progress(client, producer, len(self.specs), echo)),
+            loop.create_task(
+                _sample_held(client, self.pools.queue, self.parked_seen, self.throttled_seen)
+            ),
         ]
         await asyncio.sleep(cfg.duration_s)
 
@@ -407,6 +459,16 @@ class ChaosRun:
             poison=producer.poison.inputs,
             floods=producer.poison.floods,
             refused_wf_ids=producer.poison.refused_wf_ids,
+            pools=await read_pools(
+                redis,
+                keys,
+                PoolState(
+                    settings=self.pools,
+                    set_ms=self.pools_set_ms,
+                    parked_seen=sorted(self.parked_seen),
+                    throttled_seen=self.throttled_seen,
+                ),
+            ),
         )
 
 

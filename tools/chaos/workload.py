@@ -7,6 +7,7 @@ final states each kind can honestly reach. The plan is a pure function of the se
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any, NamedTuple
 
@@ -14,10 +15,32 @@ import msgspec
 
 from rsjobs.schemas import EnqueueRequest
 
-__all__ = ["KINDS", "QUEUE", "Kind", "TaskSpec", "plan_tasks"]
+__all__ = [
+    "KINDS",
+    "OWNERS",
+    "QUEUE",
+    "RATED_TYPE",
+    "Kind",
+    "PoolSettings",
+    "TaskSpec",
+    "plan_tasks",
+    "pool_settings",
+]
 
 #: the queue every chaos task goes to
 QUEUE = "chaos"
+#: the task type of most tasks, and of the share held to a rate limit (same handler)
+TYPE = "chaos"
+RATED_TYPE = "chaos.rated"
+#: the owners a share of the tasks get, and each one's weight among them: alice submits
+#: the most (her own limit is above the default, and still binds), dave the least
+OWNERS: dict[str, float] = {"alice": 5, "bob": 3, "carol": 2, "dave": 1}
+#: share of the tasks with an owner, with a priority (1-9), and of the kinds that may be
+#: rate-limited (RATED_KINDS) given the rated type
+OWNER_SHARE = 0.4
+PRIORITY_SHARE = 0.4
+RATED_SHARE = 0.2
+RATED_KINDS = frozenset({"fast", "flaky"})
 
 
 class Kind(NamedTuple):
@@ -69,13 +92,20 @@ class TaskSpec(msgspec.Struct, frozen=True, kw_only=True):
     #: a successor (chain kind): the seq numbers of its predecessors, and its policy
     after: tuple[int, ...] = ()
     after_policy: str = "succeeded"
+    #: shared-queue features (docs/limits.md): its owner ('' = none: no limit), priority
+    #: (0-9) and type (RATED_TYPE: held to the run's rate limit)
+    owner: str = ""
+    priority: int = 0
+    type: str = TYPE
 
     def request(self, queue: str = QUEUE, after: list[str] | None = None) -> EnqueueRequest:
         """The submit of this task (``after``: its predecessors' ids, as acknowledged)."""
         return EnqueueRequest(
             after=after,
             after_policy=self.after_policy,
-            type="chaos",
+            type=self.type,
+            owner=self.owner or None,
+            priority=self.priority,
             payload=self.payload,
             queue=queue,
             max_attempts=self.max_attempts,
@@ -157,7 +187,12 @@ def _chains(rng: random.Random, specs: list[TaskSpec], active_s: float) -> list[
                 after = (chain[-1].seq, chain[0].seq)
             policy = "always" if rng.random() < 0.25 else "succeeded"
             at = min(active_s, round(chain[-1].at_s + 0.02, 3))
-            chain.append(msgspec.structs.replace(s, at_s=at, after=after, after_policy=policy))
+            # (a successor is of its predecessors' owner: rsjobs.successors)
+            chain.append(
+                msgspec.structs.replace(
+                    s, at_s=at, after=after, after_policy=policy, owner=chain[0].owner
+                )
+            )
         if len(chain) == size:
             out += chain
             chain, size = [], rng.randint(2, 4)
@@ -180,10 +215,53 @@ def plan_tasks(
         _spec(rng, seq, kind, round(rng.uniform(0, active_s), 3), lease_ms)
         for seq, kind in enumerate(chosen)
     ]
-    specs = [s for s in specs if s.kind != "chain"] + _chains(
-        rng, [s for s in specs if s.kind == "chain"], active_s
+    specs = _pooled([s for s in specs if s.kind != "chain"], f"{seed}:pools") + _chains(
+        rng, _pooled([s for s in specs if s.kind == "chain"], f"{seed}:chains"), active_s
     )
     return sorted(specs, key=lambda s: (s.at_s, s.seq))
+
+
+def _pooled(specs: list[TaskSpec], seed: str) -> list[TaskSpec]:
+    """Give a share of ``specs`` an owner, a priority, and (of the RATED_KINDS) the rated
+    type, from a random stream of their own (the rest of the plan is as without them)."""
+    rng = random.Random(seed)
+    owners, weights = list(OWNERS), list(OWNERS.values())
+    out = []
+    for s in specs:
+        owner = rng.choices(owners, weights)[0] if rng.random() < OWNER_SHARE else ""
+        priority = rng.randint(1, 9) if rng.random() < PRIORITY_SHARE else 0
+        rated = s.kind in RATED_KINDS and rng.random() < RATED_SHARE
+        out.append(
+            msgspec.structs.replace(
+                s, owner=owner, priority=priority, type=RATED_TYPE if rated else TYPE
+            )
+        )
+    return out
+
+
+class PoolSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """The limits a run sets on its queue before the first submit (docs/limits.md)."""
+
+    queue: str = QUEUE
+    #: every owner's concurrency limit, and the owners' own (over the default)
+    default_limit: int = 2
+    owner_limits: dict[str, int] = msgspec.field(default_factory=lambda: {"alice": 3})
+    #: the rate of RATED_TYPE's starts on the queue (a token bucket)
+    rated_type: str = RATED_TYPE
+    per_second: float = 4.0
+    burst: int = 2
+
+    def limit_of(self, owner: str) -> int:
+        return self.owner_limits.get(owner, self.default_limit)
+
+
+def pool_settings(specs: list[TaskSpec], active_s: float) -> PoolSettings:
+    """The run's limits, from its plan: the rate is about 1.6 times the rated tasks'
+    mean submit rate (it binds on their bursts and after outages, and the backlog it
+    makes drains well within the run), its burst half of that."""
+    rated = sum(1 for s in specs if s.type == RATED_TYPE)
+    per_second = float(max(2, math.ceil(1.6 * rated / max(active_s, 1.0))))
+    return PoolSettings(per_second=per_second, burst=max(1, int(per_second) // 2))
 
 
 # -- workflows ----------------------------------------------------------------------------
