@@ -7,10 +7,10 @@ script on NOSCRIPT (a restarted or failed-over Redis) as redis-py's registered s
 without their per-call overhead. A read-only call (``readonly``: a script that writes
 nothing, such as ``wf_read.lua``) is an EVALSHA_RO where the server has it (Redis >= 7.0,
 which then refuses any write from the script), a plain EVALSHA where it has not (6.2: told
-once by its "unknown command" reply, see :meth:`Scripts.run`). It goes over the client's :class:`~rsjobs.store.lane.Lane`
-(one pipelined connection) when it has one (clients made by :func:`rsjobs.connect`), else
-through redis-py. Durable mode (``Settings.wait_replicas``) follows a write with WAIT.
-Errors leave as rsjobs's (:mod:`rsjobs.store.transient`).
+once by its "unknown command" reply, see :meth:`Scripts.run`). It goes over the client's
+:class:`~rsjobs.store.lane.Lane` (one pipelined connection) when it has one (clients made
+by :func:`rsjobs.connect`), else through redis-py. Durable mode (``Settings.wait_replicas``)
+follows a write with WAIT. Errors leave as rsjobs's (:mod:`rsjobs.store.transient`).
 """
 
 from __future__ import annotations
