@@ -203,7 +203,10 @@ class Scripts:
                     # Redis < 7.0: the command did not run; a plain EVALSHA from now on
                     # (the script writes nothing either way)
                     self.read_only_calls = False
-            return await _send(send, cmd, name)
+            try:  # (inline, not _send: the hot path)
+                return await send(*cmd)
+            except NoScriptError:
+                return await send(*_as_eval(cmd, name))
         except (RedisError, OSError) as exc:
             raise translate(exc, f"{name}.lua") from exc
 
