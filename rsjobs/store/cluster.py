@@ -18,14 +18,15 @@ each command itself:
   ``SCRIPT LOAD`` / ``FLUSH`` go to every master; ``SCAN`` goes where its ``MATCH``
   pattern's hash tag lives.
 * **How.** Each master has a :class:`~rsjobs.store.lane.LaneRedis` (made with the URL's
-  settings: bounded timeouts, no handshake, no redis-py retry). Transition scripts
-  (``EVALSHA`` / ``EVAL``) travel over its lane, the pipelined connection of the hot path;
-  everything else through its pool. Pipelines (``MULTI`` ones included) run on one
-  connection of the master that owns their keys, so a read pipeline is as atomic as on a
-  standalone server, and durable mode's ``EVALSHA`` + ``WAIT`` counts that connection's
-  writes. Pub/sub subscribes on a connection to the channel's master (any node would do:
-  a ``PUBLISH`` reaches every node of the cluster); when that connection fails the caller
-  subscribes again and lands on whichever node serves the slot then.
+  settings: bounded timeouts, no handshake, no redis-py retry). Scripts (``EVALSHA`` /
+  ``EVAL``, and the read-only ``EVALSHA_RO`` / ``EVAL_RO``, sent to the master too) travel
+  over its lane, the pipelined connection of the hot path; everything else through its
+  pool. Pipelines (``MULTI`` ones included) run on one connection of the master that owns
+  their keys, so a ``MULTI`` is as atomic as on a standalone server, and durable mode's
+  ``EVALSHA`` + ``WAIT`` counts that connection's writes. Pub/sub subscribes on a
+  connection to the channel's master (any node would do: a ``PUBLISH`` reaches every node
+  of the cluster); when that connection fails the caller subscribes again and lands on
+  whichever node serves the slot then.
 * **Redirects.** ``MOVED`` / ``ASK`` / ``TRYAGAIN`` mean the command did not run: the
   slot table is read again (``ASK``: the command is sent once to the importing node after
   ``ASKING``) and the command is sent once more. ``CLUSTERDOWN`` (a master failed and no

@@ -68,6 +68,7 @@ __all__ = [
     "WfAbortArgs",
     "WfCancelArgs",
     "WfGateArgs",
+    "WfReadArgs",
     "WfRegenerateArgs",
     "WfRetryArgs",
     "WfRetryItem",
@@ -946,6 +947,19 @@ def wf_abort(
     return _wf(WF_ABORT, c, source, history_max, wf, args, open_tasks)
 
 
+class WfReadArgs(NamedTuple):
+    #: "state": the hash, slots and assets; "open": the slots and the open set
+    view: str
+
+
+WF_READ = Layout("wf_read", WF_COMMON + WfReadArgs._fields, tail_keys=WorkflowKeys._fields)
+
+
+def wf_read(c: Common, source: str, history_max: int, wf: WorkflowKeys, args: WfReadArgs) -> Packed:
+    """``wf_read.lua``: a workflow's keys as of one moment (the store calls it read-only)."""
+    return _wf(WF_READ, c, source, history_max, wf, args)
+
+
 # -- the namespace's layout (store/marker.py, store/migrate.py) ------------------------------
 
 MARKER = Layout("marker", ("current",), tail_keys=("layout", "deadletter"))
@@ -1083,6 +1097,7 @@ LAYOUTS: dict[str, Layout] = {
         WF_CANCEL,
         WF_SYNC,
         WF_ABORT,
+        WF_READ,
         HOOKS_DUE,
         HOOKS_FORGET,
         SCHEDULE,

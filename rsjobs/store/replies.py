@@ -41,6 +41,7 @@ __all__ = [
     "WfCode",
     "WfFinishReply",
     "WfReply",
+    "WfView",
     "WorkersSweep",
     "error_of",
     "stored_priority",
@@ -434,6 +435,27 @@ class WfFinishReply(NamedTuple):
     @classmethod
     def of(cls, raw: Sequence[Any]) -> WfFinishReply:
         return cls(WfCode(int(raw[0])), text(raw[1]), text(raw[2]), bool(int(raw[3])), text(raw[4]))
+
+
+def _pairs(flat: Sequence[Any]) -> dict[str, str]:
+    """A field/value list (HGETALL in a script) as a dict of texts."""
+    return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+
+
+class WfView(NamedTuple):
+    """``wf_read.lua``: ``{workflow, slots, assets, open}``, a workflow's keys as of one
+    moment; its hash (empty: no such workflow), slots (``<version>:<stage>:<item>`` -> task
+    id), assets (slot -> asset JSON) and open task ids; a part the view did not read is
+    empty."""
+
+    workflow: dict[str, str]
+    slots: dict[str, str]
+    assets: dict[str, str]
+    open: set[str]
+
+    @classmethod
+    def of(cls, raw: Sequence[Any]) -> WfView:
+        return cls(_pairs(raw[0]), _pairs(raw[1]), _pairs(raw[2]), {text(i) for i in raw[3]})
 
 
 def error_of(

@@ -4,23 +4,27 @@ Each script in ``scripts/`` is shipped as package data and loaded as ``fsm.lua``
 and shared helpers; workflow scripts also ``wf.lua``) followed by the script itself. A call
 (:meth:`Scripts.run`, packed by :mod:`rsjobs.store.layout`) is an EVALSHA, loading the
 script on NOSCRIPT (a restarted or failed-over Redis) as redis-py's registered scripts do,
-without their per-call overhead. It goes over the client's :class:`~rsjobs.store.lane.Lane`
-(one pipelined connection) when it has one (clients made by :func:`rsjobs.connect`), else
-through redis-py. Durable mode (``Settings.wait_replicas``) follows a write with WAIT.
-Errors leave as rsjobs's (:mod:`rsjobs.store.transient`).
+without their per-call overhead. A read-only call (``readonly``: a script that writes
+nothing, such as ``wf_read.lua``) is an EVALSHA_RO where the server has it (Redis >= 7.0,
+which then refuses any write from the script), a plain EVALSHA where it has not (6.2: told
+once by its "unknown command" reply, see :meth:`Scripts.run`). It goes over the client's
+:class:`~rsjobs.store.lane.Lane` (one pipelined connection) when it has one (clients made
+by :func:`rsjobs.connect`), else through redis-py. Durable mode (``Settings.wait_replicas``)
+follows a write with WAIT. Errors leave as rsjobs's (:mod:`rsjobs.store.transient`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from ..errors import NotReplicated
 from ..settings import Settings
@@ -83,6 +87,8 @@ SCRIPT_NAMES = (
     "wf_cancel",
     "wf_sync",
     "wf_abort",
+    # the workflows' consistent reads (read-only: see Scripts.run)
+    "wf_read",
 )
 
 
@@ -138,6 +144,9 @@ class Scripts:
         self.layout_ok = False
         #: the store these scripts serve (set by it): parts route an id to its shard's
         self.store: Store | None = None
+        #: read-only calls are sent as EVALSHA_RO (False once the server answered that it
+        #: has no such command: Redis < 7.0; see run)
+        self.read_only_calls = True
 
     async def elsewhere(self, an_id: str) -> Store | None:
         """The store of the shard of task or workflow id ``an_id``, when that is not the
@@ -163,12 +172,16 @@ class Scripts:
         lane: Lane | None = getattr(self.redis, "lane", None)
         return lane
 
-    async def run(self, call: Packed, *, durable: bool = False) -> Any:
+    async def run(self, call: Packed, *, durable: bool = False, readonly: bool = False) -> Any:
         """Run one packed script call; its raw reply.
 
         ``durable``: the call is a write a caller acknowledges; in durable mode it is
         followed by WAIT on the same connection, and :class:`rsjobs.NotReplicated` is raised
-        when too few replicas confirmed it. Raises :class:`rsjobs.RedisUnavailable` on a
+        when too few replicas confirmed it. ``readonly``: the script writes nothing; it is
+        sent as EVALSHA_RO (EVAL_RO on NOSCRIPT), which Redis >= 7.0 runs refusing any
+        write; a server without the command (Redis 6.2) answers "unknown command", and the
+        call is sent again as EVALSHA, as every later read-only call of these scripts is
+        (``read_only_calls``). Raises :class:`rsjobs.RedisUnavailable` on a
         passing error, :class:`rsjobs.StoreError` on any other error reply, and
         :class:`rsjobs.NotMigrated` (nothing run) while the namespace is not in this layout
         (checked before the first call, see :meth:`require_layout`)."""
@@ -177,18 +190,22 @@ class Scripts:
             await self.require_layout()
         cmd = ("EVALSHA", script_sha(name), len(call.keys), *call.keys, *call.argv)
         try:
-            if durable and self.settings.wait_replicas:
+            if durable and self.settings.wait_replicas and not readonly:
                 return await self._run_durable(name, cmd)
             lane = self.lane
             send = lane.call if lane is not None else self.redis.execute_command
-            try:
+            if readonly and self.read_only_calls:
+                try:
+                    return await _send(send, ("EVALSHA_RO", *cmd[1:]), name)
+                except ResponseError as exc:
+                    if not _no_read_only_command(exc):
+                        raise
+                    # Redis < 7.0: the command did not run; a plain EVALSHA from now on
+                    # (the script writes nothing either way)
+                    self.read_only_calls = False
+            try:  # (inline, not _send: the hot path)
                 return await send(*cmd)
             except NoScriptError:
-                # EVAL over the same path, not SCRIPT LOAD then EVALSHA: after a failover
-                # the load could reach the new primary while the call's connection still
-                # reaches the old node (then NOSCRIPT again, forever); EVAL runs where the
-                # call goes and caches the script there (a replica answers READONLY, a
-                # failover error the caller handles)
                 return await send(*_as_eval(cmd, name))
         except (RedisError, OSError) as exc:
             raise translate(exc, f"{name}.lua") from exc
@@ -247,6 +264,30 @@ class Scripts:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
+async def _send(send: Any, cmd: tuple[Any, ...], name: str) -> Any:
+    """Send the EVALSHA (or EVALSHA_RO) ``cmd``; on NOSCRIPT, as an EVAL of the source."""
+    try:
+        return await send(*cmd)
+    except NoScriptError:
+        # EVAL over the same path, not SCRIPT LOAD then EVALSHA: after a failover the load
+        # could reach the new primary while the call's connection still reaches the old
+        # node (then NOSCRIPT again, forever); EVAL runs where the call goes and caches the
+        # script there (a replica answers READONLY, a failover error the caller handles)
+        return await send(*_as_eval(cmd, name))
+
+
 def _as_eval(cmd: tuple[Any, ...], name: str) -> tuple[Any, ...]:
-    """The EVALSHA call ``cmd`` as an EVAL of the script's source (same keys and args)."""
-    return ("EVAL", script_source(name), *cmd[2:])
+    """The EVALSHA (EVALSHA_RO) call ``cmd`` as an EVAL (EVAL_RO) of the script's source
+    (same keys and args)."""
+    return ("EVAL_RO" if cmd[0] == "EVALSHA_RO" else "EVAL", script_source(name), *cmd[2:])
+
+
+#: the reply of a server without the read-only script commands (Redis < 7.0; fakeredis):
+#: "unknown command `EVALSHA_RO`, with args beginning with: ..." (quotes vary by version)
+_NO_RO = re.compile(r"^(?:ERR )?unknown command\W+eval(?:sha)?_ro\b", re.IGNORECASE)
+
+
+def _no_read_only_command(exc: ResponseError) -> bool:
+    """Whether ``exc`` is the server's "unknown command" reply to EVALSHA_RO / EVAL_RO (the
+    command did not run), not an error of the script."""
+    return _NO_RO.match(str(exc)) is not None

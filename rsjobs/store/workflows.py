@@ -21,6 +21,7 @@ from .layout import (
     WfAbortArgs,
     WfCancelArgs,
     WfGateArgs,
+    WfReadArgs,
     WfRegenerateArgs,
     WfRetryArgs,
     WfRetryItem,
@@ -30,7 +31,7 @@ from .layout import (
     WfTask,
 )
 from .record import WorkflowRecord, decode_workflow, field
-from .replies import WfFinishReply, WfReply, text
+from .replies import WfFinishReply, WfReply, WfView, text
 from .scripts import Scripts
 from .transient import boundary
 
@@ -55,7 +56,7 @@ class OpenSet(NamedTuple):
 
 class WorkflowState(NamedTuple):
     """A workflow's hash, slots (``<version>:<stage>:<item>`` -> task id) and assets (slot
-    -> asset JSON), read atomically."""
+    -> asset JSON), read as of one moment (``wf_read.lua``)."""
 
     record: WorkflowRecord
     slots: dict[str, str]
@@ -251,18 +252,21 @@ class Workflows:
             out.append(record)
         return out
 
+    async def _read(self, wf_id: str, view: str) -> WfView:
+        """``wf_read.lua`` (read-only): the workflow's keys of ``view`` as of one moment."""
+        call = layout.wf_read(
+            self.scripts.common, "api", self.history_maxlen, self.keys.workflow_keys(wf_id),
+            WfReadArgs(view),
+        )  # fmt: skip
+        return WfView.of(await self.scripts.run(call, readonly=True))
+
     async def state(self, wf_id: str) -> WorkflowState | None:
-        """The workflow's hash, slots and assets in one MULTI (None: no such workflow)."""
-        k = self.keys
-        with boundary("MULTI workflow state"):
-            async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.hgetall(k.workflow(wf_id))
-                pipe.hgetall(k.workflow_tasks(wf_id))
-                pipe.hgetall(k.workflow_assets(wf_id))
-                h, slots, assets = await pipe.execute()
-        if not h:
+        """The workflow's hash, slots and assets as of one moment, in one read-only script
+        call (None: no such workflow)."""
+        v = await self._read(wf_id, "state")
+        if not v.workflow:
             return None
-        return WorkflowState(decode_workflow(h), _text_map(slots), _text_map(assets))
+        return WorkflowState(decode_workflow(v.workflow), v.slots, v.assets)
 
     async def task_fields(
         self, task_ids: Sequence[str], fields: Sequence[str]
@@ -293,14 +297,10 @@ class Workflows:
         return ["" if isinstance(r, Exception) else None if r is None else text(r) for r in rows]
 
     async def slots_and_open(self, wf_id: str) -> tuple[dict[str, str], set[str]]:
-        """The workflow's slots and open set, atomically."""
-        k = self.keys
-        with boundary("MULTI slots and open"):
-            async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.hgetall(k.workflow_tasks(wf_id))
-                pipe.smembers(k.workflow_open(wf_id))
-                slots, open_ids = await pipe.execute()
-        return _text_map(slots), {text(i) for i in open_ids}
+        """The workflow's slots and open set as of one moment, in one read-only script
+        call."""
+        v = await self._read(wf_id, "open")
+        return v.slots, v.open
 
     async def assets(self, wf_id: str) -> dict[str, str]:
         """Slot -> asset JSON, every version."""

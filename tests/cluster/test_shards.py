@@ -218,6 +218,7 @@ async def test_workflows_run_on_their_shard(client: Client, cluster_url: str) ->
                 Stage("b", [TaskSpec(item="z", type="wf.make")], queue="wf")],
     )  # fmt: skip
     wf = WorkflowClient(connect(cluster_url), Settings(namespace=NS), definitions=[d])
+    major = int(str((await client.redis.info("server"))["redis_version"]).split(".")[0])
     try:
         async with wf_worker(cluster_url, settings=Settings(namespace=NS)):
             wids = [await wf.start("two", {"name": f"n{i}"}) for i in range(4)]
@@ -227,8 +228,11 @@ async def test_workflows_run_on_their_shard(client: Client, cluster_url: str) ->
                 assert info.status == "READY_TO_PUBLISH"
                 doc = await wf.status(wid)
                 assert len(doc.completed_assets) == 3
-                slots = (await (await client.store.at(wid)).workflows.slots_and_open(wid))[0]
+                wfs = (await client.store.at(wid)).workflows
+                slots = (await wfs.slots_and_open(wid))[0]
                 assert {shard_of(t) for t in slots.values()} == {shard_of(wid)}
+                # (wf_read.lua, the read behind both: EVALSHA_RO where the nodes have it)
+                assert wfs.scripts.read_only_calls is (major >= 7)
             owned = await wf.start("two", {"name": "o"}, owner="alice")
             assert shard_of(owned) == (await client.store.open()).place(owner="alice")
         listed = await client.list_workflows(limit=3)

@@ -190,6 +190,7 @@ def _calls() -> dict[str, layout.Packed]:
         "wf_abort": L.wf_abort(
             c, "src", 10, wk, _named(L.WfAbortArgs), [(tk, _named(L.OpenTask))] * 2
         ),
+        "wf_read": L.wf_read(c, "src", 10, wk, _named(L.WfReadArgs)),
     }
 
 
