@@ -285,35 +285,43 @@ async def sample_held(redis: Redis, keys: Keys, queue: str) -> tuple[set[str], d
     )
 
 
-async def read_pools(redis: Redis, keys: Keys, state: PoolState) -> PoolState:
-    """``state`` with what the shared-queue keys hold now: the ``running`` hash, and per
-    queue ever used its ``parked``, ``throttled`` and ``claims`` keys, and Redis TIME."""
-    queues = sorted(str(q) for q in await redis.smembers(keys.queues))
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.time()
-        pipe.hgetall(keys.running)
-        for q in queues:
-            pipe.zrange(keys.parked(q), 0, -1)
-            pipe.zrange(keys.throttled(q), 0, -1)
-            pipe.hgetall(keys.claims(q))
-        rows = await pipe.execute()
-    secs, micros = rows[0]
+async def read_pools(redis: Redis, shards: Shards, state: PoolState) -> PoolState:
+    """``state`` with what the shared-queue keys hold now, over every shard: the
+    ``running`` hashes (summed), and per queue ever used its ``parked``, ``throttled`` and
+    ``claims`` keys (a worker's claims on shard k > 0 under ``<worker>@<k>``), and Redis
+    TIME (shard 0's node). One pipeline per shard (a cluster refuses one across slots)."""
+    read_ms = 0
+    running: dict[str, int] = {}
     parked: dict[str, list[str]] = {}
     throttled: dict[str, list[str]] = {}
     claims: dict[str, dict[str, str]] = {}
-    for i, q in enumerate(queues):
-        p, t, c = rows[2 + 3 * i : 5 + 3 * i]
-        if p:
-            parked[q] = [str(m) for m in p]
-        if t:
-            throttled[q] = [str(m) for m in t]
-        if c:
-            claims[q] = {str(k): str(v) for k, v in c.items()}
+    for k, keys in enumerate(_all(shards)):
+        queues = sorted(str(q) for q in await redis.smembers(keys.queues))
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.time()
+            pipe.hgetall(keys.running)
+            for q in queues:
+                pipe.zrange(keys.parked(q), 0, -1)
+                pipe.zrange(keys.throttled(q), 0, -1)
+                pipe.hgetall(keys.claims(q))
+            rows = await pipe.execute()
+        if k == 0:
+            secs, micros = rows[0]
+            read_ms = int(secs) * 1000 + int(micros) // 1000
+        for field, n in rows[1].items():
+            running[str(field)] = running.get(str(field), 0) + int(n)
+        for i, q in enumerate(queues):
+            pk, th, cl = rows[2 + 3 * i : 5 + 3 * i]
+            parked.setdefault(q, []).extend(str(m) for m in pk)
+            throttled.setdefault(q, []).extend(str(m) for m in th)
+            for worker, raw in cl.items():
+                name = str(worker) if k == 0 else f"{worker}@{k}"
+                claims.setdefault(q, {})[name] = str(raw)
     return msgspec.structs.replace(
         state,
-        read_ms=int(secs) * 1000 + int(micros) // 1000,
-        running={str(k): int(v) for k, v in rows[1].items()},
-        parked=parked,
-        throttled=throttled,
-        claims=claims,
+        read_ms=read_ms,
+        running=running,
+        parked={q: m for q, m in parked.items() if m},
+        throttled={q: m for q, m in throttled.items() if m},
+        claims={q: c for q, c in claims.items() if c},
     )

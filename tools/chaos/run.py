@@ -102,9 +102,16 @@ async def _sample_held(
     with the time reserved for them (evidence that the limits bound; the checker holds
     the rate to the reserved times: a task may start after its time, when its worker
     was late)."""
+    every: list[Keys] = []
     while True:
         try:
-            p, t = await sample_held(client.redis, client.keys, queue)
+            every = every or await shard_keys(client)
+            p: set[str] = set()
+            t: dict[str, int] = {}
+            for keys in every:  # (a sharded namespace: every shard's)
+                pk, th = await sample_held(client.redis, keys, queue)
+                p |= pk
+                t |= th
             at = now_ms()
             parked |= p
             for tid, reserved in t.items():
@@ -463,7 +470,11 @@ class ChaosRun:
                 redis,
                 keys,
                 PoolState(
-                    settings=self.pools,
+                    # a sharded namespace's rate is split R/S per shard, each shard's burst
+                    # ceil(B/S) (rsjobs.limits): together up to S * ceil(B/S) at once
+                    settings=msgspec.structs.replace(
+                        self.pools, burst=cfg.shards * -(-self.pools.burst // cfg.shards)
+                    ),
                     set_ms=self.pools_set_ms,
                     parked_seen=sorted(self.parked_seen),
                     throttled_seen=self.throttled_seen,
