@@ -52,9 +52,12 @@ def jobs_key(namespace: str) -> str:
     return f"rschaos:{{{namespace}}}:jobs"
 
 
-def external_id(task_id: str, attempt: int) -> str:
-    """The outside job of one attempt of a deferred task."""
-    return f"chaos-{task_id}-a{attempt}"
+def external_id(task_id: str, attempt: int, exec_id: str) -> str:
+    """The outside job of one execution of a deferred task's attempt: unique per execution,
+    as a provider's job ids are (an attempt number alone is not: a failover can make Redis
+    forget an attempt, whose number the next START then gives again, and the forgotten
+    attempt's job would answer for it)."""
+    return f"chaos-{task_id}-a{attempt}-{exec_id[:12]}"
 
 
 def _conn() -> Redis:
@@ -166,7 +169,7 @@ async def chaos(ctx: Context, payload: dict[str, Any]) -> Any:
         if kind == "deferred":
             # the outside job: what it will deliver is written down first (the producer,
             # as the provider, sends it); this attempt is then the job's to end
-            ext = external_id(ctx.task_id, ctx.attempt)
+            ext = external_id(ctx.task_id, ctx.attempt, xid)
             result = {"attempt": ctx.attempt, "worker": ctx.worker, "pid": os.getpid(),
                       "exec": xid}  # fmt: skip
             await _hset(jobs_key(os.environ.get("RSJOBS_CHAOS_NAMESPACE", "chaos")), ext, result)

@@ -30,7 +30,7 @@ from rsjobs.workflows import ActionRefused, WorkflowClient
 
 from .aio import stop_tasks
 from .flows import NAME
-from .handlers import external_id, jobs_key
+from .handlers import jobs_key
 from .poison import PoisonSender
 from .records import CancelAck, ExternalAck, Submission, WorkflowStart
 from .supervisor import now_ms
@@ -446,7 +446,7 @@ class Producer:
         (the task times out). Until the task is terminal (bounded)."""
         loop = asyncio.get_running_loop()
         end = loop.time() + 120
-        done: set[int] = set()
+        done: set[str] = set()  # the outside jobs answered (by id)
         jobs = jobs_key(self.client.settings.namespace)
         while loop.time() < end:
             try:
@@ -458,15 +458,15 @@ class Producer:
                 continue
             if info.terminal:
                 return
-            att = info.attempt
-            if info.state != "DEFERRED" or att in done:
+            # the job of the attempt's execution that deferred it (the task names it)
+            att, ext = info.attempt, info.external_id
+            if info.state != "DEFERRED" or not ext or ext in done:
                 await asyncio.sleep(0.05)
                 continue
-            done.add(att)
+            done.add(ext)
             first = att == 1
             if mode == "never" or (mode == "lost" and first):
                 continue
-            ext = external_id(tid, att)
             raw = await self._retrying(functools.partial(self._hget, jobs, ext))
             result = decode(raw) if raw else None
             late = mode == "late" and first
