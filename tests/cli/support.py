@@ -19,7 +19,13 @@ __all__ = ["Dev", "gone", "rsjobs"]
 
 
 def env(**more: str) -> dict[str, str]:
-    e = {k: v for k, v in os.environ.items() if not k.startswith("RSJOBS_")}
+    # (the settings are the test's to give; the redis-server to run is the session's:
+    # a process on another Redis version could not read the AOF the test reads after it)
+    e = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("RSJOBS_") or k == "RSJOBS_REDIS_SERVER"
+    }
     e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
     return e | more
 
