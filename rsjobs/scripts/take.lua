@@ -133,12 +133,19 @@ end
 -- each owner's state in a queue, read once: {f = field, limit = n or false, busy = n}
 local running, handed, claims = {}, {}, {}
 local state = {}
-local function owner_state(queue, owner)
-  local byq = state[queue]
-  if byq == nil then
-    byq = {}
-    state[queue] = byq
+
+-- The table t[k], made (empty) when there is none.
+local function sub(t, k)
+  local v = t[k]
+  if v == nil then
+    v = {}
+    t[k] = v
   end
+  return v
+end
+
+local function owner_state(queue, owner)
+  local byq = sub(state, queue)
   local s = byq[owner]
   if s == nil then
     local f = queue .. '|' .. owner
@@ -523,19 +530,11 @@ end
 -- no more is stale (its task moved on): the claim leaves it out.
 local unparked, unlisted = {}, {}
 local function unlist(zkey, m)
-  local l = unlisted[zkey]
-  if l == nil then
-    l = {}
-    unlisted[zkey] = l
-  end
+  local l = sub(unlisted, zkey)
   l[#l + 1] = m
 end
 local function unpark(skey, entry, qi, owner)
-  local l = unparked[skey]
-  if l == nil then
-    l = {}
-    unparked[skey] = l
-  end
+  local l = sub(unparked, skey)
   l[#l + 1] = {entry, #taken, qi, owner}
 end
 
