@@ -1644,6 +1644,56 @@ function pools.owner_limit(limits_key, queue, owner)
   return v
 end
 
+-- Read the concurrency limits of the owners `owners` (a list) in `queue` into the cache
+-- owner_limit reads, those not read yet, in one call.
+function pools.prefetch_limits(limits_key, queue, owners)
+  local fields, fs = {'c|' .. queue .. '|*'}, {}
+  for _, owner in ipairs(owners) do
+    local f = queue .. '|' .. owner
+    if owner ~= '' and pools.limit[f] == nil then
+      fs[#fs + 1] = f
+      fields[#fields + 1] = 'c|' .. f
+    end
+  end
+  if #fs == 0 then return end
+  local r = redis.call('HMGET', limits_key, unpack(fields))
+  local default = tonumber(r[1])
+  for j, f in ipairs(fs) do pools.limit[f] = tonumber(r[j + 1]) or default or false end
+end
+
+-- The concurrency limits of the owners of the tasks check_levels loaded (calls 1..n),
+-- read into the cache of pools.owner_limit with one HMGET per queue; with `running`, the
+-- RUNNING counts of those with a limit too (for running_now), with one HMGET.
+function pools.prefetch_loaded(n, limits_key, running)
+  local byq = {}
+  for i = 1, n do
+    local t = LOADED[i] and LOADED[i][2]
+    if t and (t.owner or '') ~= '' then
+      local l = byq[t.queue]
+      if l == nil then
+        l = {}
+        byq[t.queue] = l
+      end
+      l[#l + 1] = t.owner
+    end
+  end
+  local fields = {}
+  for queue, owners in pairs(byq) do
+    pools.prefetch_limits(limits_key, queue, owners)
+    for _, owner in ipairs(owners) do
+      local f = queue .. '|' .. owner
+      if running and RUN_BASE[f] == nil and pools.limit[f] then
+        RUN_BASE[f] = false  -- (read below)
+        fields[#fields + 1] = f
+      end
+    end
+  end
+  if #fields > 0 then
+    local counts = redis.call('HMGET', RUNNING_KEY, unpack(fields))
+    for j, f in ipairs(fields) do RUN_BASE[f] = tonumber(counts[j]) or 0 end
+  end
+end
+
 -- A rate setting: {interval ms, tolerance ms}, or false for none (or a setting that
 -- does not read: rsjobs/limits.py writes only good ones).
 function pools.rate_setting(limits_key, field)

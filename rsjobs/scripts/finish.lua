@@ -43,6 +43,7 @@ local LIMITS_KEY, WAKE_KEY = KEYS[#KEYS - 1], KEYS[#KEYS]
 if bad then return bad end
 bad = check_levels(n, nil, ATTEMPT_FIELDS)  -- each task's queue key is its level's stream
 if bad then return bad end
+pools.prefetch_loaded(n, LIMITS_KEY)
 local amounts = {}  -- per task: its charges, parsed
 for i = 1, n do  -- the whole batch before the first write
   local a = NARGV + (i - 1) * PER

@@ -76,6 +76,7 @@ local START_FIELDS = {'entry', 'timeout_ms', 'type', 'payload', 'wf', 'expires_a
   'consumer', 'deadline_at', 'tp', 'ts', 'rt', 'after', 'predecessors'}
 bad = check_levels(n, queue, START_FIELDS)
 if bad then return bad end
+pools.prefetch_loaded(n, LIMITS_KEY, true)
 
 -- START's reply for the RUNNING task `t`.
 local function started(t, lease, deadline, timeout)

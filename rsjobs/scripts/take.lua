@@ -304,7 +304,12 @@ for qi = 1, nq do
   if #gone > 0 then redis.call('HDEL', KEYS[b + 3], unpack(gone)) end
   if short then
     -- (an empty zset does not exist)
-    short = qs.admit >= 1e9 and redis.call('EXISTS', KEYS[b + 1], KEYS[b + 2]) == 0
+    short = qs.admit >= 1e9
+    if short and redis.call('EXISTS', KEYS[b + 1], KEYS[b + 2]) > 0 then
+      -- parked tasks: the short way still, for the call's only queue (see parked_by_level)
+      short = nq == 1 and redis.call('EXISTS', KEYS[b + 2]) == 0
+      qs.parked = short
+    end
   end
   if short then
     qs.levels = {0}
@@ -413,17 +418,156 @@ local function direct(qi, p, skey)
   return last, drained, bounded
 end
 
+-- The parked entries this call hands out, claimed for the consumer together at the end
+-- (per stream: {entry, index in taken, queue index, owner}), and the members leaving
+-- their zsets (per zset). A member names an entry held by ~waiting or none (it leaves
+-- its zset in the call that claims the entry from ~waiting); one whose entry is pending
+-- no more is stale (its task moved on): the claim leaves it out.
+local unparked, unlisted = {}, {}
+local function unlist(zkey, m)
+  local l = sub(unlisted, zkey)
+  l[#l + 1] = m
+end
+local function unpark(skey, entry, qi, owner)
+  local l = sub(unparked, skey)
+  l[#l + 1] = {entry, #taken, qi, owner}
+end
+
+-- The parked entries handed out leave their zsets and are claimed; a stale one is no
+-- longer handed out (its claim given back, and `more`: what it left out made room).
+local function settle_unparked()
+  for zkey, members in pairs(unlisted) do redis.call('ZREM', zkey, unpack(members)) end
+  local stale = false
+  for skey, list in pairs(unparked) do
+    local ids = {}
+    for j, u in ipairs(list) do ids[j] = u[1] end
+    ids[#ids + 1] = 'JUSTID'
+    local got = redis.call('XCLAIM', skey, GROUP, consumer, 0, unpack(ids))
+    if #got < #list then
+      local ok = {}
+      for _, e in ipairs(got) do ok[e] = true end
+      for _, u in ipairs(list) do
+        if not ok[u[1]] then
+          taken[u[2]] = false
+          stale = true
+          local owner, counts = u[4], mine[u[3]]
+          if owner ~= '' and counts[owner] then counts[owner] = counts[owner] - 1 end
+        end
+      end
+    end
+  end
+  if stale then
+    local kept = {}
+    for _, t in ipairs(taken) do if t then kept[#kept + 1] = t end end
+    taken = kept
+    more = 1
+  end
+end
+
+-- The parked tasks of queue qi (its parked zset `wkey`) that may start now, for the
+-- short way: each owner's first ones, as many as it has room for, by level
+-- (p -> candidates {p, ms, entry, id, owner, m}, oldest first). A parked entry was
+-- delivered before every new entry of its stream: it goes before them, in its level.
+-- Returns nil when the zset is too large to read whole (the long way reads it owner by
+-- owner) or, with aging, when a candidate below `top` (the highest level of the call)
+-- has waited age_ms: aging may then change the order.
+local PARKED_READ_ALL = 256
+local function parked_by_level(qi, queue, wkey, top)
+  if redis.call('ZCARD', wkey) > PARKED_READ_ALL then return nil end
+  local ms = redis.call('ZRANGEBYLEX', wkey, '-', '+')
+  -- the owners' settings and RUNNING counts, read in one call each
+  local owners, seen = {}, {}
+  for _, m in ipairs(ms) do
+    local owner = string.match(m, '^([^|]*)|')
+    if owner ~= nil and owner ~= '' and not seen[owner] then
+      seen[owner] = true
+      owners[#owners + 1] = owner
+    end
+  end
+  pools.prefetch_limits(LIMITS_KEY, queue, owners)
+  local need = {}
+  for _, owner in ipairs(owners) do
+    local f = queue .. '|' .. owner
+    if pools.owner_limit(LIMITS_KEY, queue, owner) and running[f] == nil then
+      need[#need + 1] = f
+    end
+  end
+  if #need > 0 then
+    local counts = redis.call('HMGET', RUNNING_KEY, unpack(need))
+    for j, f in ipairs(need) do running[f] = tonumber(counts[j]) or 0 end
+  end
+  local levels, room, bad = {}, {}, {}
+  for _, m in ipairs(ms) do
+    local owner, d, sortable, id = string.match(m, '^([^|]*)|(%d)(%d+%-%d+)|([^|]*)$')
+    if owner == nil or owner == '' then
+      bad[#bad + 1] = m  -- not a member rsjobs writes
+    else
+      local r = room[owner]
+      if r == nil then
+        local limit = pools.owner_limit(LIMITS_KEY, queue, owner)
+        r = want
+        if limit then r = math.min(want, limit - busy(queue, owner)) end
+        if r <= 0 then held = 1 end
+      end
+      if r > 0 then
+        local p = MAX_PRIORITY - tonumber(d)
+        local entry = pools.entry_of(sortable)
+        local c = {p = p, ms = entry_ms(entry), entry = entry, id = id, owner = owner, m = m,
+          key = sortable}
+        if age_ms > 0 and p < top and NOW - c.ms >= age_ms then return nil end
+        local l = sub(levels, p)
+        l[#l + 1] = c
+      end
+      room[owner] = r - 1
+    end
+  end
+  if #bad > 0 then redis.call('ZREM', wkey, unpack(bad)) end
+  for _, l in pairs(levels) do
+    table.sort(l, function(a, b) return a.key < b.key end)
+  end
+  return levels
+end
+
+-- the parked tasks that may start now, by level, for the short way (nil: it is not for it)
+local NONE = {}
+for qi = 1, nq do
+  local qs = queues[qi]
+  if short and qs.parked then
+    local pl = parked_by_level(qi, qs.name, KEYS[NCOMMON + (qi - 1) * PER_QUEUE + 1],
+      qs.levels[1])
+    local known = {}
+    for _, p in ipairs(qs.levels) do known[p] = true end
+    for p in pairs(pl or NONE) do
+      if not known[p] then pl = nil end  -- (a level without its stream: the long way)
+    end
+    if pl == nil then short = false else qs.parked_levels = pl end
+  end
+end
+
 if short then
-  -- The short way: each level's new entries, highest level first, are delivered in
-  -- their order (direct).
+  -- The short way: each level's parked tasks that may start (see parked_by_level),
+  -- then its new entries, highest level first, the new ones delivered in their order
+  -- (direct).
   local cur = {}
   local bounded = false
   for qi = 1, nq do
     local b = NCOMMON + (qi - 1) * PER_QUEUE
     local top = {}
-    for _, p in ipairs(queues[qi].levels) do
+    local qs = queues[qi]
+    local parked = qs.parked_levels
+    for _, p in ipairs(qs.levels) do
       local skey = KEYS[b + 4 + p]
       if p > 0 or redis.call('EXISTS', skey) == 1 then
+        -- the level's parked tasks that may start first (older than its new entries)
+        for _, c in ipairs(parked and parked[p] or NONE) do
+          if #taken >= want then break end
+          if not at_limit(qs.name, c.owner) then
+            hand(qi, qs.name, c.owner)
+            taken[#taken + 1] = {qi, p, c.entry, c.id}
+            unpark(skey, c.entry, qi, c.owner)
+            unlist(KEYS[b + 1], c.m)
+          end
+        end
         if not bounded and #taken < want then
           local _, _, bd = direct(qi, p, skey)
           bounded = bd
@@ -436,6 +580,7 @@ if short then
     end
     for p = 0, MAX_PRIORITY do cur[#cur + 1] = top[p] or '0-0' end
   end
+  settle_unparked()
   write_mine()
   local out = {}
   for _, t in ipairs(taken) do
@@ -523,20 +668,6 @@ local function still_held(skey, entry)
   return #pe == 1
 end
 
--- The parked entries this call hands out, claimed for the consumer together at the end
--- (per stream: {entry, index in taken, queue index, owner}), and the members leaving
--- their zsets (per zset). A member names an entry held by ~waiting or none (it leaves
--- its zset in the call that claims the entry from ~waiting); one whose entry is pending
--- no more is stale (its task moved on): the claim leaves it out.
-local unparked, unlisted = {}, {}
-local function unlist(zkey, m)
-  local l = sub(unlisted, zkey)
-  l[#l + 1] = m
-end
-local function unpark(skey, entry, qi, owner)
-  local l = sub(unparked, skey)
-  l[#l + 1] = {entry, #taken, qi, owner}
-end
 
 local all_sources = sources
 
@@ -655,34 +786,7 @@ while #taken < want do
   end
 end
 
--- the parked entries handed out leave their zsets and are claimed; a stale one is no
--- longer handed out (its claim given back)
-for zkey, members in pairs(unlisted) do redis.call('ZREM', zkey, unpack(members)) end
-local stale = false
-for skey, list in pairs(unparked) do
-  local ids = {}
-  for j, u in ipairs(list) do ids[j] = u[1] end
-  ids[#ids + 1] = 'JUSTID'
-  local got = redis.call('XCLAIM', skey, GROUP, consumer, 0, unpack(ids))
-  if #got < #list then
-    local ok = {}
-    for _, e in ipairs(got) do ok[e] = true end
-    for _, u in ipairs(list) do
-      if not ok[u[1]] then
-        taken[u[2]] = false
-        stale = true
-        local owner, counts = u[4], mine[u[3]]
-        if owner ~= '' and counts[owner] then counts[owner] = counts[owner] - 1 end
-      end
-    end
-  end
-end
-if stale then
-  local kept = {}
-  for _, t in ipairs(taken) do if t then kept[#kept + 1] = t end end
-  taken = kept
-  more = 1  -- (what it left out made room: the worker takes again at once)
-end
+settle_unparked()
 
 -- deliver the new entries picked, per level in order, up to the last one handed out
 -- (or every one, when enough were passed over), and park the blocked among them; the
