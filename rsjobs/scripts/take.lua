@@ -26,12 +26,15 @@ whose owner is at its limit moves to `parked` (its reserved time stays its own).
 the queue's own rate limit admits nothing, its new entries are left undelivered. A
 stream without the group gets it (from id 0).
 
-The short way, when no queue of the call has a parked task or a rate of its own, and
+The short way, when no queue of the call has a throttled task or a rate of its own, has
+parked tasks only if it is the call's only queue (and no more than PARKED_READ_ALL), and
 either has streams of level 0 only, or (the call's only queue) no entry below its highest
-level has waited age_ms yet (so that aging changes no order: the common case): the
-levels' new entries, highest level first, are delivered in their order with XREADGROUP,
-no more than the call hands out, and the blocked ones among them are parked at once (at
-most park_max in a row; none taken by then: `more`).
+level has waited age_ms yet, nor a parked task that may start now (so that aging changes
+no order: the common case): level by level, highest first, the level's parked tasks whose
+owners have room (oldest first: a parked entry was delivered before every new entry of
+its stream, so it goes before them), then its new entries, delivered in their order with
+XREADGROUP, no more than the call hands out, the blocked ones among them parked at once
+(at most park_max in a row; none taken by then: `more`).
 
 When nothing is handed out, the worker waits with XREAD BLOCK on the streams and the wake
 stream from the cursors returned (a new entry, or an attempt ending whose owner has a
