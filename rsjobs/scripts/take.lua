@@ -479,9 +479,10 @@ local function parked_by_level(qi, queue, wkey, top)
   if redis.call('ZCARD', wkey) > PARKED_READ_ALL then return nil end
   local ms = redis.call('ZRANGEBYLEX', wkey, '-', '+')
   -- the owners' settings and RUNNING counts, read in one call each
-  local owners, seen = {}, {}
-  for _, m in ipairs(ms) do
+  local owners, seen, of = {}, {}, {}
+  for j, m in ipairs(ms) do
     local owner = string.match(m, '^([^|]*)|')
+    of[j] = owner
     if owner ~= nil and owner ~= '' and not seen[owner] then
       seen[owner] = true
       owners[#owners + 1] = owner
@@ -499,20 +500,25 @@ local function parked_by_level(qi, queue, wkey, top)
     local counts = redis.call('HMGET', RUNNING_KEY, unpack(need))
     for j, f in ipairs(need) do running[f] = tonumber(counts[j]) or 0 end
   end
+  -- (only the members of owners with room are read further)
   local levels, room, bad = {}, {}, {}
-  for _, m in ipairs(ms) do
-    local owner, d, sortable, id = string.match(m, '^([^|]*)|(%d)(%d+%-%d+)|([^|]*)$')
-    if owner == nil or owner == '' then
+  for j, m in ipairs(ms) do
+    local owner = of[j]
+    local r = owner ~= nil and owner ~= '' and room[owner]
+    if r == nil then
+      local limit = pools.owner_limit(LIMITS_KEY, queue, owner)
+      r = want
+      if limit then r = math.min(want, limit - busy(queue, owner)) end
+      if r <= 0 then held = 1 end
+      room[owner] = r
+    end
+    if r == false then
       bad[#bad + 1] = m  -- not a member rsjobs writes
-    else
-      local r = room[owner]
-      if r == nil then
-        local limit = pools.owner_limit(LIMITS_KEY, queue, owner)
-        r = want
-        if limit then r = math.min(want, limit - busy(queue, owner)) end
-        if r <= 0 then held = 1 end
-      end
-      if r > 0 then
+    elseif r > 0 then
+      local d, sortable, id = string.match(m, '^[^|]*|(%d)(%d+%-%d+)|([^|]*)$')
+      if d == nil then
+        bad[#bad + 1] = m
+      else
         local p = MAX_PRIORITY - tonumber(d)
         local entry = pools.entry_of(sortable)
         local c = {p = p, ms = entry_ms(entry), entry = entry, id = id, owner = owner, m = m,
@@ -520,13 +526,13 @@ local function parked_by_level(qi, queue, wkey, top)
         if age_ms > 0 and p < top and NOW - c.ms >= age_ms then return nil end
         local l = sub(levels, p)
         l[#l + 1] = c
+        room[owner] = r - 1
       end
-      room[owner] = r - 1
     end
   end
   if #bad > 0 then redis.call('ZREM', wkey, unpack(bad)) end
   for _, l in pairs(levels) do
-    table.sort(l, function(a, b) return a.key < b.key end)
+    if #l > 1 then table.sort(l, function(a, b) return a.key < b.key end) end
   end
   return levels
 end
