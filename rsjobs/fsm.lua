@@ -1688,10 +1688,15 @@ function pools.prefetch_loaded(n, limits_key, running)
       end
     end
   end
-  if #fields > 0 then
-    local counts = redis.call('HMGET', RUNNING_KEY, unpack(fields))
-    for j, f in ipairs(fields) do RUN_BASE[f] = tonumber(counts[j]) or 0 end
-  end
+  pools.read_running(fields, RUN_BASE)
+end
+
+-- Read the RUNNING counts of `fields` ("<queue>|<owner>") into `into` (field -> count),
+-- with one HMGET.
+function pools.read_running(fields, into)
+  if #fields == 0 then return end
+  local counts = redis.call('HMGET', RUNNING_KEY, unpack(fields))
+  for j, f in ipairs(fields) do into[f] = tonumber(counts[j]) or 0 end
 end
 
 -- A rate setting: {interval ms, tolerance ms}, or false for none (or a setting that

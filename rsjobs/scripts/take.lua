@@ -496,10 +496,7 @@ local function parked_by_level(qi, queue, wkey, top)
       need[#need + 1] = f
     end
   end
-  if #need > 0 then
-    local counts = redis.call('HMGET', RUNNING_KEY, unpack(need))
-    for j, f in ipairs(need) do running[f] = tonumber(counts[j]) or 0 end
-  end
+  pools.read_running(need, running)
   -- (only the members of owners with room are read further)
   local levels, room, bad = {}, {}, {}
   for j, m in ipairs(ms) do
