@@ -469,13 +469,13 @@ end
 
 -- The parked tasks of queue qi (its parked zset `wkey`) that may start now, for the
 -- short way: each owner's first ones, as many as it has room for, by level
--- (p -> candidates {p, ms, entry, id, owner, m}, oldest first). A parked entry was
+-- (p -> candidates {entry, id, owner, m, key}, oldest first). A parked entry was
 -- delivered before every new entry of its stream: it goes before them, in its level.
 -- Returns nil when the zset is too large to read whole (the long way reads it owner by
--- owner) or, with aging, when a candidate below `top` (the highest level of the call)
--- has waited age_ms: aging may then change the order.
+-- owner). (Aging needs no check here: a parked entry stays on its stream, so the short
+-- way's check of each level's oldest entry covers it.)
 local PARKED_READ_ALL = 256
-local function parked_by_level(qi, queue, wkey, top)
+local function parked_by_level(queue, wkey)
   if redis.call('ZCARD', wkey) > PARKED_READ_ALL then return nil end
   local ms = redis.call('ZRANGEBYLEX', wkey, '-', '+')
   -- the owners' settings and RUNNING counts, read in one call each
@@ -516,13 +516,9 @@ local function parked_by_level(qi, queue, wkey, top)
       if d == nil then
         bad[#bad + 1] = m
       else
-        local p = MAX_PRIORITY - tonumber(d)
-        local entry = pools.entry_of(sortable)
-        local c = {p = p, ms = entry_ms(entry), entry = entry, id = id, owner = owner, m = m,
+        local l = sub(levels, MAX_PRIORITY - tonumber(d))
+        l[#l + 1] = {entry = pools.entry_of(sortable), id = id, owner = owner, m = m,
           key = sortable}
-        if age_ms > 0 and p < top and NOW - c.ms >= age_ms then return nil end
-        local l = sub(levels, p)
-        l[#l + 1] = c
         room[owner] = r - 1
       end
     end
@@ -539,8 +535,7 @@ local NONE = {}
 for qi = 1, nq do
   local qs = queues[qi]
   if short and qs.parked then
-    local pl = parked_by_level(qi, qs.name, KEYS[NCOMMON + (qi - 1) * PER_QUEUE + 1],
-      qs.levels[1])
+    local pl = parked_by_level(qs.name, KEYS[NCOMMON + (qi - 1) * PER_QUEUE + 1])
     local known = {}
     for _, p in ipairs(qs.levels) do known[p] = true end
     for p in pairs(pl or NONE) do

@@ -23,23 +23,24 @@ def tid(n: int) -> str:
 class Pool:
     """A queue ``q`` and one worker's calls on it."""
 
-    def __init__(self, **limits: Any) -> None:
-        self.h = LuaHarness()
-        self.h.group()
-        for field, value in limits.items():
-            self.h.r.hset(self.h.k.limits, field.replace("__", "|"), value)
-
     def add(self, n: int, *, owner: str | None = None, priority: int = 0, **kw: Any) -> str:
         t = tid(n)
         assert self.h.enqueue(t, owner=owner, priority=priority, **kw)[2] == 0
         return t
 
+    def __init__(self, queues: tuple[str, ...] = ("q",), **limits: Any) -> None:
+        self.h = LuaHarness()
+        self.h.group()
+        #: the queues each take reads ("q" alone: the short way; with another, the long way)
+        self.queues = list(queues)
+        for field, value in limits.items():
+            self.h.r.hset(self.h.k.limits, field.replace("__", "|"), value)
+
     def take(self, count: int = 10, consumer: str = "w1", age_ms: int = 0, park_max: int = 256
              ) -> tuple[list[tuple[int, str, str]], Any]:  # fmt: skip
         h = self.h
-        reply = h.run(
-            layout.take(h.c, h.k, "worker", TakeArgs(consumer, count, age_ms, park_max), ["q"])
-        )
+        args = TakeArgs(consumer, count, age_ms, park_max)
+        reply = h.run(layout.take(h.c, h.k, "worker", args, self.queues))
         flat = reply[0]
         got = [(int(flat[j + 1]), flat[j + 2], flat[j + 3]) for j in range(0, len(flat), 4)]
         return got, reply
@@ -95,6 +96,30 @@ def test_aging_takes_an_old_low_priority_task_before_newer_high_ones() -> None:
         new = p.add(2, priority=5)
         got, _ = p.take(1, age_ms=age_ms)
         assert [t for _, _, t in got] == [old if first == "old" else new]
+
+
+@pytest.mark.parametrize("queues", [("q",), ("q", "q2")], ids=["short way", "long way"])
+def test_a_parked_task_that_waited_long_goes_before_newer_higher_ones(
+    queues: tuple[str, ...],
+) -> None:
+    """Aging counts for parked tasks too: alice's priority-0 task, parked on her limit 30 ms
+    before bob's priority-5 task was queued, goes first with 1 ms periods once she has room
+    (its entry stays on its stream, whose oldest entry the short way checks: the call
+    goes the long way, which orders by effective priority), second without aging."""
+    import time
+
+    for age_ms, first in ((1, "alice"), (0, "bob")):
+        p = Pool(queues)
+        p.h.r.hset(p.h.k.limits, "c|q|alice", 1)
+        alice = [p.add(n, owner="alice") for n in range(2)]
+        got, _ = p.take(2)
+        assert [t for _, _, t in got] == [alice[0]] and len(p.waiting()) == 1
+        started = p.start(got)
+        assert p.complete(alice[0], started[0][5]) == [1, "SUCCEEDED"]
+        time.sleep(0.03)
+        bob = p.add(10, priority=5, owner="bob")
+        got, _ = p.take(1, age_ms=age_ms)
+        assert [t for _, _, t in got] == [alice[1] if first == "alice" else bob]
 
 
 def test_an_owner_at_its_limit_is_passed_over_and_its_tasks_parked() -> None:
@@ -286,14 +311,17 @@ def test_levels_are_taken_highest_first_in_one_call_and_blocked_entries_parked()
     assert got2 == []
 
 
-def test_a_parked_task_that_moved_on_is_passed_over_and_its_member_dropped() -> None:
+@pytest.mark.parametrize("queues", [("q",), ("q", "q2")], ids=["short way", "long way"])
+def test_a_parked_task_that_moved_on_is_passed_over_and_its_member_dropped(
+    queues: tuple[str, ...],
+) -> None:
     """A waiting member whose entry is no longer held (its task was cancelled meanwhile)
     is not handed out: the call hands out the owner's next parked task instead, and the
-    stale member leaves the zset."""
-    p = Pool()
+    stale member leaves the zset; the same whichever way take.lua goes."""
+    p = Pool(queues)
     p.h.r.hset(p.h.k.limits, "c|q|alice", 1)
     alice = [p.add(n, owner="alice") for n in range(3)]
-    p.add(9, priority=2)  # (a second level: the take below goes the long way)
+    p.add(9, priority=2)  # (a second level)
     got, _ = p.take(4)
     assert [t for _, _, t in got][:2] == [tid(9), alice[0]]
     assert len(p.waiting()) == 2
