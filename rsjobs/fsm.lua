@@ -182,6 +182,12 @@ local RUNS = {}
 -- deleted by finish_call() with one XACK and one XDEL per stream (see drop_entry).
 local DROPS = {}
 
+-- The tags:trim fields of the tagged tasks this call finished (see index_move): a list of
+-- flat field lists, written by finish_call() with one XADD each (a new list is begun at
+-- TRIM_FIELDS_MAX fields, well within unpack's bound).
+local TRIMS = {}
+local TRIM_FIELDS_MAX = 2000
+
 -- Runs the script body `main`, then writes the counters and removes the dropped entries,
 -- also when `main` raised (the writes it made before the error stay: Redis does not roll
 -- a script back, so what they imply must be written too).
@@ -209,6 +215,8 @@ local function finish_call(main)
     redis.call('XDEL', qkey, unpack(entries))
   end
   DROPS = {}
+  for _, fields in ipairs(TRIMS) do redis.call('XADD', TAGS_TRIM_KEY, '*', unpack(fields)) end
+  TRIMS = {}
   if ok then return res end
   if type(res) == 'table' and res.err then return redis.error_reply(res.err) end
   error(res, 0)
@@ -796,8 +804,10 @@ end
 --                 "<tag>|<created ms, 13 digits>|<id>", score 0, read in text order (tag:
 --                 "o<n>:<owner>" or "l<n>:<key>=<value>", n the byte length after the
 --                 ':', so that no tag is the prefix of another); written at ENQUEUE
---   tags:trim     per finished task with tags: id, c (created), o (owner), l (labels);
---                 the reaper removes its tags members once it is past retention
+--   tags:trim     an entry per call that finished tasks with tags, with for each such
+--                 task in turn: id, c (created), o (owner), l (labels) (o and l when it
+--                 has them; an entry of an older release holds one task); the reaper
+--                 removes their tags members once the entry is past retention
 -- Readers check each entry against the task's hash: one whose task has left that state
 -- or expired is skipped. Lists thus cost bytes only for finished, paused and tagged tasks.
 
@@ -840,10 +850,14 @@ local function index_move(t, from, to)
     redis.call('XADD', done, '*', t.queue, t.id)
   end
   if owner ~= '' or labels ~= '' then
-    local f = {'id', t.id, 'c', t.created or 0}
+    local f = TRIMS[#TRIMS]
+    if f == nil or #f >= TRIM_FIELDS_MAX then
+      f = {}
+      TRIMS[#TRIMS + 1] = f
+    end
+    f[#f + 1] = 'id'; f[#f + 1] = t.id; f[#f + 1] = 'c'; f[#f + 1] = t.created or 0
     if owner ~= '' then f[#f + 1] = 'o'; f[#f + 1] = owner end
     if labels ~= '' then f[#f + 1] = 'l'; f[#f + 1] = labels end
-    redis.call('XADD', TAGS_TRIM_KEY, '*', unpack(f))
   end
 end
 

@@ -4,7 +4,8 @@ A finished task's hash expires after the retention period (ARGV[3]); its entries
 list indexes go with it here: the done:<STATE> streams lose their entries older than the
 retention period (the transitions trim them too, approximately, while tasks keep
 finishing: this removes the rest, and a stream left empty is deleted), and each tags:trim
-entry older than it has its task's tags members removed, then is deleted itself. Nothing
+entry older than it has its tasks' tags members removed, then is deleted itself (an entry
+names the tasks one call finished: each task's fields begin with its id). Nothing
 is trimmed when the retention period is 0 (tasks are kept forever).
 
 KEYS: common (see fsm.lua)
@@ -30,13 +31,24 @@ end
 
 local rows = redis.call('XRANGE', TAGS_TRIM_KEY, '-', '(' .. cutoff .. '-0', 'COUNT', most)
 local members, ids = 0, {}
-for _, row in ipairs(rows) do
-  local e = {}
-  for j = 1, #row[2], 2 do e[row[2][j]] = row[2][j + 1] end
+-- the tags members of the task whose fields `e` holds ({id, c, o, l}) leave the index
+local function untag(e)
   -- labels that do not decode (written by something else) leave only the owner's member
   local labels = e.l and decode_labels(e.l) or nil
-  local gone = tag_members(tags_of(e.o, labels), tonumber(e.c) or 0, e.id or '')
+  local gone = tag_members(tags_of(e.o, labels), tonumber(e.c) or 0, e.id)
   if #gone > 0 then members = members + redis.call('ZREM', TAGS_KEY, unpack(gone)) end
+end
+for _, row in ipairs(rows) do
+  local f, e = row[2], nil
+  for j = 1, #f, 2 do
+    if f[j] == 'id' then
+      if e then untag(e) end
+      e = {id = f[j + 1]}
+    elseif e then
+      e[f[j]] = f[j + 1]
+    end
+  end
+  if e then untag(e) end
   ids[#ids + 1] = row[1]
 end
 if #ids > 0 then

@@ -124,9 +124,10 @@ them::
     rsjobs:{default}:tags                 zset    owner and label index, score 0, read in text
                                                   order: ``<tag>|<created ms>|<id>``, tag
                                                   ``o<n>:<owner>`` or ``l<n>:<key>=<value>``
-    rsjobs:{default}:tags:trim            stream  per finished task with tags: id, created
-                                                  time, owner, labels; the reaper removes its
-                                                  tags entries once past retention
+    rsjobs:{default}:tags:trim            stream  per call that finished tasks with tags:
+                                                  each one's id, created time, owner, labels;
+                                                  the reaper removes their tags entries once
+                                                  past retention
 
 Hooks and webhooks (``rsjobs.hooks``; see ``docs/hooks.md``)::
 

@@ -174,6 +174,49 @@ def test_trim_removes_what_retention_expired_and_deletes_emptied_keys() -> None:
     assert index_keys(h) == {h.k.tags: [(f"o3:bob|{int(h.task(C)['created_at']):013d}|{C}", 0.0)]}
 
 
+def test_one_finish_call_writes_one_trim_entry_naming_each_tagged_task() -> None:
+    h = LuaHarness(retention_ms=50)
+    labels = encode_labels({"user": "u_9"})
+    tasks = [
+        (h.tk(A), h.new_task(A, owner="bob")),
+        (h.tk(B), h.new_task(B)),  # untagged: named nowhere
+        (h.tk(C), h.new_task(C, owner="al", labels=labels)),
+    ]
+    h.run(layout.enqueue(h.c, "api", tasks))
+    created = {tid: h.task(tid)["created_at"] for tid in (A, C)}
+    h.group()
+    leases = [h.start(tid, e)[5] for tid, e in zip((A, B, C), h.deliver(), strict=True)]
+    ends = [
+        (h.tk(t), h.ending("COMPLETE", lease)) for t, lease in zip((A, B, C), leases, strict=True)
+    ]
+    assert [r[0] for r in h.run(layout.finish(h.c, h.k, "worker", ends))] == [1, 1, 1]
+    # (through Lua: redis-py would answer the entry's fields as a dict)
+    ((_, fields),) = h.r.eval("return redis.call('XRANGE', KEYS[1], '-', '+')", 1, h.k.tags_trim)
+    assert fields == [
+        "id", A, "c", created[A], "o", "bob",
+        "id", C, "c", created[C], "o", "al", "l", labels,
+    ]  # fmt: skip
+    assert h.r.zcard(h.k.tags) == 3
+    time.sleep(0.08)
+    assert h.run(layout.trim(h.c, "reaper", TrimArgs(100))) == [1, 3, 3, 0]
+    assert index_keys(h) == {}
+
+
+def test_trim_reads_the_one_task_entries_of_older_releases_and_skips_foreign_fields() -> None:
+    h = LuaHarness(retention_ms=10)
+    for tid, owner in ((A, "bob"), (B, "al")):
+        h.run(layout.enqueue(h.c, "api", [(h.tk(tid), h.new_task(tid, owner=owner))]))
+    created = {tid: h.task(tid)["created_at"] for tid in (A, B)}
+    # as an older release wrote them: an entry per task (and one with a field before the
+    # first id, written by something else: that field is passed over)
+    h.r.xadd(h.k.tags_trim, {"id": A, "c": created[A], "o": "bob"})
+    h.r.execute_command("XADD", h.k.tags_trim, "*", "x", "1", "id", B, "c", created[B], "o", "al")
+    h.r.xadd(h.k.tags_trim, {"x": "1"})
+    time.sleep(0.03)
+    assert h.run(layout.trim(h.c, "reaper", TrimArgs(100))) == [3, 2, 0, 0]
+    assert h.r.zcard(h.k.tags) == 0 and h.r.exists(h.k.tags_trim) == 0
+
+
 def test_trim_handles_at_most_what_it_is_asked_and_says_more() -> None:
     h = LuaHarness(retention_ms=10)
     for tid in (A, B):
