@@ -161,6 +161,16 @@ local WAITING_CONSUMER = '~waiting'
 -- The priority levels: 0 (the default) .. MAX_PRIORITY, higher first.
 local MAX_PRIORITY = 9
 
+-- The table t[k], made (empty) when there is none.
+local function sub_table(t, k)
+  local v = t[k]
+  if v == nil then
+    v = {}
+    t[k] = v
+  end
+  return v
+end
+
 -- Counter increments of this call: field -> sum, written by finish_call().
 local COUNTS = {}
 local function count(field, n)
@@ -319,9 +329,13 @@ local function is_level_key(qkey, queue, p)
 end
 
 -- A priority as stored (field pr, absent for 0): the number, or nil when it is not one.
+local PRIORITY_TEXT = {['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = 5, ['6'] = 6,
+  ['7'] = 7, ['8'] = 8, ['9'] = 9}
 local function priority_of(v)
   if v == nil or v == false or v == '' then return 0 end
-  local p = tonumber(v)
+  local p = PRIORITY_TEXT[v]
+  if p ~= nil then return p end
+  p = tonumber(v)
   if p == nil or p ~= math.floor(p) or p < 0 or p > MAX_PRIORITY then return nil end
   return p
 end
@@ -644,31 +658,48 @@ end
 local RETRY_EVENTS = {FAIL = true, TIMEOUT = true, RECLAIM = true}
 
 -- The field names account_attempt adds to, built once per call for each kind of attempt
--- (its dimensions, category and duration bucket): a batch of like attempts builds them once.
+-- (a batch of like attempts builds them once), in two parts: those of the task's queue,
+-- type and stage (by category and duration bucket), and those of its owner (by category;
+-- nil for a task without one), so that the tasks of many owners share the first.
 -- costs: per dimension, its attempts, run_ms and wait_ms fields (3 each); stats: per
 -- dimension but the owner, its adur, adur_ms and retry fields (3 each); units[unit]: the
 -- costs fields of a charge unit, per dimension.
-local ACCOUNT_FIELDS = {}
-local function attempt_fields(t, cat, le)
-  local sig = t.queue .. '\n' .. (t.type or '') .. '\n' .. (t.owner or '') .. '\n'
-    .. (t.sname or '') .. '\n' .. cat .. '\n' .. le
-  local f = ACCOUNT_FIELDS[sig]
-  if f ~= nil then return f end
-  local dims = cost_dims(t)
+local ACCOUNT_FIELDS = {}  -- queue -> type -> stage -> category -> bucket -> fields
+local OWNER_FIELDS = {}  -- owner -> category -> fields
+local function dim_fields(dims, cat, le)
   local c, st = {}, {}
   for _, d in ipairs(dims) do
     c[#c + 1] = d .. '|attempts|' .. cat
     c[#c + 1] = d .. '|run_ms|' .. cat
     c[#c + 1] = d .. '|wait_ms|' .. cat
-    if string.sub(d, 1, 6) ~= 'owner|' then
+    if le ~= nil then
       st[#st + 1] = 'adur:' .. d .. '|' .. le
       st[#st + 1] = 'adur_ms:' .. d
       st[#st + 1] = 'retry:' .. d
     end
   end
-  f = {costs = c, stats = st, units = {}, dims = dims, cat = cat}
-  ACCOUNT_FIELDS[sig] = f
-  return f
+  return {costs = c, stats = st, units = {}, dims = dims, cat = cat}
+end
+local function attempt_fields(t, cat, le)
+  local ty, stage = t.type or '', t.sname or ''
+  local byle = sub_table(sub_table(sub_table(sub_table(ACCOUNT_FIELDS, t.queue), ty), stage), cat)
+  local f = byle[le]
+  if f == nil then
+    local dims = {'queue|' .. t.queue}
+    if ty ~= '' then dims[#dims + 1] = 'type|' .. ty end
+    if stage ~= '' then dims[#dims + 1] = 'stage|' .. stage end
+    f = dim_fields(dims, cat, le)
+    byle[le] = f
+  end
+  local owner = t.owner or ''
+  if owner == '' then return f, nil end
+  local bycat = sub_table(OWNER_FIELDS, owner)
+  local o = bycat[cat]
+  if o == nil then
+    o = dim_fields({'owner|' .. owner}, cat, nil)
+    bycat[cat] = o
+  end
+  return f, o
 end
 
 -- The costs fields of charge unit `unit` for the attempts of fields `f`.
@@ -680,6 +711,23 @@ local function unit_fields(f, unit)
     f.units[unit] = u
   end
   return u
+end
+
+-- Add an attempt's run and wait times (ms; wait nil when it was not deferred) and its
+-- charges `amounts` ({unit = millionths} or nil) to the costs fields `f`.
+local function add_costs(f, run, wait, amounts)
+  local c = f.costs
+  for j = 1, #c, 3 do
+    cost(c[j], 1)
+    cost(c[j + 1], run)
+    if wait ~= nil then cost(c[j + 2], wait) end
+  end
+  if amounts ~= nil then
+    for unit, v in pairs(amounts) do
+      local u = unit_fields(f, unit)
+      for j = 1, #u do cost(u[j], v) end
+    end
+  end
 end
 
 -- Account for the attempt `event` ends as it takes `t` from `from` (RUNNING or DEFERRED)
@@ -720,19 +768,10 @@ local function account_attempt(t, event, from, to, extra)
   for j = 1, #DURATION_LE_MS do
     if ms <= DURATION_LE_MS[j] then le = DURATION_LE_MS[j]; break end
   end
-  local f = attempt_fields(t, COST_CATEGORY[event] or 'failed', le)
-  local c, st = f.costs, f.stats
-  for j = 1, #c, 3 do
-    cost(c[j], 1)
-    cost(c[j + 1], run)
-    if wait ~= nil then cost(c[j + 2], wait) end
-  end
-  if amounts ~= nil then
-    for unit, v in pairs(amounts) do
-      local u = unit_fields(f, unit)
-      for j = 1, #u do cost(u[j], v) end
-    end
-  end
+  local f, o = attempt_fields(t, COST_CATEGORY[event] or 'failed', le)
+  add_costs(f, run, wait, amounts)
+  if o ~= nil then add_costs(o, run, wait, amounts) end
+  local st = f.stats
   local retried = RETRY_EVENTS[event] and (to == 'SCHEDULED' or to == 'PENDING')
   for j = 1, #st, 3 do
     count(st[j], 1)
@@ -932,7 +971,12 @@ end
 -- TIMEOUT, RECLAIM, REQUEUE, PAUSE, CANCEL, DEADLETTER, DEFER), kept here for every
 -- transition, so that start.lua can hold an owner to its limit. Written by finish_call().
 local function running_field(t)
-  return t.queue .. '|' .. t.owner
+  local f = t.rf
+  if f == nil then
+    f = t.queue .. '|' .. t.owner
+    t.rf = f
+  end
+  return f
 end
 
 local function count_running(t, n)
@@ -1644,15 +1688,17 @@ end
 --     no busy loop: take.lua hands it out when its time comes.
 local pools = {LIMIT_MAX = 1000000, limit = {}, rate = {}, tat = {}, lists = {}}
 
+-- (pools.limit: queue -> owner -> its limit, or false for none, read once per call)
+
 -- The concurrency limit of the owner of `t` in its queue: a number, or nil (none).
 function pools.owner_limit(limits_key, queue, owner)
   if owner == nil or owner == '' then return nil end
-  local f = queue .. '|' .. owner
-  local v = pools.limit[f]
+  local l = sub_table(pools.limit, queue)
+  local v = l[owner]
   if v == nil then
-    local r = redis.call('HMGET', limits_key, 'c|' .. f, 'c|' .. queue .. '|*')
+    local r = redis.call('HMGET', limits_key, 'c|' .. queue .. '|' .. owner, 'c|' .. queue .. '|*')
     v = tonumber(r[1]) or tonumber(r[2]) or false
-    pools.limit[f] = v
+    l[owner] = v
   end
   if v == false then return nil end
   return v
@@ -1661,44 +1707,49 @@ end
 -- Read the concurrency limits of the owners `owners` (a list) in `queue` into the cache
 -- owner_limit reads, those not read yet, in one call.
 function pools.prefetch_limits(limits_key, queue, owners)
-  local fields, fs = {'c|' .. queue .. '|*'}, {}
+  local l = sub_table(pools.limit, queue)
+  local fields, fs, seen = {'c|' .. queue .. '|*'}, {}, {}
   for _, owner in ipairs(owners) do
-    local f = queue .. '|' .. owner
-    if owner ~= '' and pools.limit[f] == nil then
-      fs[#fs + 1] = f
-      fields[#fields + 1] = 'c|' .. f
+    if owner ~= '' and l[owner] == nil and not seen[owner] then
+      seen[owner] = true
+      fs[#fs + 1] = owner
+      fields[#fields + 1] = 'c|' .. queue .. '|' .. owner
     end
   end
   if #fs == 0 then return end
   local r = redis.call('HMGET', limits_key, unpack(fields))
   local default = tonumber(r[1])
-  for j, f in ipairs(fs) do pools.limit[f] = tonumber(r[j + 1]) or default or false end
+  for j, owner in ipairs(fs) do l[owner] = tonumber(r[j + 1]) or default or false end
 end
 
 -- The concurrency limits of the owners of the tasks check_levels loaded (calls 1..n),
 -- read into the cache of pools.owner_limit with one HMGET per queue; with `running`, the
 -- RUNNING counts of those with a limit too (for running_now), with one HMGET.
 function pools.prefetch_loaded(n, limits_key, running)
-  local byq = {}
+  local byq, seen = {}, {}
   for i = 1, n do
     local t = LOADED[i] and LOADED[i][2]
-    if t and (t.owner or '') ~= '' then
-      local l = byq[t.queue]
-      if l == nil then
-        l = {}
-        byq[t.queue] = l
+    local owner = t and t.owner
+    if owner and owner ~= '' then
+      local s = sub_table(seen, t.queue)
+      if not s[owner] then
+        s[owner] = true
+        local l = sub_table(byq, t.queue)
+        l[#l + 1] = owner
       end
-      l[#l + 1] = t.owner
     end
   end
   local fields = {}
   for queue, owners in pairs(byq) do
     pools.prefetch_limits(limits_key, queue, owners)
-    for _, owner in ipairs(owners) do
-      local f = queue .. '|' .. owner
-      if running and RUN_BASE[f] == nil and pools.limit[f] then
-        RUN_BASE[f] = false  -- (read below)
-        fields[#fields + 1] = f
+    if running then
+      local l = pools.limit[queue]
+      for _, owner in ipairs(owners) do
+        local f = queue .. '|' .. owner
+        if RUN_BASE[f] == nil and l[owner] then
+          RUN_BASE[f] = false  -- (read below)
+          fields[#fields + 1] = f
+        end
       end
     end
   end

@@ -137,15 +137,7 @@ end
 local running, handed, claims = {}, {}, {}
 local state = {}
 
--- The table t[k], made (empty) when there is none.
-local function sub(t, k)
-  local v = t[k]
-  if v == nil then
-    v = {}
-    t[k] = v
-  end
-  return v
-end
+local sub = sub_table
 
 local function owner_state(queue, owner)
   local byq = sub(state, queue)
@@ -160,15 +152,33 @@ local function owner_state(queue, owner)
   end
   return s
 end
-local function busy(queue, owner)
-  local f = owner_state(queue, owner).f
+-- Read the limits and RUNNING counts of the owners `owners` (a list) of `queue` that this
+-- call has not read yet, with one HMGET each (owner_state then finds them).
+local function learn_owners(queue, owners)
+  if #owners == 0 then return end
+  pools.prefetch_limits(LIMITS_KEY, queue, owners)
+  local need = {}
+  for _, owner in ipairs(owners) do
+    local f = queue .. '|' .. owner
+    if pools.owner_limit(LIMITS_KEY, queue, owner) and running[f] == nil then
+      need[#need + 1] = f
+    end
+  end
+  pools.read_running(need, running)
+end
+-- An owner's tasks that count against its limit (state `s`): RUNNING, claimed, handed out.
+local function busy_of(s)
+  local f = s.f
   return (running[f] or 0) + (claims[f] or 0) + (handed[f] or 0)
+end
+local function busy(queue, owner)
+  return busy_of(owner_state(queue, owner))
 end
 local held = 0
 local function at_limit(queue, owner)
   if owner == nil or owner == '' then return false end
   local s = owner_state(queue, owner)
-  if s.limit and (running[s.f] or 0) + (claims[s.f] or 0) + (handed[s.f] or 0) >= s.limit then
+  if s.limit and busy_of(s) >= s.limit then
     held = 1
     return true
   end
@@ -183,11 +193,12 @@ local function hand(qi, queue, owner)
     local s = owner_state(queue, owner)
     handed[s.f] = (handed[s.f] or 0) + 1
     if s.limit then
-      mine[qi][owner] = (mine[qi][owner] or 0) + 1
+      local m, e = mine[qi], mine_exp[qi]
+      m[owner] = (m[owner] or 0) + 1
       -- an owner's claim expires CLAIM_MS after its first task was handed out (never
       -- moved on: see pools.read_claims)
-      mine_exp[qi][owner] = mine_exp[qi][owner] or (NOW + CLAIM_MS)
-      if busy(queue, owner) >= s.limit then held = 1 end
+      e[owner] = e[owner] or (NOW + CLAIM_MS)
+      if busy_of(s) >= s.limit then held = 1 end
     end
   end
 end
@@ -399,10 +410,21 @@ local function direct(qi, p, skey)
     local count = math.min(want - #taken, qs.admit)
     local rows = deliver(skey, consumer, count)
     drained = #rows < count
-    local ids, members = {}, {}
-    for _, row in ipairs(rows) do
-      last = row[1]
+    -- (the owners this call has not met yet: their limits and counts read together)
+    local known, seen, fresh, tasks = state[qs.name] or {}, {}, {}, {}
+    for j, row in ipairs(rows) do
       local id, owner = id_and_owner(row[2])
+      tasks[j] = {id, owner}
+      if owner ~= '' and known[owner] == nil and not seen[owner] then
+        seen[owner] = true
+        fresh[#fresh + 1] = owner
+      end
+    end
+    learn_owners(qs.name, fresh)
+    local ids, members = {}, {}
+    for j, row in ipairs(rows) do
+      last = row[1]
+      local id, owner = tasks[j][1], tasks[j][2]
       if at_limit(qs.name, owner) then
         ids[#ids + 1] = row[1]
         members[#members + 1] = 0
@@ -488,15 +510,7 @@ local function parked_by_level(queue, wkey)
       owners[#owners + 1] = owner
     end
   end
-  pools.prefetch_limits(LIMITS_KEY, queue, owners)
-  local need = {}
-  for _, owner in ipairs(owners) do
-    local f = queue .. '|' .. owner
-    if pools.owner_limit(LIMITS_KEY, queue, owner) and running[f] == nil then
-      need[#need + 1] = f
-    end
-  end
-  pools.read_running(need, running)
+  learn_owners(queue, owners)
   -- (only the members of owners with room are read further)
   local levels, room, bad = {}, {}, {}
   for j, m in ipairs(ms) do
