@@ -194,9 +194,10 @@ local DROPS = {}
 
 -- The tags:trim fields of the tagged tasks this call finished (see index_move): a list of
 -- flat field lists, written by finish_call() with one XADD each (a new list is begun at
--- TRIM_FIELDS_MAX fields, well within unpack's bound).
+-- TRIM_FIELDS_MAX fields: 24 to 48 tasks, 4 to 8 fields each, so that the reaper's trim,
+-- which counts tasks, handles a bounded number per call).
 local TRIMS = {}
-local TRIM_FIELDS_MAX = 2000
+local TRIM_FIELDS_MAX = 192
 
 -- Runs the script body `main`, then writes the counters and removes the dropped entries,
 -- also when `main` raised (the writes it made before the error stay: Redis does not roll

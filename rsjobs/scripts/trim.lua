@@ -10,9 +10,10 @@ is trimmed when the retention period is 0 (tasks are kept forever).
 
 KEYS: common (see fsm.lua)
 ARGV: common (see fsm.lua), then
-  ARGV[5]  most  at most this many tags:trim entries are handled (an integer >= 1)
+  ARGV[5]  most  tags:trim entries are handled until this many tasks were (an integer
+                >= 1; an entry names at most 48: see TRIMS in fsm.lua)
 Returns: {handled, members, done, more}: tags:trim entries handled, tags members removed,
-  done:<STATE> entries removed; more = 1 when `most` entries were handled (call again).
+  done:<STATE> entries removed; more = 1 when it stopped at `most` (call again).
 An error (nothing written) when most is not an integer >= 1.
 Events: none (no task changes state).
 ]]
@@ -38,12 +39,15 @@ local function untag(e)
   local gone = tag_members(tags_of(e.o, labels), tonumber(e.c) or 0, e.id)
   if #gone > 0 then members = members + redis.call('ZREM', TAGS_KEY, unpack(gone)) end
 end
+local tasks = 0
 for _, row in ipairs(rows) do
+  if tasks >= most then break end
   local f, e = row[2], nil
   for j = 1, #f, 2 do
     if f[j] == 'id' then
       if e then untag(e) end
       e = {id = f[j + 1]}
+      tasks = tasks + 1
     elseif e then
       e[f[j]] = f[j + 1]
     end
@@ -63,5 +67,5 @@ for _, state in ipairs({'SUCCEEDED', 'FAILED', 'CANCELLED', 'TIMED_OUT'}) do
   drop_if_empty(key)
 end
 local more = 0
-if #rows == most then more = 1 end
+if #rows == most or tasks >= most then more = 1 end
 return {#ids, members, done, more}

@@ -527,7 +527,7 @@ class Index:
 
     async def trim(self, source: str, *, count: int = 1000, rounds: int = 10) -> TrimReport:
         """``trim.lua`` until nothing older than the retention period is left (at most
-        ``rounds`` calls of ``count`` tags:trim entries)."""
+        ``rounds`` calls, each of tags:trim entries until ``count`` tasks were handled)."""
         handled = members = done = 0
         for _ in range(rounds):
             call = layout.trim(self.scripts.common, source, TrimArgs(count))

@@ -637,7 +637,7 @@ def quarantine(c: Common, k: Keys, source: str, keys: TaskKeys, args: Quarantine
 
 
 class TrimArgs(NamedTuple):
-    #: tags:trim entries one call handles at most
+    #: tags:trim entries one call handles, until this many tasks of theirs were handled
     most: int | str
 
 

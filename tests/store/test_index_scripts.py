@@ -202,6 +202,25 @@ def test_one_finish_call_writes_one_trim_entry_naming_each_tagged_task() -> None
     assert index_keys(h) == {}
 
 
+def test_a_big_finish_call_writes_bounded_trim_entries_and_the_trim_counts_tasks() -> None:
+    h = LuaHarness(retention_ms=10)
+    ids = [f"{i:032x}" for i in range(60)]
+    h.run(layout.enqueue(h.c, "api", [(h.tk(t), h.new_task(t, owner="bob")) for t in ids]))
+    h.group()
+    leases = [h.start(t, e)[5] for t, e in zip(ids, h.deliver(), strict=True)]
+    ends = [(h.tk(t), h.ending("COMPLETE", lease)) for t, lease in zip(ids, leases, strict=True)]
+    h.run(layout.finish(h.c, h.k, "worker", ends))
+    # 6 fields a task, at most 192 an entry: 32 tasks, then 28
+    entries = [f for _, f in h.r.xrange(h.k.tags_trim)]
+    assert len(entries) == 2
+    time.sleep(0.03)
+    # a call handles whole entries until `most` tasks were handled, then says more
+    assert h.run(layout.trim(h.c, "reaper", TrimArgs(10))) == [1, 32, 60, 1]
+    assert h.r.zcard(h.k.tags) == 28
+    assert h.run(layout.trim(h.c, "reaper", TrimArgs(100))) == [1, 28, 0, 0]
+    assert index_keys(h) == {}
+
+
 def test_trim_reads_the_one_task_entries_of_older_releases_and_skips_foreign_fields() -> None:
     h = LuaHarness(retention_ms=10)
     for tid, owner in ((A, "bob"), (B, "al")):
