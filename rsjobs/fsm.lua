@@ -194,7 +194,7 @@ local DROPS = {}
 
 -- The tags:trim fields of the tagged tasks this call finished (see index_move): a list of
 -- flat field lists, written by finish_call() with one XADD each (a new list is begun at
--- TRIM_FIELDS_MAX fields: 24 to 48 tasks, 4 to 8 fields each, so that the reaper's trim,
+-- TRIM_FIELDS_MAX fields: 24 to 32 tasks, 6 to 8 fields each, so that the reaper's trim,
 -- which counts tasks, handles a bounded number per call).
 local TRIMS = {}
 local TRIM_FIELDS_MAX = 192
@@ -635,12 +635,19 @@ local function add_charges(into, ch)
   for unit, v in pairs(parse_charges(ch) or {}) do into[unit] = (into[unit] or 0) + v end
 end
 
--- The dimensions of task `t` (loaded): "<dim>|<name>" for its queue, type, owner and stage.
-local function cost_dims(t)
+-- The dimensions of task `t` (loaded) but its owner: "<dim>|<name>" for its queue, type
+-- and stage.
+local function shared_dims(t)
   local d = {'queue|' .. t.queue}
   if (t.type or '') ~= '' then d[#d + 1] = 'type|' .. t.type end
-  if (t.owner or '') ~= '' then d[#d + 1] = 'owner|' .. t.owner end
   if (t.sname or '') ~= '' then d[#d + 1] = 'stage|' .. t.sname end
+  return d
+end
+
+-- All the dimensions of task `t`: shared_dims, and "owner|<owner>" when it has one.
+local function cost_dims(t)
+  local d = shared_dims(t)
+  if (t.owner or '') ~= '' then d[#d + 1] = 'owner|' .. t.owner end
   return d
 end
 
@@ -686,10 +693,7 @@ local function attempt_fields(t, cat, le)
   local byle = sub_table(sub_table(sub_table(sub_table(ACCOUNT_FIELDS, t.queue), ty), stage), cat)
   local f = byle[le]
   if f == nil then
-    local dims = {'queue|' .. t.queue}
-    if ty ~= '' then dims[#dims + 1] = 'type|' .. ty end
-    if stage ~= '' then dims[#dims + 1] = 'stage|' .. stage end
-    f = dim_fields(dims, cat, le)
+    f = dim_fields(shared_dims(t), cat, le)
     byle[le] = f
   end
   local owner = t.owner or ''

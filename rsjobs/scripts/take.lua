@@ -137,10 +137,8 @@ end
 local running, handed, claims = {}, {}, {}
 local state = {}
 
-local sub = sub_table
-
 local function owner_state(queue, owner)
-  local byq = sub(state, queue)
+  local byq = sub_table(state, queue)
   local s = byq[owner]
   if s == nil then
     local f = queue .. '|' .. owner
@@ -411,10 +409,10 @@ local function direct(qi, p, skey)
     local rows = deliver(skey, consumer, count)
     drained = #rows < count
     -- (the owners this call has not met yet: their limits and counts read together)
-    local known, seen, fresh, tasks = state[qs.name] or {}, {}, {}, {}
+    local known, seen, fresh, tids, towners = state[qs.name] or {}, {}, {}, {}, {}
     for j, row in ipairs(rows) do
       local id, owner = id_and_owner(row[2])
-      tasks[j] = {id, owner}
+      tids[j], towners[j] = id, owner
       if owner ~= '' and known[owner] == nil and not seen[owner] then
         seen[owner] = true
         fresh[#fresh + 1] = owner
@@ -424,7 +422,7 @@ local function direct(qi, p, skey)
     local ids, members = {}, {}
     for j, row in ipairs(rows) do
       last = row[1]
-      local id, owner = tasks[j][1], tasks[j][2]
+      local id, owner = tids[j], towners[j]
       if at_limit(qs.name, owner) then
         ids[#ids + 1] = row[1]
         members[#members + 1] = 0
@@ -450,11 +448,11 @@ end
 -- no more is stale (its task moved on): the claim leaves it out.
 local unparked, unlisted = {}, {}
 local function unlist(zkey, m)
-  local l = sub(unlisted, zkey)
+  local l = sub_table(unlisted, zkey)
   l[#l + 1] = m
 end
 local function unpark(skey, entry, qi, owner)
-  local l = sub(unparked, skey)
+  local l = sub_table(unparked, skey)
   l[#l + 1] = {entry, #taken, qi, owner}
 end
 
@@ -530,7 +528,7 @@ local function parked_by_level(queue, wkey)
       if d == nil then
         bad[#bad + 1] = m
       else
-        local l = sub(levels, MAX_PRIORITY - tonumber(d))
+        local l = sub_table(levels, MAX_PRIORITY - tonumber(d))
         l[#l + 1] = {entry = pools.entry_of(sortable), id = id, owner = owner, m = m,
           key = sortable}
         room[owner] = r - 1

@@ -11,9 +11,11 @@ is trimmed when the retention period is 0 (tasks are kept forever).
 KEYS: common (see fsm.lua)
 ARGV: common (see fsm.lua), then
   ARGV[5]  most  tags:trim entries are handled until this many tasks were (an integer
-                >= 1; an entry names at most 48: see TRIMS in fsm.lua)
+                >= 1; an entry names at most 32: see TRIMS in fsm.lua), read a few
+                entries at a time
 Returns: {handled, members, done, more}: tags:trim entries handled, tags members removed,
-  done:<STATE> entries removed; more = 1 when it stopped at `most` (call again).
+  done:<STATE> entries removed; more = 1 when it stopped at `most` with entries left (call
+  again).
 An error (nothing written) when most is not an integer >= 1.
 Events: none (no task changes state).
 ]]
@@ -30,7 +32,6 @@ local function drop_if_empty(key)
   if redis.call('XLEN', key) == 0 then redis.call('DEL', key) end
 end
 
-local rows = redis.call('XRANGE', TAGS_TRIM_KEY, '-', '(' .. cutoff .. '-0', 'COUNT', most)
 local members, ids = 0, {}
 -- the tags members of the task whose fields `e` holds ({id, c, o, l}) leave the index
 local function untag(e)
@@ -39,21 +40,36 @@ local function untag(e)
   local gone = tag_members(tags_of(e.o, labels), tonumber(e.c) or 0, e.id)
   if #gone > 0 then members = members + redis.call('ZREM', TAGS_KEY, unpack(gone)) end
 end
-local tasks = 0
-for _, row in ipairs(rows) do
-  if tasks >= most then break end
-  local f, e = row[2], nil
-  for j = 1, #f, 2 do
-    if f[j] == 'id' then
-      if e then untag(e) end
-      e = {id = f[j + 1]}
-      tasks = tasks + 1
-    elseif e then
-      e[f[j]] = f[j + 1]
+-- entries read PAGE at a time (an entry names up to 32 tasks: reading `most` entries
+-- at once could read many more than the call handles)
+local PAGE = 32
+local tasks, from, left = 0, '-', false
+while tasks < most and #ids < most do
+  local count = math.min(PAGE, most - #ids)
+  local rows = redis.call('XRANGE', TAGS_TRIM_KEY, from, '(' .. cutoff .. '-0', 'COUNT', count)
+  local stopped = false
+  for _, row in ipairs(rows) do
+    if tasks >= most then
+      stopped = true
+      break
     end
+    local f, e = row[2], nil
+    for j = 1, #f, 2 do
+      if f[j] == 'id' then
+        if e then untag(e) end
+        e = {id = f[j + 1]}
+        tasks = tasks + 1
+      elseif e then
+        e[f[j]] = f[j + 1]
+      end
+    end
+    if e then untag(e) end
+    ids[#ids + 1] = row[1]
+    from = '(' .. row[1]
   end
-  if e then untag(e) end
-  ids[#ids + 1] = row[1]
+  -- entries left: those passed over, or maybe more after a full page
+  left = stopped or #rows == count
+  if not left then break end
 end
 if #ids > 0 then
   redis.call('XDEL', TAGS_TRIM_KEY, unpack(ids))
@@ -67,5 +83,5 @@ for _, state in ipairs({'SUCCEEDED', 'FAILED', 'CANCELLED', 'TIMED_OUT'}) do
   drop_if_empty(key)
 end
 local more = 0
-if #rows == most or tasks >= most then more = 1 end
+if left then more = 1 end
 return {#ids, members, done, more}

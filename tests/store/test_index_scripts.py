@@ -221,6 +221,17 @@ def test_a_big_finish_call_writes_bounded_trim_entries_and_the_trim_counts_tasks
     assert index_keys(h) == {}
 
 
+def test_trim_reads_its_entries_a_page_at_a_time_to_the_end() -> None:
+    h = LuaHarness(retention_ms=10)
+    ids = [f"{i:032x}" for i in range(40)]
+    h.run(layout.enqueue(h.c, "api", [(h.tk(t), h.new_task(t, owner="bob")) for t in ids]))
+    for t in ids:  # one-task entries: more than one page of them
+        h.r.xadd(h.k.tags_trim, {"id": t, "c": h.task(t)["created_at"], "o": "bob"})
+    time.sleep(0.03)
+    assert h.run(layout.trim(h.c, "reaper", TrimArgs(100))) == [40, 40, 0, 0]
+    assert h.r.zcard(h.k.tags) == 0 and h.r.exists(h.k.tags_trim) == 0
+
+
 def test_trim_reads_the_one_task_entries_of_older_releases_and_skips_foreign_fields() -> None:
     h = LuaHarness(retention_ms=10)
     for tid, owner in ((A, "bob"), (B, "al")):
