@@ -11,6 +11,12 @@ A list is driven by one kind of index, chosen on its first page and kept in its 
   ``done:<STATE>`` stream per terminal state; merged by the time each orders a task by;
 - by tag (driver ``t<n>``): the tags index's range of the owner or of one label, ordered
   by creation time; chosen when that range holds fewer tasks than the state sources do.
+  A list with an owner (every list of an owner's token) is always driven by the owner's
+  own range (``t0``): it never reads an index that holds other owners' tasks, so its
+  items, cursor and time depend on that owner's tasks alone.
+
+What a page hands out as its cursor is sealed (:mod:`.seal`): opaque, authenticated, and
+bound to the list's filters and owner.
 
 Every candidate is checked against its task's hash (the entry may be stale: the task left
 that state, or expired) and against the other filters; a page looks at a bounded number of
@@ -39,6 +45,7 @@ from .layout import Expect, SummaryArgs, TrimArgs
 from .record import decode_task
 from .replies import text
 from .scripts import Scripts
+from .seal import check_form, new_key, open_cursor, seal_cursor
 from .sources import (
     NO_UNTIL,
     After,
@@ -204,19 +211,56 @@ class Index:
         self.scripts = scripts
         self.redis = scripts.redis
         self.keys = scripts.keys
+        #: the namespace's cursor key (:mod:`.seal`), once read
+        self._cursor_key: bytes | None = None
 
     # -- pages -----------------------------------------------------------------------------
 
     async def page(self, q: ListQuery) -> TaskPage:
         """One page of the list ``q`` asks for, newest first. Raises
-        :class:`rsjobs.ConfigError` for a cursor that is not one of this list's. A sharded
-        namespace's list merges its shards' pages (:mod:`.merged`)."""
+        :class:`rsjobs.ConfigError` for a cursor that is not one this namespace sealed for
+        this list (its filters and owner: :mod:`.seal`). A sharded namespace's list merges
+        its shards' pages (:mod:`.merged`)."""
+        context = "tasks:" + q.fingerprint()
+        if q.cursor:
+            check_form(q.cursor)  # (before any read: a malformed one costs nothing)
+            plain = open_cursor(await self.cursor_key(create=False), context, q.cursor)
+            q = q._replace(cursor=plain)
         if (stores := await self.scripts.fan_out()) is not None:
             from .merged import task_page
 
-            return await task_page(stores, q)
-        part = await self.part(q)
-        return TaskPage(items=part.items, cursor=part.cursor)
+            page = await task_page(stores, q)
+        else:
+            part = await self.part(q)
+            page = TaskPage(items=part.items, cursor=part.cursor)
+        if page.cursor is None:
+            return page
+        key = await self.cursor_key(create=True)
+        assert key is not None
+        return TaskPage(items=page.items, cursor=seal_cursor(key, context, page.cursor))
+
+    async def cursor_key(self, *, create: bool) -> bytes | None:
+        """The namespace's cursor key (:mod:`.seal`); None when it has none and ``create``
+        is false (nothing is written then), else set once with ``SET NX``."""
+        if self._cursor_key is not None:
+            return self._cursor_key
+        name = self.keys.cursor_key
+        with boundary("cursor key"):
+            raw = await self.redis.get(name)
+            if raw is None and create:
+                await self.redis.set(name, new_key(), nx=True)
+                raw = await self.redis.get(name)
+        if raw is None:
+            return None
+        value = text(raw)
+        try:
+            key = bytes.fromhex(value)
+        except ValueError:
+            key = b""
+        if len(key) < 16:
+            raise CorruptData(f"{name} is not a cursor key (hex of 16 bytes or more)")
+        self._cursor_key = key
+        return key
 
     async def part(self, q: ListQuery) -> PagePart:
         """:meth:`page` of this shard, with the list position of each task handed out and
@@ -227,11 +271,19 @@ class Index:
             raise ConfigError("invalid cursor: it belongs to a list with other filters")
         states = q.states or STATES
         tags = q.tags()
-        queues = list(q.queues) or await self._queues()
-        if cursor is not None:
-            driver = cursor.driver
+        if q.owner:
+            # an owner's list reads the owner's own range of the tags index, never an
+            # index other owners' tasks are in: what it answers, and how long it takes,
+            # depend on the owner's tasks only (the other filters are checked on each)
+            driver = "t0"
+            if cursor is not None and cursor.driver != driver:
+                raise ConfigError("invalid cursor: pass the cursor a page of this list returned")
+            queues: list[str] = []
         else:
-            driver = await self._driver(states, queues, tags)
+            queues = list(q.queues) or await self._queues()
+            driver = (
+                cursor.driver if cursor is not None else await self._driver(states, queues, tags)
+            )
         # RUNNING without PENDING: a queue's stream is read from its last delivered entry
         capped = driver == "s" and "RUNNING" in states and "PENDING" not in states
         levels: dict[str, list[int]] = {}

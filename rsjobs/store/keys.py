@@ -271,6 +271,7 @@ class Keys:
     __slots__ = (
         "control",
         "costs",
+        "cursor_key",
         "deadletter",
         "deadlines",
         "done",
@@ -340,6 +341,9 @@ class Keys:
         self.paused_tasks = p + "paused:tasks"
         self.tags = p + "tags"
         self.tags_trim = p + "tags:trim"
+        #: the key that seals the lists' cursors (rsjobs.store.seal): 32 random bytes as
+        #: hex, set once (SET NX) by the first page that hands out a cursor
+        self.cursor_key = p + "cursor:key"
         #: hooks (rsjobs.hooks): the stream the scripts write changes of state to when a
         #: listener wants them, who listens for what, the retries by due time, the dead
         #: letters, the webhooks' settings

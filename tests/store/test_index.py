@@ -14,8 +14,10 @@ import redis as sync_redis
 from rsjobs import Client, ConfigError, TaskSummary
 from rsjobs.labels import encode_labels
 from rsjobs.store import layout
+from rsjobs.queries import list_query
 from rsjobs.store.cursor import decode_cursor
 from rsjobs.store.index import SCAN_MIN
+from rsjobs.store.seal import open_cursor
 from tests.support.lua import LuaHarness
 
 pytestmark = pytest.mark.integration
@@ -205,12 +207,16 @@ async def test_a_small_owner_is_read_from_its_tag(h: LuaHarness, client: Client)
     alice = enqueue(h, 2, owner="alice") + enqueue(h, 1, owner="alice")
     enqueue(h, 300)
     page = await client.list_tasks(owner="alice", limit=1)
-    assert page.cursor is not None and decode_cursor(page.cursor).driver == "t0"
+    assert page.cursor is not None
+    key = await client.store.index.cursor_key(create=False)
+    context = "tasks:" + list_query(owner="alice").fingerprint()
+    assert decode_cursor(open_cursor(key, context, page.cursor)).driver == "t0"
     items = await every_page(client, 1, owner="alice")
     assert [s.id for s in items] == sorted(alice, key=lambda t: alice.index(t), reverse=True)
     created = [s.created_at for s in items]
     assert created == sorted(created, reverse=True)  # by creation time, newest first
-    # a big owner beside a small state: read from the state's index
+    # a big owner beside a small state: still its own range (never an index that holds
+    # other owners' tasks), every entry looked at within one page's bound
     page = await client.list_tasks(owner="bob", state="SCHEDULED", limit=1)
     assert page.items == [] and page.cursor is None
 
