@@ -30,6 +30,7 @@ from .errors import (
     WaitTimeout,
     WorkflowNotFound,
 )
+from .ids import validate_task_id
 from .labels import encode_labels, validate_labels
 from .limits import (
     QueueLimits,
@@ -82,13 +83,6 @@ _WAIT_BATCH = 1000
 __all__ = ["Client", "connect", "validate_task_id"]
 
 _ID_CHARS = frozenset("0123456789abcdef")
-
-
-def validate_task_id(task_id: str) -> str:
-    """Return ``task_id`` if it has the shape of an rsjobs id (32 lowercase hex), else raise."""
-    if not isinstance(task_id, str) or len(task_id) != 32 or not set(task_id) <= _ID_CHARS:
-        raise ConfigError(f"invalid task id {task_id!r}: expected 32 lowercase hex characters")
-    return task_id
 
 
 def _is_task_id(value: str) -> bool:

@@ -11,6 +11,7 @@ import re
 import msgspec
 
 from .errors import ConfigError, UnknownQueue
+from .ids import parse_entry_id
 from .names import is_name
 from .reaper.deadletter import DeadLetter
 from .store import Store
@@ -30,8 +31,7 @@ __all__ = [
 _STATES = ("WAITING", "PENDING", "SCHEDULED", "RUNNING", "DEFERRED", "PAUSED", "SUCCEEDED",
            "FAILED", "CANCELLED", "TIMED_OUT")  # fmt: skip
 _WAITING = ("PENDING", "SCHEDULED", "RUNNING")
-_ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
-_SHARD_CURSOR = re.compile(r"([0-9]{1,20}-[0-9]{1,20})\.([0-9]{1,3})")
+_SHARD = re.compile(r"[0-9]{1,3}")
 
 
 class QueueView(msgspec.Struct, frozen=True, kw_only=True):
@@ -142,18 +142,17 @@ async def deadletter_page(
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
         raise ConfigError("limit must be an integer between 1 and 1000")
     stores = await store.each()
-    bad = ConfigError("invalid cursor: pass the cursor a page of dead letters returned")
     if len(stores) > 1:
-        return await _sharded_deadletters(stores, cursor, limit, bad)
-    if cursor is not None and not (isinstance(cursor, str) and _ENTRY_ID.fullmatch(cursor)):
-        raise bad
+        return await _sharded_deadletters(stores, cursor, limit)
+    if cursor is not None:
+        parse_entry_id(cursor)
     items = await list_deadletters(store, count=limit, before=cursor)
     last = items[-1].entry if len(items) == limit else None
     return DeadLetterPage(items=items, cursor=last)
 
 
 async def _sharded_deadletters(
-    stores: list[Store], cursor: str | None, limit: int, bad: ConfigError
+    stores: list[Store], cursor: str | None, limit: int
 ) -> DeadLetterPage:
     """A page of the dead letters of every shard, newest first by (entry id, shard); the
     cursor is the last one's ``<entry id>.<shard>`` (not one atomic view)."""
@@ -161,10 +160,10 @@ async def _sharded_deadletters(
 
     at: tuple[str, int] | None = None
     if cursor is not None:
-        m = _SHARD_CURSOR.fullmatch(cursor) if isinstance(cursor, str) else None
-        if m is None or int(m[2]) >= len(stores):
-            raise bad
-        at = (m[1], int(m[2]))
+        entry, _, shard = cursor.rpartition(".") if isinstance(cursor, str) else ("", "", "")
+        if not _SHARD.fullmatch(shard) or int(shard) >= len(stores):
+            raise ConfigError("invalid cursor: pass the cursor a page of dead letters returned")
+        at = (parse_entry_id(entry), int(shard))
     rows = []
     for store in stores:
         k = store.number

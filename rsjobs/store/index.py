@@ -258,7 +258,7 @@ class Index:
         except ValueError:
             key = b""
         if len(key) < 16:
-            raise CorruptData(f"{name} is not a cursor key (hex of 16 bytes or more)")
+            raise CorruptData("key", name, "not a cursor key (hex of 16 bytes or more)")
         self._cursor_key = key
         return key
 

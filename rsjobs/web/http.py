@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..codec import MAX_DEPTH, too_deep
+from ..ids import parse_id
 from .schemas import ErrorBody, encode
 
 log = logging.getLogger("rsjobs.web")
@@ -204,8 +205,6 @@ def page_params(request: Request) -> tuple[str, int]:
     """``after`` (an exclusive history entry id, default ``0-0``: a task's entries are
     numbered ``1``, ``2``..., a workflow's are stream ids) and ``limit`` (1-1000,
     default 100) of a history page request; raises a 400 :class:`ApiError` otherwise."""
-    from .hub import parse_id
-
     after = request.query_params.get("after", "0-0")
     try:
         parse_id(after)
@@ -224,8 +223,6 @@ def last_event_id(request: Request, check: Callable[[str], object] | None = None
     in the query for a page that reconnects by hand; the header wins when both are sent); a
     400 :class:`ApiError` if either is malformed (``check``: what raises ValueError for a
     malformed one; default: a stream id)."""
-    from .hub import parse_id
-
     header = request.headers.get("last-event-id")
     query = request.query_params.get("last_event_id")
     # both are checked: a malformed one is refused even when the other one is there

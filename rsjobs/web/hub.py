@@ -32,44 +32,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections import deque
 from collections.abc import Callable, Mapping
 
 from ..errors import RedisUnavailable, StoreError
+from ..ids import parse_id
 from ..model import TERMINAL
 from ..schemas import HistoryEntry
 from ..store import Store
 from ..store.events import Events
 from .schemas import encode
 
-__all__ = ["Hub", "Item", "Subscription", "Tail", "Watch", "exclusive", "parse_id"]
+__all__ = ["Hub", "Item", "Subscription", "Tail", "Watch"]
 
 log = logging.getLogger("rsjobs.web")
-
-
-_ID = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")  # [0-9], not \d: ASCII digits only
-_NUMBER = re.compile(r"[0-9]{1,18}")  # a task's history entry: its number
-_ID_LIMIT = 1 << 64  # each part of a stream id is an unsigned 64-bit integer
-_LAST = (_ID_LIMIT - 1, _ID_LIMIT - 1)
-
-
-def parse_id(stream_id: str) -> tuple[int, int]:
-    """A stream id ``<ms>-<seq>`` (two ASCII-digit parts, each below 2^64, as Redis
-    requires), or a task's history entry id ``<n>`` (as ``0-<n>``), as a sortable pair;
-    raises ValueError if malformed."""
-    if _NUMBER.fullmatch(stream_id):
-        return 0, int(stream_id)
-    m = _ID.fullmatch(stream_id)
-    if m is None or int(m[1]) >= _ID_LIMIT or int(m[2]) >= _ID_LIMIT:
-        raise ValueError(f"invalid stream id {stream_id!r}")
-    return int(m[1]), int(m[2])
-
-
-def exclusive(stream_id: str) -> str | None:
-    """The XRANGE start of the entries after ``stream_id`` (a valid id), or None when no
-    entry can follow it: Redis refuses an exclusive start at the largest id."""
-    return None if parse_id(stream_id) == _LAST else f"({stream_id}"
 
 
 class Item:

@@ -22,6 +22,7 @@ from ..errors import (
     TaskNotFound,
     UnknownPredecessor,
 )
+from ..ids import exclusive
 from ..model import is_terminal
 from ..schemas import EnqueueRequest, HistoryEntry, TaskInfo
 from .handlers import Handlers, StreamHold, not_found
@@ -34,7 +35,6 @@ from .http import (
     json_response,
     last_event_id,
 )
-from .hub import exclusive
 from .metrics import CONTENT_TYPE
 from .openapi import openapi_for
 from .schemas import (

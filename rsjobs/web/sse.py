@@ -24,11 +24,12 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from ..errors import RedisUnavailable, StoreError
+from ..ids import parse_id
 from ..model import is_terminal
 from ..store.tasks import HistoryRows, Tasks
 from .auth import Principal
 from .http import ApiError
-from .hub import Item, Subscription, parse_id
+from .hub import Item, Subscription
 from .schemas import StreamEnd, encode
 
 __all__ = ["EventStreamResponse", "Snapshot", "StreamLimiter", "events", "snapshot"]

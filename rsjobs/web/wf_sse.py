@@ -25,11 +25,12 @@ from typing import Any
 import msgspec
 
 from ..errors import RedisUnavailable, StoreError
+from ..ids import exclusive
 from ..store import Store
 from ..workflows.model import is_terminal
 from ..workflows.schemas import WorkflowEvent
 from ..workflows.status import load_status
-from .hub import Watch, exclusive
+from .hub import Watch
 from .sse import KEEPALIVE
 
 __all__ = ["ended_before", "workflow_events"]

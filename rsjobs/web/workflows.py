@@ -20,6 +20,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ..errors import ConfigError, PayloadError, RsjobsError
+from ..ids import exclusive
 from ..workflows import listing
 from ..workflows.errors import ActionRefused, UnknownDefinition, WorkflowNotFound
 from ..workflows.schemas import WorkflowEvent
@@ -34,7 +35,6 @@ from .http import (
     json_response,
     last_event_id,
 )
-from .hub import exclusive
 from .service import Service
 from .sse import EventStreamResponse
 from .wf_sse import ended_before, workflow_events

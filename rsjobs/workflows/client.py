@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 
 from ..codec import encode
 from ..errors import ConfigError, PayloadError, RedisUnavailable, WaitTimeout
+from ..ids import validate_workflow_id
 from ..settings import Settings
 from ..store import Store, WfCode, WfReply, error_of
 from ..store.layout import WfGateArgs, WfRegenerateArgs, WfRetryArgs, WfRetryItem, WfStartArgs
@@ -47,15 +48,6 @@ from .status import load_status
 __all__ = ["WorkflowClient", "validate_workflow_id"]
 
 log = logging.getLogger("rsjobs.workflows")
-
-_HEX = frozenset("0123456789abcdef")
-
-
-def validate_workflow_id(wf_id: str) -> str:
-    """Return ``wf_id`` if it has the shape of a workflow id (32 lowercase hex), else raise."""
-    if not isinstance(wf_id, str) or len(wf_id) != 32 or not set(wf_id) <= _HEX:
-        raise ConfigError(f"invalid workflow id {wf_id!r}: expected 32 lowercase hex characters")
-    return wf_id
 
 
 class WorkflowClient:

@@ -13,8 +13,8 @@ import redis as sync_redis
 
 from rsjobs import Client, ConfigError, TaskSummary
 from rsjobs.labels import encode_labels
-from rsjobs.store import layout
 from rsjobs.queries import list_query
+from rsjobs.store import layout
 from rsjobs.store.cursor import decode_cursor
 from rsjobs.store.index import SCAN_MIN
 from rsjobs.store.seal import open_cursor

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rsjobs import Client
-from rsjobs.web.hub import Hub, parse_id
+from rsjobs.ids import parse_id
+from rsjobs.web.hub import Hub
 from tests.support.web import eventually
 
 pytestmark = pytest.mark.integration
