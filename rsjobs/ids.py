@@ -50,7 +50,8 @@ def parse_entry_id(value: object, what: str = "cursor") -> str:
     """``value`` if it is the id of a stream entry (``<ms>-<seq>``, each part below 2^64,
     above ``0-0``), else :class:`rsjobs.ConfigError` naming ``what``."""
     m = _ID.fullmatch(value) if isinstance(value, str) else None
-    if m is None or not (0, 0) < (int(m[1]), int(m[2])) <= _LAST:
+    pair = (int(m[1]), int(m[2])) if m is not None else (0, 0)
+    if pair == (0, 0) or pair[0] >= ID_LIMIT or pair[1] >= ID_LIMIT:
         raise ConfigError(
             f"invalid {what}: an entry id a page returned (<ms>-<seq>, each below 2^64)"
         )
