@@ -8,7 +8,8 @@ A page walks the index from its cursor and checks each id against its workflow's
 the filters (state, definition name, owner); it looks at a bounded number of ids
 (:data:`SCAN_MIN`, or 10 per workflow asked for), so a very selective filter may give a
 short page with a cursor to go on. The cursor is the last id looked at and its creation
-time: a page after it starts where that one stopped, whatever the filters.
+time, sealed as a task list's is (:mod:`rsjobs.store.seal`: opaque, authenticated, bound
+to the filters and owner): a page after it starts where that one stopped.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import msgspec
 from ..errors import ConfigError
 from ..names import is_name, is_owner
 from ..store import Store
+from ..store.cursor import fingerprint
+from ..store.seal import check_form, open_cursor, seal_cursor
 from .model import WfStatus, is_terminal
 
 __all__ = ["MAX_PAGE", "SCAN_MIN", "StageState", "WorkflowPage", "WorkflowSummary", "page"]
@@ -130,6 +133,11 @@ async def page(
     A sharded namespace's page merges its shards' by (creation time, id), the cursor's
     order in every shard: nothing past the point where a shard that has more stopped
     looking is handed out (it has not looked past it). Not one atomic view."""
+    context = "workflows:" + fingerprint([state, name, owner])
+    if cursor is not None:
+        check(state=state, name=name, owner=owner, cursor=None, limit=limit)
+        check_form(cursor)
+        cursor = open_cursor(await store.index.cursor_key(create=False), context, cursor)
     before = check(state=state, name=name, owner=owner, cursor=cursor, limit=limit)
     stores = await store.each()
     parts = [await _part(s, before, state, name, owner, limit) for s in stores]
@@ -164,10 +172,11 @@ async def page(
                 stages=_stage_states(status, _int(f["stage"]), names),
             )
         )
-    more = not exhausted and last is not None
-    return WorkflowPage(
-        workflows=out, cursor=f"{last[0]}.{last[1]}" if more and last is not None else None
-    )
+    if exhausted or last is None:
+        return WorkflowPage(workflows=out, cursor=None)
+    key = await store.index.cursor_key(create=True)
+    assert key is not None
+    return WorkflowPage(workflows=out, cursor=seal_cursor(key, context, f"{last[0]}.{last[1]}"))
 
 
 #: a workflow a page picked: its index key (creation time, id), its id, its fields

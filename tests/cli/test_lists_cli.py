@@ -54,6 +54,8 @@ async def test_tasks_lists_filters_and_pages(redis_url: str) -> None:
         (["tasks", "--label", "user"], "key=value"),
         (["tasks", "--limit", "0"], "limit"),
         (["tasks", "--cursor", "nonsense"], "invalid cursor"),
+        (["tasks", "--cursor", "0-0"], "invalid cursor"),
+        (["tasks", "--cursor", "AQ" + "A" * 40], "invalid cursor"),
         (["enqueue", "render", "--label", "user"], "expected KEY=VALUE"),
         (["enqueue", "render", "--label", "a=1", "--label", "a=2"], "given twice"),
         (["enqueue", "render", "--label", "bad key=1"], "label key"),

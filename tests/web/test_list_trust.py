@@ -157,7 +157,7 @@ _TASK = "0" * 32
     [
         *(
             ("GET", "/deadletters", {"cursor": c}, {}, "invalid_cursor")
-            for c in ("0-0", f"{BIG}-0", f"1-{BIG}", "1-1.0", "-1-0", "1", "１-1", "x" * 5000)
+            for c in ("0-0", f"{BIG}-0", f"1-{BIG}", "1-1.0", "-1-0", "1", "\uff11-1", "x" * 5000)
         ),
         *(
             ("GET", "/tasks", {"cursor": c}, {}, "invalid_cursor")
