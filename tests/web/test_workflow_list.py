@@ -215,3 +215,22 @@ async def test_client_and_cli(redis_url: str, started: dict[str, list[str]]) -> 
     assert "params:RUNNING" in table.stdout
     bad = await asyncio.to_thread(_run, [*base, "--state", "NOPE"])
     assert bad.returncode == 2 and "state: one of" in bad.stderr
+
+
+async def test_a_cursor_is_sealed_and_bound_to_its_owner_and_filters(
+    api: httpx.AsyncClient, started: dict[str, list[str]]
+) -> None:
+    r = await api.get("/workflows", params={"limit": "2"}, headers=ALICE)
+    assert r.status_code == 200, r.text
+    cursor = r.json()["cursor"]
+    assert cursor and not any(w in cursor for w in started["alice"] + started["bob"])
+    assert "." not in cursor  # not "<created>.<id>": opaque
+    ok = {"limit": "2", "cursor": cursor}
+    assert (await api.get("/workflows", params=ok, headers=ALICE)).status_code == 200
+    for params, headers in [
+        (ok, BOB),  # replayed by another owner
+        ({**ok, "state": "CANCELLED"}, ALICE),  # with other filters
+        ({**ok, "cursor": cursor[:-1] + ("A" if cursor[-1] != "A" else "B")}, ALICE),
+    ]:
+        r = await api.get("/workflows", params=params, headers=headers)
+        assert r.status_code == 400 and r.json()["error"] == "invalid_cursor", r.text
