@@ -11,7 +11,10 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from rsjobs import Client, RedisUnavailable, Settings, SlotMigrating, connect
+import pytest
+
+from rsjobs import Client, ConfigError, RedisUnavailable, Settings, SlotMigrating, connect
+from rsjobs.cli import main as cli_main
 from rsjobs.store.cluster import slot_of
 from rsjobs.store.keys import Keys
 from tools.topology import Cluster
@@ -135,3 +138,17 @@ async def test_a_client_idle_through_a_failover_succeeds_on_its_first_call(
         await reader.close()
         await writer.close()
         await asyncio.to_thread(redis_cluster.heal)
+
+
+def test_a_database_on_a_cluster_nodes_url_is_a_configuration_error(
+    redis_cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``redis://node/3`` names a cluster node (a cluster has database 0 only): one line,
+    exit 2, not "cannot reach Redis" (exit 3)."""
+    port = redis_cluster.masters()[0]
+    url = f"redis://127.0.0.1:{port}/3"
+    assert cli_main(["--url", url, "queues"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "only database 0" in err, err
+    with pytest.raises(ConfigError, match="only database 0"):
+        connect(f"redis://127.0.0.1:{port}/0?db=2")
