@@ -19,6 +19,7 @@ __all__ = [
     "PredecessorRefused",
     "RedisUnavailable",
     "RsjobsError",
+    "SlotMigrating",
     "StoreError",
     "TaskNotFound",
     "UnknownDefinition",
@@ -138,6 +139,21 @@ class RedisUnavailable(RsjobsError, ConnectionError):
     """Raised when Redis cannot be reached, or answers with a passing error (loading, a
     failover's ``READONLY``...; see :mod:`rsjobs.store.transient`), after the retries the
     caller allowed. The redis-py error is its cause."""
+
+
+class SlotMigrating(RedisUnavailable):
+    """Raised on a Redis Cluster when a command's keys stayed split between two nodes by a
+    slot migration (``TRYAGAIN``) for longer than the client tries again (with backoff,
+    :data:`rsjobs.store.cluster.TRYAGAIN_WAIT` seconds): the command did not run. A passing
+    error like its parent: it ends once the operator's resharding of that slot is done.
+    ``slot``: the slot being moved; ``waited``: how long the client kept trying (s)."""
+
+    def __init__(self, slot: int, waited: float) -> None:
+        super().__init__(
+            f"slot {slot} is being migrated between two cluster nodes and the command's keys "
+            f"are split between them (TRYAGAIN): not run, still refused after {waited:.1f} s"
+        )
+        self.slot, self.waited = slot, waited
 
 
 class StoreError(RsjobsError):

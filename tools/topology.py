@@ -734,6 +734,54 @@ class Cluster:
             self.elections.restarted(port)
         self.wait_ok(timeout)
 
+    # -- resharding (the steps of ``redis-cli --cluster reshard``, one at a time) -----------
+
+    def begin_migration(self, slot: int, source: int, target: int) -> None:
+        """``CLUSTER SETSLOT slot IMPORTING`` on ``target``, then ``MIGRATING`` on
+        ``source`` (the master serving it): from now on, keys moved answer ``ASK``."""
+        _call(target, "CLUSTER", "SETSLOT", str(slot), "IMPORTING", _node_id(source))
+        _call(source, "CLUSTER", "SETSLOT", str(slot), "MIGRATING", _node_id(target))
+
+    def migrate_keys(self, slot: int, source: int, target: int, count: int) -> int:
+        """``MIGRATE`` up to ``count`` keys of ``slot`` from ``source`` to ``target``; how
+        many were moved (0: none is left)."""
+        keys = _call(source, "CLUSTER", "GETKEYSINSLOT", str(slot), str(count))
+        if keys:
+            _call(source, "MIGRATE", "127.0.0.1", str(target), "", "0", "5000", "KEYS", *keys)
+        return len(keys)
+
+    def end_migration(self, slot: int, target: int) -> None:
+        """``CLUSTER SETSLOT slot NODE target`` on the target, then every other master;
+        until the whole cluster agrees."""
+        owner = _node_id(target)
+        others = [m for m in self.masters() if m != target]
+        for port in [target, *others]:  # the target first: it bumps its epoch (if importing)
+            _call(port, "CLUSTER", "SETSLOT", str(slot), "NODE", owner)
+        for port in others:  # what a migration left open elsewhere
+            _call(port, "CLUSTER", "SETSLOT", str(slot), "STABLE")
+        _until(
+            lambda: (
+                (table := self.agreed()) is not None
+                and any(a <= slot <= b and m == target for a, b, m, _ in table)
+            ),
+            30.0,
+            f"slot {slot} did not settle on {target}",
+            self.live(),
+        )
+
+    def give_slot(self, slot: int, owner: int) -> None:
+        """``slot`` served by ``owner`` with every key of it, whatever a migration left
+        (keys split by an open one, or a finished one): for a test to heal what it moved."""
+        current = self.owner(slot)
+        if current != owner:  # moved away: move it back, as a reshard would
+            for port in (owner, current):
+                _call(port, "CLUSTER", "SETSLOT", str(slot), "STABLE")
+            self.begin_migration(slot, current, owner)
+        for port in self.masters():  # an open migration lets MIGRATE run on either side
+            while port != owner and self.migrate_keys(slot, port, owner, 100):
+                pass
+        self.end_migration(slot, owner)
+
     def flush(self) -> None:
         """FLUSHALL on every master (the data of every test starts empty)."""
         for m in self.masters():
@@ -748,6 +796,10 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.cleanup()
+
+
+def _node_id(port: int) -> str:
+    return str(_call(port, "CLUSTER", "MYID"))
 
 
 def _replicate(port: int, master_id: str) -> bool:

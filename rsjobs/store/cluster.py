@@ -27,17 +27,24 @@ each command itself:
   connection to the channel's master (any node would do: a ``PUBLISH`` reaches every node
   of the cluster); when that connection fails the caller subscribes again and lands on
   whichever node serves the slot then.
-* **Redirects.** ``MOVED`` / ``ASK`` / ``TRYAGAIN`` mean the command did not run: the
-  slot table is read again (``ASK``: the command is sent once to the importing node after
-  ``ASKING``) and the command is sent once more. ``CLUSTERDOWN`` (a master failed and no
-  replica has taken over yet) is retried for up to :data:`CLUSTER_DOWN_WAIT` seconds. A
-  second redirect, and every other error, goes to the caller: the store's policy
-  (:mod:`rsjobs.store.transient`) treats them as passing.
+* **Redirects.** ``MOVED`` / ``ASK`` / ``TRYAGAIN`` / ``CLUSTERDOWN`` mean the command
+  did not run, so it is sent again: after a ``MOVED`` to the slot's master once the slot
+  table is read again; after an ``ASK`` (a slot being migrated, the key already moved) to
+  the importing node, preceded by ``ASKING``; after a ``TRYAGAIN`` (a multi-key command,
+  e.g. a script, whose keys the migration split between two nodes) after a pause
+  doubling from :data:`TRYAGAIN_PAUSE`, for up to :data:`TRYAGAIN_WAIT` seconds, then
+  :class:`rsjobs.SlotMigrating`; after a ``CLUSTERDOWN`` (a master failed and no replica
+  has taken over yet) for up to :data:`CLUSTER_DOWN_WAIT` seconds. Pipelines follow them
+  too (a plain pipeline sends again only its commands that were redirected). More than
+  :data:`MAX_HOPS` ``MOVED`` / ``ASK`` in a row, and every other error, go to the caller:
+  the store's policy (:mod:`rsjobs.store.transient`) treats them as passing.
 * **Never twice.** A lost connection or a reply timeout is never retried here: the command
   may have run (a repeated ``start.lua`` could start work nobody runs). The slot table is
   marked stale instead, and the caller's next command reads it again first (at most once
   per :data:`REFRESH_GAP` seconds), so callers find a new master as soon as the cluster
-  has one.
+  has one. A connection that could not be opened (refused: the master failed while the
+  client was idle) sent nothing: the command is sent once more, after the slot table is
+  read again (:class:`~rsjobs.store.lane.NotSent`).
 """
 
 from __future__ import annotations
@@ -51,13 +58,17 @@ from typing import Any
 from redis import exceptions as rx
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline, PubSub
+from redis.asyncio.connection import ConnectionPool
 from redis.crc import key_slot
 
-from .lane import LaneRedis
+from ..errors import SlotMigrating
+from .lane import LaneRedis, NotSent
 
 __all__ = [
     "CLUSTER_DOWN_WAIT",
+    "MAX_HOPS",
     "REFRESH_GAP",
+    "TRYAGAIN_WAIT",
     "ClusterRedis",
     "command_key",
     "redirect_of",
@@ -69,8 +80,14 @@ SLOTS = 16384
 CLUSTER_DOWN_WAIT = 2.0
 #: the slot table is read at most this often (seconds) while callers keep failing
 REFRESH_GAP = 0.1
-#: pause before the one retry of a ``TRYAGAIN`` (a multi-key command during a migration)
-TRYAGAIN_PAUSE = 0.05
+#: how long a command answered ``TRYAGAIN`` (a multi-key command whose keys a slot
+#: migration split between two nodes) is tried again before :class:`SlotMigrating`
+TRYAGAIN_WAIT = 1.5
+#: the first pause after a ``TRYAGAIN``, doubled after each one up to TRYAGAIN_PAUSE_MAX
+TRYAGAIN_PAUSE = 0.01
+TRYAGAIN_PAUSE_MAX = 0.2
+#: ``MOVED`` / ``ASK`` followed in a row (a stale table's MOVED, then the new master's ASK)
+MAX_HOPS = 2
 #: the longest one node may take to answer CLUSTER SLOTS before the next one is asked
 SLOTS_TIMEOUT = 2.0
 #: a slot table is taken once this many nodes said the same (or the most common of
@@ -229,6 +246,28 @@ def redirect_of(exc: BaseException) -> tuple[str, int, Address | None] | None:
 _LOST = (rx.ConnectionError, rx.TimeoutError, OSError)
 
 
+def _redirected(reply: Any) -> bool:
+    """Whether a pipeline's reply is a redirect (its command did not run)."""
+    return isinstance(reply, rx.ResponseError) and redirect_of(reply) is not None
+
+
+class _Redirects:
+    """What one command (or pipeline) met so far, against the bounds of the retries."""
+
+    __slots__ = ("again_since", "down_until", "hops", "pause", "resent")
+
+    def __init__(self) -> None:
+        #: MOVED / ASK in a row
+        self.hops = 0
+        #: until when CLUSTERDOWN is tried again (0: not met)
+        self.down_until = 0.0
+        #: when the first TRYAGAIN came (0: not met), and the next pause
+        self.again_since = 0.0
+        self.pause = TRYAGAIN_PAUSE
+        #: sent again once after a refused connection
+        self.resent = False
+
+
 def _failover_reply(exc: BaseException) -> bool:
     """A reply that says the node changed role (the slot table is stale)."""
     if isinstance(exc, rx.ReadOnlyError):
@@ -238,6 +277,20 @@ def _failover_reply(exc: BaseException) -> bool:
         "UNBLOCKED",
         "LOADING",
     )
+
+
+class _NodePool(ConnectionPool):  # type: ignore[misc]  # redis-py is untyped here
+    """A node's pool: a connection it cannot open (refused, reset while connecting, or
+    found closed and not reopened) is :class:`NotSent`, as the lane's is: no command went
+    out on it."""
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().get_connection(*args, **kwargs)
+        except rx.AuthenticationError:
+            raise
+        except (rx.ConnectionError, OSError) as exc:
+            raise NotSent(str(exc)) from exc
 
 
 # -- the client ----------------------------------------------------------------------------
@@ -291,7 +344,8 @@ class ClusterRedis(Redis):  # type: ignore[misc]  # redis-py is untyped here
             kwargs = dict(self.node_kwargs)
             scheme = "rediss" if kwargs.pop("ssl", False) else "redis"
             host = f"[{address[0]}]" if ":" in address[0] else address[0]
-            client = LaneRedis.from_url(f"{scheme}://{host}:{address[1]}/0", **kwargs)
+            pool = _NodePool.from_url(f"{scheme}://{host}:{address[1]}/0", **kwargs)
+            client = LaneRedis.from_pool(pool)
             self._nodes[address] = client
         return client
 
@@ -427,9 +481,19 @@ class ClusterRedis(Redis):  # type: ignore[misc]  # redis-py is untyped here
             if key is None and options.get("keys"):
                 key = options["keys"][0]  # a keyless command asked of a key's node (TIME)
             slot = slot_of(key) if key is not None else None
-        asking: Address | None = None
-        down_until = 0.0
-        attempt = 0
+        return await self._command(args, options, slot, script, _Redirects(), None)
+
+    async def _command(
+        self,
+        args: tuple[Any, ...],
+        options: dict[str, Any],
+        slot: int | None,
+        script: bool,
+        state: _Redirects,
+        asking: Address | None,
+    ) -> Any:
+        """Send one command to the master of ``slot`` (or, after ``ASKING``, to the node
+        ``asking`` names) and follow what it answers (see the module docstring)."""
         while True:
             address = self._slots[slot] if slot is not None and not self._stale else None
             if asking is not None:
@@ -443,47 +507,72 @@ class ClusterRedis(Redis):  # type: ignore[misc]  # redis-py is untyped here
                 if script and node.lane is not None:
                     return await node.lane.call(*args)
                 return await node.execute_command(*args, **options)
+            except NotSent as exc:
+                await self._resend_after_refusal(exc, state)
+                asking = None
             except _LOST:
                 self.mark_stale()
                 raise
             except rx.ResponseError as exc:
-                asking = None
                 redirect = redirect_of(exc)
                 if redirect is None:
                     if _failover_reply(exc):
                         self.mark_stale()
                     raise
-                code, rslot, target = redirect
-                if not await self._follow(code, rslot, target, attempt, down_until):
-                    raise
-                if code in ("CLUSTERDOWN", "MASTERDOWN"):
-                    down_until = down_until or time.monotonic() + CLUSTER_DOWN_WAIT
-                else:
-                    attempt += 1
-                    if code == "ASK":
-                        asking = target
+                asking = await self._follow(exc, redirect, state, slot)
+
+    async def _resend_after_refusal(self, exc: NotSent, state: _Redirects) -> None:
+        """After a connection was refused (nothing was sent: a master that failed while
+        this client was idle): the slot table read again, for the one more try a command
+        gets so; the refusal goes to the caller the second time."""
+        self.mark_stale()
+        if state.resent:
+            raise exc
+        state.resent = True
+        await self.refresh(force=True)
 
     async def _follow(
-        self, code: str, slot: int, target: Address | None, attempt: int, down_until: float
-    ) -> bool:
-        """Whether to send a redirected command again (after a pause, with the slot table
-        marked stale, the MOVED target noted): CLUSTERDOWN / MASTERDOWN until
-        :data:`CLUSTER_DOWN_WAIT` has passed, every other redirect once."""
-        self.mark_stale()
+        self,
+        exc: rx.ResponseError,
+        redirect: tuple[str, int, Address | None],
+        state: _Redirects,
+        slot: int | None,
+    ) -> Address | None:
+        """What to do after a redirect (the command did not run): the node to send it to
+        with ``ASKING`` for an ``ASK``, else None (the slot's master, once the slot table
+        is read again after a ``MOVED``), after a pause for ``TRYAGAIN`` / ``CLUSTERDOWN``.
+        Raises ``exc`` once its bound is spent: :data:`MAX_HOPS` ``MOVED`` / ``ASK`` in a
+        row, :data:`CLUSTER_DOWN_WAIT` of ``CLUSTERDOWN``; :class:`SlotMigrating` after
+        :data:`TRYAGAIN_WAIT` of ``TRYAGAIN``."""
+        code, rslot, target = redirect
+        now = time.monotonic()
         if code in ("CLUSTERDOWN", "MASTERDOWN"):
-            if down_until and time.monotonic() >= down_until:
-                return False
+            self.mark_stale()
+            state.down_until = state.down_until or now + CLUSTER_DOWN_WAIT
+            if now >= state.down_until:
+                raise exc
             await asyncio.sleep(REFRESH_GAP)
-            return True
-        if attempt >= 1:
-            return False
+            return None
         if code == "TRYAGAIN":
-            await asyncio.sleep(TRYAGAIN_PAUSE)
-        elif target is not None:
-            self._prefer = target
-            if code == "MOVED" and 0 <= slot < SLOTS:
-                self._slots[slot] = target  # until the table is read again
-        return code != "ASK" or target is not None
+            # a multi-key command whose keys a migration split between two nodes: it runs
+            # once every key is on one node (the migration of the slot moved on or ended)
+            state.again_since = state.again_since or now
+            if now + state.pause - state.again_since > TRYAGAIN_WAIT:
+                raise SlotMigrating(-1 if slot is None else slot, now - state.again_since) from exc
+            await asyncio.sleep(state.pause)
+            state.pause = min(state.pause * 2, TRYAGAIN_PAUSE_MAX)
+            state.hops = 0
+            return None
+        state.hops += 1
+        if state.hops > MAX_HOPS or target is None:
+            raise exc
+        self._prefer = target
+        if code == "ASK":
+            return target  # the slot is still its master's: the table stays as it is
+        self.mark_stale()
+        if 0 <= rslot < SLOTS:
+            self._slots[rslot] = target  # until the table is read again
+        return None
 
     async def _asking(self, node: LaneRedis, args: tuple[Any, ...], options: Any) -> Any:
         if node.lane is not None:
@@ -526,50 +615,95 @@ class ClusterRedis(Redis):  # type: ignore[misc]  # redis-py is untyped here
         raise_on_error: bool,
     ) -> list[Any]:
         """Run a pipeline's queued commands on one connection of the master that owns
-        their keys (see :class:`ClusterPipeline`). Sent again after a redirect only when
-        no command of it ran: a MULTI refused as a whole, or every keyed command of a
-        plain pipeline answered with a redirect."""
+        their keys (see :class:`ClusterPipeline`), following redirects as single commands
+        do: a ``MULTI`` refused as a whole is sent again as a whole (after ``ASKING`` to
+        the node an ``ASK`` names), and of a plain pipeline, the commands answered with a
+        redirect (they did not run; the others did, and are not sent again) are sent
+        again together, each after an ``ASKING`` for an ``ASK``."""
         keys = [command_key(args) for args, _ in stack]
         slots = {slot_of(k) for k in keys if k is not None}
         if len(slots) > 1:  # Redis would refuse a MULTI, and answer MOVED to a pipeline
             raise rx.ClusterCrossSlotError("Keys in request don't hash to the same slot")
         slot = slots.pop() if slots else None
-        down_until = 0.0
-        attempt = 0
+        state = _Redirects()
+        asking: Address | None = None
+        replies: list[Any] = [None] * len(stack)
+        pending = list(range(len(stack)))
         while True:
-            node = self.node_client(await self._owner(slot))
-            pipe = node.pipeline(transaction=transaction)
-            pipe.command_stack = list(stack)
-            refused: BaseException | None = None
+            node = self.node_client(asking or await self._owner(slot))
             try:
-                replies: list[Any] = await pipe.execute(raise_on_error=False)
+                got, refused = await self._run_on(
+                    node, [stack[i] for i in pending], transaction, asking is not None
+                )
+            except NotSent as exc:
+                await self._resend_after_refusal(exc, state)
+                asking = None
+                continue
             except _LOST:
                 self.mark_stale()
                 raise
-            except rx.ResponseError as exc:  # MULTI: a queued command was refused
-                refused, replies = exc, []
-            errors = [r for r in replies if isinstance(r, BaseException)]
-            if refused is not None:
-                redirect = redirect_of(refused)
-            else:
-                keyed = [r for r, k in zip(replies, keys, strict=True) if k is not None]
-                found = [redirect_of(r) if isinstance(r, BaseException) else None for r in keyed]
-                redirect = found[0] if keyed and all(found) else None
+            if refused is None:
+                for i, reply in zip(pending, got, strict=True):
+                    replies[i] = reply
+            errors = [r for r in got if isinstance(r, BaseException)]
             if any(_failover_reply(e) for e in [*errors, *([refused] if refused else [])]):
                 self.mark_stale()
-            if redirect is not None:
-                code, rslot, target = redirect
-                if code != "ASK" and await self._follow(code, rslot, target, attempt, down_until):
-                    if code in ("CLUSTERDOWN", "MASTERDOWN"):
-                        down_until = down_until or time.monotonic() + CLUSTER_DOWN_WAIT
-                    else:
-                        attempt += 1
-                    continue
-            if refused is not None:
-                raise refused
-            if raise_on_error and errors:
-                raise errors[0]
-            return replies
+            if refused is not None:  # a MULTI refused as a whole: nothing of it ran
+                redirect = redirect_of(refused)
+                if redirect is None or not isinstance(refused, rx.ResponseError):
+                    raise refused
+                asking = await self._follow(refused, redirect, state, slot)
+                continue
+            moved = [i for i in pending if _redirected(replies[i])]
+            if not moved:
+                break
+            first = replies[moved[0]]
+            redirect = redirect_of(first)
+            assert redirect is not None
+            try:
+                asking = await self._follow(first, redirect, state, slot)
+            except (rx.RedisError, SlotMigrating) as final:  # its bound spent
+                for i in moved:
+                    replies[i] = final
+                break
+            pending = moved
+        if raise_on_error:
+            for reply in replies:
+                if isinstance(reply, BaseException):
+                    raise reply
+        return replies
+
+    async def _run_on(
+        self,
+        node: LaneRedis,
+        stack: list[tuple[tuple[Any, ...], dict[str, Any]]],
+        transaction: bool,
+        asking: bool,
+    ) -> tuple[list[Any], BaseException | None]:
+        """Run ``stack`` as one pipeline on one connection of ``node`` (``asking``: after
+        ``ASKING``, once before a ``MULTI``, which keeps it to its ``EXEC``, or before each
+        command of a plain pipeline); its replies, or the error refusing a ``MULTI``."""
+        pipe = node.pipeline(transaction=transaction)
+        if asking and not transaction:
+            pipe.command_stack = [c for item in stack for c in ((("ASKING",), {}), item)]
+        else:
+            pipe.command_stack = list(stack)
+        if asking and transaction:
+            conn = await node.connection_pool.get_connection()
+            pipe.connection = conn  # released by the pipeline's reset
+            try:
+                await conn.send_command("ASKING")
+                await conn.read_response()
+            except BaseException:
+                await pipe.reset()
+                raise
+        try:
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+        except rx.ResponseError as exc:  # MULTI: a queued command was refused
+            return [], exc
+        if asking and not transaction:
+            replies = replies[1::2]
+        return replies, None
 
     def pubsub(self, **kwargs: Any) -> PubSub:
         """Pub/sub on the master that owns the first channel's slot (see the module

@@ -39,9 +39,10 @@ A plain TCP or Unix socket client also gets the pipelined script connection of
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import redis as sync_redis
 from redis.asyncio import Redis
@@ -157,7 +158,8 @@ def parse_url(url: str) -> Target:
         )
     scheme = url.partition("://")[0].lower()
     if scheme in _PLAIN:
-        return Target(scheme=scheme, topology="standalone", url=url, tls=scheme == "rediss")
+        db = _check_plain(url, scheme)
+        return Target(scheme=scheme, topology="standalone", url=url, tls=scheme == "rediss", db=db)
     if scheme not in _SENTINEL + _CLUSTER:
         raise ConfigError(f"unsupported redis URL scheme {scheme!r} in {redact_url(url)!r}")
     rest = url.partition("://")[2]
@@ -221,6 +223,87 @@ def parse_url(url: str) -> Target:
     )
 
 
+#: query options whose values must read as these (what redis-py would make of them, but
+#: said as one line instead of a traceback); None: a positive finite number of seconds
+_OPTIONS: dict[str, str | None] = {
+    "socket_timeout": None,
+    "socket_connect_timeout": None,
+    "timeout": None,
+    "socket_read_size": "int",
+    "max_connections": "int",
+    "health_check_interval": "int0",
+    "ssl_min_version": "int0",
+    "socket_keepalive": "bool",
+    "retry_on_timeout": "bool",
+    "ssl_check_hostname": "bool",
+}
+_BOOLS = frozenset({"", "0", "1", "f", "t", "false", "true", "n", "no", "y", "yes"})
+
+
+def _check_plain(url: str, scheme: str) -> int:
+    """Check a ``redis://`` / ``rediss://`` / ``unix://`` URL as redis-py will read it:
+    its port, its database (path or ``?db=``) and the values of the query options it
+    knows; the database number. :class:`ConfigError` with the reason otherwise."""
+    shown = redact_url(url)
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError as exc:  # a port that is not a number, or out of range
+        port_text = parts.netloc.rpartition("@")[2].rpartition(":")[2]
+        raise ConfigError(
+            f"invalid port {port_text!r} in {shown!r}: expected a number from 1 to 65535"
+        ) from exc
+    if scheme == "unix":
+        if not parts.path:
+            raise ConfigError(
+                f"a unix:// URL names a socket path: unix:///path?db=0, got {shown!r}"
+            )
+    else:
+        if port == 0:
+            raise ConfigError(f"invalid port 0 in {shown!r}: expected a number from 1 to 65535")
+        if not parts.hostname:
+            raise ConfigError(f"no host in {shown!r}: expected {scheme}://host[:port][/db]")
+    db_text = "" if scheme == "unix" else parts.path.strip("/")
+    query = parse_qs(parts.query, keep_blank_values=True)
+    if "db" in query:
+        db_text = query["db"][-1]
+    db = 0
+    if db_text:
+        if not db_text.isascii() or not db_text.isdigit():
+            raise ConfigError(
+                f"invalid database {db_text!r} in {shown!r}: expected a number (0, 1, ...)"
+            )
+        db = int(db_text)
+    for name, values in query.items():
+        kind = _OPTIONS.get(name, "")
+        if kind == "":
+            continue
+        value = values[-1]
+        if not _valid_option(kind, value):
+            what = {
+                None: "a positive number of seconds",
+                "int": "a positive whole number",
+                "int0": "a whole number, 0 or more",
+                "bool": "true or false",
+            }[kind]
+            raise ConfigError(f"invalid {name}={value!r} in {shown!r}: expected {what}")
+    return db
+
+
+def _valid_option(kind: str | None, value: str) -> bool:
+    if kind == "bool":
+        return value.lower() in _BOOLS
+    if kind is None:
+        try:
+            seconds = float(value)
+        except ValueError:
+            return False
+        return math.isfinite(seconds) and seconds > 0
+    if not value.isascii() or not value.isdigit():
+        return False
+    return kind == "int0" or int(value) > 0
+
+
 def _addresses(hosts: str, default_port: int, what: str, url: str) -> tuple[tuple[str, int], ...]:
     """``h1:p1,h2,[::1]:p3`` as (host, port) pairs (``default_port`` where none is given)."""
     out = []
@@ -248,8 +331,10 @@ def detect_cluster(url: str, timeout: float = DETECT_TIMEOUT, **auth: Any) -> bo
         return known
     if url.partition("://")[0].lower() == "unix":
         return False
+    # asked of database 0: a cluster node refuses any other (SELECT), which would read as
+    # no answer, and the URL as a standalone server's (then "cannot be reached")
     probe = sync_redis.Redis.from_url(
-        url,
+        _database_zero(url),
         socket_timeout=timeout,
         socket_connect_timeout=timeout,
         retry=SyncRetry(NoBackoff(), 0),
@@ -266,6 +351,14 @@ def detect_cluster(url: str, timeout: float = DETECT_TIMEOUT, **auth: Any) -> bo
     found = str(info.get("cluster_enabled", "0")) == "1"
     _DETECTED[url] = found
     return found
+
+
+def _database_zero(url: str) -> str:
+    """A plain TCP URL with its database (path or ``?db=``) set to 0."""
+    parts = urlsplit(url)
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
+                       if k != "db"])  # fmt: skip
+    return urlunsplit((parts.scheme, parts.netloc, "/0", query, ""))
 
 
 class SentinelRedis(Redis):  # type: ignore[misc]  # redis-py is untyped here

@@ -32,7 +32,7 @@ from redis import exceptions as rx
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection, UnixDomainSocketConnection
 
-__all__ = ["Lane", "LaneRedis", "LaneTarget", "classify", "lane_target"]
+__all__ = ["Lane", "LaneRedis", "LaneTarget", "NotSent", "classify", "lane_target"]
 
 # Pool settings the lane reproduces; a pool with any other setting keeps using redis-py.
 _SUPPORTED = frozenset(
@@ -115,6 +115,11 @@ def lane_target(redis: Any) -> LaneTarget | None:
         connect_timeout=float(kw.get("socket_connect_timeout") or timeout or 10.0),
         client_name=kw.get("client_name"),
     )
+
+
+class NotSent(rx.ConnectionError):  # type: ignore[misc]  # redis-py is untyped here
+    """No connection could be opened (refused, reset while connecting): the command was
+    never sent, so sending it again elsewhere cannot run it twice."""
 
 
 class _Reply(Exception):
@@ -259,7 +264,7 @@ class _Protocol(asyncio.Protocol):
         """Send ``data`` (one command, or ``before`` + 1 commands in one write: their
         replies arrive together, and all but the last are dropped); the last reply."""
         if self.closed or self.transport is None:
-            raise rx.ConnectionError("connection to Redis is closed")
+            raise NotSent("connection to Redis is closed")
         now = time.monotonic()
         for _ in range(before):
             ignored: asyncio.Future[Any] = self.loop.create_future()
@@ -359,7 +364,7 @@ class Lane:
             raise rx.TimeoutError(f"timeout connecting to Redis at {self._where()}") from None
         except OSError as exc:
             where = self._where()
-            raise rx.ConnectionError(f"error connecting to Redis at {where}: {exc}") from None
+            raise NotSent(f"error connecting to Redis at {where}: {exc}") from None
         except BaseException:
             proto.abort(rx.ConnectionError("connection setup failed"))
             raise

@@ -105,3 +105,20 @@ def test_errors_are_one_line_and_write_nothing(
 def test_unreachable_redis_is_a_clear_error() -> None:
     out = rsjobs("redis://127.0.0.1:1/0", "queues")
     assert out.returncode == 3 and "cannot reach redis" in out.stderr
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:99999/0",
+        "redis://127.0.0.1:6379/0?socket_timeout=abc",
+        "redis://127.0.0.1:6379/abc",
+        "redis+cluster://127.0.0.1:7000/3",
+        "memcached://127.0.0.1:11211",
+    ],
+)
+def test_a_bad_url_is_one_line_and_exit_2(url: str) -> None:
+    out = rsjobs(url, "queues")
+    assert out.returncode == 2, out
+    assert out.stderr.startswith("rsjobs: ") and out.stderr.count("\n") == 1, out.stderr
+    assert "Traceback" not in out.stderr

@@ -13,11 +13,11 @@ import pytest
 from redis import exceptions as rx
 from redis.crc import key_slot
 
-from rsjobs import ConfigError
+from rsjobs import ConfigError, RedisUnavailable, SlotMigrating
 from rsjobs.store import cluster as cluster_mod
 from rsjobs.store.cluster import ClusterRedis, command_key, redirect_of, slot_of
 from rsjobs.store.connection import connect, moved_hint, parse_url
-from rsjobs.store.lane import classify
+from rsjobs.store.lane import NotSent, classify
 
 A, B = ("10.0.0.1", 7000), ("10.0.0.2", 7001)
 KEY = "rsjobs:{t}:task:1"
@@ -187,32 +187,69 @@ async def test_scripts_go_over_the_owners_lane(fc: FakeCluster) -> None:
 
 
 @pytest.mark.parametrize("classed", [True, False])
-async def test_a_moved_is_followed_once(fc: FakeCluster, classed: bool) -> None:
+async def test_redirects_are_followed_within_a_bound(fc: FakeCluster, classed: bool) -> None:
     await fc.execute_command("PING")  # the slot table says A
     moved = f"MOVED {SLOT} {B[0]}:{B[1]}"
     fc.fakes[A].replies.append(classify(moved) if classed else rx.ResponseError(moved))
     fc.owner = B  # the cluster failed over
     await fc.execute_command("EVALSHA", "sha", 1, KEY)
     assert len(fc.fakes[A].calls) == 2 and len(fc.fakes[B].calls) == 1
-    # a second MOVED in a row goes to the caller (the policy calls it passing)
-    fc.fakes[B].replies.extend([classify(moved), classify(moved)])
+    # MAX_HOPS redirects in a row are followed (a stale table's MOVED, then the new
+    # master's ASK); one more goes to the caller (the policy calls it passing)
+    hops = cluster_mod.MAX_HOPS
+    fc.fakes[B].replies.extend([classify(moved)] * (hops + 1))
     with pytest.raises(rx.MovedError):
         await fc.execute_command("EVALSHA", "sha", 1, KEY)
-    assert len(fc.fakes[B].calls) == 3
+    assert len(fc.fakes[B].calls) == 1 + hops + 1
 
 
 async def test_ask_sends_asking_to_the_importing_node(fc: FakeCluster) -> None:
     fc.fakes[A].replies.append(classify(f"ASK {SLOT} {B[0]}:{B[1]}"))
     await fc.execute_command("EVALSHA", "sha", 1, KEY)
     assert fc.fakes[B].calls == [("asking", ("EVALSHA", "sha", 1, KEY))]
+    assert fc.reads == 1  # an ASK leaves the slot to its master: no table read
 
 
-async def test_tryagain_once_then_the_caller(fc: FakeCluster) -> None:
-    fc.fakes[A].replies.append(rx.ResponseError("TRYAGAIN Multiple keys"))
-    assert await fc.execute_command("HGET", KEY, "f") == "OK"
-    fc.fakes[A].replies.extend([rx.TryAgainError("x"), rx.TryAgainError("x")])
-    with pytest.raises(rx.TryAgainError):
-        await fc.execute_command("HGET", KEY, "f")
+async def test_tryagain_is_tried_again_with_backoff(fc: FakeCluster) -> None:
+    """A script whose keys a migration split: the source says ASK, the importing node
+    TRYAGAIN, until the keys are on one node; then it runs there."""
+    ask = classify(f"ASK {SLOT} {B[0]}:{B[1]}")
+    fc.fakes[A].replies.extend([ask, ask, ask])
+    fc.fakes[B].replies.extend([classify("TRYAGAIN Multiple keys"), rx.TryAgainError("x")])
+    assert await fc.execute_command("EVALSHA", "sha", 2, KEY, KEY + "x") == "OK"
+    assert [how for how, _ in fc.fakes[B].calls] == ["asking"] * 3
+    assert len(fc.fakes[A].calls) == 3
+
+
+async def test_tryagain_ends_in_a_typed_error_within_its_bound(
+    fc: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cluster_mod, "TRYAGAIN_WAIT", 0.3)
+    fc.fakes[A].replies.extend([rx.TryAgainError("Multiple keys")] * 1000)
+    t0 = time.monotonic()
+    with pytest.raises(SlotMigrating) as caught:
+        await fc.execute_command("EVALSHA", "sha", 2, KEY, KEY + "x")
+    assert 0.1 < time.monotonic() - t0 < 0.6
+    assert caught.value.slot == SLOT and "TRYAGAIN" in str(caught.value)
+    assert isinstance(caught.value, RedisUnavailable)  # passing, as the policy says
+    assert 3 < len(fc.fakes[A].calls) < 20  # backed off, not a busy loop
+
+
+async def test_a_refused_connection_is_sent_once_more_after_a_table_read(
+    fc: FakeCluster,
+) -> None:
+    """A master that failed while the client was idle refuses the connection: nothing
+    was sent, so the command goes once more, to the master the slot table names then."""
+    await fc.execute_command("PING")
+    fc.fakes[A].replies.append(NotSent("error connecting to Redis at 10.0.0.1:7000"))
+    fc.owner = B
+    assert await fc.execute_command("EVALSHA", "sha", 1, KEY) == "OK"
+    assert fc.reads == 2 and len(fc.fakes[B].calls) == 1
+    # refused twice: the caller hears of it (one more try only)
+    fc.fakes[B].replies.extend([NotSent("refused"), NotSent("refused")])
+    with pytest.raises(NotSent):
+        await fc.execute_command("EVALSHA", "sha", 1, KEY)
+    assert len(fc.fakes[B].calls) == 3
 
 
 async def test_a_lost_connection_is_never_repeated(fc: FakeCluster) -> None:

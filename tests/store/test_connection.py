@@ -15,7 +15,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from rsjobs import ConfigError, RedisUnavailable, Settings
+from rsjobs import Client, ConfigError, RedisUnavailable, Settings
 from rsjobs.store.connection import SentinelRedis, connect, parse_url, redact_url
 from rsjobs.store.lane import LaneRedis
 from rsjobs.store.transient import as_unavailable, is_failover, is_transient
@@ -53,6 +53,45 @@ def test_sentinel_url() -> None:
 def test_bad_urls_are_config_errors(url: str) -> None:
     with pytest.raises(ConfigError):
         parse_url(url)
+
+
+@pytest.mark.parametrize(
+    "url, reason",
+    [
+        ("redis://127.0.0.1:99999/0", "invalid port '99999'"),
+        ("redis://127.0.0.1:0/0", "invalid port 0"),
+        ("redis://127.0.0.1:x/0", "invalid port 'x'"),
+        ("redis://h:6379/abc", "invalid database 'abc'"),
+        ("redis://h:6379/\uff11", "invalid database"),  # a non-ASCII digit
+        ("redis://h:6379/0?db=two", "invalid database 'two'"),
+        ("unix:///tmp/r.sock?db=x", "invalid database 'x'"),
+        ("unix://?db=0", "names a socket"),
+        ("redis://:6379/0", "no host"),
+        ("redis://h/0?socket_timeout=abc", "invalid socket_timeout='abc'"),
+        ("redis://h/0?socket_timeout=nan", "invalid socket_timeout='nan'"),
+        ("redis://h/0?socket_connect_timeout=-1", "invalid socket_connect_timeout"),
+        ("redis://h/0?max_connections=0", "invalid max_connections='0'"),
+        ("redis://h/0?health_check_interval=1.5", "invalid health_check_interval"),
+        ("redis://h/0?socket_keepalive=maybe", "invalid socket_keepalive='maybe'"),
+        ("ftp://h/0", "unsupported redis URL scheme 'ftp'"),
+        ("redis+cluster://h:7000/3", "only database 0"),
+    ],
+)
+def test_a_bad_plain_url_is_one_line_saying_why(url: str, reason: str) -> None:
+    """Checked before anything connects: a typed error whose one line names the fault
+    (never redis-py's ValueError, a traceback, or database 0 taken silently)."""
+    for make in (parse_url, connect, Client.from_url):
+        with pytest.raises(ConfigError) as caught:
+            make(url)
+        assert reason in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_good_plain_urls_keep_their_settings() -> None:
+    t = parse_url("redis://u:p@h:6380/3?socket_timeout=2.5&health_check_interval=0&x=y")
+    assert t.db == 3 and t.topology == "standalone"
+    assert parse_url("unix:///tmp/r.sock?db=2").db == 2
+    assert parse_url("redis://h/0?db=4").db == 4  # redis-py reads ?db= over the path
+    assert parse_url("redis://[::1]:6379").db == 0
 
 
 def test_passwords_never_printed() -> None:

@@ -114,8 +114,8 @@ async def test_unreachable_server_is_a_connection_error() -> None:
 
 
 async def test_database_and_auth_settings_are_applied(redis_url: str) -> None:
-    lane = Lane(_target(redis_url + "/3"))
-    other = Redis.from_url(redis_url + "/3", decode_responses=True)
+    lane = Lane(_target(redis_url.rpartition("/")[0] + "/3"))
+    other = Redis.from_url(redis_url.rpartition("/")[0] + "/3", decode_responses=True)
     try:
         await lane.call("SET", "in-db-3", "yes")
         assert await other.get("in-db-3") == "yes"
