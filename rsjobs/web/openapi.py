@@ -1020,15 +1020,20 @@ def _callback_paths() -> dict[str, Any]:
               "schema": {"type": "string", "maxLength": 1024}}]),
         "/callbacks/external/{provider}/{external_id}": _callback(
             "A provider's result for a deferred attempt, by the outside job's id",
-            "The body is signed: X-Rsjobs-Signature: sha256=<hex HMAC-SHA256 of the body "
-            "under the callback secret>; no bearer token.",
+            "The request is signed under the callback secret: X-Rsjobs-Signature: "
+            "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, \"<t>.<provider>/<external_id>."
+            "<body>\")> (several v1 values allowed while a secret rotates); no bearer token. "
+            "A signature for another job, a timestamp further than the server's tolerance "
+            "(default 300 s) either way, or the old sha256=<hex> form is a 401, nothing "
+            "written.",
             "callbackByExternalId",
             [{"name": "provider", "in": "path", "required": True,
               "schema": {"type": "string", "pattern": _NAME_PATTERN}},
              {"name": "external_id", "in": "path", "required": True,
               "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.:/-]{1,200}$"}},
              {"name": "X-Rsjobs-Signature", "in": "header", "required": True,
-              "schema": {"type": "string"}}]),
+              "schema": {"type": "string", "maxLength": 512,
+                         "pattern": "^t=[0-9]{1,12}(,v1=[0-9a-f]{64}){1,4}$"}}]),
     }  # fmt: skip
 
 
