@@ -20,7 +20,7 @@ from .. import __version__
 from ..costs import DIMENSIONS, CostReport, TaskCost, WorkflowCost
 from ..limits import QueueLimits, RateLimit
 from ..model import State
-from ..names import NAME_SCHEMA
+from ..names import NAME_SCHEMA, TYPE_RULE, TYPE_SCHEMA
 from ..overview import DeadLetterPage, QueueSeries
 from ..schemas import (
     BulkResult,
@@ -649,9 +649,10 @@ _QUEUE_PARAM = {"name": "queue", "in": "path", "required": True,
 _OWNER_PARAM = {"name": "owner", "in": "path", "required": True,
                 "schema": {"type": "string"},
                 "description": "1-128 letters, digits or '_.@-'"}  # fmt: skip
+_TYPE_PATTERN = TYPE_SCHEMA.removesuffix("\\Z") + "$"  # ECMA-262 spelling
 _TYPE_PARAM = {"name": "type", "in": "path", "required": True,
-               "schema": {"type": "string", "minLength": 1, "maxLength": 200},
-               "description": "the task type"}  # fmt: skip
+               "schema": {"type": "string", "pattern": _TYPE_PATTERN},
+               "description": "the task type: " + TYPE_RULE}  # fmt: skip
 _LIMIT_ERRORS = {
     **_ADMIN_ERRORS,
     "400": _error("a malformed queue (invalid_queue), owner (invalid_owner) or type "
