@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from .errors import ConfigError
 from .labels import validate_labels
 from .model import State
-from .names import is_owner, validate_name
+from .names import is_owner, validate_name, validate_type
 from .schemas import BulkItem, BulkResult, TaskFilter
 from .store.selection import Selected, Selection
 
@@ -56,8 +56,8 @@ def check_filter(f: TaskFilter) -> None:
         validate_name("queue", f.queue)
     if f.state is not None and f.state not in {s.value for s in State}:
         raise ConfigError(f"unknown state {f.state!r}: one of {', '.join(s.value for s in State)}")
-    if f.type is not None and not (isinstance(f.type, str) and 0 < len(f.type) <= 200):
-        raise ConfigError("type must be a string of 1-200 characters")
+    if f.type is not None:
+        validate_type(f.type, "type")
     if f.owner is not None and not is_owner(f.owner):
         raise ConfigError(f"invalid owner {f.owner!r}")
     for name in ("since", "until"):

@@ -8,9 +8,17 @@ secret the worker and the web app share (``RSJOBS_CALLBACK_SECRET``). The web ap
 the fence (``resolve.lua`` refuses a result for an attempt that is over). A workflow's
 regenerate cancels the old version's tasks, so their tokens are refused there too.
 
-Providers that cannot carry a URL sign the body instead: ``X-Rsjobs-Signature:
-sha256=<hex HMAC of the body>`` on ``POST /callbacks/external/{provider}/{external_id}``,
-under the same secret (:func:`body_signature`).
+Providers that cannot carry a URL sign each request instead, on ``POST
+/callbacks/external/{provider}/{external_id}``, under the same secret
+(:func:`body_signature`, the scheme of :mod:`rsjobs.signing`)::
+
+    X-Rsjobs-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret,
+                        "<t>.<provider>/<external_id>.<body>")>
+
+The signature binds the body to one outside job and one moment: a body signed for one
+job is refused for another, and one older (or newer) than the tolerance (five minutes by
+default) is refused. The old ``sha256=<hex HMAC of the body>`` form, which bound the body
+to nothing, is refused with a reason.
 
 No Redis here: the worker and the web app import this alone.
 """
@@ -22,20 +30,24 @@ import hashlib
 import hmac
 import os
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 import msgspec
 
+from . import signing
 from .errors import BadSignature, ConfigError
 
 __all__ = [
     "SECRET_ENV",
+    "SIGNATURE_HEADER",
     "TOKEN_TTL_MS",
     "Claims",
     "body_signature",
     "check_body_signature",
     "secret_from_env",
     "sign",
+    "signed_context",
     "verify",
 ]
 
@@ -44,6 +56,8 @@ SECRET_ENV = "RSJOBS_CALLBACK_SECRET"
 #: how long a token is good for when the handler does not say (a week: past its longest
 #: wait a task refuses the result anyway, recorded; an expired token is a 401)
 TOKEN_TTL_MS = 7 * 24 * 3600 * 1000
+#: the header a provider signs an external callback in (HTTP headers are case-blind)
+SIGNATURE_HEADER = "X-Rsjobs-Signature"
 #: the shortest secret taken (bytes)
 SECRET_MIN = 16
 
@@ -125,14 +139,55 @@ def verify(secret: str | bytes, token: str, now_ms: int | None = None) -> Claims
     return claims
 
 
-def body_signature(secret: str | bytes, body: bytes) -> str:
-    """The ``X-Rsjobs-Signature`` value of a body: ``sha256=<hex HMAC>``."""
-    return "sha256=" + hmac.new(_key(secret), body, hashlib.sha256).hexdigest()
+def signed_context(provider: str, external_id: str) -> str:
+    """What an external callback's signature binds besides its body and time."""
+    return f"{provider}/{external_id}"
 
 
-def check_body_signature(secret: str | bytes, body: bytes, header: str | None) -> None:
-    """Raise :class:`rsjobs.BadSignature` unless ``header`` signs ``body``."""
-    if not header:
-        raise BadSignature("missing X-Rsjobs-Signature header")
-    if not hmac.compare_digest(body_signature(secret, body), header.strip()):
-        raise BadSignature("X-Rsjobs-Signature does not verify")
+def body_signature(
+    secret: str | bytes,
+    provider: str,
+    external_id: str,
+    body: bytes,
+    timestamp: int | None = None,
+) -> str:
+    """The ``X-Rsjobs-Signature`` value of a callback ``body`` for ``external_id`` of
+    ``provider``, sent at ``timestamp`` (unix s; default now): ``t=<t>,v1=<hex HMAC-SHA256
+    of "<t>.<provider>/<external_id>.<body>">``. (The provider is a name, without '/',
+    so the context splits one way only.)"""
+    stamp = int(time.time()) if timestamp is None else timestamp
+    return signing.signature(_key(secret), body, stamp, signed_context(provider, external_id))
+
+
+def check_body_signature(
+    secret: str | bytes,
+    provider: str,
+    external_id: str,
+    body: bytes,
+    header: str | None,
+    *,
+    tolerance_s: int = signing.DEFAULT_TOLERANCE_S,
+    clock: Callable[[], float] = time.time,
+) -> None:
+    """Raise :class:`rsjobs.BadSignature` (with the reason) unless ``header`` signs
+    ``body`` for ``external_id`` of ``provider`` within ``tolerance_s`` of ``clock()``."""
+    key = _key(secret)
+    if not header or not header.strip():
+        raise BadSignature(f"missing {SIGNATURE_HEADER} header")
+    if header.strip().startswith("sha256="):
+        raise BadSignature(
+            f"{SIGNATURE_HEADER}: the sha256=<hex> form signs the body only and is refused; "
+            'sign t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<provider>/'
+            '<external_id>.<body>")>'
+        )
+    try:
+        signing.check(
+            key,
+            body,
+            header,
+            signed_context(provider, external_id),
+            tolerance_s=tolerance_s,
+            clock=clock,
+        )
+    except BadSignature as exc:
+        raise BadSignature(f"{SIGNATURE_HEADER}: {exc}") from None

@@ -44,7 +44,7 @@ from .limits import (
     rate_field,
 )
 from .model import RESTART, allowed, is_terminal
-from .names import validate_name
+from .names import validate_name, validate_type
 from .queries import Labels, Names, list_query
 from .schedules import Schedule, ScheduleInfo
 from .schedules import check as check_schedule
@@ -109,8 +109,7 @@ def _is_int(v: object) -> bool:
 
 def _check_request(r: EnqueueRequest, limit: int) -> bytes:
     """Validate one request before anything is written; returns its encoded payload."""
-    if not isinstance(r.type, str) or not r.type or len(r.type) > 200:
-        raise ConfigError("task type must be a non-empty string of at most 200 characters")
+    validate_type(r.type)
     validate_name("queue", r.queue)
     if not _is_int(r.max_attempts) or not 1 <= r.max_attempts <= 1000:
         raise ConfigError("max_attempts must be an integer between 1 and 1000")

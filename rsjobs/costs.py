@@ -33,6 +33,7 @@ __all__ = [
     "CATEGORIES",
     "CATEGORY_OF",
     "DIMENSIONS",
+    "MAX_AMOUNT",
     "MAX_UNITS",
     "SCALE",
     "WASTE",
@@ -80,8 +81,10 @@ CATEGORY_OF = {
 SCALE = 1_000_000
 #: at most this many units per attempt (``CHARGES_MAX`` in ``fsm.lua``)
 MAX_UNITS = 8
-#: the largest amount of one unit in one attempt: 999,999,999.999999
+#: the largest amount of one unit in one attempt, in millionths
 MAX_MICRO = 10**9 * SCALE - 1
+#: the largest amount of one unit in one attempt: 999,999,999.999999
+MAX_AMOUNT = MAX_MICRO / SCALE
 _UNIT = re.compile(r"[a-z][a-z0-9_]{0,15}")
 _AMOUNT = re.compile(r"(\d{1,9})(?:\.(\d{0,6}))?")
 
@@ -91,11 +94,15 @@ def to_micro(amount: float) -> int:
     number >= 0 and at most 999,999,999.999999."""
     if isinstance(amount, bool) or not isinstance(amount, (int, float)):
         raise ChargeError(f"a charge is a number, not {type(amount).__name__}")
-    if not math.isfinite(amount) or amount < 0:
-        raise ChargeError(f"a charge is a finite number >= 0, not {amount!r}")
+    # (checked before any arithmetic: 1e308 * SCALE is inf, and an int past 1e308 cannot
+    # become a float, so the bound is compared with the amount as given)
+    if (isinstance(amount, float) and not math.isfinite(amount)) or amount < 0:
+        raise ChargeError(f"a charge is a finite number >= 0, not {str(amount)[:40]}")
+    if amount > MAX_AMOUNT:
+        raise ChargeError(f"a charge of {str(amount)[:40]} is over the bound ({MAX_AMOUNT:.6f})")
     micro = round(amount * SCALE)
     if micro > MAX_MICRO:
-        raise ChargeError(f"a charge of {amount!r} is over the bound ({MAX_MICRO / SCALE:.6f})")
+        raise ChargeError(f"a charge of {amount!r} is over the bound ({MAX_AMOUNT:.6f})")
     return int(micro)
 
 

@@ -35,7 +35,7 @@ import math
 import msgspec
 
 from .errors import ConfigError
-from .names import is_owner, validate_name
+from .names import is_owner, validate_name, validate_type
 from .store.keys import MAX_PRIORITY
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "LIMIT_MAX",
     "MAX_PRIORITY",
     "PER_SECOND_MAX",
+    "PER_SECOND_MIN",
     "QueueLimits",
     "RateLimit",
     "check_owner",
@@ -56,6 +57,8 @@ __all__ = [
 LIMIT_MAX = 1_000_000
 #: the fastest rate (starts per second) and the largest burst
 PER_SECOND_MAX = 100_000.0
+#: the slowest rate: one start in 1,000 s (a slower one is a pause: ``rsjobs pause``)
+PER_SECOND_MIN = 0.001
 BURST_MAX = 1_000_000
 
 
@@ -86,23 +89,22 @@ def check_owner(owner: object) -> str:
 
 
 def check_type(type_: object) -> str:
-    if not isinstance(type_, str) or not 0 < len(type_) <= 200:
-        raise ConfigError("a task type must be a string of 1-200 characters")
-    return type_
+    """``type_`` when it follows the task type rule (:func:`rsjobs.names.validate_type`)."""
+    return validate_type(type_)
 
 
 def check_rate(per_second: object, burst: object) -> tuple[float, int]:
-    """``(per_second, burst)`` when ``per_second`` is a number in (0, 100000] and
+    """``(per_second, burst)`` when ``per_second`` is a number in [0.001, 100000] and
     ``burst`` an integer from 1 to 1,000,000 (None: one second's worth, at least 1)."""
     if (
         not isinstance(per_second, int | float)
         or isinstance(per_second, bool)
         or not math.isfinite(per_second)
-        or not 0 < per_second <= PER_SECOND_MAX
+        or not PER_SECOND_MIN <= per_second <= PER_SECOND_MAX
     ):
         raise ConfigError(
-            f"a rate must be a number of starts per second in (0, {PER_SECOND_MAX:g}], "
-            f"not {per_second!r}"
+            f"a rate must be a number of starts per second from {PER_SECOND_MIN:g} to "
+            f"{PER_SECOND_MAX:g}, not {str(per_second)[:40]}"
         )
     if burst is None:
         burst = max(1, math.floor(per_second))

@@ -1,5 +1,10 @@
-"""The name rules, once: what a namespace, queue, stage, item or definition name may be,
-and what an owner name may be.
+"""The name rules, once: what a namespace, queue, stage, item, definition or provider name
+may be, what a task type, an owner name and an outside job's id may be.
+
+One rule underneath: ASCII letters, digits, '_', '.' and '-', nothing else (no space, no
+control character, no other script), with a length; owners add '@' (e-mail addresses),
+task types and external ids add ':' and '/' (``"mail:send"``, a provider's
+``"jobs/123"``).
 
 Each rule is one character class with a length: compiled for Python (``fullmatch``: with
 ``match`` and ``$``, a trailing newline such as ``"q\\n"`` would pass), and spelled as the
@@ -20,10 +25,15 @@ __all__ = [
     "NAME_SCHEMA",
     "OWNER",
     "OWNER_SCHEMA",
+    "TYPE",
+    "TYPE_RULE",
+    "TYPE_SCHEMA",
     "is_external",
     "is_name",
     "is_owner",
+    "is_type",
     "validate_name",
+    "validate_type",
 ]
 
 _NAME_CHARS = r"[A-Za-z0-9_.\-]{1,64}"
@@ -32,6 +42,8 @@ _OWNER_CHARS = r"[A-Za-z0-9_.@\-]{1,128}"
 
 # an outside job's id (a provider's): ':' and '/' too, as provider ids often have them
 _EXTERNAL_CHARS = r"[A-Za-z0-9_.:/\-]{1,200}"
+# a task type: the external id's characters ("mail:send", "image/resize"), 1-200 of them
+_TYPE_CHARS = _EXTERNAL_CHARS
 
 #: namespace, queue, stage, item and definition names
 NAME = re.compile(_NAME_CHARS)
@@ -43,6 +55,11 @@ OWNER = re.compile(_OWNER_CHARS)
 #: the same rules as msgspec ``Meta`` patterns (anchored; ``\Z``, see the module)
 NAME_SCHEMA = rf"^{_NAME_CHARS}\Z"
 OWNER_SCHEMA = rf"^{_OWNER_CHARS}\Z"
+#: task types
+TYPE = re.compile(_TYPE_CHARS)
+TYPE_SCHEMA = rf"^{_TYPE_CHARS}\Z"
+#: what a refusal says each rule is
+TYPE_RULE = "1-200 characters of letters, digits, '_', '.', ':', '/', '-'"
 
 
 def is_name(value: object) -> bool:
@@ -58,6 +75,19 @@ def is_external(value: object) -> bool:
 def is_owner(value: object) -> bool:
     """Whether ``value`` is a string that follows the owner rule."""
     return isinstance(value, str) and OWNER.fullmatch(value) is not None
+
+
+def is_type(value: object) -> bool:
+    """Whether ``value`` is a string that follows the task type rule."""
+    return isinstance(value, str) and TYPE.fullmatch(value) is not None
+
+
+def validate_type(value: object, kind: str = "task type") -> str:
+    """Return ``value`` when it follows the task type rule, else raise
+    :class:`ConfigError` naming the rule."""
+    if not is_type(value):
+        raise ConfigError(f"invalid {kind} {str(value)[:80]!r}: use {TYPE_RULE}")
+    return value  # type: ignore[return-value]
 
 
 def validate_name(kind: str, value: str) -> str:

@@ -14,15 +14,14 @@ task (``rsjobs webhooks log TASK_ID``). The receiver checks the signature with
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import httpx
 import msgspec
 
-from ..errors import ConfigError
+from .. import signing
+from ..errors import BadSignature, ConfigError
 from ..names import validate_name
 from ..schemas import WebhookDelivery as Delivery
 from .registry import HookEvent, check_states, check_types, matches
@@ -110,22 +109,25 @@ def make_webhook(
 
 def sign(secret: str, body: bytes, timestamp: int) -> str:
     """The ``Rsjobs-Signature`` header value of ``body`` sent at ``timestamp`` (s)."""
-    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
-    return f"t={timestamp},v1={mac.hexdigest()}"
+    return signing.signature(secret.encode(), body, timestamp)
 
 
-def verify(secret: str, body: bytes, header: str, *, tolerance_s: int = 300) -> bool:
+def verify(
+    secret: str,
+    body: bytes,
+    header: str,
+    *,
+    tolerance_s: int = signing.DEFAULT_TOLERANCE_S,
+    clock: Callable[[], float] = time.time,
+) -> bool:
     """Whether ``header`` signs ``body`` with ``secret`` and is at most ``tolerance_s``
-    old (a receiver's check; compares in constant time)."""
-    parts = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
+    from ``clock()`` either way (a receiver's check, :func:`rsjobs.signing.check`:
+    constant-time, any of several ``v1`` values)."""
     try:
-        ts = int(parts.get("t", ""))
-    except ValueError:
+        signing.check(secret.encode(), body, header, tolerance_s=tolerance_s, clock=clock)
+    except BadSignature:
         return False
-    if abs(time.time() - ts) > tolerance_s:
-        return False
-    expected = sign(secret, body, ts).split("v1=", 1)[1]
-    return hmac.compare_digest(expected, parts.get("v1", ""))
+    return True
 
 
 _body = msgspec.json.Encoder()

@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute, Route
 
 from ..errors import ConfigError, InvalidTransition, TaskNotFound
 from ..limits import QueueLimits
-from ..names import is_owner, validate_name
+from ..names import TYPE_RULE, is_owner, is_type, validate_name
 from ..schemas import TaskFilter
 from ..store import Code
 from .auth import Principal
@@ -152,8 +152,8 @@ class Actions(Handlers):
         queue = self._queue(request)
         type_ = request.path_params.get("type")
         retries = request.url.path.endswith("/retries") and type_ is not None
-        if type_ is not None and not 0 < len(type_) <= 200:
-            raise ApiError(400, "invalid_type", "a task type is 1-200 characters")
+        if type_ is not None and not is_type(type_):
+            raise ApiError(400, "invalid_type", f"a task type is {TYPE_RULE}")
         if request.method == "PUT":
             req = await self.body(request, RateRequest)
             try:

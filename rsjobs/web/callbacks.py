@@ -3,9 +3,12 @@
 ``POST /callbacks/{token}``: the token (:mod:`rsjobs.callbacks`, from the handler's
 ``ctx.callback_url()``) names the namespace, task and attempt, signed with the callback
 secret. ``POST /callbacks/external/{provider}/{external_id}``: the outside job's own id,
-the body signed in ``X-Rsjobs-Signature`` with the same secret. Either way the signature
-is checked before anything is read from Redis: a forged, altered, expired or missing one
-is a 401 and writes nothing. Then the body (``{"status": "succeeded", "result": ...}`` or
+the request signed in ``X-Rsjobs-Signature: t=<unix s>,v1=<hex HMAC-SHA256(secret,
+"<t>.<provider>/<external_id>.<body>")>`` (:func:`rsjobs.callbacks.body_signature`): a
+body signed for another job, a timestamp outside ``callback_tolerance_ms`` or the old
+``sha256=`` form are refused. Either way the signature is checked before anything is read
+from Redis: a forged, altered, expired, misdirected or missing one is a 401 and writes
+nothing. Then the body (``{"status": "succeeded", "result": ...}`` or
 ``{"status": "failed", "error": ...}``) goes through the state machine (``resolve.lua``):
 
 * 200 ``changed: true``: the result ended the wait; ``changed: false``: a repeat of it
@@ -17,6 +20,9 @@ is a 401 and writes nothing. Then the body (``{"status": "succeeded", "result": 
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
 
 import msgspec
 from starlette.requests import Request
@@ -49,6 +55,9 @@ class Callbacks(Handlers):
     def __init__(self, service: Service) -> None:
         super().__init__(service)
         self.secret = service.config.callback_secret
+        self.tolerance_s = service.config.callback_tolerance_ms // 1000
+        #: the clock signed callbacks' timestamps are checked against (unix s)
+        self.clock: Callable[[], float] = time.time
 
     def _enabled(self) -> str:
         if not self.secret:
@@ -73,12 +82,20 @@ class Callbacks(Handlers):
         check_query(request)
         secret = self._enabled()
         raw = await read_body(request, self.config.max_body_bytes)
-        try:
-            check_body_signature(secret, raw, request.headers.get("x-rsjobs-signature"))
-        except BadSignature as exc:
-            raise _unauthorized(str(exc)) from None
         provider = request.path_params["provider"]
         external_id = request.path_params["external_id"]
+        try:
+            check_body_signature(
+                secret,
+                provider,
+                external_id,
+                raw,
+                request.headers.get("x-rsjobs-signature"),
+                tolerance_s=self.tolerance_s,
+                clock=self.clock,
+            )
+        except BadSignature as exc:
+            raise _unauthorized(str(exc)) from None
         if not is_name(provider) or not is_external(external_id):
             raise ApiError(
                 400,

@@ -49,6 +49,9 @@ class WebConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: at least 16 bytes; the workers sign with the same, see rsjobs.callbacks); empty:
     #: ``POST /callbacks/...`` answers 404
     callback_secret: str = ""
+    #: how far the timestamp of a provider's signed callback (``X-Rsjobs-Signature:
+    #: t=...,v1=...``) may be from this server's clock, either way; older or newer is a 401
+    callback_tolerance_ms: int = 300_000
 
     def __post_init__(self) -> None:
         if self.max_body_bytes < 1024:
@@ -70,5 +73,7 @@ class WebConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError("live_stream_ms must be >= 0 (0 = never ends)")
         if self.callback_secret and len(self.callback_secret.encode()) < 16:
             raise ConfigError("callback_secret must be at least 16 bytes")
+        if not 1_000 <= self.callback_tolerance_ms <= 3_600_000:
+            raise ConfigError("callback_tolerance_ms must be between 1000 and 3600000 (1 h)")
         if not 0 <= self.recent_history <= 1000:
             raise ConfigError("recent_history must be between 0 and 1000")

@@ -20,7 +20,7 @@ from .. import __version__
 from ..costs import DIMENSIONS, CostReport, TaskCost, WorkflowCost
 from ..limits import QueueLimits, RateLimit
 from ..model import State
-from ..names import NAME_SCHEMA
+from ..names import NAME_SCHEMA, TYPE_RULE, TYPE_SCHEMA
 from ..overview import DeadLetterPage, QueueSeries
 from ..schemas import (
     BulkResult,
@@ -649,9 +649,10 @@ _QUEUE_PARAM = {"name": "queue", "in": "path", "required": True,
 _OWNER_PARAM = {"name": "owner", "in": "path", "required": True,
                 "schema": {"type": "string"},
                 "description": "1-128 letters, digits or '_.@-'"}  # fmt: skip
+_TYPE_PATTERN = TYPE_SCHEMA.removesuffix("\\Z") + "$"  # ECMA-262 spelling
 _TYPE_PARAM = {"name": "type", "in": "path", "required": True,
-               "schema": {"type": "string", "minLength": 1, "maxLength": 200},
-               "description": "the task type"}  # fmt: skip
+               "schema": {"type": "string", "pattern": _TYPE_PATTERN},
+               "description": "the task type: " + TYPE_RULE}  # fmt: skip
 _LIMIT_ERRORS = {
     **_ADMIN_ERRORS,
     "400": _error("a malformed queue (invalid_queue), owner (invalid_owner) or type "
@@ -1020,15 +1021,20 @@ def _callback_paths() -> dict[str, Any]:
               "schema": {"type": "string", "maxLength": 1024}}]),
         "/callbacks/external/{provider}/{external_id}": _callback(
             "A provider's result for a deferred attempt, by the outside job's id",
-            "The body is signed: X-Rsjobs-Signature: sha256=<hex HMAC-SHA256 of the body "
-            "under the callback secret>; no bearer token.",
+            "The request is signed under the callback secret: X-Rsjobs-Signature: "
+            "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, \"<t>.<provider>/<external_id>."
+            "<body>\")> (several v1 values allowed while a secret rotates); no bearer token. "
+            "A signature for another job, a timestamp further than the server's tolerance "
+            "(default 300 s) either way, or the old sha256=<hex> form is a 401, nothing "
+            "written.",
             "callbackByExternalId",
             [{"name": "provider", "in": "path", "required": True,
               "schema": {"type": "string", "pattern": _NAME_PATTERN}},
              {"name": "external_id", "in": "path", "required": True,
               "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.:/-]{1,200}$"}},
              {"name": "X-Rsjobs-Signature", "in": "header", "required": True,
-              "schema": {"type": "string"}}]),
+              "schema": {"type": "string", "maxLength": 512,
+                         "pattern": "^t=[0-9]{1,12}(,v1=[0-9a-f]{64}){1,4}$"}}]),
     }  # fmt: skip
 
 

@@ -13,8 +13,15 @@ import msgspec
 from msgspec import Meta
 
 from ..labels import MAX_LABELS, MAX_VALUE
-from ..limits import BURST_MAX, LIMIT_MAX, MAX_PRIORITY, PER_SECOND_MAX, QueueLimits
-from ..names import NAME_SCHEMA, OWNER_SCHEMA
+from ..limits import (
+    BURST_MAX,
+    LIMIT_MAX,
+    MAX_PRIORITY,
+    PER_SECOND_MAX,
+    PER_SECOND_MIN,
+    QueueLimits,
+)
+from ..names import NAME_SCHEMA, OWNER_SCHEMA, TYPE_SCHEMA
 from ..overview import QueueView
 from ..reaper.registry import WorkerInfo
 from ..schemas import HistoryEntry, TaskInfo, WebhookDelivery
@@ -47,6 +54,7 @@ __all__ = [
 # The name rules are rsjobs.names's (patterns end with \Z, see there).
 QueueName = Annotated[str, Meta(pattern=NAME_SCHEMA, description="queue name")]
 OwnerName = Annotated[str, Meta(pattern=OWNER_SCHEMA)]
+TypeName = Annotated[str, Meta(pattern=TYPE_SCHEMA, description="task type")]
 #: The ``Idempotency-Key`` rule: 1-128 printable ASCII characters, no space.
 DedupKey = Annotated[str, Meta(pattern=r"^[\x21-\x7e]{1,128}\Z")]
 Millis = Annotated[int, Meta(ge=0, le=30 * 24 * 3600 * 1000, description="milliseconds")]
@@ -63,7 +71,7 @@ Priority = Annotated[int, Meta(ge=0, le=MAX_PRIORITY, description="0 (default) t
 class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Body of ``POST /tasks``; the fields mean what they mean in ``Client.enqueue``."""
 
-    type: Annotated[str, Meta(min_length=1, max_length=200)]
+    type: TypeName
     payload: Any = None
     queue: QueueName = "default"
     max_attempts: Annotated[int, Meta(ge=1, le=1000)] = 3
@@ -102,7 +110,7 @@ class RateRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """Body of ``PUT /queues/{queue}/rate[/{type}[/retries]]``: a token bucket of
     ``per_second`` starts, up to ``burst`` at once (default one second's worth)."""
 
-    per_second: Annotated[float, Meta(gt=0, le=PER_SECOND_MAX)]
+    per_second: Annotated[float, Meta(ge=PER_SECOND_MIN, le=PER_SECOND_MAX)]
     burst: Annotated[int, Meta(ge=1, le=BURST_MAX)] | None = None
 
 
@@ -140,7 +148,7 @@ class BulkFilter(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
     queue: QueueName | None = None
     state: StateName | None = None
-    type: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
+    type: TypeName | None = None
     owner: OwnerName | None = None
     since: Time | None = None
     until: Time | None = None

@@ -56,7 +56,10 @@ def test_rate_set_list_clear(redis_url: str) -> None:
     rdb = sync_redis.Redis.from_url(redis_url)
     before = redis_state(rdb)
     for args in (["set", "api", "0"], ["set", "api", "-1"], ["set", "api", "5", "--burst", "0"],
-                 ["set", "api", "nan"], ["set", "api", "5", "--retries"]):  # fmt: skip
+                 ["set", "api", "nan"], ["set", "api", "5", "--retries"],
+                 ["set", "api", "1e-9"], ["set", "api", "inf"], ["set", "api", "1e308"],
+                 ["set", "api", "5", "--type", "a b"], ["set", "api", "5", "--type", "t\n"],
+                 ["set", "api", "5", "--type", "\u2460"]):  # fmt: skip
         r = rsjobs(redis_url, "rate", *args)
         assert r.returncode == 2 and r.stderr.startswith("rsjobs: "), (args, r.stderr)
     assert redis_state(rdb) == before

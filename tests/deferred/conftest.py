@@ -22,7 +22,7 @@ ADMIN = "admin-token-for-deferred-tests"
 
 @pytest.fixture
 def provider() -> Iterator[Provider]:
-    p = Provider().start()
+    p = Provider(secret=SECRET).start()
     try:
         yield p
     finally:

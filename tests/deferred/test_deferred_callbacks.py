@@ -162,7 +162,8 @@ async def test_a_forged_callback_is_401_and_writes_nothing(
         assert (await http.post(f"/callbacks/{tampered}", content=body)).status_code == 401
         assert (await http.post("/callbacks/garbage", content=body)).status_code == 401
         ext = f"/callbacks/external/testprov/{info.external_id}"
-        bad = {"x-rsjobs-signature": body_signature("another-secret-entirely-xyz", body)}
+        bad = {"x-rsjobs-signature": body_signature(
+            "another-secret-entirely-xyz", "testprov", info.external_id, body)}  # fmt: skip
         assert (await http.post(ext, content=body, headers=bad)).status_code == 401
         assert (await http.post(ext, content=body)).status_code == 401
     assert r.hgetall(f"rsjobs:{{{NS}}}:stats") == stats
@@ -172,9 +173,42 @@ async def test_a_forged_callback_is_401_and_writes_nothing(
     assert (await client.get(tid)).state == "DEFERRED"
     # the real provider's result, by external id with a valid body signature, completes it
     async with httpx.AsyncClient(base_url=web.url) as http:
-        ok = await http.post(ext, content=body,
-                             headers={"x-rsjobs-signature": body_signature(SECRET, body)})  # fmt: skip
+        ok = await http.post(ext, content=body, headers={"x-rsjobs-signature": body_signature(
+            SECRET, "testprov", info.external_id, body)})  # fmt: skip
     assert ok.status_code == 200 and ok.json()["state"] == "SUCCEEDED"
+
+
+async def test_the_provider_calls_back_by_external_id_signed_for_its_job(
+    client: Client, provider: Provider, workers: Any, redis_url: str
+) -> None:
+    """The provider adapter's way: ``X-Rsjobs-Signature: t=...,v1=...`` over the provider,
+    the job's id and the body. A body signed for another job, or signed too long ago, is a
+    401 and writes nothing; the job's own signed result ends its task."""
+    provider.hold()
+    workers("-c", "3")
+    ids = {
+        mode: await client.enqueue("gen.callback", {"provider": provider.url, "mode": mode})
+        for mode in ("misdirect", "stale", "external")
+    }
+    infos = {m: await wait_for_state(client, t, "DEFERRED", timeout=20) for m, t in ids.items()}
+    await asyncio.sleep(0.3)  # the worker's writes are done (stats, registration aside)
+    r = sync_redis.Redis.from_url(redis_url, decode_responses=True)
+    refused = (infos["misdirect"].id, infos["stale"].id)
+    before = {t: r.hgetall(f"rsjobs:{{{NS}}}:task:{t}") for t in refused}
+    provider.release()
+    info = await client.wait(ids["external"], timeout_ms=20_000)
+    assert info.state == "SUCCEEDED" and info.result == {"image": f"{info.external_id}.png"}
+    assert provider.sent(info.external_id) == [200]
+    for mode in ("misdirect", "stale"):
+        deadline = time.monotonic() + 10
+        while not provider.sent(infos[mode].external_id):
+            assert time.monotonic() < deadline, f"the {mode} callback was not sent"
+            await asyncio.sleep(0.05)
+        assert provider.sent(infos[mode].external_id) == [401]
+    assert {t: r.hgetall(f"rsjobs:{{{NS}}}:task:{t}") for t in refused} == before
+    r.close()
+    for t in refused:
+        assert (await client.get(t)).state == "DEFERRED"
 
 
 async def test_the_client_completes_and_fails_by_external_id(

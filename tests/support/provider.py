@@ -11,7 +11,15 @@ Each job has a mode (the request's ``mode``, else the provider's ``mode``):
 * ``delay``: the callback is sent ``late_ms`` after the job is done (past a short wait);
 * ``forge``: the callback is sent with its token altered (and, by external id, with a
   signature under another secret): the server must answer 401 and write nothing;
-* ``fail``: the job fails (callback with ``status: failed``).
+* ``fail``: the job fails (callback with ``status: failed``);
+* ``external``: one callback by the job's own id, ``POST
+  /callbacks/external/testprov/{id}`` on the server of the job's callback URL, signed
+  with the provider's ``secret`` (``X-Rsjobs-Signature: t=...,v1=...``, the scheme
+  provider adapters follow, docs/web.md);
+* ``misdirect``: as ``external``, but the body signed for another job (``prov-0``): the
+  server must answer 401 and write nothing;
+* ``stale``: as ``external``, but signed ``stale_s`` seconds ago (past the server's
+  tolerance): 401, nothing written.
 
 ``hold()`` keeps finished jobs from calling back until ``release()``; ``answers`` records
 the status code of every callback sent.
@@ -33,6 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from rsjobs.callbacks import body_signature
 from rsjobs.server import free_port
 
 __all__ = ["Provider", "ProviderJob"]
@@ -51,8 +60,23 @@ class ProviderJob:
 class Provider:
     """The provider app and its server thread."""
 
-    def __init__(self, *, delay_ms: int = 50, late_ms: int = 1500, mode: str = "normal") -> None:
+    #: the provider name the external callbacks are sent under
+    NAME = "testprov"
+    #: modes that call back by the job's own id, signed
+    EXTERNAL = ("external", "misdirect", "stale")
+
+    def __init__(
+        self,
+        *,
+        delay_ms: int = 50,
+        late_ms: int = 1500,
+        mode: str = "normal",
+        secret: str = "",
+        stale_s: int = 600,
+    ) -> None:
         self.delay_ms = delay_ms
+        self.secret = secret
+        self.stale_s = stale_s
         self.late_ms = late_ms
         self.mode = mode
         self.jobs: dict[str, ProviderJob] = {}
@@ -157,13 +181,28 @@ class Provider:
             head, _, mac = url.rpartition(".")
             url = head + "." + ("A" if mac[:1] != "A" else "B") + mac[1:]
         times = 3 if job.mode == "duplicate" else 1
+        content = httpx.Request("POST", url, json=result).content
+        headers = {"content-type": "application/json"}
+        if job.mode in self.EXTERNAL:
+            url, headers["x-rsjobs-signature"] = self._external(job, url, content)
         async with httpx.AsyncClient(timeout=10) as http:
             for _ in range(times):
                 try:
-                    r = await http.post(url, json=result)
+                    r = await http.post(url, content=content, headers=headers)
                     code = r.status_code
                 except httpx.HTTPError:
                     code = 0
                 with self._lock:
                     job.callbacks.append(code)
                     self.answers.append((job.id, code))
+
+    def _external(self, job: ProviderJob, token_url: str, body: bytes) -> tuple[str, str]:
+        """The by-id URL of ``job`` on the server of ``token_url`` and its signature."""
+        base = token_url[: token_url.index("/callbacks/")]
+        signed_for, at = job.id, int(time.time())
+        if job.mode == "misdirect":
+            signed_for = "prov-0"
+        if job.mode == "stale":
+            at -= self.stale_s
+        signature = body_signature(self.secret, self.NAME, signed_for, body, at)
+        return f"{base}/callbacks/external/{self.NAME}/{job.id}", signature

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis as sync_redis
 
-from rsjobs import Settings, connect
+from rsjobs import ChargeError, Client, Settings, connect
 from rsjobs.callbacks import Claims, sign
 from rsjobs.costs import SCALE
 from rsjobs.store import Store
@@ -116,6 +116,33 @@ async def test_a_callback_brings_the_outside_jobs_charges(
             assert r.status_code == 422 and r.json()["error"] in ("invalid_charges", "invalid_body")
         too_many = {f"u{i}": 1 for i in range(9)}
         assert cb.post(f"/callbacks/{token}", json={**body, "charges": too_many}).status_code == 422
+        digest = rdb.execute_command("DEBUG", "DIGEST")
+        # past a float's range, not numbers, or numbers too large to hold: a 4xx, not a 500
+        for raw, status in (
+            (b'{"usd": 1e308}', 422),
+            (b'{"usd": 1.7976931348623157e308}', 422),
+            (b'{"usd": 1e400}', 422),
+            (b'{"usd": -1e308}', 422),
+            (b'{"usd": -0.000001}', 422),
+            (b'{"usd": 1000000000}', 422),
+            (b'{"usd": NaN}', 400),
+            (b'{"usd": Infinity}', 400),
+            (b'{"usd": -Infinity}', 400),
+            (b'{"usd": "1"}', 422),
+        ):
+            content = b'{"status": "succeeded", "result": "x", "charges": ' + raw + b"}"
+            r = cb.post(f"/callbacks/{token}", content=content,
+                        headers={"content-type": "application/json"})  # fmt: skip
+            assert r.status_code == status, (raw, r.text)
+            assert r.json()["error"] in ("invalid_charges", "invalid_body", "invalid_json"), raw
+            assert r.json()["detail"], raw
+        assert rdb.execute_command("DEBUG", "DIGEST") == digest
+        # the Client's way: a typed error, nothing written
+        async with Client.from_url(redis_url, namespace="t") as client:
+            for amount in (1e308, float("nan"), float("inf"), -1.0, 10**400, 1e9):
+                with pytest.raises(ChargeError):
+                    await client.complete_external(tid, "x", charges={"usd": amount})
+        assert rdb.execute_command("DEBUG", "DIGEST") == digest
         assert redis_state(rdb) == before
         r = cb.post(f"/callbacks/{token}", json={**body, "charges": {"usd": 0.75}})
         assert r.status_code == 200 and r.json()["state"] == "SUCCEEDED", r.text

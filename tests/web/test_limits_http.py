@@ -10,7 +10,7 @@ import httpx
 import pytest
 import redis as sync_redis
 
-from rsjobs import Client
+from rsjobs import Client, ConfigError
 from tests.support.web import ALICE, ROOT, redis_state
 
 pytestmark = pytest.mark.integration
@@ -72,6 +72,16 @@ async def test_limits_routes_set_show_and_clear(
         ("PUT", "/queues/gpu/rate", {"per_second": -1}, 422),
         ("PUT", "/queues/gpu/rate", {"per_second": 5, "burst": 0}, 422),
         ("PUT", "/queues/gpu/rate", {"per_second": 1e12}, 422),
+        ("PUT", "/queues/gpu/rate", {"per_second": 1e-9}, 422),
+        ("PUT", "/queues/gpu/rate", {"per_second": 0.0009}, 422),
+        ("PUT", "/queues/gpu/rate", {"per_second": 1e308}, 422),
+        ("PUT", "/queues/gpu/rate", {"per_second": 5, "burst": 10**12}, 422),
+        ("PUT", "/queues/gpu/rate/a%20b", {"per_second": 5}, 400),
+        ("PUT", "/queues/gpu/rate/t%0A", {"per_second": 5}, 400),
+        ("PUT", "/queues/gpu/rate/%E2%91%A0", {"per_second": 5}, 400),
+        ("PUT", "/queues/gpu/rate/" + "t" * 201, {"per_second": 5}, 400),
+        ("PUT", "/queues/gpu/limits/%E2%91%A0", {"limit": 2}, 400),
+        ("PUT", "/queues/%E2%91%A0/limits", {"limit": 2}, 400),
         ("DELETE", "/queues/gpu/limits/nobody", None, 404),
         ("DELETE", "/queues/gpu/rate/nothing", None, 404),
     ]
@@ -91,3 +101,38 @@ async def test_limits_routes_set_show_and_clear(
     assert [x["type"] for x in r.json()["rates"]] == [""]
     r = await api.delete("/queues/gpu/limits", headers=ROOT)
     assert r.json()["default"] is None
+
+
+async def test_absurd_numbers_and_names_are_refused_on_every_surface(
+    api: httpx.AsyncClient, client: Client, rdb: sync_redis.Redis
+) -> None:
+    """HTTP: a 4xx with a reason; Client: a typed error (ConfigError); nothing written
+    either way (the whole dataset's digest compared)."""
+    await client.enqueue("noop", queue="gpu")
+    digest, before = rdb.execute_command("DEBUG", "DIGEST"), redis_state(rdb)
+    for body in ({"type": "a b"}, {"type": "t\n"}, {"type": "\u2460"}, {"type": "t" * 201},
+                 {"type": "noop", "priority": 1e308}, {"type": "noop", "priority": 10**30},
+                 {"type": "noop", "owner": "a b"}, {"type": "noop", "queue": "\u2460"}):  # fmt: skip
+        r = await api.post("/tasks", json=body, headers=ROOT)
+        assert r.status_code == 422 and r.json()["detail"], (body, r.text)
+    bad_calls: list[Any] = [
+        lambda: client.set_rate("gpu", 1e-9),
+        lambda: client.set_rate("gpu", float("nan")),
+        lambda: client.set_rate("gpu", 1e308),
+        lambda: client.set_rate("gpu", 5, burst=10**12),
+        lambda: client.set_rate("gpu", 5, type="a b"),
+        lambda: client.set_rate("gpu", 5, type="t\n"),
+        lambda: client.set_rate("gpu", 5, type="\u2460"),
+        lambda: client.set_rate("\u2460", 5),
+        lambda: client.set_limit("gpu", 10**12),
+        lambda: client.set_limit("gpu", 0),
+        lambda: client.set_limit("gpu", 2, owner="\u2460"),
+        lambda: client.enqueue("a b"),
+        lambda: client.enqueue("noop", priority=10**30),
+        lambda: client.enqueue("noop", priority=-1),
+    ]
+    for call in bad_calls:
+        with pytest.raises(ConfigError):
+            await call()
+    assert rdb.execute_command("DEBUG", "DIGEST") == digest
+    assert redis_state(rdb) == before
