@@ -84,8 +84,11 @@ test-integration: setup
 test-cluster: setup
 	$(PYTEST) -m "cluster and not slow"
 
+# the slow tier, and the property machine and the HTTP fuzzing at their long budgets
 test-slow: setup browser
 	$(LONG) $(PYTEST) -n $(XDIST) --dist loadgroup -m slow
+	$(LONG) $(PYTEST) -n $(XDIST) tests/store/test_fsm_properties.py::TestTaskMachine \
+		tests/web/test_schemathesis.py
 
 # Debian's chromium for the browser test (skipped with a message where it cannot be had)
 browser:
