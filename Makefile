@@ -8,7 +8,9 @@ OLDEST := .venv-oldest
 OLDEST_REDIS := redis==5.2.*
 OLDEST_STAMP := $(OLDEST)/.installed
 
-.PHONY: fuzz setup setup-oldest demo test test-newest test-oldest lint typecheck unit browser bench soak chaos schedules-minute clean
+.PHONY: fuzz setup setup-oldest demo test test-all test-newest test-oldest test-unit test-lua \
+	test-integration test-cluster test-slow lint typecheck unit browser bench soak chaos \
+	schedules-minute clean
 
 setup: $(STAMP)
 
@@ -39,25 +41,54 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-# both suites at once (tools/test-both.sh says why); test-newest / test-oldest run one
-test: setup setup-oldest lint typecheck browser
-	NEWEST_SKIP="$(NEWEST_SKIP)" OLDEST_SKIP="$(OLDEST_SKIP)" bash tools/test-both.sh
+# The tiers (tests/conftest.py marks them; README "Testing" says what runs where):
+# unit (no Redis), lua (the scripts on fakeredis), integration (a real Redis), cluster (a
+# local Redis Cluster) and slow (chaos, soak, fresh venv, make demo, browser pages but one).
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
+# pytest-xdist workers for the newest suite: its tests mostly wait on processes, so more
+# workers than the 2 cores (cluster tests stay in one worker: --dist loadgroup)
+XDIST ?= 3
+# what the oldest supported redis-py runs: what speaks redis-py (the store: connection,
+# pipelined lane, cluster client, scripts; the cluster tier's life cycle) and one end-to-end
+# life cycle (enqueue, a worker runs it, SUCCEEDED) on a real Redis
+OLDEST_TESTS := tests/store tests/cluster/test_lifecycle.py \
+	tests/worker/test_worker.py::test_runs_a_task_with_progress_and_result
+# the long budgets of make test-all (the suite's: 15 machine examples, 5 fuzz cases)
+LONG := RSJOBS_PROPERTY_EXAMPLES=150 RSJOBS_FUZZ_EXAMPLES=30
 
-# What does not depend on redis-py's version runs once, in one of the two suites: the
-# browser pages in the newest, the HTTP fuzzing (schemathesis) and the packaging and demo
-# tests (fresh venv, make demo) in the oldest, whose suite is otherwise the shorter.
-ONCE_NEWEST := tests/web/test_browser.py tests/web/test_workflow_browser.py \
-	tests/web/test_dashboard_browser.py
-ONCE_OLDEST := tests/web/test_schemathesis.py tests/examples/test_fresh_venv.py \
-	tests/examples/test_make_demo.py
-NEWEST_SKIP := $(ONCE_OLDEST)
-OLDEST_SKIP := $(ONCE_NEWEST)
+# lint, types, every tier but slow on the newest redis-py (in XDIST workers; one short
+# chaos run, one browser page, a short fuzz and property run are in it) and the oldest's
+# subset beside it (tools/test-both.sh); CI runs this
+test: setup setup-oldest lint typecheck browser
+	XDIST=$(XDIST) MARK="not slow" OLDEST_TESTS="$(OLDEST_TESTS)" bash tools/test-both.sh
+
+# everything at length: slow included, the long budgets, the whole suite on both redis-pys
+test-all: setup setup-oldest lint typecheck browser
+	$(LONG) XDIST=$(XDIST) MARK="" OLDEST_TESTS="" bash tools/test-both.sh
 
 test-newest: setup
-	$(BIN)/python -m pytest -q $(addprefix --ignore=,$(NEWEST_SKIP))
+	$(PYTEST) -n $(XDIST) --dist loadgroup -m "not slow"
 
 test-oldest: setup-oldest
-	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider $(addprefix --ignore=,$(OLDEST_SKIP))
+	$(OLDEST)/bin/python -m pytest -q -p no:cacheprovider -m "not slow" $(OLDEST_TESTS)
+
+test-unit: setup
+	$(PYTEST) -n $(XDIST) -m "unit and not slow"
+
+test-lua: setup
+	$(PYTEST) -n $(XDIST) -m "lua and not slow"
+
+test-integration: setup
+	$(PYTEST) -n $(XDIST) --dist loadgroup -m "integration and not cluster and not slow"
+
+test-cluster: setup
+	$(PYTEST) -m "cluster and not slow"
+
+# the slow tier, and the property machine and the HTTP fuzzing at their long budgets
+test-slow: setup browser
+	$(LONG) $(PYTEST) -n $(XDIST) --dist loadgroup -m slow
+	$(LONG) $(PYTEST) -n $(XDIST) tests/store/test_fsm_properties.py::TestTaskMachine \
+		tests/web/test_schemathesis.py
 
 # Debian's chromium for the browser test (skipped with a message where it cannot be had)
 browser:
@@ -96,7 +127,7 @@ fuzz: setup
 
 # the tiers without a real Redis (no Redis, and the scripts on fakeredis)
 unit: setup
-	$(BIN)/python -m pytest -q -m "not integration"
+	$(PYTEST) -n $(XDIST) -m "(unit or lua) and not slow"
 
 clean:
 	rm -rf $(VENV) $(OLDEST) .test-logs .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -18,7 +18,8 @@ The workflow keys: the last seven keys of every workflow script, after the commo
   wf_open     set     ids of its tasks whose end the workflow has not accounted yet
   wf_active   set     ids of the workflows the driver must visit (not finished, or
                       finished with open tasks left to cancel)
-  wf_index    zset    every workflow id by creation time (ms)
+  wf_index    zset    every workflow id by creation time (ms; one started in the newest
+                      entry's ms goes 1 ms after it, so the order is the order of starts)
 Workflow ARGV, after the common ARGV of fsm.lua (then the script's own from ARGV[7]):
   ARGV[5]  channel      pub/sub channel on which running workers hear "CANCEL <id>"
   ARGV[6]  history_max  approximate MAXLEN of the workflow's history stream

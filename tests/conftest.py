@@ -1,9 +1,19 @@
 """Shared fixtures: a real Redis server for the whole session (integration tier), a fresh
 database per test, clients bound to it, a workflow client, a headless browser.
 
-Tiers: a test that uses the session's Redis (``redis_server``, directly or through another
-fixture) is marked ``integration`` here; ``make unit`` runs the others (no Redis, and the
-scripts on fakeredis). A test that starts a Redis of its own marks itself.
+Tiers (README, "Testing"), one marker per test, set here at collection:
+- ``integration``: uses the session's Redis (``redis_server``, directly or through another
+  fixture); a test that starts a Redis of its own marks itself;
+- ``cluster`` (with ``integration``): uses the session's Redis Cluster (``redis_cluster``);
+  under pytest-xdist they all run in one worker (``xdist_group``), which starts it once;
+- ``lua``: no real Redis, the scripts on fakeredis (its module uses fakeredis);
+- ``unit``: the others;
+- ``slow`` (set by the test, beside its tier): chaos, soak, fresh venv, ``make demo``, the
+  browser pages but one; ``make test`` deselects it, ``make test-all`` runs it.
+
+Under pytest-xdist every worker is a process of its own: its own session Redis (a free
+port), its own ``tmp_path`` root; nothing a test writes is shared but its screenshots
+(one file per test). ``tests/support/sleeps.py`` checks each test's real-time sleeping.
 """
 
 from __future__ import annotations
@@ -28,6 +38,19 @@ from tools.topology import Cluster
 CLUSTER_NODE_TIMEOUT_MS = 2000
 
 
+pytest_plugins = ["tests.support.sleeps"]
+
+
+def _uses_fakeredis(module: Any) -> bool:
+    """Whether a test module runs the scripts on fakeredis (imports it or the Lua harness)."""
+    for value in vars(module).values() if module is not None else ():
+        name = getattr(value, "__module__", None) or getattr(value, "__name__", "")
+        if isinstance(name, str) and name.startswith(("fakeredis", "tests.support.lua")):
+            return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         names = getattr(item, "fixturenames", ())
@@ -36,6 +59,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "redis_cluster" in names:
             item.add_marker(pytest.mark.integration)
             item.add_marker(pytest.mark.cluster)
+            item.add_marker(pytest.mark.xdist_group("cluster"))
+        if item.get_closest_marker("integration") is None:
+            lua = _uses_fakeredis(getattr(item, "module", None))
+            item.add_marker(pytest.mark.lua if lua else pytest.mark.unit)
 
 
 @pytest.fixture(scope="session")

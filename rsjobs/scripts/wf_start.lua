@@ -33,7 +33,13 @@ local fields = {'id', id, 'def', def, 'stage', 0, 'stage_name', first, 'version'
   'plan', plan, 'input', input, 'created_at', NOW, 'reason', ''}
 if owner ~= '' then fields[#fields + 1] = 'owner'; fields[#fields + 1] = owner end
 if from_id ~= '' then fields[#fields + 1] = 'restarted_from'; fields[#fields + 1] = from_id end
-redis.call('ZADD', WF_INDEX, NOW, id)
+-- the index's order is the order of starts: a start in the millisecond of the newest entry
+-- (or, the clock having gone back, before it) is indexed 1 ms after it, so that newest
+-- first never depends on ids; created_at keeps NOW
+local newest = redis.call('ZREVRANGE', WF_INDEX, 0, 0, 'WITHSCORES')[2]
+local indexed = NOW
+if newest and tonumber(newest) >= NOW then indexed = tonumber(newest) + 1 end
+redis.call('ZADD', WF_INDEX, indexed, id)
 redis.call('SADD', WF_ACTIVE, id)
 wf_transition(w, 'START', 'RUNNING', 'started: ' .. def, fields, {'def', def})
 return reply(1, w, '')

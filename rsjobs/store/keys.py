@@ -150,7 +150,8 @@ this order, after their task keys; see ``wf.lua``)::
     rsjobs:{default}:wf:<id>:assets       hash    slot ``<version>:<stage>:<item>`` -> asset JSON
     rsjobs:{default}:wf:<id>:open         set     ids of its tasks whose end it has not seen yet
     rsjobs:{default}:workflows:active     set     ids of workflows the driver must visit
-    rsjobs:{default}:workflows            zset    every workflow id by creation time (ms)
+    rsjobs:{default}:workflows            zset    every workflow id by creation time (ms),
+                                                  in start order (see wf_start.lua)
 
 Tasks of a workflow are ordinary task hashes with the extra fields ``wf``, ``wf_version``,
 ``wf_stage``, ``wf_item``, ``wf_kind`` and ``wf_stage_name`` (``<definition>/<stage>``: its

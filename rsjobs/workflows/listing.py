@@ -1,8 +1,10 @@
 """Pages of the namespace's workflows, newest first (``GET /workflows``,
 ``Client.list_workflows``, ``rsjobs workflows list``), read from the index the workflow
 scripts keep (``workflows``: every workflow id by creation time, written by
-``wf_start.lua``; the driver drops the ids of workflows that expired after the retention
-period), never from a scan of the keyspace.
+``wf_start.lua`` in start order: a start in the newest entry's millisecond is indexed
+1 ms after it, so newest first is the order of starts, never that of random ids; the
+driver drops the ids of workflows that expired after the retention period), never from a
+scan of the keyspace.
 
 A page walks the index from its cursor and checks each id against its workflow's hash and
 the filters (state, definition name, owner); it looks at a bounded number of ids

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # make test-slow, make test-all
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = 4000

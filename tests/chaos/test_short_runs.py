@@ -19,7 +19,9 @@ import pytest
 from tests.support.processes import ROOT
 from tools.chaos.config import faults_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# the suite keeps the single-topology run (about a minute); the sentinel run is in the slow
+# tier (make test-slow, make test-all), with the cluster run (test_cluster_run.py)
+pytestmark = pytest.mark.integration
 
 
 def run_chaos(tmp_path: Path, *args: str, timeout: float) -> tuple[int, dict[str, object], str]:
@@ -99,6 +101,7 @@ def test_short_run_everysec_has_no_violation(tmp_path: Path) -> None:
     assert answered >= 8, counts
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_short_run_sentinel_durable_fsync_always_loses_nothing(tmp_path: Path) -> None:
     """A primary, a replica and three sentinels; failovers (with and without a SIGKILL of

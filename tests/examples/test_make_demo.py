@@ -18,7 +18,9 @@ from tests.support.processes import ROOT
 
 pexpect = pytest.importorskip("pexpect")
 
-pytestmark = pytest.mark.integration
+# the slow tier (make test-slow, make test-all): the suite runs the demo module itself
+# (tests/examples/test_demo.py)
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TIMEOUT = 120
 FAST = "--speed 0.3 --gate-pause 0.3"

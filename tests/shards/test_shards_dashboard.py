@@ -15,7 +15,8 @@ from tests.support.browser import MARKS
 from tests.support.web import NAMESPACE, make_app, serve
 from tests.web.test_dashboard_browser import open_dashboard, shot
 
-pytestmark = MARKS
+# the slow tier: the suite keeps one browser page (tests/web/test_costs_browser.py)
+pytestmark = [*MARKS, pytest.mark.slow]
 
 playwright = pytest.importorskip("playwright.async_api")
 

@@ -20,7 +20,8 @@ from tests.support.processes import ROOT
 from tests.support.successor_apps import tasks
 from tests.support.web import ADMIN, make_app, serve
 
-pytestmark = MARKS
+# the slow tier: the suite keeps one browser page (tests/web/test_costs_browser.py)
+pytestmark = [*MARKS, pytest.mark.slow]
 
 playwright = pytest.importorskip("playwright.async_api")
 

@@ -15,7 +15,8 @@ from rsjobs import Client
 from tests.support.browser import MARKS, open_page
 from tests.support.web import ServerThread, make_app, running_worker, serve
 
-pytestmark = MARKS
+# the slow tier: the suite keeps one browser page (tests/web/test_costs_browser.py)
+pytestmark = [*MARKS, pytest.mark.slow]
 
 playwright = pytest.importorskip("playwright.async_api")
 

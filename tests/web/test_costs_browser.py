@@ -26,6 +26,15 @@ playwright = pytest.importorskip("playwright.async_api")
 DASH = "\u2013"
 
 
+async def shown_names(page: Any, by: str, count: int) -> list[str]:
+    """The names of the rows of the view of dimension ``by`` once it shows ``count`` (the
+    rows of the view it replaced stay on the page until its first render)."""
+    rows = page.locator(f"main [data-view=costs][data-by={by}] [data-testid=cost-row]")
+    await playwright.expect(rows).to_have_count(count)
+    names: list[str] = await rows.evaluate_all("els => els.map(e => e.dataset.name)")
+    return names
+
+
 async def _workload(client: Client, url: str) -> None:
     """ok, failed-then-retried and cancelled attempts of two types, queues and owners."""
     async with running_worker(url, queues=["default", "gpu"]):
@@ -55,12 +64,7 @@ async def test_the_costs_view_shows_totals_and_waste_per_dimension(
     with serve(make_app(redis_url)) as web:
         page, errors = await open_dashboard(browser, web.url, "#/costs")
         view = page.locator("main [data-view=costs]")
-        await expect(view.locator("[data-testid=cost-row]")).to_have_count(2)
-        rows = view.locator("[data-testid=cost-row]")
-        assert await rows.evaluate_all("els => els.map(e => e.dataset.name)") == [
-            "charge",
-            "sleep",
-        ]
+        assert await shown_names(page, "type", 2) == ["charge", "sleep"]
         # the summary: totals as the API has them, and the waste's share
         attempts = view.locator("[data-testid=cost-summary] [data-unit=attempts] .big")
         await expect(attempts).to_have_text(str(by_type.total.total["attempts"]))
@@ -83,19 +87,12 @@ async def test_the_costs_view_shows_totals_and_waste_per_dimension(
         ).to_have_text(DASH)
         # other dimensions
         await view.locator("[data-dim=owner]").click()
-        owners = page.locator("main [data-view=costs] [data-testid=cost-row]")
-        await expect(owners).to_have_count(2)
-        assert await owners.evaluate_all("els => els.map(e => e.dataset.name)") == ["ana", "bo"]
+        assert await shown_names(page, "owner", 2) == ["ana", "bo"]
         await shot(page, "costs-by-owner")
         await page.locator("main [data-view=costs] [data-dim=queue]").click()
-        queues = page.locator("main [data-view=costs] [data-testid=cost-row]")
-        await expect(queues).to_have_count(2)
-        assert await queues.evaluate_all("els => els.map(e => e.dataset.name)") == [
-            "default",
-            "gpu",
-        ]
+        assert await shown_names(page, "queue", 2) == ["default", "gpu"]
         await page.locator("main [data-view=costs] [data-dim=stage]").click()
-        await expect(page.locator("main [data-view=costs]")).to_contain_text(
+        await expect(page.locator("main [data-view=costs][data-by=stage]")).to_contain_text(
             "no costs recorded per stage yet"
         )
         assert errors == []

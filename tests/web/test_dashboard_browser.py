@@ -28,7 +28,8 @@ from tests.support.processes import ROOT, wait_for_state
 from tests.support.web import ADMIN, NAMESPACE, TOKENS, make_app, running_worker, serve
 from tests.support.wf_fixtures import wait_status
 
-pytestmark = MARKS
+# the slow tier: the suite keeps one browser page (tests/web/test_costs_browser.py)
+pytestmark = [*MARKS, pytest.mark.slow]
 
 playwright = pytest.importorskip("playwright.async_api")
 

@@ -24,7 +24,8 @@ from tests.support.browser import MARKS, open_page
 from tests.support.character_app import backend, definition
 from tests.support.web import ServerThread, serve
 
-pytestmark = MARKS
+# the slow tier: the suite keeps one browser page (tests/web/test_costs_browser.py)
+pytestmark = [*MARKS, pytest.mark.slow]
 
 playwright = pytest.importorskip("playwright.async_api")
 

@@ -42,6 +42,9 @@ class CostsView {
     this.root = root;
     this.by = COST_DIMENSIONS.some(([d]) => d === params.get("by")) ? params.get("by") : "type";
     this.unit = params.get("unit") || "run_ms";
+    // the dimension shown, on the view's root: a reader can tell this view's rows from the
+    // previous view's, still on the page until this one's first render replaces them
+    root.dataset.by = this.by;
   }
 
   async render() {
