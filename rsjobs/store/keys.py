@@ -10,7 +10,10 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
                                                   result, and its history (h<n>: every
                                                   transition, and the first refusal of each
                                                   kind in a state; repeats are counted in
-                                                  rep:<entry id>; see store/history.py)
+                                                  rep:<entry id>; see store/history.py);
+                                                  at most 112 entries: the first 16 and
+                                                  the last 96, the ones between counted in
+                                                  hx (docs/task-size.md)
     rsjobs:{default}:queue:<name>         stream  work entries (field ``id``; ``o``: the task's
                                                   owner, when it has one), group
                                                   ``workers``: priority 0 (the default)
