@@ -934,7 +934,8 @@ class Client:
         limit bookkeeping, its pause record and its name (its owner's place in
         ``Settings.queue_quota`` is given back); returns how many keys and fields went.
         Raises :class:`QueueInUse` (nothing deleted) while it holds a pending, scheduled,
-        running, paused, waiting or deferred task or a registered worker serves it, and
+        running, paused, waiting or deferred task, a registered worker serves it or a
+        schedule enqueues to it, and
         :class:`UnknownQueue` when there is no such queue. Its finished tasks stay until
         their retention ends; the costs keep its figures. A client that submitted to it
         registers it again with its next submit after :data:`KNOWN_QUEUES_S`."""

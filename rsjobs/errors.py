@@ -99,7 +99,8 @@ class QueueQuotaExceeded(RsjobsError):
 
 class QueueInUse(RsjobsError):
     """Raised when a queue to delete still holds live tasks (pending, scheduled, running,
-    paused, waiting, deferred) or is served by a registered worker; nothing is deleted."""
+    paused, waiting, deferred), is served by a registered worker or is the queue of a
+    schedule; nothing is deleted."""
 
     def __init__(self, queue: str, why: str) -> None:
         super().__init__(f"queue {queue!r} is in use: {why}")

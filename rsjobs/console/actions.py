@@ -194,7 +194,8 @@ def register(sub: Any) -> None:
         help="pause or resume a whole queue, or delete an unused one",
         description="A paused queue still takes tasks (they stay PENDING) and its running "
         "tasks go on; workers start nothing of it until it is resumed. delete removes a "
-        "queue that holds no live task and that no registered worker serves: its streams, "
+        "queue that holds no live task, that no registered worker serves and no schedule "
+        "enqueues to: its streams, "
         "counters, per-minute series, limit bookkeeping, pause record and name (its "
         "finished tasks stay until their retention ends); it refuses (exit 2) otherwise.",
     )

@@ -72,9 +72,18 @@ class QueueRegistry:
     async def delete(self, queue: str) -> int:
         """``queue_delete.lua`` on every shard, after checking every shard first: its
         streams, counters, series, limit bookkeeping, pause record and name go.
-        :class:`rsjobs.QueueInUse` (nothing deleted) while it holds a live task or a
-        registered worker serves it; returns how many keys and fields went (0: no such
-        queue)."""
+        :class:`rsjobs.QueueInUse` (nothing deleted) while it holds a live task, a
+        registered worker serves it or a schedule enqueues to it; returns how many keys
+        and fields went (0: no such queue)."""
+        with boundary("HGETALL schedules"):
+            schedules = await self.redis.hgetall(self.keys.schedules)
+        for name, raw in schedules.items():
+            try:
+                target = msgspec.json.decode(raw).get("task", {}).get("queue")
+            except (msgspec.DecodeError, AttributeError):
+                continue  # (one that does not read is not this queue's to judge)
+            if target == queue:
+                raise QueueInUse(queue, f"schedule {text(name)} enqueues to it (remove it first)")
         stores = await self.scripts.fan_out()
         scripts = [st.scripts for st in stores] if stores else [self.scripts]
         # shard 0 last: its registry entry goes once the others' data has gone

@@ -751,8 +751,8 @@ def _action_paths() -> dict[str, Any]:
             "description": "As `rsjobs queue delete`: its streams, counters, per-minute "
             "series, limit bookkeeping, pause record and name go; its finished tasks stay "
             "until their retention ends. Refused (409, nothing deleted) while it holds a "
-            "pending, scheduled, running, paused, waiting or deferred task, or a registered "
-            "worker serves it.",
+            "pending, scheduled, running, paused, waiting or deferred task, a registered "
+            "worker serves it or a schedule enqueues to it.",
             "operationId": "deleteQueue",
             "parameters": [{"name": "queue", "in": "path", "required": True,
                             "schema": {"type": "string", "pattern": _NAME_PATTERN}}],

@@ -200,6 +200,11 @@ async def test_delete_removes_an_unused_queue_and_refuses_a_used_one(
         with pytest.raises(QueueInUse, match="worker w1 serves it"):
             await c.delete_queue("gpu")
         rdb.hdel(KEYS.workers, "w1")
+        # a schedule enqueueing to it
+        await c.schedule("nightly", type="t", queue="gpu", every_ms=3_600_000)
+        with pytest.raises(QueueInUse, match="schedule nightly enqueues to it"):
+            await c.delete_queue("gpu")
+        await c.unschedule("nightly")
         assert redis_state(rdb) == before
         assert _queue_keys(rdb, "gpu")  # its stream, counters, registry entry...
         assert await c.delete_queue("gpu") > 0
