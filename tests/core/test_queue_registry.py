@@ -256,3 +256,37 @@ async def test_the_admin_route_deletes_and_an_owner_may_not(
     r = await api.delete("/queues/old", headers=ROOT)
     assert r.status_code == 200 and r.json()["deleted"] > 0, r.text
     assert _queue_keys(rdb, "old") == [] and (await client.get(tid)).state == "PENDING"
+
+
+async def test_a_sharded_namespace_registers_and_deletes_on_every_shard(
+    redis_url: str, rdb: Any
+) -> None:
+    """4 shards: a queue is registered on each (the reaper sweeps each shard's), counted
+    once for its owner (shard 0 keeps the quota), and deleted from each once every shard's
+    checks passed."""
+    c = Client(connect(redis_url), Settings(namespace="sh", shards=4, queue_quota=1))
+    try:
+        ids = [await c.enqueue("t", queue="gpu", owner=f"o{i}") for i in range(8)]
+        with pytest.raises(QueueQuotaExceeded):
+            await c.enqueue("t", queue="other", owner="o0")
+        stores = await c.store.each()
+        assert len(stores) == 4
+        for st in stores:
+            assert rdb.sismember(st.keys.queues, "gpu")
+        assert rdb.hget(stores[0].keys.queue_owners, "o|o0") == b"1"
+        assert not rdb.exists(stores[1].keys.queue_owners)
+        for tid in ids[:-1]:
+            await c.cancel(tid)
+        before = redis_state(rdb)
+        with pytest.raises(QueueInUse, match="PENDING=1"):  # one shard's live task
+            await c.delete_queue("gpu")
+        assert redis_state(rdb) == before  # no shard deleted anything
+        await c.cancel(ids[-1])
+        assert sum(1 for st in stores if list(rdb.scan_iter(match=st.keys.queue("gpu") + "*"))) > 1
+        assert await c.delete_queue("gpu") > 0
+        for st in stores:
+            assert not rdb.sismember(st.keys.queues, "gpu")
+            assert not [k for k in rdb.scan_iter(match=st.keys.queue("gpu") + "*")]
+        await c.enqueue("t", queue="other", owner="o0")  # o0's place is back
+    finally:
+        await c.close()
