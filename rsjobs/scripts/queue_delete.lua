@@ -57,7 +57,7 @@ for k in pairs(TRANSITIONS) do
 end
 table.sort(states)
 local fields = {'started:' .. queue}
-local live, counts = {}, {}
+local live = {}
 for _, s in ipairs(states) do
   fields[#fields + 1] = queue .. ':' .. s
 end
@@ -66,7 +66,6 @@ for i = 2, #fields do
   local s = states[i - 1]
   local v = tonumber(got[i] or '0') or 0
   if not TERMINAL[s] and v > 0 then live[#live + 1] = s .. '=' .. v end
-  counts[s] = got[i]
 end
 if #live > 0 then return {-1, table.concat(live, ' ')} end
 local entries = 0
