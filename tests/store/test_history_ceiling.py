@@ -79,9 +79,12 @@ async def test_a_thousand_pause_resume_cycles_stay_under_the_ceiling(
     refused = [e for e in hist if e.rejected]
     assert [(e.event, e.id) for e in refused] == [("RESUME", "10")]
     assert hist[-1].to_state == "PENDING" == (await client.get(tid)).state
-    # and the task still runs and ends as any other
+    # and the task still ends as any other, and lists with its end read from its history
     assert await client.cancel(tid) == "CANCELLED"
     assert (await client.history(tid))[-1].event == "CANCEL"
+    page = await client.list_tasks(state="CANCELLED")
+    (listed,) = page.items
+    assert listed.id == tid and listed.finished_at == (await client.history(tid))[-1].ts
 
 
 async def test_refusals_in_the_elided_part_are_counted_with_their_repeats(client: Client) -> None:
