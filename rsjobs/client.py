@@ -27,6 +27,7 @@ from .errors import (
     RedisUnavailable,
     TaskNotFound,
     UnknownPredecessor,
+    UnknownQueue,
     WaitTimeout,
     WorkflowNotFound,
 )
@@ -100,6 +101,9 @@ def new_task_id() -> str:
 MAX_MS = 365 * 24 * 3600 * 1000
 #: the longest reason a cancel / pause / resume may carry (control.lua takes 4096 bytes)
 MAX_REASON = 1000
+#: how long a client takes a queue it registered as registered (s): a queue deleted since
+#: is registered again by the client's next submit to it after this
+KNOWN_QUEUES_S = 60.0
 _MS_FIELDS = ("timeout_ms", "delay_ms", "wait_timeout_ms", "backoff_base_ms", "backoff_max_ms")
 
 
@@ -184,7 +188,10 @@ class Client:
         self.source = source
         self.store = Store(redis, self.settings)
         self.keys = self.store.keys
+        #: the queues this client registered (each registered once, not per submit), kept
+        #: KNOWN_QUEUES_S: a queue deleted meanwhile (``delete_queue``) is registered again
         self._known_queues: set[str] = set()
+        self._known_since = time.monotonic()
 
     @classmethod
     def from_url(cls, url: str, *, source: str = "api", **settings: Any) -> Client:
@@ -273,9 +280,15 @@ class Client:
         """Submit one task and say what happened (id, state, duplicate); see :meth:`enqueue`."""
         encoded = _check_request(req, self.settings.payload_limit)
         _check_shard_key(shard_key)
-        store, tid = await self._place(req, shard_key)
-        if req.queue not in self._known_queues:
-            await self._remember_queues({req.queue})
+        shards = await self.store.open()
+        shard = self._shard_of(shards, req, shard_key)
+        store, tid = self.store.shard(shard), shards.new_id(shard)
+        if not self._knows(req.queue):
+            # a queue new to this client is registered (and counted for its owner) once
+            # every check that could refuse the request has passed: a refusal writes nothing
+            await self._check_predecessors([req])
+            await self._check_dedup([req], [encoded], [shard])
+            await self._remember_queues([req])
         keys = store.keys.task_keys(tid, req.queue, req.dedup_key, req.priority)
         attributes = task_attributes(tid, req.type, req.queue, "send")
         attributes["rsjobs.task.owner"] = req.owner
@@ -326,7 +339,7 @@ class Client:
         await self._check_dedup(reqs, encoded, placed)
         await self._check_predecessors(reqs)
         queues = {r.queue for r in reqs}
-        await self._remember_queues(queues)
+        await self._remember_queues(reqs)
         attributes: dict[str, Any] = {
             "messaging.system": "rsjobs",
             "messaging.operation.type": "send",
@@ -438,12 +451,6 @@ class Client:
         """The shard a request goes to (:meth:`Shards.place`)."""
         return shards.place(owner=r.owner, dedup=r.dedup_key, after=r.after, shard_key=shard_key)
 
-    async def _place(self, r: EnqueueRequest, shard_key: str | None) -> tuple[Store, str]:
-        """The store of the shard a request goes to, and a new task id on it."""
-        shards = await self.store.open()
-        shard = self._shard_of(shards, r, shard_key)
-        return self.store.shard(shard), shards.new_id(shard)
-
     async def _check_predecessors(self, reqs: list[EnqueueRequest]) -> None:
         """The predecessors of the successors of one batch, before any write: each one a
         task of the successor's owner (:class:`UnknownPredecessor` otherwise), not a
@@ -470,13 +477,34 @@ class Client:
                         f"predecessor {p} would have more than {SUCCESSORS_MAX} successors"
                     )
 
-    async def _remember_queues(self, queues: set[str]) -> None:
-        new = queues - self._known_queues
-        if new:
-            # before the first write: a namespace of an earlier layout takes none
-            # (checked once; rsjobs.store.marker)
-            await self.store.require_layout()
-            await self.store.tasks.remember_queues(new)
+    def _knows(self, queue: str) -> bool:
+        """Whether this client registered ``queue`` in the last :data:`KNOWN_QUEUES_S`."""
+        if time.monotonic() - self._known_since > KNOWN_QUEUES_S:
+            self._known_queues.clear()
+            self._known_since = time.monotonic()
+        return queue in self._known_queues
+
+    async def _remember_queues(self, reqs: Sequence[EnqueueRequest]) -> None:
+        """Register the queues of ``reqs`` this client has not registered yet, each new
+        one counted for the owner of the first request naming it (``Settings.queue_quota``:
+        :class:`QueueQuotaExceeded`, checked for every owner of the batch before the
+        first name is written)."""
+        by_owner: dict[str, set[str]] = {}
+        taken: set[str] = set()
+        for r in reqs:
+            if not self._knows(r.queue) and r.queue not in taken:
+                taken.add(r.queue)
+                by_owner.setdefault(r.owner or "", set()).add(r.queue)
+        if not by_owner:
+            return
+        # before the first write: a namespace of an earlier layout takes none
+        # (checked once; rsjobs.store.marker)
+        await self.store.require_layout()
+        quota = self.settings.queue_quota
+        if len(by_owner) > 1 and quota:
+            await self.store.queues.check_quota(by_owner, quota)
+        for owner, new in by_owner.items():
+            await self.store.tasks.remember_queues(new, owner=owner, quota=quota)
             self._known_queues |= new
 
     # -- reading -------------------------------------------------------------------------
@@ -893,6 +921,23 @@ class Client:
     async def paused_queues(self) -> dict[str, QueuePause]:
         """Every paused queue of the namespace, with who paused it, when and why."""
         return await self.store.tasks.paused_queues()
+
+    async def delete_queue(self, queue: str) -> int:
+        """Remove an unused queue: its streams, its counters, its per-minute series, its
+        limit bookkeeping, its pause record and its name (its owner's place in
+        ``Settings.queue_quota`` is given back); returns how many keys and fields went.
+        Raises :class:`QueueInUse` (nothing deleted) while it holds a pending, scheduled,
+        running, paused, waiting or deferred task, a registered worker serves it or a
+        schedule enqueues to it, and
+        :class:`UnknownQueue` when there is no such queue. Its finished tasks stay until
+        their retention ends; the costs keep its figures. A client that submitted to it
+        registers it again with its next submit after :data:`KNOWN_QUEUES_S`."""
+        validate_name("queue", queue)
+        gone = await self.store.queues.delete(queue)
+        self._known_queues.discard(queue)
+        if not gone:
+            raise UnknownQueue(queue)
+        return gone
 
     async def _queue_flag(
         self, event: str, queue: str, reason: str, source: str | None

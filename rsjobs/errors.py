@@ -17,6 +17,8 @@ __all__ = [
     "NotReplicated",
     "PayloadError",
     "PredecessorRefused",
+    "QueueInUse",
+    "QueueQuotaExceeded",
     "RedisUnavailable",
     "RsjobsError",
     "SlotMigrating",
@@ -81,6 +83,29 @@ class UnknownQueue(RsjobsError, LookupError):
     def __init__(self, queue: str) -> None:
         super().__init__(f"no such queue: {queue}")
         self.queue = queue
+
+
+class QueueQuotaExceeded(RsjobsError):
+    """Raised when a submit names a new queue for an owner that has made as many queues as
+    ``Settings.queue_quota`` allows (nothing is written; ``rsjobs queue delete`` of an
+    unused one gives its place back)."""
+
+    def __init__(self, owner: str, quota: int, queue: str) -> None:
+        super().__init__(
+            f"owner {owner!r} may make at most {quota} queues (queue_quota): queue {queue!r} "
+            "would be one more"
+        )
+        self.owner, self.quota, self.queue = owner, quota, queue
+
+
+class QueueInUse(RsjobsError):
+    """Raised when a queue to delete still holds live tasks (pending, scheduled, running,
+    paused, waiting, deferred), is served by a registered worker or is the queue of a
+    schedule; nothing is deleted."""
+
+    def __init__(self, queue: str, why: str) -> None:
+        super().__init__(f"queue {queue!r} is in use: {why}")
+        self.queue, self.why = queue, why
 
 
 class UnknownPredecessor(ConfigError, LookupError):

@@ -422,6 +422,54 @@ local function esc(v)
   end))
 end
 
+-- A task's history keeps at most HISTORY_HEAD + HISTORY_TAIL entries in its hash (the
+-- ceiling of a task's stored size, whatever a client sends: README, "Task size"): its
+-- first HISTORY_HEAD and its last HISTORY_TAIL. An entry that leaves the last ones
+-- (entry hn - HISTORY_TAIL, once past the first) is elided: its field (and its refusal
+-- repeat counters) deleted, and counted in the field `hx`, one line:
+--   <entries elided> <state after the last> <its attempt> <its ms after c>|<EVENT>=<n>,...
+-- (a refused one as <EVENT>!=<n>, its repeats included), so that every transition is still
+-- accounted for (rsjobs/store/history.py reads it back as one ELIDED entry). Entry numbers
+-- go on as before: the elided ones are the numbers HISTORY_HEAD + 1 .. hn - HISTORY_TAIL.
+local HISTORY_HEAD, HISTORY_TAIL = 16, 96
+
+-- Whether entry `j` of task `t` is elided.
+local function elided(t, j)
+  return j > HISTORY_HEAD and j <= (t.hn or 0) - HISTORY_TAIL
+end
+
+-- Elide entry `j` of task `t` (see HISTORY_HEAD): the caller's HSET `f` gets the new `hx`.
+local function elide_entry(f, t, j)
+  local got = redis.call('HMGET', t.key, 'h' .. j, 'rep:' .. j, 'hx')
+  if not got[1] then return end  -- (gone already: nothing to count twice)
+  redis.call('HDEL', t.key, 'h' .. j, 'rep:' .. j, 'rep_ts:' .. j)
+  local head = string.match(got[1], '^([^|]*)') or ''
+  local tok = {}
+  for w in string.gmatch(head .. ' ', '([^ ]*) ') do tok[#tok + 1] = w end
+  local ev, n = tok[1] or '?', 1
+  for k = 6, #tok do
+    if tok[k] == '!' then ev = ev .. '!'; n = 1 + (tonumber(got[2]) or 0) break end
+  end
+  local state = tok[2]
+  if state == nil or state == '' then state = implied(tok[1] or '') or '' end
+  local total, counts = 0, {}
+  local order = {}
+  if got[3] then
+    local line, list = string.match(got[3], '^([^|]*)|?(.*)$')
+    total = tonumber(string.match(line, '^(%d+)')) or 0
+    for name, c in string.gmatch(list, '([^,=]+)=(%d+)') do
+      counts[name] = tonumber(c); order[#order + 1] = name
+    end
+  end
+  if counts[ev] == nil then order[#order + 1] = ev; counts[ev] = 0 end
+  counts[ev] = counts[ev] + n
+  local parts = {}
+  for _, name in ipairs(order) do parts[#parts + 1] = name .. '=' .. counts[name] end
+  f[#f + 1] = 'hx'
+  f[#f + 1] = (total + 1) .. ' ' .. state .. ' ' .. (tok[4] or '0') .. ' ' .. (tok[5] or '0')
+    .. '|' .. table.concat(parts, ',')
+end
+
 -- Add the next entry of the task's history to `f`, the hash fields the caller writes with
 -- one HSET, and tell the events stream; returns the entry's id (its number, "1", "2"...).
 -- Entry n is the hash field h<n>, and hn counts them. Its value is one line of text:
@@ -447,6 +495,8 @@ local function append_entry(f, t, to, event, msg, rejected, extra, att)
   t.hn = n
   f[#f + 1] = 'h' .. n; f[#f + 1] = v
   f[#f + 1] = 'hn'; f[#f + 1] = n
+  -- (a plain comparison for every task but those past the ceiling)
+  if n - HISTORY_TAIL > HISTORY_HEAD then elide_entry(f, t, n - HISTORY_TAIL) end
   local hid = tostring(n)
   if n > 1 then
     -- (a task's first entry is no event: no one can be watching a task that did not
@@ -507,6 +557,12 @@ local function reject(t, event, reason, att)
   local list = t.refusals
   if list == nil then list = redis.call('HGET', t.key, 'refusals') end
   local hid = refusal_entry(list, k)
+  if hid ~= nil and elided(t, tonumber(hid) or 0) then
+    -- its entry was elided (and counted): this refusal is a new entry, in the list instead
+    local s = ',' .. list .. ','
+    list = string.sub(string.gsub(s, ',' .. k:gsub('%p', '%%%0') .. '=' .. hid .. ',', ',', 1), 2, -2)
+    hid = nil
+  end
   if hid ~= nil then
     redis.call('HINCRBY', t.key, 'rep:' .. hid, 1)
     redis.call('HSET', t.key, 'rep_ts:' .. hid, NOW)

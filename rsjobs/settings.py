@@ -34,6 +34,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     #: creates the namespace with it, a process given another count than the namespace's
     #: stops with ``ConfigError``; None: read it (a namespace without one has one shard)
     shards: int | None = None
+    #: the most queues one owner may make: a submit naming a queue the namespace does not
+    #: have yet, for a task with an owner, counts for that owner, and one past this is
+    #: refused (``QueueQuotaExceeded``, nothing written); 0 = no quota. Queues made by
+    #: workers, workflows and owner-less tasks count for no one (``rsjobs queue delete``)
+    queue_quota: int = 100
 
     def __post_init__(self) -> None:
         validate_name("namespace", self.namespace)
@@ -47,6 +52,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError("wait_replicas must be between 0 and 100")
         if not 1 <= self.wait_timeout_ms <= 600_000:
             raise ConfigError("wait_timeout_ms must be between 1 and 600000")
+        if not 0 <= self.queue_quota <= 1_000_000:
+            raise ConfigError("queue_quota must be between 0 and 1000000")
         if self.shards is not None:
             from .store.shards import check_count
 

@@ -549,6 +549,11 @@ class SyncClient:
         r = self._runner()
         return r.run(r.client.resume_queue(queue, reason, source=source))
 
+    def delete_queue(self, queue: str) -> int:
+        """Remove an unused queue (see :meth:`Client.delete_queue`)."""
+        r = self._runner()
+        return r.run(r.client.delete_queue(queue))
+
     def paused_queues(self) -> dict[str, QueuePause]:
         """Every paused queue of the namespace."""
         r = self._runner()

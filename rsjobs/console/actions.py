@@ -104,6 +104,14 @@ async def cmd_queue(args: argparse.Namespace) -> int:
     """``rsjobs queue pause|resume QUEUE``."""
     from ..cli import EXIT_UNCHANGED, client_from_args, warn
 
+    if args.action == "delete":
+        async with client_from_args(args) as client:
+            gone = await client.delete_queue(args.name)
+        if args.json:
+            print(msgspec.json.encode({"queue": args.name, "deleted": gone}).decode())
+        else:
+            print(f"deleted queue {args.name} ({gone} keys and fields)")
+        return 0
     async with client_from_args(args) as client:
         if args.action == "pause":
             p = await client.pause_queue(args.name, args.reason)
@@ -183,11 +191,15 @@ def register(sub: Any) -> None:
 
     q = sub.add_parser(
         "queue",
-        help="pause or resume a whole queue",
+        help="pause or resume a whole queue, or delete an unused one",
         description="A paused queue still takes tasks (they stay PENDING) and its running "
-        "tasks go on; workers start nothing of it until it is resumed.",
+        "tasks go on; workers start nothing of it until it is resumed. delete removes a "
+        "queue that holds no live task, that no registered worker serves and no schedule "
+        "enqueues to: its streams, "
+        "counters, per-minute series, limit bookkeeping, pause record and name (its "
+        "finished tasks stay until their retention ends); it refuses (exit 2) otherwise.",
     )
-    q.add_argument("action", choices=("pause", "resume"))
+    q.add_argument("action", choices=("pause", "resume", "delete"))
     q.add_argument("name", metavar="QUEUE")
     q.add_argument("--reason", default="")
     q.add_argument("--json", action="store_true")

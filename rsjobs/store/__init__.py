@@ -143,6 +143,7 @@ class Store:
         self.scripts.store = self
         self.keys = self.scripts.keys
         self.tasks = Tasks(self.scripts)
+        self.queues = self.tasks.queues
         self.work = Work(self.scripts)
         self.deferred = Deferred(self.scripts)
         self.reaper = Reaping(self.scripts)

@@ -22,10 +22,70 @@ from ..errors import CorruptData
 from ..model import TERMINAL, TRANSITIONS
 from .marker import check_task
 
-__all__ = ["COUNT", "Row", "entries", "fields", "last_traceback", "one", "position", "span"]
+__all__ = [
+    "COUNT",
+    "ELIDED",
+    "HEAD",
+    "KEPT_MAX",
+    "TAIL",
+    "Row",
+    "elided_range",
+    "entries",
+    "fields",
+    "last_traceback",
+    "one",
+    "position",
+    "span",
+]
 
 #: the hash field counting the entries
 COUNT = "hn"
+#: the first entries and the last entries a history keeps (HISTORY_HEAD, HISTORY_TAIL in
+#: ``fsm.lua``): the ones between are elided, counted in the field :data:`ELIDED`
+HEAD, TAIL = 16, 96
+#: the most entries a task's hash holds, whatever its clients send
+KEPT_MAX = HEAD + TAIL
+#: the hash field accounting for the elided entries (see ``elide_entry`` in ``fsm.lua``)
+ELIDED = "hx"
+
+
+def elided_range(hn: int) -> range:
+    """The numbers of the entries elided from a history of ``hn`` entries."""
+    return range(HEAD + 1, max(hn - TAIL, HEAD) + 1)
+
+
+def _elided_row(
+    task_id: str, hx: str | None, created: int, before: str, first: int
+) -> dict[str, str]:
+    """The one entry that stands for the elided entries from ``first`` on: event
+    ``ELIDED``, from the state before them to the state after them, the attempt and time
+    of the last, and per event how many there were (``counts``: ``EVENT=n,...``, a
+    refused one as ``EVENT!=n``, its repeats included)."""
+    line, _, counts = (hx or "").partition("|")
+    tokens = line.split(" ")
+    if (
+        len(tokens) != 4
+        or not tokens[0].isdigit()
+        or not tokens[2].isdigit()
+        or not tokens[3].lstrip("-").isdigit()
+    ):
+        raise CorruptData("task", task_id, f"its elided entries do not read: {(hx or '')[:80]!r}")
+    n = tokens[0]
+    pairs = (p.partition("=") for p in counts.split(","))
+    shown = ", ".join(f"{name} {c}" for name, _, c in pairs if c)
+    return {
+        "ev": "ELIDED",
+        "from": before,
+        "to": tokens[1],
+        "src": "",
+        "att": tokens[2],
+        "ts": str(created + int(tokens[3])),
+        "msg": f"{n} entries elided ({shown})",
+        "elided": n,
+        "first": str(first),
+        "counts": counts,
+    }
+
 
 Row = tuple[str, dict[str, str]]
 
@@ -135,7 +195,16 @@ def entries(h: Mapping[str, str], task_id: str = "", after: int = 0) -> list[Row
     created = int(created_raw)
     rows: list[Row] = []
     state = ""
-    for n in range(1, int(raw) + 1):
+    hn = int(raw)
+    gap = elided_range(hn)
+    for n in range(1, hn + 1):
+        if n in gap:
+            if n == gap[-1]:  # one entry for them all, numbered as the last of them
+                f = _elided_row(task_id, h.get(ELIDED), created, state, gap[0])
+                state = f["to"]
+                if n > after:
+                    rows.append((str(n), f))
+            continue
         value = h.get(f"h{n}")
         if value is None:
             raise CorruptData("task", task_id, f"history entry {n} is missing")
@@ -184,8 +253,16 @@ def span(h: Mapping[str, str], task_id: str = "") -> tuple[int, int, str]:
     created = int(created_raw)
     started = finished = 0
     worker, state = "", ""
-    for n in range(1, int(raw) + 1):
+    hn = int(raw)
+    gap = elided_range(hn)
+    for n in range(1, hn + 1):
         value = h.get(f"h{n}")
+        if value is None and n in gap:
+            # (elided: an attempt's START among them is followed by later entries of it)
+            if n == gap[-1]:  # (a list reads no hx: the state after them is then unknown)
+                hx = h.get(ELIDED)
+                state = _elided_row(task_id, hx, created, state, gap[0])["to"] if hx else ""
+            continue
         if value is None:
             raise CorruptData("task", task_id, f"history entry {n} is missing")
         tokens = value.partition("|")[0].split(" ")

@@ -10,13 +10,21 @@ Layout (namespace ``default``), readable with plain ``redis-cli``::
                                                   result, and its history (h<n>: every
                                                   transition, and the first refusal of each
                                                   kind in a state; repeats are counted in
-                                                  rep:<entry id>; see store/history.py)
+                                                  rep:<entry id>; see store/history.py);
+                                                  at most 112 entries: the first 16 and
+                                                  the last 96, the ones between counted in
+                                                  hx (docs/task-size.md)
     rsjobs:{default}:queue:<name>         stream  work entries (field ``id``; ``o``: the task's
                                                   owner, when it has one), group
                                                   ``workers``: priority 0 (the default)
     rsjobs:{default}:queue:<name>|p<N>    stream  the same for priority N (1..9): one stream per
                                                   level a queue uses (see below)
-    rsjobs:{default}:queues               set     names of the queues ever used
+    rsjobs:{default}:queues               set     names of the queues in use (``rsjobs queue
+                                                  delete`` removes one: scripts/queue_delete.lua)
+    rsjobs:{default}:queues:owners        hash    ``q|<queue>`` -> the owner whose task first
+                                                  named it, ``o|<owner>`` -> how many queues
+                                                  that owner made: held to
+                                                  ``Settings.queue_quota`` (scripts/queue_add.lua)
     rsjobs:{default}:paused               hash    queue name -> its pause record (JSON: at,
                                                   by, reason): workers start nothing of it
     rsjobs:{default}:scheduled            zset    ``<queue>:<id>`` by due time (ms): delay, backoff
@@ -289,6 +297,7 @@ class Keys:
         "paused_tasks",
         "polls",
         "prefix",
+        "queue_owners",
         "queues",
         "rates",
         "reaper_guard",
@@ -326,6 +335,8 @@ class Keys:
         self.scheduled = p + "scheduled"
         self.deadlines = p + "deadlines"
         self.queues = p + "queues"
+        #: who made which queue, and how many each owner made (the per-owner quota)
+        self.queue_owners = p + "queues:owners"
         self.paused = p + "paused"
         self.workers = p + "workers"
         self.control = p + "control"

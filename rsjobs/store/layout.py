@@ -51,6 +51,7 @@ __all__ = [
     "PollArgs",
     "Predecessor",
     "QuarantineArgs",
+    "QueueAddArgs",
     "QueueArgs",
     "ReclaimArgs",
     "RecountArgs",
@@ -526,6 +527,53 @@ QUEUE = Layout("queue", QueueArgs._fields, tail_keys=("queues", "paused"))
 
 def queue(c: Common, k: Keys, source: str, args: QueueArgs) -> Packed:
     return _pack(QUEUE, c, source, args, (), (k.queues, k.paused))
+
+
+class QueueAddArgs(NamedTuple):
+    """``queue_add.lua``: register queue names for an owner, held to its quota."""
+
+    owner: str
+    quota: int | str
+    #: JSON array of the names
+    queues: str
+
+
+QUEUE_ADD = Layout("queue_add", QueueAddArgs._fields, tail_keys=("queues", "owners"))
+
+
+def queue_add(c: Common, k: Keys, source: str, args: QueueAddArgs) -> Packed:
+    return _pack(QUEUE_ADD, c, source, args, (), (k.queues, k.queue_owners))
+
+
+QUEUE_DELETE = Layout(
+    "queue_delete",
+    ("queue", "dry"),
+    "level",
+    (),
+    ("stream",),
+    ("queues", "owners", "paused", "workers", "series", "parked", "throttled", "claims"),
+)
+
+
+def queue_delete(c: Common, k: Keys, source: str, queue: str, *, dry: bool) -> Packed:
+    """``queue_delete.lua`` for one queue on one shard (``k``: that shard's keys)."""
+    return _pack(
+        QUEUE_DELETE,
+        c,
+        source,
+        (queue, "1" if dry else "0"),
+        (((s,), ()) for s in k.queue_streams(queue)),
+        (
+            k.queues,
+            k.queue_owners,
+            k.paused,
+            k.workers,
+            k.series(queue),
+            k.parked(queue),
+            k.throttled(queue),
+            k.claims(queue),
+        ),
+    )
 
 
 LINK = Layout("link", (), "task", (), TaskKeys._fields, exact=2)
@@ -1071,6 +1119,8 @@ LAYOUTS: dict[str, Layout] = {
         CONTROL,
         RETRY,
         QUEUE,
+        QUEUE_ADD,
+        QUEUE_DELETE,
         PROMOTE,
         RELEASE,
         DEFER,

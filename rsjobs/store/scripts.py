@@ -52,6 +52,8 @@ SCRIPT_NAMES = (
     "control",
     "retry",
     "queue",
+    "queue_add",
+    "queue_delete",
     "promote",
     "release",
     # deferred attempts: hand-off, outside results, polls

@@ -21,6 +21,7 @@ from . import history, layout
 from .keys import PRIORITIES, TaskKeys
 from .layout import ControlArgs, NewTask, QueueArgs, RetryArgs
 from .marker import check_task
+from .queues import QueueRegistry
 from .record import decode_task, field, text_fields
 from .replies import QueueReply, RetryReply, TaskReply, stored_priority, text
 from .scripts import Scripts
@@ -88,18 +89,18 @@ class Tasks:
         self.redis = scripts.redis
         self.keys = scripts.keys
         self.successors = Successors(scripts)
+        self.queues = QueueRegistry(scripts)
 
     # -- writes ----------------------------------------------------------------------------
 
-    async def remember_queues(self, queues: Iterable[str]) -> None:
+    async def remember_queues(
+        self, queues: Iterable[str], *, owner: str = "", quota: int = 0
+    ) -> None:
         """Add queue names to the namespace's set of queues (what ``stats`` lists; every
-        shard's, sharded: the reaper sweeps the queues of each shard)."""
-        names = list(queues)
-        if names:
-            stores = await self.scripts.fan_out()
-            for k in [s.keys for s in stores] if stores else [self.keys]:
-                with boundary("SADD queues"):
-                    await self.redis.sadd(k.queues, *names)
+        shard's, sharded: the reaper sweeps the queues of each shard), the new ones counted
+        for ``owner`` against its ``quota`` (:class:`rsjobs.QueueQuotaExceeded`, nothing
+        written, past it; :mod:`rsjobs.store.queues`)."""
+        await self.queues.add(queues, owner=owner, quota=quota)
 
     async def enqueue(
         self, source: str, tasks: Sequence[tuple[TaskKeys, NewTask]], *, durable: bool = False

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from ..errors import ConfigError, InvalidTransition, TaskNotFound
+from ..errors import ConfigError, InvalidTransition, QueueInUse, TaskNotFound, UnknownQueue
 from ..limits import QueueLimits
 from ..names import TYPE_RULE, is_owner, is_type, validate_name
 from ..schemas import TaskFilter
@@ -30,6 +30,7 @@ from .schemas import (
     ControlResult,
     LimitList,
     LimitRequest,
+    QueueDeleted,
     RateRequest,
     RequeueResult,
 )
@@ -102,6 +103,18 @@ class Actions(Handlers):
         else:
             flag = await self.client.resume_queue(name, req.reason, source=who.source)
         return json_response(flag)
+
+    async def delete_queue(self, request: Request) -> Response:
+        """``DELETE /queues/{queue}`` (admin): remove an unused queue."""
+        self.admin(request)
+        name = self._queue(request)
+        try:
+            gone = await self.client.delete_queue(name)
+        except QueueInUse as exc:
+            raise ApiError(409, "queue_in_use", str(exc)) from None
+        except UnknownQueue as exc:
+            raise ApiError(404, "unknown_queue", str(exc)) from None
+        return json_response(QueueDeleted(queue=name, deleted=gone))
 
     # -- limits (admin) ----------------------------------------------------------------------
 
@@ -232,6 +245,7 @@ def action_routes(service: Service) -> list[BaseRoute]:
         Route("/tasks/{task_id}/resume", a.control, methods=["POST"]),
         Route("/tasks/{task_id}/retry", a.restart, methods=["POST"]),
         Route("/tasks/{task_id}/replay", a.restart, methods=["POST"]),
+        Route("/queues/{queue}", a.delete_queue, methods=["DELETE"]),
         Route("/queues/{queue}/pause", a.queue, methods=["POST"]),
         Route("/queues/{queue}/resume", a.queue, methods=["POST"]),
         Route("/limits", a.all_limits, methods=["GET"]),

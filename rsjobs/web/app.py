@@ -33,6 +33,7 @@ from .. import tracing
 from ..callbacks import SECRET_ENV
 from ..client import Client
 from ..errors import (
+    ConfigError,
     CorruptData,
     NotMigrated,
     NotReplicated,
@@ -110,7 +111,10 @@ def create_app(
         config = msgspec.structs.replace(config, callback_secret=env[SECRET_ENV])
     root = check_asset_root(asset_root)
     if settings is None:
-        settings = Settings(namespace=namespace or env.get("RSJOBS_NAMESPACE") or "default")
+        settings = Settings(
+            namespace=namespace or env.get("RSJOBS_NAMESPACE") or "default",
+            queue_quota=_queue_quota(env),
+        )
     own = redis is None
     blocking = redis
     if redis is None:
@@ -219,3 +223,13 @@ async def _store_error(request: Request, exc: Exception) -> Response:
     answer = store_error(exc)
     assert answer is not None
     return error_response(answer)
+
+
+def _queue_quota(env: Mapping[str, str]) -> int:
+    """``RSJOBS_QUEUE_QUOTA``: the most queues one owner may make (0 = no quota)."""
+    raw = env.get("RSJOBS_QUEUE_QUOTA", "")
+    if not raw:
+        return Settings().queue_quota
+    if not (raw.isascii() and raw.isdigit()):
+        raise ConfigError(f"RSJOBS_QUEUE_QUOTA must be a whole number, not {raw!r}")
+    return int(raw)

@@ -61,6 +61,7 @@ from .schemas import (
     HistoryPage,
     LimitList,
     LimitRequest,
+    QueueDeleted,
     QueueList,
     RateRequest,
     RequeueResult,
@@ -105,6 +106,7 @@ _STRUCTS = (
     ControlResult,
     RetryResult,
     QueuePause,
+    QueueDeleted,
     BulkRequest,
     BulkResult,
     RequeueResult,
@@ -432,7 +434,8 @@ def _paths() -> dict[str, Any]:
                                   "of this owner (unknown_predecessor: none and another "
                                   "owner's are answered alike), or one that cannot take "
                                   "another successor: a workflow's task, or one with 1000 "
-                                  "successors (predecessor_refused)"),
+                                  "successors (predecessor_refused), or a new queue past "
+                                  "the owner's quota of queues (queue_quota_exceeded)"),
                 },
             }
         },
@@ -744,6 +747,24 @@ def _action_paths() -> dict[str, Any]:
         "/queues/{queue}/resume": _queue_action(
             "Resume a paused queue (admin): its workers read it again at once",
             "resumeQueue"),
+        "/queues/{queue}": {"delete": {
+            "summary": "Delete an unused queue (admin)",
+            "description": "As `rsjobs queue delete`: its streams, counters, per-minute "
+            "series, limit bookkeeping, pause record and name go; its finished tasks stay "
+            "until their retention ends. Refused (409, nothing deleted) while it holds a "
+            "pending, scheduled, running, paused, waiting or deferred task, a registered "
+            "worker serves it or a schedule enqueues to it.",
+            "operationId": "deleteQueue",
+            "parameters": [{"name": "queue", "in": "path", "required": True,
+                            "schema": {"type": "string", "pattern": _NAME_PATTERN}}],
+            "responses": {
+                "200": {"description": "deleted", "content": _json("QueueDeleted")},
+                **_ADMIN_ERRORS,
+                "400": _error("malformed queue name (invalid_queue)"),
+                "404": _error("no such queue (unknown_queue)"),
+                "409": _error("the queue is in use (queue_in_use): the detail says how"),
+            },
+        }},
         "/tasks/bulk/cancel": _bulk(
             "Cancel the unfinished tasks a filter selects (admin)",
             "At most `limit` tasks, the oldest first, each cancelled as by its own cancel; "

@@ -18,6 +18,7 @@ from ..errors import (
     DedupKeyReused,
     PayloadError,
     PredecessorRefused,
+    QueueQuotaExceeded,
     RsjobsError,
     TaskNotFound,
     UnknownPredecessor,
@@ -139,6 +140,8 @@ class Api(Handlers):
             raise ApiError(422, "unknown_predecessor", str(exc)) from None
         except PredecessorRefused as exc:
             raise ApiError(422, "predecessor_refused", str(exc)) from None
+        except QueueQuotaExceeded as exc:
+            raise ApiError(422, "queue_quota_exceeded", str(exc)) from None
         except ConfigError as exc:
             raise ApiError(422, "invalid_body", str(exc)) from None
         state = result.state

@@ -169,6 +169,14 @@ class BulkRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     reason: Annotated[str, Meta(max_length=500)] = ""
 
 
+class QueueDeleted(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer to ``DELETE /queues/{queue}``."""
+
+    queue: str
+    #: how many keys and fields went (its streams, counters, series, name...)
+    deleted: int
+
+
 class ControlResult(msgspec.Struct, frozen=True, kw_only=True):
     """The answer to a task's pause or resume."""
 

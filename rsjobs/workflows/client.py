@@ -167,7 +167,6 @@ class WorkflowClient:
             plan=plan,
         )
         check_stage(self.settings, first, [])
-        await self.store.tasks.remember_queues({s.queue for s in plan.stages})
         reply = await (await self._at(wf_id)).workflows.start(
             self.source,
             WfStartArgs(
@@ -182,6 +181,10 @@ class WorkflowClient:
                 restarted_from or "",
             ),
         )
+        if reply.code is WfCode.APPLIED:
+            # its stages' queues, listed from its start (each stage's spawn registers its
+            # own again): once the start was accepted, as a refused call writes nothing
+            await self.store.tasks.remember_queues({s.queue for s in plan.stages})
         if reply.drive:
             try:
                 await spawn(self.store, wf_id, self.source)

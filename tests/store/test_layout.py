@@ -147,6 +147,8 @@ def _calls() -> dict[str, layout.Packed]:
         "control": L.control(c, k, "src", tk, _named(L.ControlArgs)),
         "retry": L.retry(c, "src", tk, tk, _named(L.RetryArgs)),
         "queue": L.queue(c, k, "src", _named(L.QueueArgs)),
+        "queue_add": L.queue_add(c, k, "src", _named(L.QueueAddArgs)),
+        "queue_delete": L.queue_delete(c, k, "src", "queue", dry=True),
         "promote": L.promote(c, "src", [(tk, _named(L.Member))] * 2),
         "release": L.release(c, "src", [(tk, _named(L.Entry))] * 2),
         "defer": L.defer(c, k, "src", tk, "external", _named(L.DeferArgs)),
@@ -202,7 +204,7 @@ def test_each_packer_places_the_values_its_layout_names(script: str) -> None:
     call = _calls()[script]
     lay = LAYOUTS[script]
     assert call.script == script
-    n = lay.exact or 2
+    n = lay.exact or (10 if script == "queue_delete" else 2)
     common = len(k.common())
     assert call.keys[:common] == list(k.common())
     item_keys = list(call.keys[common : len(call.keys) - len(lay.tail_keys)])
@@ -221,6 +223,8 @@ def test_each_packer_places_the_values_its_layout_names(script: str) -> None:
         ]
         assert len(one) == len(lay.item_keys)
         assert item_keys == one * n
+    elif script == "queue_delete":
+        assert item_keys == list(k.queue_streams("queue"))
     elif script == "wf_retry":
         names = [n.removeprefix("failed_") for n in lay.item_keys]
         assert item_keys == names * n
@@ -231,6 +235,11 @@ def test_each_packer_places_the_values_its_layout_names(script: str) -> None:
         assert tail == list(WorkflowKeys._fields)
     elif script == "recount":
         assert tail == list(k.queue_streams("queue"))
+    elif script == "queue_add":
+        assert tail == [k.queues, k.queue_owners]
+    elif script == "queue_delete":
+        assert tail == [k.queues, k.queue_owners, k.paused, k.workers, k.series("queue"),
+                        k.parked("queue"), k.throttled("queue"), k.claims("queue")]  # fmt: skip
     elif script == "start":
         # (waiting and throttled: the call's queue's, its StartArgs.queue)
         assert tail == [
@@ -254,4 +263,6 @@ def test_each_packer_places_the_values_its_layout_names(script: str) -> None:
         rest = call.argv[6:]
     else:
         rest = call.argv[4:]
+    if script == "queue_delete":  # (dry, as the call above asked)
+        own = ["queue", "1"]
     assert rest == own + list(lay.item_args) * (n if lay.item_args else 0)

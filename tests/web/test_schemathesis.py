@@ -153,13 +153,27 @@ def flatmap_path_parameters(context: Any, path_parameters: dict[str, Any] | None
 
 def flatmap_body(context: Any, body: Any) -> Any:
     """The generated body, or the same naming what the server knows where it names a
-    valid one: the definition it may start, the stages of its plan."""
+    valid one: the definition it may start, the stages of its plan; and where it names a
+    queue, the same naming a queue the namespace does not have yet (each case its own),
+    alone and with a predecessor that is no task: a refusal must not register it."""
     options = [body]
     if isinstance(body, dict):
         for name, known in (("definition", ["character"]), ("stage", ["params", "images"])):
             if _valid(body.get(name)):
                 options += [{**body, name: k} for k in known]
+        op = context.operation
+        if "queue" in body or (op.method.upper(), op.path) == ("POST", "/tasks"):
+            fresh = st.integers(0, 10**9).map(lambda n: f"fresh{n}")
+            return st.one_of(
+                st.sampled_from(options),
+                fresh.map(lambda q: {**body, "queue": q}),
+                fresh.map(lambda q: {**body, "queue": q, "after": [UNKNOWN_ID]}),
+            )
     return st.sampled_from(options)
+
+
+#: a task id no task has
+UNKNOWN_ID = "0" * 32
 
 
 def run_schemathesis(
