@@ -197,15 +197,19 @@ def entries(h: Mapping[str, str], task_id: str = "", after: int = 0) -> list[Row
     state = ""
     hn = int(raw)
     gap = elided_range(hn)
+    first = 0  # the first elided entry of the run that ends at gap[-1]
     for n in range(1, hn + 1):
-        if n in gap:
+        value = h.get(f"h{n}")
+        if value is None and n in gap:
+            # (a history written before the ceiling keeps the entries it had: only the
+            # absent ones, the last of the gap, were elided since)
+            first = first or n
             if n == gap[-1]:  # one entry for them all, numbered as the last of them
-                f = _elided_row(task_id, h.get(ELIDED), created, state, gap[0])
+                f = _elided_row(task_id, h.get(ELIDED), created, state, first)
                 state = f["to"]
                 if n > after:
                     rows.append((str(n), f))
             continue
-        value = h.get(f"h{n}")
         if value is None:
             raise CorruptData("task", task_id, f"history entry {n} is missing")
         f = _parse(task_id, n, value, created, state)

@@ -108,3 +108,35 @@ async def test_refusals_in_the_elided_part_are_counted_with_their_repeats(client
     # a refusal after its entry was elided is a new entry again (not a count on a gone one)
     hn = int(raw[history.COUNT])
     assert len([e for e in hist if e.rejected]) == 0 and hn > KEPT_MAX
+
+
+async def test_a_history_written_before_the_ceiling_reads_whole_and_then_elides(
+    client: Client,
+) -> None:
+    """A task whose hash holds more entries than the ceiling (written by a release before
+    it, or migrated from layout 1) reads back entry by entry; entries appended after that
+    elide one old entry each, and the history reads as those entries plus one ELIDED."""
+    tid = await client.enqueue("noop", {"x": 1}, owner="alice")
+    key = client.keys.task(tid)
+    for _ in range(80):  # 1 + 160 entries, all kept below
+        await client.pause(tid)
+        await client.resume(tid)
+    raw = await client.redis.hgetall(key)
+    hn = int(raw[history.COUNT])
+    assert hn == 161
+    # as a release before the ceiling left it: every entry in the hash, no elided count
+    entry = raw["h2"], raw["h3"]
+    pipe = client.redis.pipeline(transaction=True)
+    pipe.hdel(key, history.ELIDED)
+    for n in range(HEAD + 1, hn + 1):
+        pipe.hset(key, f"h{n}", entry[n % 2])
+    await pipe.execute()
+    hist = await client.history(tid)
+    assert len(hist) == hn and not [e for e in hist if e.event == "ELIDED"]
+    await client.pause(tid)
+    await client.resume(tid)
+    raw = await client.redis.hgetall(key)
+    assert int(raw[history.COUNT]) == hn + 2
+    hist = await client.history(tid)
+    elided = [e for e in hist if e.event == "ELIDED"]
+    assert len(elided) == 1 and len(hist) == hn + 2 - 2 + 1

@@ -137,7 +137,14 @@ def run_sync(r: Any, call: Packed) -> Any:
     return new_reply(call, r.eval(source(call.script), len(keys), *keys, *old_call(call).argv))
 
 
+#: this release's Scripts.run, for the scripts layout 1 did not have (queue_add: that
+#: release registered queue names without a script)
+_RUN = Scripts.run
+
+
 async def _run_layout1(self: Scripts, call: Packed, *, durable: bool = False) -> Any:
+    if not (FIXTURES / "scripts" / f"{call.script}.lua").exists():
+        return await _RUN(self, call, durable=durable)
     keys = old_keys(call)
     try:
         reply = await self.redis.execute_command(
