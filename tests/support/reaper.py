@@ -97,6 +97,26 @@ async def wait_terminal(client: Client, tid: str, timeout: float) -> TaskInfo:
             await asyncio.sleep(0.1)
 
 
+async def sweeps_past(reaper: Reaper, until_ms: int, timeout: float = 15.0) -> None:
+    """Until ``reaper``, running its loop, has done a whole sweep begun at or after Redis
+    time ``until_ms``: the test waits for the reaper's own sweeps, not on a timer."""
+    done = asyncio.Event()
+    real = reaper.sweep_once
+
+    async def sweep() -> Any:
+        began = await reaper.store.reaper.now_ms()
+        report = await real()
+        if began >= until_ms:
+            done.set()
+        return report
+
+    reaper.sweep_once = sweep  # type: ignore[method-assign]
+    try:
+        await asyncio.wait_for(done.wait(), timeout)
+    finally:
+        del reaper.sweep_once  # the class's again
+
+
 def terminal_transitions(entries: list[HistoryEntry]) -> list[HistoryEntry]:
     return [e for e in entries if not e.rejected and e.to_state in TERMINAL]
 
