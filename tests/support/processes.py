@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -12,7 +13,7 @@ from rsjobs import Client
 from rsjobs.store import Started
 from tests.support.waits import wait_for_state
 
-__all__ = ["spawn_worker", "start_as", "stop_process", "wait_for_state"]
+__all__ = ["said", "spawn_worker", "start_as", "stop_process", "wait_for_state"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -57,6 +58,17 @@ def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> No
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+async def said(proc: subprocess.Popen[bytes], words: bytes, n: int = 1) -> None:
+    """Until ``proc`` has written ``n`` lines holding ``words`` to its stderr (a pipe): its
+    log read as it writes it (a blocking read, in a thread)."""
+    assert proc.stderr is not None
+    seen = 0
+    while seen < n:
+        line = await asyncio.to_thread(proc.stderr.readline)
+        assert line, f"the process exited having said {words!r} {seen} times"
+        seen += words in line
 
 
 async def start_as(
