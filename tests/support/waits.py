@@ -11,16 +11,20 @@ sleeping, as they should be."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
+
+from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
 
 from rsjobs import Client, TaskInfo
 from rsjobs.store.events import Events
 
 T = TypeVar("T")
 
-__all__ = ["on_events", "poll_until", "wait_for_state"]
+__all__ = ["keyspace", "notified", "on_events", "poll_until", "wait_for_state"]
 
 
 async def on_events(
@@ -82,3 +86,32 @@ async def poll_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not reached in {timeout} s")
         await asyncio.sleep(every)
+
+
+@contextlib.asynccontextmanager
+async def keyspace(redis: Redis, flags: str, *channels: str) -> AsyncIterator[PubSub]:
+    """Subscribed to keyspace notifications (``CONFIG SET notify-keyspace-events flags``)
+    of ``redis`` on ``channels`` (e.g. ``__keyevent@0__:expired``): what Redis does to its
+    keys, told as it happens. Subscribed before the body runs: nothing is missed."""
+    await redis.config_set("notify-keyspace-events", flags)
+    pubsub = redis.pubsub()
+    await pubsub.subscribe(*channels)
+    try:
+        yield pubsub
+    finally:
+        await pubsub.aclose()
+
+
+async def notified(pubsub: PubSub, count: Callable[[str], int], n: int, timeout: float) -> None:
+    """Until the messages on ``pubsub`` add up to ``n`` by ``count`` (of each message's
+    data, as text), blocking on the subscription (no polling)."""
+    deadline = time.monotonic() + timeout
+    seen = 0
+    while seen < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"{seen} of {n} notifications in {timeout} s")
+        msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=left)
+        if msg is not None:
+            data = msg["data"]
+            seen += count(data.decode() if isinstance(data, bytes) else str(data))
