@@ -15,7 +15,7 @@ import pytest
 
 from rsjobs import Client
 from tests.support.processes import spawn_worker, stop_process, wait_for_state
-from tests.support.reaper import reaper_loop, wait_registered
+from tests.support.reaper import reaper_loop, wait_history, wait_registered
 
 pytestmark = pytest.mark.integration
 
@@ -39,11 +39,12 @@ async def test_a_worker_that_gets_its_lost_task_back_keeps_it(
     try:
         await wait_registered(client, ["only"])
         async with reaper_loop(redis_url, NS, interval_ms=100, lease_ms=1000, max_deliveries=10):
-            tid = await client.enqueue("chaos", {"k": "slow", "ms": 3000}, max_attempts=5)
+            tid = await client.enqueue("chaos", {"k": "slow", "ms": 1500}, max_attempts=5)
             await wait_for_state(client, tid, "RUNNING", timeout=10)
             await asyncio.sleep(0.2)
             os.kill(w.pid, signal.SIGSTOP)
-            await asyncio.sleep(2.5)  # past the lease: reclaimed; the only worker is frozen
+            # past the lease: reclaimed while the only worker is frozen
+            await wait_history(client, tid, lambda e: e.event == "RECLAIM", 15)
             os.kill(w.pid, signal.SIGCONT)  # ... and gets the task back
             info = await client.wait(tid, timeout_ms=30_000)
         history = await client.history(tid)

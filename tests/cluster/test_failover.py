@@ -12,16 +12,19 @@ import subprocess
 import time
 from pathlib import Path
 
-from rsjobs import Client, NotReplicated, Settings, connect
+from rsjobs import Client, Settings, connect
 from rsjobs.store.cluster import slot_of
 from rsjobs.store.keys import Keys
 from tests.cluster.test_lifecycle import NS, running_worker
+from tests.support.load import Load
 from tests.support.processes import spawn_worker, stop_process, wait_for_state
 from tests.support.reaper import spawn_reaper, terminal_transitions, wait_registered
 from tests.support.reference import replay
 from tools.topology import Cluster
 
 LEASE_MS = 1500
+#: acknowledged submits between two faults
+STEP = 20
 
 
 def _alive(procs: dict[str, subprocess.Popen[bytes]], logs: Path) -> None:
@@ -49,41 +52,32 @@ async def test_processes_ride_through_failovers_and_kills(
     client = Client(
         connect(cluster_url), Settings(namespace=NS, wait_replicas=1, wait_timeout_ms=2000)
     )
-    acked: list[str] = []
-    refused = 0
-    stop = asyncio.Event()
-
-    async def produce() -> None:
-        nonlocal refused
-        while not stop.is_set():
-            try:
-                acked.append(await client.enqueue("sleep", {"s": 0.05}))
-            except (OSError, NotReplicated):  # while the cluster settles
-                refused += 1
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(0.01)
-
+    # a steady load, paced by the tasks' own ends; between two faults the test waits for
+    # so many more acknowledged submits (the system's progress, not a timer)
+    load = Load(client, "sleep", {"s": 0.05}, lanes=4)
     try:
         await wait_registered(client, ["fw1", "fw2"], timeout=30)
         # a long lease: only a notice, not a heartbeat, can stop its handler within 1 s
         async with running_worker(cluster_url, lease_ms=30_000, queues=["slow"]) as slow:
-            producer = asyncio.create_task(produce())
-            await asyncio.sleep(1.0)
+            load.start()
+            await load.more(STEP)
             first = await asyncio.to_thread(redis_cluster.failover, owner)
-            await asyncio.sleep(1.0)
-            redis_cluster.kill(first)  # the namespace's master
-            back = await asyncio.to_thread(redis_cluster.wait_replaced, first)
-            await asyncio.to_thread(redis_cluster.heal)
-            await asyncio.sleep(1.0)
-            redis_cluster.kill(back)  # the node the control channel was subscribed on
-            await asyncio.to_thread(redis_cluster.wait_replaced, back)
-            await asyncio.to_thread(redis_cluster.heal)
-            await asyncio.sleep(1.0)
-            stop.set()
-            await producer
+            await load.more(STEP)
+            async with load.outage():
+                redis_cluster.kill(first)  # the namespace's master
+                back = await asyncio.to_thread(redis_cluster.wait_replaced, first)
+                await asyncio.to_thread(redis_cluster.heal)
+            await load.more(STEP)
+            async with load.outage():
+                redis_cluster.kill(back)  # the node the control channel was subscribed on
+                await asyncio.to_thread(redis_cluster.wait_replaced, back)
+                await asyncio.to_thread(redis_cluster.heal)
+            await load.more(STEP)
+            await load.stop()
             _alive(procs, tmp_path)
+            acked = load.acked
 
-            assert len(acked) > 50, (len(acked), refused)
+            assert len(acked) > 50, (len(acked), load.refused)
             for tid in acked:
                 info = await client.wait(tid, timeout_ms=30_000)
                 assert info.state == "SUCCEEDED", info
@@ -101,7 +95,7 @@ async def test_processes_ride_through_failovers_and_kills(
                 assert time.monotonic() - t0 < 1.5, "the cancel notice did not arrive"
         _alive(procs, tmp_path)
     finally:
-        stop.set()
+        await load.stop()
         for p in procs.values():
             stop_process(p, signal.SIGTERM)
         await client.close()

@@ -12,16 +12,19 @@ import subprocess
 import time
 from pathlib import Path
 
-from rsjobs import Client, NotReplicated, Settings, connect
+from rsjobs import Client, Settings, connect
 from rsjobs.store.cluster import slot_of
 from rsjobs.store.shards import shard_of
 from tests.cluster.test_shards import NS, S, running_worker
+from tests.support.load import Load
 from tests.support.processes import spawn_worker, stop_process, wait_for_state
 from tests.support.reaper import spawn_reaper, terminal_transitions, wait_registered
 from tests.support.reference import replay
 from tools.topology import Cluster
 
 LEASE_MS = 1500
+#: acknowledged submits between two faults
+STEP = 20
 
 
 def _alive(procs: dict[str, subprocess.Popen[bytes]], logs: Path) -> None:
@@ -49,38 +52,28 @@ async def test_processes_ride_through_a_failover_of_each_master(
             )  # fmt: skip
     procs["reaper"] = spawn_reaper(cluster_url, NS, str(tmp_path / "reaper.log"),
                                    "--interval-ms", "200", "--lease-ms", str(LEASE_MS))  # fmt: skip
-    acked: list[str] = []
-    refused = 0
-    stop = asyncio.Event()
-
-    async def produce() -> None:
-        nonlocal refused
-        while not stop.is_set():
-            try:
-                acked.append(await client.enqueue("sleep", {"s": 0.05}))
-            except (OSError, NotReplicated):  # while the cluster settles
-                refused += 1
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(0.005)
-
+    # a steady load, paced by the tasks' own ends; between two faults the test waits for
+    # so many more acknowledged submits (the system's progress, not a timer)
+    load = Load(client, "sleep", {"s": 0.05}, lanes=4)
     try:
         await wait_registered(client, ["sw1", "sw2"], timeout=30)
         async with running_worker(cluster_url, lease_ms=30_000, queues=["slow"]) as slow:
-            producer = asyncio.create_task(produce())
-            await asyncio.sleep(1.0)
+            load.start()
+            await load.more(STEP)
             for master in list(redis_cluster.masters()):  # each master, one at a time
                 await asyncio.to_thread(redis_cluster.failover, master)
-                await asyncio.sleep(0.5)
+                await load.more(STEP // 2)
             victim = redis_cluster.owner(slot_of(f"{{{tags[0]}}}"))
-            redis_cluster.kill(victim)
-            await asyncio.to_thread(redis_cluster.wait_replaced, victim)
-            await asyncio.to_thread(redis_cluster.heal)
-            await asyncio.sleep(1.0)
-            stop.set()
-            await producer
+            async with load.outage():
+                redis_cluster.kill(victim)
+                await asyncio.to_thread(redis_cluster.wait_replaced, victim)
+                await asyncio.to_thread(redis_cluster.heal)
+            await load.more(STEP)
+            await load.stop()
             _alive(procs, tmp_path)
+            acked = load.acked
 
-            assert len(acked) > 50, (len(acked), refused)
+            assert len(acked) > 50, (len(acked), load.refused)
             assert {shard_of(t) for t in acked} == set(range(S))
             for tid in acked:
                 info = await client.wait(tid, timeout_ms=30_000)
@@ -99,7 +92,7 @@ async def test_processes_ride_through_a_failover_of_each_master(
                 assert time.monotonic() - t0 < 1.5, "the cancel notice did not arrive"
         _alive(procs, tmp_path)
     finally:
-        stop.set()
+        await load.stop()
         for p in procs.values():
             stop_process(p, signal.SIGTERM)
         await client.close()

@@ -6,7 +6,6 @@ unchanged); the client completes by external id; a regenerate's old callback is 
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,8 @@ from rsjobs.callbacks import Claims, body_signature, sign
 from tests.deferred.conftest import NS, SECRET
 from tests.support.processes import stop_process, wait_for_state
 from tests.support.provider import Provider
-from tests.support.reaper import spawn_reaper
+from tests.support.reaper import reaper_loop, sweeps_past, wait_history
+from tests.support.waits import on_events
 from tests.support.web import ServerThread
 
 pytestmark = pytest.mark.integration
@@ -58,18 +58,15 @@ async def test_forty_deferred_tasks_wait_at_once_on_four_slots(
 ) -> None:
     provider.hold()
     workers("-c", "4")
-    payload = {"provider": provider.url, "delay_ms": 10}
+    payload = {"provider": provider.url, "delay_ms": 0}
     ids = [await client.enqueue("gen.callback", payload) for _ in range(40)]
+
     # every one is DEFERRED at once: four slots could not hold forty running handlers
-    deadline = time.monotonic() + 60
-    while True:
-        waiting = sum(
-            1 for i in await client.get_many(ids) if i is not None and i.state == "DEFERRED"
-        )
-        if waiting == 40:
-            break
-        assert time.monotonic() < deadline, f"only {waiting} of 40 DEFERRED"
-        await asyncio.sleep(0.1)
+    async def all_deferred() -> bool:
+        infos = await client.get_many(ids)
+        return sum(1 for i in infos if i is not None and i.state == "DEFERRED") == 40
+
+    await on_events(client.store.events, all_deferred, 60, "40 DEFERRED at once")
     provider.release()
     done = await _all_done(client, ids, 60)
     assert [i.state for i in done] == ["SUCCEEDED"] * 40
@@ -90,10 +87,7 @@ async def test_duplicate_callbacks_change_nothing(
     tid = await client.enqueue("gen.callback", {"provider": provider.url, "mode": "duplicate"})
     info = await client.wait(tid, timeout_ms=20_000)
     assert info.state == "SUCCEEDED"
-    deadline = time.monotonic() + 10
-    while len(provider.sent(info.external_id)) < 3:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.05)
+    await asyncio.to_thread(provider.wait_sent, info.external_id, 3)
     # each of the three got 200; the first ended the wait, the others wrote nothing
     assert provider.sent(info.external_id) == [200, 200, 200]
     history = await client.history(tid)
@@ -108,20 +102,15 @@ async def test_duplicate_callbacks_change_nothing(
 async def test_a_callback_after_the_longest_wait_is_refused_and_recorded(
     client: Client, provider: Provider, workers: Any, reaper_proc: Any
 ) -> None:
-    provider.late_ms = 2500
+    provider.hold()  # the provider calls back once the wait is over: late
     workers("-c", "2")
     tid = await client.enqueue(
-        "gen.callback",
-        {"provider": provider.url, "mode": "delay", "max_wait_ms": 500},
-        max_attempts=1,
+        "gen.callback", {"provider": provider.url, "max_wait_ms": 300}, max_attempts=1
     )
     info = await client.wait(tid, timeout_ms=20_000)
     assert info.state == "TIMED_OUT" and info.error_type == "DeferTimeout"
-    deadline = time.monotonic() + 15
-    while not provider.sent(info.external_id):
-        assert time.monotonic() < deadline, "the late callback was not sent"
-        await asyncio.sleep(0.05)
-    assert provider.sent(info.external_id) == [409]
+    provider.release()
+    assert await asyncio.to_thread(provider.wait_sent, info.external_id) == [409]
     after = await client.get(tid)
     assert after.state == "TIMED_OUT" and after.result is None
     refused = [e for e in await client.history(tid) if e.rejected]
@@ -142,11 +131,7 @@ async def test_a_forged_callback_is_401_and_writes_nothing(
     task_before = r.hgetall(f"rsjobs:{{{NS}}}:task:{tid}")
     keys_before = sorted(k for k in r.keys("*") if not k.endswith(":workers"))
     provider.release()
-    deadline = time.monotonic() + 10
-    while not provider.sent(info.external_id):
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.05)
-    assert provider.sent(info.external_id) == [401]
+    assert await asyncio.to_thread(provider.wait_sent, info.external_id) == [401]
     # more forgeries, straight at the server: a token signed with another secret, a
     # token naming another attempt unsigned, a body signature under another secret
     other = sign("another-secret-entirely-xyz", Claims(NS, tid, "default", 1, 2**41))
@@ -246,19 +231,13 @@ async def test_the_reaper_never_takes_a_deferred_task_of_a_killed_worker(
     running = await client.enqueue("slow", {"s": 60})
     await wait_for_state(client, running, "RUNNING", timeout=20)
     stop_process(worker)  # SIGKILL
-    reaper = spawn_reaper(redis_url, NS, str(tmp_path / "reaper.log"), "--interval-ms", "100",
-                          "--lease-ms", "500")  # fmt: skip
-    try:
-        deadline = time.monotonic() + 20
-        while not any(e.event == "RECLAIM" for e in await client.history(running)):
-            assert time.monotonic() < deadline, "the reaper did not take the RUNNING task back"
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(1.0)  # two more leases of sweeps
+    async with reaper_loop(redis_url, NS, interval_ms=100, lease_ms=500) as reaper:
+        await wait_history(client, running, lambda e: e.event == "RECLAIM", 20)
+        # two more leases of the reaper's sweeps
+        await sweeps_past(reaper, await client.store.reaper.now_ms() + 1000)
         info = await client.get(tid)
         assert info.state == "DEFERRED" and info.attempt == 1
         assert not any(e.event == "RECLAIM" for e in await client.history(tid))
         provider.release()
         done = await client.wait(tid, timeout_ms=20_000)
         assert done.state == "SUCCEEDED" and done.attempt == 1
-    finally:
-        stop_process(reaper)

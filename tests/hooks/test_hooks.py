@@ -11,6 +11,7 @@ import pytest
 
 from rsjobs import Client
 from rsjobs.hooks import HookEvent, HookRunner, Hooks
+from rsjobs.store.hooks import HOOK_GROUP
 
 
 async def _drain(runner: HookRunner, until: float = 5.0, settle: float = 0.0) -> None:
@@ -151,7 +152,11 @@ async def test_an_entry_a_dead_runner_held_is_taken_over(client: Client) -> None
     try:
         await r2.step()
         assert seen == []  # not yet idle long enough: r1 may still be at it
-        await asyncio.sleep(3.1)
+        # time passes for r1's hold: the entry's idle time set past claim_idle_ms, as 3.1 s
+        # of silence would leave it (XCLAIM IDLE, to r1 itself: nothing else changes)
+        await client.redis.xclaim(
+            client.keys.hooks, HOOK_GROUP, "r1", 0, [held[0].entry], idle=3100
+        )
         await _drain(r2)
         assert seen == [tid]
     finally:

@@ -12,7 +12,7 @@ import pytest
 from rsjobs import Client
 from rsjobs.store.keys import WAITING_CONSUMER
 from tests.support.processes import start_as
-from tests.support.reaper import reaper_loop
+from tests.support.reaper import reaper_loop, sweeps_past
 
 pytestmark = pytest.mark.integration
 
@@ -43,8 +43,9 @@ async def test_a_count_a_lost_task_left_wrong_heals(client: Client, redis_url: s
 
         await _until(healed)
         assert reaper.totals["counts_fixed"] >= 1
-        await asyncio.sleep(1.0)
-        # the parked tasks are left alone: held by ~waiting, not redelivered
+        # through the reaper's sweeps of three more leases, the parked tasks are left
+        # alone: held by ~waiting, not redelivered
+        await sweeps_past(reaper, await client.store.reaper.now_ms() + 600)
         rows = await r.xpending_range(client.keys.queue("default"), "workers", "-", "+", 10)
         held = [x for x in rows if x["consumer"] == WAITING_CONSUMER]
         assert len(held) == 2

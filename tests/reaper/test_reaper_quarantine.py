@@ -133,20 +133,23 @@ async def test_no_error_ends_the_reaper_loop(qc: Client, caplog: pytest.LogCaptu
     r = reaper(qc, interval_ms=20)
     real = r.sweep_once
     calls = 0
+    swept = asyncio.Event()
 
     async def flaky() -> SweepReport:
         nonlocal calls
         calls += 1
         if calls <= 2:
             raise RuntimeError(f"unexpected #{calls}")
-        return await real()
+        report = await real()
+        swept.set()
+        return report
 
     r.sweep_once = flaky  # type: ignore[method-assign]
     tid = await qc.enqueue("noop", {}, delay_ms=1)
     with caplog.at_level(logging.INFO, logger="rsjobs.reaper"):
         task = asyncio.create_task(r.run())
         try:
-            await asyncio.sleep(1.0)
+            await asyncio.wait_for(swept.wait(), 10)  # the loop went on past both errors
             assert not task.done()
             assert r.sweeps >= 1 and r.totals["sweep_errors"] == 2
             assert (await qc.get(tid)).state == "PENDING"  # promoted by a later sweep

@@ -19,8 +19,9 @@ import redis as sync_redis
 from rsjobs import Client, NotReplicated, Settings, connect
 from rsjobs.server import EmbeddedRedis, free_port
 from rsjobs.store.record import field
-from tests.support.processes import ROOT, spawn_worker, stop_process
+from tests.support.processes import ROOT, said, spawn_worker, stop_process
 from tests.support.reaper import spawn_reaper, wait_registered
+from tests.support.waits import poll_until
 from tools.topology import ReplicaSet
 
 pytestmark = pytest.mark.integration
@@ -49,27 +50,42 @@ async def sclient(replica_set: ReplicaSet) -> AsyncIterator[Client]:
     await c.close()
 
 
+async def blocked_in(client: Client, command: str, timeout: float = 20) -> None:
+    """Until a connection of the server is blocked in ``command`` (CLIENT LIST: flag b)."""
+
+    async def blocked() -> bool:
+        clients = await client.redis.client_list()
+        return any(c["cmd"] == command and "b" in c["flags"] for c in clients)
+
+    await poll_until(blocked, timeout, f"a client blocked in {command}", every=0.01)
+
+
 def _spawn_web(url: str, port: int) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "rsjobs", "--url", url, "--namespace", NS, "web",
            "--port", str(port), "--dev"]  # fmt: skip
     return subprocess.Popen(
-        cmd, env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cmd, env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         start_new_session=True,
     )  # fmt: skip
 
 
 async def _web(url: str, port: int) -> subprocess.Popen[bytes]:
+    """``rsjobs web`` up: it said it listens (its log, read as it writes it), and answers."""
     proc = _spawn_web(url, port)
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as c:
-        for _ in range(200):
-            try:
-                if (await c.get("/healthz")).status_code == 200:
-                    return proc
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.05)
-    stop_process(proc)
-    raise AssertionError("rsjobs web did not come up")
+    try:
+        await asyncio.wait_for(said(proc, b"Uvicorn running on", 1), 60)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as c:
+            assert (await c.get("/healthz")).status_code == 200
+    except BaseException:
+        _stop_web(proc)
+        raise
+    return proc
+
+
+def _stop_web(proc: subprocess.Popen[bytes]) -> None:
+    stop_process(proc, signal.SIGTERM)
+    if proc.stderr is not None:
+        proc.stderr.close()
 
 
 async def test_web_answers_503_in_two_seconds_while_redis_is_frozen() -> None:
@@ -103,13 +119,13 @@ async def test_web_answers_503_in_two_seconds_while_redis_is_frozen() -> None:
                 assert (await c.get(f"/tasks/{tid}")).status_code == 200
                 assert time.monotonic() - t1 < 1.0
         finally:
-            stop_process(web, signal.SIGTERM)
+            _stop_web(web)
 
 
 async def test_worker_and_reaper_survive_failovers(
     replica_set: ReplicaSet, sclient: Client, tmp_path: object
 ) -> None:
-    """A worker idle in XREADGROUP BLOCK gets UNBLOCKED when its primary is demoted, and a
+    """A worker idle in a blocking read gets UNBLOCKED when its primary is demoted, and a
     busy one gets READONLY / dropped connections: both are transient. Two failovers later
     the same worker and reaper processes are alive and every task submitted succeeded."""
     url = replica_set.url
@@ -124,7 +140,9 @@ async def test_worker_and_reaper_survive_failovers(
         for _ in range(100):
             try:
                 return await durable.enqueue(ttype, payload)
-            except (OSError, NotReplicated):  # while the new primary settles
+            except NotReplicated:  # (WAIT has waited its 2 s: again at once)
+                continue
+            except OSError:  # while the new primary settles
                 await asyncio.sleep(0.1)
         raise AssertionError("no submit confirmed in 100 attempts")
 
@@ -133,10 +151,11 @@ async def test_worker_and_reaper_survive_failovers(
         ids = [await submit("noop", {"i": i}) for i in range(5)]
         for tid in ids:
             assert (await sclient.wait(tid, timeout_ms=20_000)).state == "SUCCEEDED"
-        await asyncio.sleep(1.5)  # the worker is now blocked in XREADGROUP
+        await blocked_in(sclient, "xread")  # the worker is idle, blocked in its XREAD
         for _ in range(2):
             busy = [await submit("sleep", {"s": 0.5, "steps": 5}) for _ in range(4)]
             await asyncio.to_thread(replica_set.failover)
+            await asyncio.to_thread(replica_set.wait_synced)  # (durable submits need it)
             after = [await submit("noop", {"after": i}) for i in range(5)]
             for tid in busy + after:
                 info = await sclient.wait(tid, timeout_ms=30_000)
@@ -151,7 +170,7 @@ async def test_worker_and_reaper_survive_failovers(
 async def test_wait_rides_through_a_failover(replica_set: ReplicaSet, sclient: Client) -> None:
     tid = await sclient.enqueue("noop", {})
     waiter = asyncio.create_task(sclient.wait(tid, timeout_ms=30_000))
-    await asyncio.sleep(0.5)  # blocked in XREAD on the task's history
+    await blocked_in(sclient, "xread")  # the wait is blocked in XREAD on the events
     await asyncio.to_thread(replica_set.failover)
     assert not waiter.done()
     worker = spawn_worker(replica_set.url, NS, "--name", "fo-w2")
@@ -215,9 +234,17 @@ async def test_worker_outlives_redis_refusing_writes() -> None:
         c = Client(connect(server.url), Settings(namespace=NS))
         ids = [await c.enqueue("noop", {"i": i}) for i in range(3)]
         await c.redis.config_set("maxmemory", "1")
-        worker = spawn_worker(server.url, NS, "--name", "oom-w", "--lease-ms", "2000")
+        worker = spawn_worker(server.url, NS, "--name", "oom-w", "--lease-ms", "2000",
+                              stderr=subprocess.PIPE)  # fmt: skip
         try:
-            await asyncio.sleep(3)  # long enough for several refused start.lua calls
+            # its log, read as it writes it: it says Redis refused it, and waits
+            await asyncio.wait_for(said(worker, b"when used memory > 'maxmemory'", 1), 30)
+
+            async def refused_again() -> bool:  # and it tried again: OOM replies
+                errors = await c.redis.info("errorstats")
+                return int(errors.get("errorstat_OOM", {}).get("count", 0)) >= 3
+
+            await poll_until(refused_again, 20, "more OOM replies", every=0.02)
             assert worker.poll() is None, "the worker exited on an OOM reply"
             assert (await c.get(ids[0])).state == "PENDING"
             await c.redis.config_set("maxmemory", "0")
@@ -226,6 +253,8 @@ async def test_worker_outlives_redis_refusing_writes() -> None:
             assert worker.poll() is None
         finally:
             stop_process(worker, signal.SIGTERM)
+            if worker.stderr is not None:
+                worker.stderr.close()
             await c.close()
 
 

@@ -14,10 +14,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from typing import Any
 
 import msgspec
+import psutil
 import pytest
 from redis.asyncio import Redis
 
@@ -33,6 +33,7 @@ from rsjobs.workflows import Stage, WorkflowClient, WorkflowDefinition, fan_out
 from tests.cli.support import env, rsjobs
 from tests.support.layout1 import old_history, old_info, writing_layout1
 from tests.support.processes import ROOT, spawn_worker, start_as, stop_process
+from tests.support.waits import keyspace, notified, poll_until
 from tests.support.wf_fixtures import NS, running_driver, wait_status
 from tests.support.workflows import Hand
 
@@ -270,24 +271,29 @@ async def _migrate_and_use(redis_url: str, client: Client, ids: dict[str, Any]) 
         await wf.close()
 
 
+RETENTION_MS = 1000
+
+
 async def test_a_finished_task_expires_with_its_ttl_after_the_migration(redis_url: str) -> None:
     with writing_layout1():
-        async with Client.from_url(redis_url, namespace=NS, retention_ms=3_000) as old:
+        async with Client.from_url(redis_url, namespace=NS, retention_ms=RETENTION_MS) as old:
             tid = await old.enqueue("echo", None, dedup_key="once")
             ref = TaskRef("PENDING", "", "default", "once")
             await old.store.tasks.control("user", tid, ref, "CANCEL", "")
     async with Client.from_url(redis_url, namespace=NS) as client:
         r, k = client.redis, client.keys
-        ttl = await r.pttl(k.task(tid))
-        assert 0 < ttl <= 3_000 and await r.pttl(k.history(tid)) > 0
-        report = await client.store.migration.run()
-        assert (report.converted, report.marked) == (1, True)
-        assert 0 < await r.pttl(k.task(tid)) <= ttl
-        assert (await client.get(tid)).state == "CANCELLED"
-        deadline = time.monotonic() + 15
-        while await r.exists(k.task(tid)) or await r.exists(k.dedup("once")):
-            assert time.monotonic() < deadline, "the finished task did not expire"
-            await asyncio.sleep(0.1)
+        # Redis says when it expires them (keyspace notifications), as it happens
+        gone = {k.task(tid), k.dedup("once")}
+        async with keyspace(r, "Exg", "__keyevent@0__:expired", "__keyevent@0__:del") as told:
+            ttl = await r.pttl(k.task(tid))
+            assert 0 < ttl <= RETENTION_MS and await r.pttl(k.history(tid)) > 0
+            report = await client.store.migration.run()
+            assert (report.converted, report.marked) == (1, True)
+            assert 0 < await r.pttl(k.task(tid)) <= ttl
+            assert 0 < await r.pttl(k.dedup("once")) <= RETENTION_MS
+            assert (await client.get(tid)).state == "CANCELLED"
+            await notified(told, lambda key: key in gone, len(gone), 15)
+        assert not await r.exists(*gone)
         with pytest.raises(TaskNotFound):
             await client.get(tid)
 
@@ -315,21 +321,28 @@ async def _kill_and_rerun(redis_url: str, client: Client, every: list[str]) -> N
     before = {}
     for tid in every:
         before[tid] = await read_layout1(r, k, tid)
-    size = await r.dbsize()
 
-    proc = start_migrate(redis_url, "--batch", "1")
-    try:
-        # each converted task loses its history stream: kill once a tenth is done
-        deadline = time.monotonic() + 60
-        while await r.dbsize() > size - n // 10:
+    # each converted task loses its history stream (a del Redis tells of as it happens):
+    # kill once a tenth is done
+    async with keyspace(r, "Eg", "__keyevent@0__:del") as told:
+        proc = start_migrate(redis_url, "--batch", "1")
+        try:
+            await notified(told, lambda key: key.endswith(":history"), n // 10, 60)
             assert proc.poll() is None, "the migration ended before it could be killed"
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.005)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        stop_process(proc)
-    await asyncio.sleep(0.2)  # a call it sent just before is run by now
+            ports = {c.laddr.port for c in psutil.Process(proc.pid).net_connections("tcp")}
+            theirs = {c["addr"] for c in await r.client_list()
+                      if int(c["addr"].rsplit(":", 1)[1]) in ports}  # fmt: skip
+            assert theirs, "the migration's connections were not found"
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        finally:
+            stop_process(proc)
+
+    # a call it sent just before is run once the server has dropped its connections
+    async def dropped() -> bool:
+        return not theirs & {c["addr"] for c in await r.client_list()}
+
+    await poll_until(dropped, 10, "the killed migration's connections closed", every=0.005)
     new = [tid for tid in every if await r.hexists(k.task(tid), "s")]
     assert 0 < len(new) < n, len(new)
     assert await r.get(k.layout) is None  # not marked: the processes still refuse it
@@ -381,32 +394,39 @@ async def test_a_task_an_earlier_producer_submits_after_the_migration_is_not_los
     worker again."""
     client = Client.from_url(redis_url, namespace=NS)
     r, k = client.redis, client.keys
-    worker = spawn_worker(redis_url, NS, "--lease-ms", "500", stderr=subprocess.DEVNULL)
-    config = ReaperConfig(lease_ms=500, min_idle_ms=500, dead_after_leases=2, guard=False)
+    # the worker's start marks the empty namespace (Redis tells of the write as it happens)
+    async with keyspace(r, "E$", "__keyevent@0__:set") as told:
+        worker = spawn_worker(redis_url, NS, "--lease-ms", "500", stderr=subprocess.DEVNULL)
+        await notified(told, lambda key: key == k.layout, 1, 20)
+    config = ReaperConfig(lease_ms=500, min_idle_ms=500, dead_after_leases=2, guard=False,
+                          interval_ms=100)  # fmt: skip
     reaper = Reaper(url=redis_url, settings=Settings(namespace=NS), config=config)
+    sweeping: asyncio.Task[None] | None = None
     try:
-        deadline = time.monotonic() + 20
-        while await r.get(k.layout) != "2":  # the worker's start marked the empty namespace
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.05)
+        assert await r.get(k.layout) == "2"
         assert (
             await client.wait(await client.enqueue("noop", {"x": 0}), timeout_ms=20_000)
         ).state == "SUCCEEDED"
         with writing_layout1():
             async with Client.from_url(redis_url, namespace=NS) as old:
                 tid = await old.enqueue("noop", {"x": 1})
-        await asyncio.sleep(1.5)  # the worker was delivered it and refused to start it
+
+        async def delivered() -> bool:  # to the worker, which refused to start it
+            return bool((await r.xpending(k.queue("default"), "workers"))["pending"] == 1)
+
+        await poll_until(delivered, 20, "the delivery", every=0.01)
         assert await r.hget(k.task(tid), "state") == "PENDING"
-        assert (await r.xpending(k.queue("default"), "workers"))["pending"] == 1
         assert (await reaper.sweep_once()).quarantined == 0  # no bad data: left alone
         done = migrate(redis_url, "--force")  # the worker runs on: --force
         assert done.returncode == 0 and counts(done.stdout)["converted"] == 1, done.stdout
-        while (await client.get(tid)).state != "SUCCEEDED":
-            assert time.monotonic() < deadline + 20, await client.history(tid)
-            await reaper.sweep_once()  # redelivers it: its worker lives, and never started it
-            await asyncio.sleep(0.3)
-        assert (await client.get(tid)).result == {"x": 1}
+        # the reaper, sweeping, redelivers it: its worker lives, and never started it
+        sweeping = asyncio.create_task(reaper.run())
+        info = await client.wait(tid, timeout_ms=30_000)
+        assert (info.state, info.result) == ("SUCCEEDED", {"x": 1}), await client.history(tid)
     finally:
         stop_process(worker, signal.SIGTERM)
+        if sweeping is not None:
+            reaper.stop()
+            await asyncio.wait_for(sweeping, 10)
         await reaper.close()
         await client.close()

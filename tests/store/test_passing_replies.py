@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -21,11 +23,14 @@ from rsjobs.reaper import Reaper, ReaperConfig
 from rsjobs.store.transient import is_transient, translate
 from rsjobs.web import create_app
 from rsjobs.workflows import WorkflowClient
-from tests.support.apps import tasks
+from tests.support.apps import GATES, tasks
 from tests.support.faults import PASSING_REPLIES, FaultyRedis, error_for
+from tests.support.waits import wait_for_state
 from tests.support.web import ADMIN, ALICE, TOKENS
 
 NS = "t"
+#: calls of the code under test that meet each fault before it is lifted
+MET = 4
 FAULTS = [(code, classed) for code in PASSING_REPLIES for classed in (True, False)]
 
 
@@ -75,22 +80,22 @@ async def test_clients_raise_redis_unavailable_then_work_again(
 async def test_a_worker_rides_through_each_one(
     faulty: FaultyRedis, healthy: Client, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Each reply for 0.3 s in turn (reads, starts, heartbeats, the control channel all
-    meet it): the worker is still running, logged nothing but warnings about it, and runs
-    the task submitted after each one."""
+    """Each reply in turn, until the worker's calls met it several times (reads, starts,
+    heartbeats, the control channel): the worker is still running, logged nothing but
+    warnings about it, and runs the task submitted after each one."""
     w = Worker(tasks, redis=faulty, settings=Settings(namespace=NS), lease_ms=1000,
-               block_ms=100, promote_ms=50, handle_signals=False)  # fmt: skip
+               heartbeat_ms=50, block_ms=100, promote_ms=50, handle_signals=False)  # fmt: skip
     run = asyncio.create_task(w.run())
     caplog.set_level(logging.WARNING, logger="rsjobs")
+    gate = f"passing-{uuid.uuid4().hex}"
     try:
-        await asyncio.sleep(0.3)
-        running = await healthy.enqueue("sleep", {"s": 30})  # its heartbeats meet them all
+        # held until cancelled: its heartbeats meet them all
+        running = await healthy.enqueue("gated", {"gate": gate})
+        await wait_for_state(healthy, running, "RUNNING")
         for code, classed in FAULTS:
             faulty.fault = error_for(PASSING_REPLIES[code], classed)
-            before = faulty.raised
-            await asyncio.sleep(0.3)
+            await faulty.met(faulty.raised + MET)
             faulty.fault = None
-            assert faulty.raised > before, code
             assert not run.done(), f"the worker stopped on {code}"
             tid = await healthy.enqueue("noop", {"code": code})
             assert (await healthy.wait(tid, timeout_ms=15_000)).state == "SUCCEEDED"
@@ -100,6 +105,7 @@ async def test_a_worker_rides_through_each_one(
             await asyncio.sleep(0.01)
             assert time.monotonic() - t0 < 2.0
     finally:
+        GATES.pop(gate, None)
         w.stop()
         await asyncio.wait_for(run, 20)
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
@@ -110,20 +116,26 @@ async def test_a_worker_rides_through_each_one(
 async def test_a_reaper_rides_through_each_one(faulty: FaultyRedis) -> None:
     config = ReaperConfig(interval_ms=50, lease_ms=1000)
     reaper = Reaper(redis=faulty, settings=Settings(namespace=NS), config=config)
+    swept = asyncio.Event()
+    real_sweep = reaper.sweep_once
+
+    async def sweep() -> Any:
+        report = await real_sweep()  # (raises while the fault is on: no event then)
+        swept.set()
+        return report
+
+    reaper.sweep_once = sweep  # type: ignore[method-assign]
     run = asyncio.create_task(reaper.run())
     try:
         for code, classed in FAULTS:
             faulty.fault = error_for(PASSING_REPLIES[code], classed)
             with pytest.raises(RedisUnavailable, match=code):
                 await reaper.sweep_once()
-            await asyncio.sleep(0.15)
+            await faulty.met(faulty.raised + 1)  # its loop's next sweep meets it too
             faulty.fault = None
-            sweeps = reaper.sweeps
-            for _ in range(100):
-                if reaper.sweeps > sweeps:
-                    break
-                await asyncio.sleep(0.05)
-            assert reaper.sweeps > sweeps, f"no sweep after {code}"
+            swept.clear()
+            await asyncio.wait_for(swept.wait(), 10)  # a whole sweep after it, in its loop
+            assert not faulty.fault
             assert not run.done()
         assert reaper.totals["sweep_errors"] == 0
     finally:

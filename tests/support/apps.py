@@ -11,6 +11,10 @@ from rsjobs import Context, NonRetryable, Registry
 
 tasks = Registry()
 
+#: the gates the "gated" handler waits on, by name: a test of an in-process worker opens
+#: one when the work it stands for should end (no timer decides it)
+GATES: dict[str, asyncio.Event] = {}
+
 
 @tasks.handler("noop")
 async def noop(ctx: Context, payload: Any) -> Any:
@@ -103,4 +107,11 @@ async def hold(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
     reaper took the first back, returns at once)."""
     if ctx.attempt == 1:
         await asyncio.sleep(float(payload.get("s", 1.0)))
+    return {"attempt": ctx.attempt}
+
+
+@tasks.handler("gated")
+async def gated(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
+    """Waits until the test opens ``GATES[payload["gate"]]`` (in-process workers only)."""
+    await GATES.setdefault(str(payload["gate"]), asyncio.Event()).wait()
     return {"attempt": ctx.attempt}

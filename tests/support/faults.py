@@ -5,6 +5,7 @@ web app, clients)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from redis import exceptions as rx
@@ -46,6 +47,7 @@ class FaultyRedis(LaneRedis):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.raised = 0
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         lane = self.lane
         if lane is not None:
             call = lane.call
@@ -59,7 +61,23 @@ class FaultyRedis(LaneRedis):  # type: ignore[misc]
     def check(self) -> None:
         if self.fault is not None:
             self.raised += 1
+            for n, waiter in self._waiters:
+                if self.raised >= n and not waiter.done():
+                    waiter.set_result(None)
             raise self.fault
+
+    async def met(self, n: int, timeout: float = 15.0) -> None:
+        """Until ``n`` calls in all have met a fault: the calls of the code under test, as
+        it makes them (no timer of the test's)."""
+        if self.raised >= n:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (n, waiter)
+        self._waiters.append(entry)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        finally:
+            self._waiters.remove(entry)
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         self.check()

@@ -1,4 +1,4 @@
-"""Helpers for integration tests: worker child processes and waiting on task states."""
+"""Helpers for integration tests: worker child processes, and a task STARTed by hand."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Sequence
 from typing import IO
 
-from rsjobs import Client, TaskInfo
+from rsjobs import Client
 from rsjobs.store import Started
+from tests.support.waits import wait_for_state
+
+__all__ = ["said", "spawn_worker", "start_as", "stop_process", "wait_for_state"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -59,20 +60,15 @@ def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> No
             proc.wait(5)
 
 
-async def wait_for_state(
-    client: Client, task_id: str, states: Sequence[str] | str, timeout: float = 10.0
-) -> TaskInfo:
-    """Poll until the task is in one of ``states`` (for non-terminal states; use
-    Client.wait for terminal ones)."""
-    wanted = {states} if isinstance(states, str) else set(states)
-    deadline = time.monotonic() + timeout
-    while True:
-        info = await client.get(task_id)
-        if info.state in wanted:
-            return info
-        if time.monotonic() > deadline:
-            raise AssertionError(f"task {task_id} is {info.state}, expected {sorted(wanted)}")
-        await asyncio.sleep(0.02)
+async def said(proc: subprocess.Popen[bytes], words: bytes, n: int = 1) -> None:
+    """Until ``proc`` has written ``n`` lines holding ``words`` to its stderr (a pipe): its
+    log read as it writes it (a blocking read, in a thread)."""
+    assert proc.stderr is not None
+    seen = 0
+    while seen < n:
+        line = await asyncio.to_thread(proc.stderr.readline)
+        assert line, f"the process exited having said {words!r} {seen} times"
+        seen += words in line
 
 
 async def start_as(

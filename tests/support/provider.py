@@ -85,6 +85,7 @@ class Provider:
         self._ids = itertools.count(1)
         self._held = threading.Event()
         self._lock = threading.Lock()
+        self._answered = threading.Condition(self._lock)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sending: set[asyncio.Task[None]] = set()
         self._release: asyncio.Event | None = None
@@ -131,6 +132,17 @@ class Provider:
     def sent(self, job_id: str) -> list[int]:
         with self._lock:
             return [code for j, code in self.answers if j == job_id]
+
+    def wait_sent(self, job_id: str, n: int = 1, timeout: float = 15.0) -> list[int]:
+        """The status codes of the job's callbacks, once ``n`` were sent (blocks until the
+        provider's thread sends them: call it through ``asyncio.to_thread``)."""
+        with self._answered:
+            sent = self._answered.wait_for(
+                lambda: sum(1 for j, _ in self.answers if j == job_id) >= n, timeout
+            )
+            codes = [code for j, code in self.answers if j == job_id]
+        assert sent, f"{len(codes)} of {n} callbacks of {job_id} sent: {codes}"
+        return codes
 
     # -- the app -------------------------------------------------------------------------
 
@@ -192,9 +204,10 @@ class Provider:
                     code = r.status_code
                 except httpx.HTTPError:
                     code = 0
-                with self._lock:
+                with self._answered:
                     job.callbacks.append(code)
                     self.answers.append((job.id, code))
+                    self._answered.notify_all()
 
     def _external(self, job: ProviderJob, token_url: str, body: bytes) -> tuple[str, str]:
         """The by-id URL of ``job`` on the server of ``token_url`` and its signature."""

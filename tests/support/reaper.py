@@ -18,6 +18,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from rsjobs import Client, HistoryEntry, Settings, TaskInfo
 from rsjobs.model import TERMINAL
 from rsjobs.reaper import Reaper, ReaperConfig
+from rsjobs.store.cluster import ClusterRedis
 from tests.support.processes import ROOT, spawn_worker
 
 APP = "tests.support.reaper_apps:tasks"
@@ -41,11 +42,24 @@ def spawn_reaper(url: str, ns: str, log_path: str, *args: str) -> subprocess.Pop
 
 
 async def wait_registered(client: Client, names: list[str], timeout: float = 20.0) -> None:
-    """Until every named worker has registered (it registers before its first read)."""
-    deadline = time.monotonic() + timeout
-    while not set(names) <= set(await client.redis.hkeys(client.keys.workers)):
-        assert time.monotonic() < deadline, f"workers {names} did not register"
-        await asyncio.sleep(0.05)
+    """Until every named worker has registered (it registers before its first read): the
+    workers hash is read again each time Redis reports a write to it (a keyspace
+    notification on the node that holds it), so the wait ends with the registration."""
+    key = client.keys.workers
+    r = client.redis
+    node = await r.node_for(key) if isinstance(r, ClusterRedis) else r
+    await node.config_set("notify-keyspace-events", "Kh")  # hash writes, by key
+    db = node.connection_pool.connection_kwargs.get("db", 0)
+    pubsub = r.pubsub()
+    await pubsub.subscribe(f"__keyspace@{db}__:{key}")
+    try:
+        deadline = time.monotonic() + timeout
+        while not set(names) <= set(await r.hkeys(key)):
+            left = deadline - time.monotonic()
+            assert left > 0, f"workers {names} did not register"
+            await pubsub.get_message(ignore_subscribe_messages=True, timeout=left)
+    finally:
+        await pubsub.aclose()
 
 
 async def wait_history(
@@ -81,6 +95,26 @@ async def wait_terminal(client: Client, tid: str, timeout: float) -> TaskInfo:
             return await client.wait(tid, timeout_ms=left_ms)
         except (RedisConnectionError, RedisTimeoutError, OSError):
             await asyncio.sleep(0.1)
+
+
+async def sweeps_past(reaper: Reaper, until_ms: int, timeout: float = 15.0) -> None:
+    """Until ``reaper``, running its loop, has done a whole sweep begun at or after Redis
+    time ``until_ms``: the test waits for the reaper's own sweeps, not on a timer."""
+    done = asyncio.Event()
+    real = reaper.sweep_once
+
+    async def sweep() -> Any:
+        began = await reaper.store.reaper.now_ms()
+        report = await real()
+        if began >= until_ms:
+            done.set()
+        return report
+
+    reaper.sweep_once = sweep  # type: ignore[method-assign]
+    try:
+        await asyncio.wait_for(done.wait(), timeout)
+    finally:
+        del reaper.sweep_once  # the class's again
 
 
 def terminal_transitions(entries: list[HistoryEntry]) -> list[HistoryEntry]:

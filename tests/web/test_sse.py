@@ -196,7 +196,7 @@ async def test_one_redis_reader_for_many_streams(
         blocked = [c for c in r.client_list() if c["cmd"] == "xread"]
         assert len(blocked) == 1, blocked  # one XREAD BLOCK, not one per connection
         before = calls()
-        await asyncio.sleep(1.0)  # idle: keep-alives only
+        await asyncio.sleep(0.6)  # idle: keep-alives only
         after = calls()
         assert after["xread"] - before["xread"] <= 2
         for c in ("xrange", "hmget", "hget", "hgetall"):

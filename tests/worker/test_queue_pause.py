@@ -13,9 +13,13 @@ import redis as sync_redis
 
 from rsjobs import Client
 from tests.support.processes import spawn_worker, stop_process
+from tests.support.reaper import wait_registered
 from tests.support.web import eventually, running_worker
 
 pytestmark = pytest.mark.integration
+
+#: the span over which the worker's calls are counted
+WINDOW_S = 0.6
 
 
 def _calls(r: sync_redis.Redis) -> dict[str, int]:
@@ -28,15 +32,15 @@ async def test_a_paused_queue_costs_nothing_per_task_and_resumes_at_once(
     client: Client, redis_url: str
 ) -> None:
     r = sync_redis.Redis.from_url(redis_url)
-    proc = spawn_worker(redis_url, "t", "-q", "gpu", "-c", "4")
+    await client.pause_queue("gpu", "maintenance")
+    proc = spawn_worker(redis_url, "t", "-q", "gpu", "-c", "4", "--name", "pw")
     try:
-        await client.pause_queue("gpu", "maintenance")
         tids = [await client.enqueue("noop", {"i": i}, queue="gpu") for i in range(50)]
-        # the worker is up (registered) and has seen the pause
-        await eventually(lambda: bool(r.hkeys("rsjobs:{t}:workers")), 20, "the worker")
-        await asyncio.sleep(1.0)
+        # the worker is up (registered: it read the pause before) and done starting
+        await wait_registered(client, ["pw"])
+        await asyncio.sleep(0.2)
         r.config_resetstat()
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(WINDOW_S)  # what the worker does over a span of time
         calls = _calls(r)
         # no read of the queue, no START: the 50 waiting tasks cost nothing, and what the
         # worker does meanwhile (promotion sweeps, a heartbeat) does not depend on them
@@ -74,7 +78,7 @@ async def test_a_worker_that_missed_the_pause_is_stopped_by_start(
         assert r.xlen("rsjobs:{t}:queue:gpu") == 1
         assert r.xpending("rsjobs:{t}:queue:gpu", "workers")["pending"] == 0
         r.config_resetstat()
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(WINDOW_S)  # over a span of its reads (200 ms each)
         assert _calls(r).get("xreadgroup", 0) == 0  # no busy loop on the paused queue
         await client.resume_queue("gpu")
         assert (await client.wait(tid, timeout_ms=5000)).state == "SUCCEEDED"

@@ -7,9 +7,12 @@ import asyncio
 import contextlib
 import json
 import signal
+import subprocess
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 from unittest.mock import ANY
 
 import pytest
@@ -19,9 +22,10 @@ from rsjobs.model import TERMINAL
 from rsjobs.server import EmbeddedRedis
 from rsjobs.store.layout import Ending
 from rsjobs.store.record import field
-from tests.support.apps import tasks
+from tests.support.apps import GATES, tasks
 from tests.support.processes import spawn_worker, start_as, stop_process, wait_for_state
 from tests.support.reference import replay
+from tests.support.waits import on_events, poll_until
 
 pytestmark = pytest.mark.integration
 
@@ -201,18 +205,19 @@ async def test_graceful_shutdown_hands_back_in_flight_work(client: Client, redis
 async def test_sigkilled_worker_leaves_task_running_with_an_expiring_lease(
     client: Client, redis_url: str
 ) -> None:
-    proc = spawn_worker(redis_url, "t", "--lease-ms", "1000")
+    proc = spawn_worker(redis_url, "t", "--lease-ms", "300")
     try:
         tid = await client.enqueue("sleep", {"s": 60})
         info = await wait_for_state(client, tid, "RUNNING", timeout=15)
     finally:
         stop_process(proc, signal.SIGKILL)
-    now_ms = int((await client.redis.time())[0]) * 1000
     assert info.lease_expires_at > 0
-    await asyncio.sleep(1.2)
+    now_ms = await client.store.reaper.now_ms()
+    # past the lease (300 ms from the last heartbeat): it expired, and nothing moved the task
+    await asyncio.sleep(max(0, info.lease_expires_at - now_ms + 20) / 1000)
     info = await client.get(tid)
-    now_ms = int((await client.redis.time())[0]) * 1000
-    assert info.state == "RUNNING" and info.lease_expires_at < now_ms + 1000
+    now_ms = await client.store.reaper.now_ms()
+    assert info.state == "RUNNING" and info.lease_expires_at < now_ms
     pending = await client.redis.xpending(client.keys.queue("default"), "workers")
     assert pending["pending"] == 1 and pending["consumers"][0]["name"] == info.worker
     # the history says who had it and when; recovery is the reaper's job
@@ -230,12 +235,28 @@ async def test_a_worker_that_restarts_a_task_it_lost_keeps_the_new_attempt_alive
     from rsjobs.reaper import Reaper
     from rsjobs.reaper.config import ReaperConfig
 
+    lease_ms = 300
     reaper = Reaper(
         url=redis_url,
         settings=Settings(namespace="t"),
-        config=ReaperConfig(lease_ms=500, interval_ms=100, guard=False, log_idle=False),
+        config=ReaperConfig(lease_ms=lease_ms, interval_ms=50, guard=False, log_idle=False),
     )
-    async with running_worker(redis_url, lease_ms=500, heartbeat_ms=100) as w:
+    # the reaper sweeps in the background (every 50 ms); a sweep done by a given Redis
+    # time is an event the test waits for, and the handler runs until the test opens its
+    # gate: the test waits on the system, never on a timer of its own
+    swept_past = {"at": 2**62}
+    swept = asyncio.Event()
+    real_sweep = reaper.sweep_once
+
+    async def sweep() -> Any:
+        report = await real_sweep()
+        if await client.store.reaper.now_ms() >= swept_past["at"]:
+            swept.set()
+        return report
+
+    reaper.sweep_once = sweep  # type: ignore[method-assign]
+    gate = f"restart-{uuid.uuid4().hex}"
+    async with running_worker(redis_url, lease_ms=lease_ms, heartbeat_ms=60) as w:
         real_beat = w._beat
         blocked = True
 
@@ -244,18 +265,31 @@ async def test_a_worker_that_restarts_a_task_it_lost_keeps_the_new_attempt_alive
                 await real_beat(jobs)  # type: ignore[arg-type]
 
         w._beat = beat  # type: ignore[method-assign]
-        tid = await client.enqueue("sleep", {"s": 2.0, "steps": 20}, max_attempts=5)
+        tid = await client.enqueue("gated", {"gate": gate}, max_attempts=5)
         await wait_for_state(client, tid, "RUNNING")
-        await asyncio.sleep(0.7)  # the lease runs out without heartbeats
-        await reaper.sweep_once()
-        info = await wait_for_state(client, tid, "RUNNING")  # attempt 2, same worker
-        assert info.attempt == 2
-        blocked = False
-        deadline = time.monotonic() + 15
-        while not (info := await client.get(tid)).terminal:
-            await reaper.sweep_once()
-            await asyncio.sleep(0.1)
-            assert time.monotonic() < deadline
+        sweeping = asyncio.create_task(reaper.run())
+        try:
+
+            async def taken_back() -> bool:
+                info = await client.get(tid)
+                return info.attempt >= 2 or info.state != "RUNNING"
+
+            # the lease runs out without heartbeats: the reaper takes it back (and the
+            # same worker starts it again, heartbeated from then on)
+            await on_events(client.store.events, taken_back, 15, "the reaper took it back")
+            blocked = False
+            info = await wait_for_state(client, tid, "RUNNING")
+            assert info.attempt == 2
+            # the new attempt lives on through the sweeps of two more leases
+            swept_past["at"] = await client.store.reaper.now_ms() + 2 * lease_ms
+            await asyncio.wait_for(swept.wait(), 15)
+            assert (info := await client.get(tid)).state == "RUNNING" and info.attempt == 2
+            GATES.setdefault(gate, asyncio.Event()).set()
+            info = await client.wait(tid, timeout_ms=15_000)
+        finally:
+            GATES.pop(gate, None)
+            reaper.stop()
+            await asyncio.wait_for(sweeping, 10)
     await reaper.close()
     assert info.state == "SUCCEEDED" and info.attempt == 2, info
     events = [e.event for e in await client.history(tid) if not e.rejected]
@@ -267,18 +301,18 @@ async def test_worker_started_before_redis_waits_for_it(tmp_path: Path) -> None:
     """A worker whose Redis is not up yet waits for it (backoff), then serves; SIGTERM
     while it waits ends it cleanly."""
     late = EmbeddedRedis(appendonly=False)  # a port nobody listens on yet
-    logs = [tmp_path / "waiting.log", tmp_path / "idle.log"]
-    with logs[0].open("wb") as a, logs[1].open("wb") as b:
-        waiting = spawn_worker(late.url, stderr=a)
-        idle = spawn_worker(late.url, stderr=b)
+    waiting = spawn_worker(late.url, stderr=subprocess.PIPE)
+    idle = spawn_worker(late.url, stderr=subprocess.PIPE)
     try:
-        # both reached their wait (signal handlers installed), however loaded the machine
-        deadline = time.monotonic() + 60
-        for log in logs:
-            while b"waiting for it" not in log.read_bytes():
-                assert time.monotonic() < deadline, "the workers never said they wait"
-                await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)
+        # both reached their wait (signal handlers installed), however loaded the machine:
+        # their logs are read as they write them (a blocking read of the pipe)
+        for proc in (waiting, idle):
+            assert proc.stderr is not None
+            line = b""
+            while b"waiting for it" not in line:
+                line = await asyncio.wait_for(asyncio.to_thread(proc.stderr.readline), 60)
+                assert line, "the worker exited without saying it waits"
+        await asyncio.sleep(0.2)
         assert waiting.poll() is None and idle.poll() is None  # still waiting, not exited
         idle.send_signal(signal.SIGTERM)
         assert idle.wait(10) == 0
@@ -293,9 +327,14 @@ async def test_worker_started_before_redis_waits_for_it(tmp_path: Path) -> None:
         waiting.send_signal(signal.SIGTERM)
         assert waiting.wait(15) == 0
     finally:
-        stop_process(waiting)
-        stop_process(idle)
+        for proc in (waiting, idle):
+            stop_process(proc)
+            if proc.stderr is not None:
+                proc.stderr.close()
         late.cleanup()
+
+
+ENDS = ("START", "COMPLETE")
 
 
 async def test_concurrency_bounds_started_tasks_while_starts_are_in_flight(
@@ -303,18 +342,28 @@ async def test_concurrency_bounds_started_tasks_while_starts_are_in_flight(
 ) -> None:
     """The worker reads the next batch while a start is in flight; deliveries being started
     hold their slots, so no more than ``concurrency`` tasks are ever RUNNING for it."""
-    ids = [await client.enqueue("sleep", {"s": 0.2, "steps": 2}) for _ in range(24)]
+    ids = [await client.enqueue("sleep", {"s": 0.02, "steps": 1}) for _ in range(24)]
     most = 0
     async with running_worker(redis_url, concurrency=3):
-        deadline = time.monotonic() + 30
-        while True:
+
+        async def all_done() -> bool:  # sampled at each START and finish (an event each)
+            nonlocal most
             stats = (await client.stats())["default"]
             most = max(most, stats.get("RUNNING", 0))
-            if stats.get("SUCCEEDED", 0) == len(ids):
-                break
-            assert time.monotonic() < deadline, stats
-            await asyncio.sleep(0.005)
-    assert most == 3
+            return stats.get("SUCCEEDED", 0) == len(ids)
+
+        await on_events(client.store.events, all_done, 30, "the 24 tasks ran")
+    assert 1 <= most <= 3
+    # exactly: the most [START, COMPLETE) spans of the histories open at once
+    edges = []
+    for tid in ids:
+        hist = [e for e in await client.history(tid) if not e.rejected]
+        edges += [(e.ts, 1 if e.event == "START" else -1) for e in hist if e.event in ENDS]
+    at_once = peak = 0
+    for _, d in sorted(edges):  # (an end at the same ms as a start comes first)
+        at_once += d
+        peak = max(peak, at_once)
+    assert peak == 3
 
 
 async def test_a_sync_handler_that_ignores_its_timeout_keeps_its_slot(
@@ -324,28 +373,29 @@ async def test_a_sync_handler_that_ignores_its_timeout_keeps_its_slot(
     Its task ends TIMED_OUT at once, but the next task is not STARTed until that thread
     returns (it used to be started, time out without its handler ever running, and a
     third be started and requeued); the worker reports the stuck thread meanwhile."""
-    proc = spawn_worker(redis_url, "t", "-c", "1", "--lease-ms", "1500")
+    proc = spawn_worker(redis_url, "t", "-c", "1", "--lease-ms", "600")
     try:
-        stuck = await client.enqueue("sync_stubborn", {"s": 2.5}, timeout_ms=300, max_attempts=1)
+        stuck = await client.enqueue("sync_stubborn", {"s": 1.5}, timeout_ms=300, max_attempts=1)
         await wait_for_state(client, stuck, "RUNNING", timeout=15)
         nxt = await client.enqueue("sync_stubborn", {"s": 0.05}, timeout_ms=1000, max_attempts=1)
         third = await client.enqueue("sync_stubborn", {"s": 0.05}, timeout_ms=1000, max_attempts=1)
         info = await client.wait(stuck, timeout_ms=5000)
         assert info.state == "TIMED_OUT", info
-        ended = time.monotonic()
-        reported = False
-        while time.monotonic() - ended < 1.5:  # the thread still sleeps for ~2 s
-            assert (await client.get(nxt)).state == "PENDING"
-            assert (await client.get(third)).state == "PENDING"
+
+        async def reported() -> bool:  # at its next heartbeat (a third of the lease)
             for raw in (await client.redis.hgetall(client.keys.workers)).values():
                 held = json.loads(raw)["stuck"]
                 if held:
                     assert held == [
                         {"task": stuck, "attempt": 1, "reason": "TIMEOUT", "since": ANY}
                     ]
-                    reported = True
-            await asyncio.sleep(0.05)
-        assert reported, "the registration never named the stuck thread"
+                    return True
+            return False
+
+        await poll_until(reported, 5, "the registration names the stuck thread", every=0.05)
+        # the thread still sleeps (about 1 s more): the others still wait
+        assert (await client.get(nxt)).state == "PENDING"
+        assert (await client.get(third)).state == "PENDING"
         for tid in (nxt, third):
             done = await client.wait(tid, timeout_ms=15_000)
             assert done.state == "SUCCEEDED" and done.result["slept"] == 0.05, done
@@ -355,8 +405,8 @@ async def test_a_sync_handler_that_ignores_its_timeout_keeps_its_slot(
             tid: next(e.ts for e in await client.history(tid) if e.event == "START")
             for tid in (stuck, nxt, third)
         }
-        # the next START waited for the stuck thread (2.5 s), not for the timeout (0.3 s)
-        assert starts[nxt] - starts[stuck] >= 2300, starts
+        # the next START waited for the stuck thread (1.5 s), not for the timeout (0.3 s)
+        assert starts[nxt] - starts[stuck] >= 1400, starts
         assert starts[third] > starts[nxt]
     finally:
         stop_process(proc, signal.SIGTERM)
@@ -386,10 +436,10 @@ async def test_queue_wait_deadlines_hold_without_a_reaper(client: Client, redis_
     """No reaper runs: a delayed task whose queue-wait deadline passes before it is due is
     expired when it would be promoted, and a queued one when a worker would start it
     (both used to run and succeed). Neither is STARTed; nothing is left on the queue."""
-    queued = await client.enqueue("noop", {"x": 1}, wait_timeout_ms=300)
-    await asyncio.sleep(0.5)  # no worker yet: the deadline passes while it waits
+    queued = await client.enqueue("noop", {"x": 1}, wait_timeout_ms=100)
+    await asyncio.sleep(0.15)  # no worker yet: the deadline passes while it waits
     async with running_worker(redis_url):
-        delayed = await client.enqueue("noop", {"x": 2}, delay_ms=1500, wait_timeout_ms=400)
+        delayed = await client.enqueue("noop", {"x": 2}, delay_ms=500, wait_timeout_ms=200)
         fresh = await client.enqueue("noop", {"x": 3}, wait_timeout_ms=5000)
         infos = [await client.wait(t, timeout_ms=10_000) for t in (queued, delayed, fresh)]
     assert [i.state for i in infos] == ["TIMED_OUT", "TIMED_OUT", "SUCCEEDED"]
