@@ -33,6 +33,7 @@ from rsjobs.callbacks import body_signature
 from rsjobs.client import Client
 from rsjobs.codec import encode
 from rsjobs.errors import InvalidTransition, QueueQuotaExceeded, TaskNotFound
+from rsjobs.store import Code
 from rsjobs.web.config import WebConfig
 
 from .cursors import CursorProber
@@ -298,8 +299,10 @@ class HostileSender:
         )
 
     async def _control(self, channel: str, event: str, tid: str) -> str:
-        """One PAUSE or RESUME: the state it answered, "refused", "unknown" (no answer:
-        not repeated, it may have been applied) or what went wrong."""
+        """One PAUSE or RESUME: the state it moved the task to, "refused" (refused, or
+        answered unchanged: a PAUSE of a task already PAUSED after a RESUME whose answer
+        was lost), "unknown" (no answer: not repeated, it may have been applied) or what
+        went wrong."""
         try:
             if channel == "http":
                 assert self.http is not None
@@ -311,10 +314,10 @@ class HostileSender:
                     return "refused"
                 if r.status_code != 200:
                     return f"HTTP {r.status_code} {r.text[:200]}"
-                return str(r.json().get("state"))
-            if event == "PAUSE":
-                return await self.client.pause(tid, "storm")
-            return await self.client.resume(tid, "storm")
+                body = r.json()
+                return str(body.get("state")) if body.get("changed") else "refused"
+            code, state = await self.client.control(tid, event, "storm")
+            return state if code is Code.APPLIED else "refused"
         except InvalidTransition:
             return "refused"
         except TRANSIENT:
