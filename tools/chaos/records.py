@@ -219,7 +219,8 @@ class PauseStorm(msgspec.Struct, frozen=True, kw_only=True):
     #: answered as applied (PAUSED, PENDING)
     paused: int = 0
     resumed: int = 0
-    #: answered as refused (the task was not in the state the storm thought)
+    #: answered as refused or unchanged (the task was not in the state the storm thought:
+    #: only after a command whose answer was lost)
     refused: int = 0
     #: no answer (a broken connection): may or may not have been applied
     unknown_pause: int = 0
