@@ -114,6 +114,9 @@ def _storms(
     for s in d.storms:
         c["storms"] += 1
         c["storm_cycles"] += s.cycles
+        c["storm_applied"] += s.paused + s.resumed
+        c["storm_unanswered"] += s.unknown_pause + s.unknown_resume
+        c["storm_refused"] += s.refused
         what = f"storm of {s.cycles} cycles via {s.channel}"
         if s.errors:
             bad("HOSTILE_MISHANDLED", s.task_id, f"{what}: {s.errors} wrong answers ({s.error})")

@@ -124,7 +124,9 @@ def format_report(r: ChaosReport) -> str:
         "as refused)",
         f"hostile    {c.get('hostile_callbacks', 0)} forged callbacks (refused "
         f"{c.get('hostile_callbacks_refused', 0)}); {c.get('storms', 0)} pause/resume storms "
-        f"of {c.get('storm_cycles', 0)} cycles ({c.get('storm_elided', 0)} entries elided, "
+        f"of {c.get('storm_cycles', 0)} cycles ({c.get('storm_applied', 0)} commands applied, "
+        f"{c.get('storm_unanswered', 0)} unanswered, {c.get('storm_refused', 0)} refused; "
+        f"{c.get('storm_elided', 0)} entries elided, "
         f"largest hash {c.get('storm_max_bytes', 0)} B); {c.get('queue_floods', 0)} queue "
         f"floods of {c.get('queue_flood_names', 0)} names (accepted "
         f"{c.get('queue_flood_accepted', 0)}, refused {c.get('queue_flood_refused', 0)}); "
