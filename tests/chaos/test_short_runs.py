@@ -104,7 +104,8 @@ def test_short_run_everysec_has_no_violation(tmp_path: Path) -> None:
     # the hostile mix ran (its findings are among the violations, which are none):
     # forged and stale callbacks refused, a storm elided under its ceiling, a queue flood
     # stopped at the quota, crafted cursors refused
-    assert counts["hostile_callbacks"] == counts["hostile_callbacks_refused"] >= 1, counts
+    forged = counts.get("hostile_callbacks", 0)
+    assert forged == counts.get("hostile_callbacks_refused", 0) >= 1, counts
     assert counts["storms"] >= 1 and counts["storm_elided"] > 0, counts
     assert 0 < counts["storm_max_bytes"] <= 6 * 1024, counts
     assert counts["queue_floods"] >= 1 and counts["queue_flood_refused"] >= 4, counts
