@@ -60,7 +60,7 @@ from .service import Service
 from .tracectx import TraceContextMiddleware
 from .workflows import workflow_routes
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "queue_quota_from_env"]
 
 log = logging.getLogger("rsjobs.web")
 
@@ -113,7 +113,7 @@ def create_app(
     if settings is None:
         settings = Settings(
             namespace=namespace or env.get("RSJOBS_NAMESPACE") or "default",
-            queue_quota=_queue_quota(env),
+            queue_quota=queue_quota_from_env(env),
         )
     own = redis is None
     blocking = redis
@@ -225,7 +225,7 @@ async def _store_error(request: Request, exc: Exception) -> Response:
     return error_response(answer)
 
 
-def _queue_quota(env: Mapping[str, str]) -> int:
+def queue_quota_from_env(env: Mapping[str, str]) -> int:
     """``RSJOBS_QUEUE_QUOTA``: the most queues one owner may make (0 = no quota)."""
     raw = env.get("RSJOBS_QUEUE_QUOTA", "")
     if not raw:

@@ -42,7 +42,9 @@ def run_chaos(tmp_path: Path, *args: str, timeout: float) -> tuple[int, dict[str
 def test_short_run_everysec_has_no_violation(tmp_path: Path) -> None:
     """Every fault of the single topology, workflows, the web app serving, every kind of
     bad input (through the Python API and the web app): each refused with a clear error
-    and nothing written, the floods answered and recorded, no process stopped; and the
+    and nothing written, the floods answered and recorded, no process stopped; the
+    hostile-client mix (on by default: forged callbacks, a pause/resume storm, a queue
+    flood, crafted cursors) refused and accounted for; and the
     shared queue's mix (owners with limits, priorities, a rate-limited type) exercised:
     the limits bound, and held (no LIMIT_EXCEEDED, RATE_EXCEEDED, COUNT_DRIFT or
     PRIORITY_LOST among the violations, which are none)."""
@@ -99,6 +101,15 @@ def test_short_run_everysec_has_no_violation(tmp_path: Path) -> None:
     answered = counts["poison_refused"] + counts["poison_next_stage_workflows"]
     assert answered + counts.get("poison_unanswered", 0) == 10, counts
     assert answered >= 8, counts
+    # the hostile mix ran (its findings are among the violations, which are none):
+    # forged and stale callbacks refused, a storm elided under its ceiling, a queue flood
+    # stopped at the quota, crafted cursors refused
+    forged = counts.get("hostile_callbacks", 0)
+    assert forged == counts.get("hostile_callbacks_refused", 0) >= 1, counts
+    assert counts["storms"] >= 1 and counts["storm_elided"] > 0, counts
+    assert 0 < counts["storm_max_bytes"] <= 6 * 1024, counts
+    assert counts["queue_floods"] >= 1 and counts["queue_flood_refused"] >= 4, counts
+    assert counts["cursor_probes_refused"] >= 10, counts
 
 
 @pytest.mark.slow
@@ -113,6 +124,7 @@ def test_short_run_sentinel_durable_fsync_always_loses_nothing(tmp_path: Path) -
         "--topology", "sentinel", "--durable", "--fsync", "always",
         "--faults", "redis_kill,redis_term,redis_freeze,redis_failover,worker_kill",
         "--fault-gap", "1.5", "--drain-timeout", "120", "--poison-inputs", "0", "--no-web",
+        "--hostile", "0",
         timeout=280,
     )  # fmt: skip
     assert rc == 0, out[-6000:]

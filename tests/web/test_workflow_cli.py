@@ -19,8 +19,10 @@ from tests.support.web import wait_healthy
 pytestmark = pytest.mark.integration
 
 
-def web(url: str, *args: str) -> subprocess.Popen[str]:
+def web(url: str, *args: str, quota: str = "") -> subprocess.Popen[str]:
     e = {k: v for k, v in os.environ.items() if not k.startswith("RSJOBS_")}
+    if quota:
+        e["RSJOBS_QUEUE_QUOTA"] = quota
     e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
     cmd = [sys.executable, "-m", "rsjobs", "--url", url, "--namespace", "t", "web", *args]
     return subprocess.Popen(cmd, cwd=ROOT, env=e, stderr=subprocess.PIPE, text=True)
@@ -79,3 +81,27 @@ def test_serves_the_definitions(redis_url: str, tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.communicate(timeout=15)
+
+
+def test_the_queue_quota_comes_from_the_environment(redis_url: str) -> None:
+    """``RSJOBS_QUEUE_QUOTA`` holds the owners of ``rsjobs web`` to its quota (the
+    global options' Settings once left it out: every owner got the default 100); a bad
+    value is one line and exit status 2."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = web(redis_url, "--dev", "--port", str(port), quota="2")
+    try:
+        wait_healthy(base, proc)
+        codes = []
+        for q in ("qa", "qb", "qc"):
+            r = httpx.post(base + "/tasks", json={"type": "t", "queue": q, "owner": "mallory",
+                                                  "payload": {}}, timeout=10)  # fmt: skip
+            codes.append((r.status_code, r.json().get("error", "")))
+        assert all(c < 300 for c, _ in codes[:2]), codes
+        assert codes[2] == (422, "queue_quota_exceeded"), codes
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)  # (and closes its stderr)
+    bad = web(redis_url, "--dev", "--port", str(free_port()), quota="many")
+    _, err = bad.communicate(timeout=60)
+    assert bad.returncode == 2 and "RSJOBS_QUEUE_QUOTA" in err.strip().splitlines()[-1], err

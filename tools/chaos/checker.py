@@ -74,6 +74,9 @@ WF_*                 workflows (``wfcheck``): LOST, NOT_TERMINAL, ILLEGAL_HISTOR
                      STATE_MISMATCH, TASKS_INCONSISTENT, IMPOSSIBLE_OUTCOME,
                      CANCEL_NOT_HONOURED, TERMINAL_CHANGED, PHANTOM, START_REFUSED
 POISON_*, FLOOD_ACCEPTED, REFUSALS_UNACCOUNTED   bad inputs and floods (``poisoncheck``)
+CALLBACK_ACCEPTED, HOSTILE_WROTE, STORM_UNACCOUNTED, TASK_OVER_CEILING, QUOTA_EXCEEDED,
+QUEUE_REFUSAL_WROTE, CURSOR_ACCEPTED, CURSOR_LEAK, HOSTILE_MISHANDLED   the hostile-client
+                     mix (``hostilecheck``)
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ from rsjobs.model import TERMINAL
 from rsjobs.schemas import HistoryEntry
 from rsjobs.successors import parse_after
 
+from .hostilecheck import hostile_findings
 from .poisoncheck import marker_of, poison_findings
 from .poolcheck import pool_findings
 from .records import Execution, FaultEvent, RunData, TaskRecord, Violation
@@ -243,6 +247,7 @@ class _Checker:
         self.check_found(present, accepted, c)
         workflow_findings(d, present, self.bad, c)
         poison_findings(d, present, self.bad, c, self.r.warnings, self.at_risk, self.risk_point)
+        hostile_findings(d, present, self.bad, c, self.r.warnings, self.at_risk, self.risk_point)
         for err in d.wf_errors:
             self.bad("WF_START_REFUSED", "", f"a valid workflow start was refused: {err}")
         self.r.violations += process_findings(d.faults, c, self.r.warnings)
@@ -529,6 +534,8 @@ class _Checker:
             payload = decode(rec.fields.get("payload")) if rec.fields else None
             if marker_of(payload):
                 continue  # what a bad input wrote: the poison checks report it
+            if isinstance(payload, dict) and payload.get("hostile"):
+                continue  # a hostile client's task whose submit got no answer
             seq = payload.get("seq") if isinstance(payload, dict) else None
             if seq in maybe:
                 c["unacked_created"] += 1

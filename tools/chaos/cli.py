@@ -64,6 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=-1,
         help="bad requests and refused-command floods (-1: one per 100 tasks)",
     )
+    a(
+        "--hostile",
+        type=int,
+        default=-1,
+        help="hostile-client actions: forged callbacks, pause/resume storms, queue-name "
+        "floods, crafted cursors (-1: each kind once plus one per 500 tasks; 0: none)",
+    )
     a("--no-web", action="store_true", help="do not serve the HTTP app (no HTTP inputs)")
     a("--fault-gap", type=float, default=2.0, help="mean seconds between faults (2)")
     a("--fsync", choices=("everysec", "always"), default="everysec", help="appendfsync policy")
@@ -111,6 +118,7 @@ def config_from(args: argparse.Namespace) -> ChaosConfig:
         shards=args.shards,
         workflows=args.workflows,
         poison_inputs=args.poison_inputs,
+        hostile=args.hostile,
         web=not args.no_web,
         fault_gap_s=args.fault_gap,
         fsync=args.fsync,

@@ -30,7 +30,7 @@ from .config import ChaosConfig
 from .records import FaultEvent
 from .supervisor import Child, Supervisor, now_ms
 from .topology import SERVICE, RedisNode, Topology, ask
-from .workload import QUEUE
+from .workload import QUEUE, QUEUE_QUOTA
 
 __all__ = ["Cluster", "Slot"]
 
@@ -89,6 +89,10 @@ class Cluster:
         self.webs = [Slot("web", 0)] if cfg.web else []
         self.web_port = free_port()
         self.web_token = secrets.token_hex(16)
+        #: the web app's callback secret (the hostile mix signs callbacks with it) and the
+        #: owners' tokens (it lists their tasks with them)
+        self.callback_secret = secrets.token_hex(16)
+        self.owner_tokens = {o: secrets.token_hex(16) for o in ("alice", "bob")}
         self.events: list[FaultEvent] = []
         #: False once the graceful stop began: exits are no longer refilled
         self.refill = True
@@ -105,6 +109,9 @@ class Cluster:
         self.env["RSJOBS_CHAOS_URL"] = self.url
         self.env["RSJOBS_CHAOS_NAMESPACE"] = cfg.namespace
         self.env["RSJOBS_ADMIN_TOKEN"] = self.web_token
+        self.env["RSJOBS_CALLBACK_SECRET"] = self.callback_secret
+        self.env["RSJOBS_TOKENS"] = ",".join(f"{t}={o}" for o, t in self.owner_tokens.items())
+        self.env["RSJOBS_QUEUE_QUOTA"] = str(QUEUE_QUOTA)
 
     @property
     def url(self) -> str:

@@ -24,13 +24,14 @@ from rsjobs.store.shards import shard_of
 from rsjobs.workflows import WorkflowEvent
 
 from .handlers import exec_key
-from .records import Execution, PoolState, TaskRecord, WorkflowRecord
+from .records import Execution, HostileTraces, PoolState, TaskRecord, WorkflowRecord
 
 __all__ = [
     "member_id",
     "read_dedup",
     "read_events",
     "read_executions",
+    "read_hostile",
     "read_pools",
     "read_stats",
     "read_tasks",
@@ -325,3 +326,40 @@ async def read_pools(redis: Redis, shards: Shards, state: PoolState) -> PoolStat
         throttled={q: m for q, m in throttled.items() if m},
         claims={q: c for q, c in claims.items() if c},
     )
+
+
+async def read_hostile(
+    redis: Redis,
+    shards: Shards,
+    storm_ids: Iterable[str],
+    names: Sequence[str],
+    owners: Iterable[str],
+) -> HostileTraces:
+    """What the hostile mix left: the size of each storm task's hash, every key, queue
+    registry entry, owner entry and stats field naming one of the flooded queue ``names``
+    (none may name a refused one), and the queues counted for each flooding owner."""
+    sizes: dict[str, int] = {}
+    for keys, part in _by_shard(shards, storm_ids):
+        for tid in part:
+            sizes[tid] = int(await redis.memory_usage(keys.task(tid)) or 0)
+    traces: dict[str, list[str]] = {n: [] for n in names}
+
+    def note(text: str, what: str) -> None:
+        for n in names:
+            if n in text:
+                traces[n].append(what)
+
+    counts: dict[str, int] = {}
+    for keys in _all(shards):
+        if names:
+            async for key in redis.scan_iter(match=keys.prefix + "*", count=1000):
+                note(str(key), f"key {key}")
+        for m in await redis.smembers(keys.queues):
+            note(str(m), f"registry entry {m}")
+        for f in await redis.hkeys(keys.queue_owners):
+            note(str(f), f"queues:owners {f}")
+        for f in await redis.hkeys(keys.stats):
+            note(str(f), f"stats field {f}")
+        for o in owners:
+            counts[o] = counts.get(o, 0) + int(await redis.hget(keys.queue_owners, f"o|{o}") or 0)
+    return HostileTraces(sizes=sizes, queue_traces=traces, owner_counts=counts)

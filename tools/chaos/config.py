@@ -84,6 +84,9 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True):
     web: bool = True
     #: poison inputs (bad requests, refused-command floods); -1 = one per 100 tasks
     poison_inputs: int = -1
+    #: hostile-client actions (tools.chaos.hostile); -1 = every kind once, plus one per
+    #: 500 tasks; 0 = none
+    hostile: int = -1
     #: workflows started (2 stages, no gates); -1 = one per 40 tasks
     workflows: int = -1
     namespace: str = "chaos"

@@ -26,11 +26,20 @@ __all__ = ["marker_of", "poison_findings", "refusals"]
 def refusals(history: list[HistoryEntry], event: str, since_ms: int = 0) -> int:
     """Refusals of ``event`` the history accounts for from ``since_ms`` (an entry with its
     coalesced repeats)."""
-    return sum(
+    kept = sum(
         e.count
         for e in history
         if e.rejected and e.event == event and max(e.ts, e.last_ts) >= since_ms
     )
+    # and the refusals a long history elided ("EVENT!=n" in its ELIDED entry's counts)
+    elided = sum(
+        int(n)
+        for e in history
+        if e.event == "ELIDED" and e.ts >= since_ms
+        for name, _, n in (p.partition("=") for p in str(e.extra.get("counts") or "").split(","))
+        if name == f"{event}!" and n.isdigit()
+    )
+    return kept + elided
 
 
 def marker_of(value: Any) -> str:

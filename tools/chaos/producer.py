@@ -1,6 +1,7 @@
 """The producer: submits the planned tasks on time, cancels some, repeats dedup submits,
 starts and tends the planned workflows (publishes the ready ones, retries the partly
-failed ones, cancels some), sends the poison inputs (:mod:`.poison`), and writes down
+failed ones, cancels some), sends the poison inputs (:mod:`.poison`) and the hostile
+client's actions (:mod:`.hostile`), and writes down
 every acknowledgement it gets (that is what the checker holds Redis to).
 
 It rides out Redis restarts: a submit whose reply never came is *indeterminate* (the task
@@ -31,11 +32,12 @@ from rsjobs.workflows import ActionRefused, WorkflowClient
 from .aio import stop_tasks
 from .flows import NAME
 from .handlers import jobs_key
+from .hostile import HostileSender
 from .poison import PoisonSender
 from .records import CancelAck, ExternalAck, Submission, WorkflowStart
 from .supervisor import now_ms
 from .transient import TRANSIENT
-from .workload import PoisonSpec, TaskSpec, WorkflowSpec
+from .workload import HostileSpec, PoisonSpec, TaskSpec, WorkflowSpec
 
 __all__ = ["TRANSIENT", "Producer", "now_ms"]
 
@@ -53,6 +55,9 @@ class Producer:
         workflows: list[WorkflowSpec] | None = None,
         poison: list[PoisonSpec] | None = None,
         http: httpx.AsyncClient | None = None,
+        hostile: list[HostileSpec] | None = None,
+        callback_secret: str = "",
+        tokens: dict[str, str] | None = None,
     ) -> None:
         self.client = client
         self.specs = specs
@@ -73,6 +78,14 @@ class Producer:
         self._unacked: set[str] = set()
         self._flooded: set[str] = set()
         self.poison = PoisonSender(client, self.wf, http, self._finished_task, self._tend_later)
+        self.hostile_specs = hostile or []
+        self.hostile = HostileSender(
+            client,
+            http,
+            secret=callback_secret,
+            tokens=tokens or {},
+            deferred=lambda: [s.task_id for s in self.submissions if s.kind == "deferred"],
+        )
         self.submissions: list[Submission] = []
         self.indeterminate: list[int] = []
         self.cancels: list[CancelAck] = []
@@ -129,6 +142,7 @@ class Producer:
         workflows and poison inputs likewise, alongside."""
         self._spawn(self._at_times(t0, self.wf_specs, self._start_workflow))
         self._spawn(self._at_times(t0, self.poison_specs, self.poison.send))
+        self._spawn(self._at_times(t0, self.hostile_specs, self.hostile.send))
         loop = asyncio.get_running_loop()
         i = 0
         while i < len(self.specs):

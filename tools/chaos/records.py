@@ -15,13 +15,18 @@ from rsjobs.workflows import WorkflowEvent
 from .workload import PoolSettings
 
 __all__ = [
+    "CallbackProbe",
     "CancelAck",
+    "CursorProbe",
     "Execution",
     "ExternalAck",
     "FaultEvent",
     "Flood",
+    "HostileTraces",
+    "PauseStorm",
     "PoisonInput",
     "PoolState",
+    "QueueFlood",
     "RunData",
     "Submission",
     "TaskRecord",
@@ -183,6 +188,99 @@ class Flood(msgspec.Struct, frozen=True, kw_only=True):
     last_ms: int = 0
 
 
+class CallbackProbe(msgspec.Struct, frozen=True, kw_only=True):
+    """A hostile provider callback (``tools.chaos.hostile``): a body signed for another
+    outside job, with a stale timestamp, or altered after it was signed, posted to the
+    ``/callbacks/external/...`` URL of a task waiting on its outside job."""
+
+    seq: int
+    #: cross_job, stale or altered
+    variant: str
+    task_id: str  #: the DEFERRED task whose URL it was posted to
+    target: str  #: the outside job id in that URL
+    signed_for: str  #: the outside job id the signature names
+    marker: str  #: carried by its body's result: no task may ever hold it
+    at_ms: int
+    #: refused (401 bad_signature), accepted (the signature let it through: 2xx, or a
+    #: 404 / 409 from behind the check), mishandled (another answer), unanswered
+    outcome: str
+    status: int = 0
+    error: str = ""
+
+
+class PauseStorm(msgspec.Struct, frozen=True, kw_only=True):
+    """PAUSE / RESUME cycles of one PENDING task (on a queue no worker reads), then a
+    cancel: its history must stay under its ceiling and account for every cycle."""
+
+    seq: int
+    channel: str
+    task_id: str
+    cycles: int  #: PAUSEs sent
+    #: answered as applied (PAUSED, PENDING)
+    paused: int = 0
+    resumed: int = 0
+    #: answered as refused or unchanged (the task was not in the state the storm thought:
+    #: only after a command whose answer was lost)
+    refused: int = 0
+    #: no answer (a broken connection): may or may not have been applied
+    unknown_pause: int = 0
+    unknown_resume: int = 0
+    #: answered otherwise (a 5xx, an unexpected exception or state)
+    errors: int = 0
+    error: str = ""
+    first_ms: int = 0
+    last_ms: int = 0
+
+
+class QueueFlood(msgspec.Struct, frozen=True, kw_only=True):
+    """One owner submitting tasks to ever new queue names: it must stop at the owner's
+    quota, and a refused name must leave no trace."""
+
+    seq: int
+    channel: str
+    owner: str
+    quota: int
+    sent: list[str]  #: every queue name tried
+    #: name -> the id of the task its accepted submit created
+    accepted: dict[str, str] = msgspec.field(default_factory=dict)
+    refused: list[str] = msgspec.field(default_factory=list)
+    #: no answer within the bound: the name may or may not be registered
+    unknown: list[str] = msgspec.field(default_factory=list)
+    #: name -> an answer that is neither an acceptance nor the quota's refusal
+    mishandled: dict[str, str] = msgspec.field(default_factory=dict)
+    first_ms: int = 0
+    last_ms: int = 0
+
+
+class CursorProbe(msgspec.Struct, frozen=True, kw_only=True):
+    """A crafted, altered, cross-owner or cross-filter list cursor and what it got (or
+    ``genuine``: the cursor as handed out, by its owner, which must work)."""
+
+    seq: int
+    channel: str
+    variant: str
+    route: str  #: the list it was sent to (``/tasks``, ``/deadletters``, ``/workflows``)
+    at_ms: int
+    #: refused (400 invalid_cursor / ConfigError), accepted, mishandled, unanswered
+    outcome: str
+    status: int = 0
+    error: str = ""
+    #: what the answer (or the cursor itself) revealed that it must not: another owner's
+    #: task ids or name, the ids of the page the cursor came from
+    leaked: list[str] = msgspec.field(default_factory=list)
+
+
+class HostileTraces(msgspec.Struct, frozen=True, kw_only=True):
+    """What Redis held after the run of what the hostile mix touched."""
+
+    #: storm task id -> MEMORY USAGE of its hash (bytes)
+    sizes: dict[str, int] = msgspec.field(default_factory=dict)
+    #: flooded queue name -> what holds it (keys, registry entries, stats fields)
+    queue_traces: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    #: flooding owner -> the queues ``queues:owners`` counts for it
+    owner_counts: dict[str, int] = msgspec.field(default_factory=dict)
+
+
 class PoolState(msgspec.Struct, frozen=True, kw_only=True):
     """The run's shared-queue limits (docs/limits.md), what the harness saw held during
     the run, and what their keys held after the drain (once every process had stopped)."""
@@ -252,3 +350,9 @@ class RunData(msgspec.Struct, frozen=True, kw_only=True):
     refused_wf_ids: list[str] = msgspec.field(default_factory=list)
     #: the shared-queue limits and their keys; None = not used (those checks skipped)
     pools: PoolState | None = None
+    #: the hostile-client mix (``tools.chaos.hostile``)
+    callbacks: list[CallbackProbe] = msgspec.field(default_factory=list)
+    storms: list[PauseStorm] = msgspec.field(default_factory=list)
+    queue_floods: list[QueueFlood] = msgspec.field(default_factory=list)
+    cursor_probes: list[CursorProbe] = msgspec.field(default_factory=list)
+    hostile_traces: HostileTraces | None = None

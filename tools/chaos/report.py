@@ -122,6 +122,16 @@ def format_report(r: ChaosReport) -> str:
         f"{c.get('poison_next_stage_workflows', 0)}; {c.get('floods', 0)} floods of "
         f"{c.get('flood_commands', 0)} refused commands ({c.get('flood_refused', 0)} answered "
         "as refused)",
+        f"hostile    {c.get('hostile_callbacks', 0)} forged callbacks (refused "
+        f"{c.get('hostile_callbacks_refused', 0)}); {c.get('storms', 0)} pause/resume storms "
+        f"of {c.get('storm_cycles', 0)} cycles ({c.get('storm_applied', 0)} commands applied, "
+        f"{c.get('storm_unanswered', 0)} unanswered, {c.get('storm_refused', 0)} refused; "
+        f"{c.get('storm_elided', 0)} entries elided, "
+        f"largest hash {c.get('storm_max_bytes', 0)} B); {c.get('queue_floods', 0)} queue "
+        f"floods of {c.get('queue_flood_names', 0)} names (accepted "
+        f"{c.get('queue_flood_accepted', 0)}, refused {c.get('queue_flood_refused', 0)}); "
+        f"{c.get('cursor_probes', 0)} cursor probes (refused "
+        f"{c.get('cursor_probes_refused', 0)})",
         f"AOF        {r.fault_counts.get('redis_term', 0)} SIGTERM restarts, "
         f"{r.fault_counts.get('redis_kill', 0)} SIGKILL restarts; lost in an AOF window: "
         f"{len(r.aof_window_losses)}"

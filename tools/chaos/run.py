@@ -30,6 +30,7 @@ from .collect import (
     read_dedup,
     read_events,
     read_executions,
+    read_hostile,
     read_pools,
     read_stats,
     read_tasks,
@@ -47,7 +48,16 @@ from .records import PoolState, RunData
 from .report import ChaosReport, format_history, format_report
 from .supervisor import now_ms
 from .transient import TRANSIENT
-from .workload import PoolSettings, plan_poison, plan_tasks, plan_workflows, pool_settings
+from .workload import (
+    HOSTILE_KINDS,
+    QUEUE_QUOTA,
+    PoolSettings,
+    plan_hostile,
+    plan_poison,
+    plan_tasks,
+    plan_workflows,
+    pool_settings,
+)
 
 __all__ = ["drain", "planned", "replay_command", "run_chaos"]
 
@@ -66,6 +76,7 @@ def replay_command(cfg: ChaosConfig) -> str:
         + (f" --shards {cfg.shards}" if cfg.shards > 1 else "")
         + (f" --workflows {cfg.workflows}" if cfg.workflows >= 0 else "")
         + (f" --poison-inputs {cfg.poison_inputs}" if cfg.poison_inputs >= 0 else "")
+        + (f" --hostile {cfg.hostile}" if cfg.hostile >= 0 else "")
         + ("" if cfg.web else " --no-web")
         + (f" --worker-app {cfg.worker_app}" if cfg.worker_app != ChaosConfig().worker_app else "")
     )
@@ -158,6 +169,7 @@ def run_settings(cfg: ChaosConfig) -> Settings:
     wait = 1 if cfg.durable else 0
     return Settings(
         namespace=cfg.namespace,
+        queue_quota=QUEUE_QUOTA,
         wait_replicas=wait,
         wait_timeout_ms=cfg.wait_timeout_ms,
         shards=cfg.shards if cfg.shards > 1 else None,
@@ -239,6 +251,8 @@ class ChaosRun:
         self.wf_specs = plan_workflows(cfg.seed, n_wf, cfg.active_s)
         n_poison = cfg.poison_inputs if cfg.poison_inputs >= 0 else max(1, cfg.tasks // 100)
         self.poison_specs = plan_poison(cfg.seed, n_poison, cfg.active_s, http=cfg.web)
+        n_hostile = cfg.hostile if cfg.hostile >= 0 else len(HOSTILE_KINDS) + cfg.tasks // 500
+        self.hostile_specs = plan_hostile(cfg.seed, n_hostile, cfg.active_s, http=cfg.web)
         self.plan = planned(cfg)
         self.run_dir = Path(tempfile.mkdtemp(prefix="rsjobs-chaos-"))
         self.cluster = Cluster(cfg, self.run_dir, echo)
@@ -264,7 +278,8 @@ class ChaosRun:
         cfg, echo = self.cfg, self.echo
         echo(
             f"rsjobs chaos: seed {cfg.seed}, {len(self.specs)} tasks, {len(self.wf_specs)} "
-            f"workflows, {len(self.poison_specs)} poison inputs, {len(self.plan)} faults, "
+            f"workflows, {len(self.poison_specs)} poison inputs, {len(self.hostile_specs)} "
+            f"hostile actions, {len(self.plan)} faults, "
             f"fsync {cfg.fsync}, topology {cfg.topology}" + (" (durable)" if cfg.durable else "")
         )
         p = self.pools
@@ -333,6 +348,9 @@ class ChaosRun:
             workflows=self.wf_specs,
             poison=self.poison_specs,
             http=self.http,
+            hostile=self.hostile_specs,
+            callback_secret=cluster.callback_secret,
+            tokens=cluster.owner_tokens,
         )
         loop = asyncio.get_running_loop()
         t0 = loop.time()
@@ -383,6 +401,8 @@ class ChaosRun:
         result = check(data)
         for tb in await asyncio.to_thread(tracebacks, self.run_dir):
             result.warnings.append(Violation(kind="LOG_TRACEBACK", detail=tb))
+        for what in producer.hostile.unanswered:
+            result.warnings.append(Violation(kind="HOSTILE_UNANSWERED", detail=what))
         self.passed = result.ok and drained
         evidence: dict[str, list[str]] = {}
         for v in result.violations + result.aof_window_losses + result.failover_window_losses:
@@ -438,15 +458,16 @@ class ChaosRun:
         wf_ids = {s.wf_id for s in producer.all_workflow_starts}
         wf_ids |= set(producer.poison.refused_wf_ids) | await scan_workflow_ids(redis, keys)
         dedup = [s.dedup for s in producer.submissions if s.dedup]
+        hostile = producer.hostile
         tasks = await read_tasks(redis, keys, ids)
         events, n_events = await read_events(redis, keys)
         return RunData(
             fsync=cfg.fsync,
             lease_ms=cfg.lease_ms,
             aof_window_ms=cfg.aof_window_ms,
-            submissions=producer.submissions,
+            submissions=producer.submissions + hostile.submissions,
             indeterminate=producer.indeterminate,
-            cancels=producer.cancels,
+            cancels=producer.cancels + hostile.cancels,
             resumes=producer.resumes,
             external=producer.external,
             faults=self.cluster.events,
@@ -466,6 +487,17 @@ class ChaosRun:
             poison=producer.poison.inputs,
             floods=producer.poison.floods,
             refused_wf_ids=producer.poison.refused_wf_ids,
+            callbacks=hostile.callbacks,
+            storms=hostile.storms,
+            queue_floods=hostile.queue_floods,
+            cursor_probes=hostile.cursors.probes,
+            hostile_traces=await read_hostile(
+                redis,
+                keys,
+                [s.task_id for s in hostile.storms],
+                [n for f in hostile.queue_floods for n in f.sent],
+                [f.owner for f in hostile.queue_floods],
+            ),
             pools=await read_pools(
                 redis,
                 keys,

@@ -83,7 +83,7 @@ def event_findings(
     found: list[Violation] = []
     for tid, rec in sorted(present.items()):
         named = events.get(tid, [])
-        hist = [e.id for e in rec.history[1:]]
+        hist = _entry_ids(rec)[1:]
         if trimmed:
             extra = sorted(set(named) - set(hist))
             if extra:
@@ -109,6 +109,18 @@ def event_findings(
     return found
 
 
+def _entry_ids(rec: TaskRecord) -> list[str]:
+    """The ids of every entry the history had, the elided ones included (the ELIDED entry
+    stands for the entries from its ``first`` to its own number)."""
+    out: list[str] = []
+    for e in rec.history:
+        if e.event == "ELIDED" and str(e.extra.get("first") or "").isdigit():
+            out += [str(n) for n in range(int(e.extra["first"]), int(e.id) + 1)]
+        else:
+            out.append(e.id)
+    return out
+
+
 #: the duration histograms' bucket bounds (ms; DURATION_LE_MS in fsm.lua), "inf" past them
 DURATION_LE_MS = (100, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000, 300000, 600000,
                   1800000, 3600000)  # fmt: skip
@@ -129,7 +141,7 @@ def _attempt_stats(rec: TaskRecord, want: Counter[str]) -> None:
                                        ("stage", "wf_stage_name")) if f.get(k)]  # fmt: skip
     started: dict[int, int] = {}
     for e in rec.history:
-        if e.rejected:
+        if e.rejected or e.event == "ELIDED":
             continue
         if e.event == "START":
             started[e.attempt] = e.ts
@@ -179,7 +191,13 @@ def stats_findings(
         if q:
             want[f"{q}:{rec.fields.get('state', '')}"] += 1
         for e in rec.history:
-            if e.rejected:
+            if e.event == "ELIDED":  # its counts per event: "EVENT=n", refused "EVENT!=n"
+                for part in str(e.extra.get("counts") or "").split(","):
+                    name, _, n = part.partition("=")
+                    if name and n.isdigit():
+                        refused = name.endswith("!")
+                        want[f"{'rej' if refused else 'ev'}:{name.rstrip('!')}"] += int(n)
+            elif e.rejected:
                 want[f"rej:{e.event}"] += e.count  # the entry and its coalesced repeats
             elif e.event != "PROGRESS":
                 want[f"ev:{e.event}"] += 1

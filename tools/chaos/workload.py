@@ -72,6 +72,9 @@ KINDS: dict[str, Kind] = {
     "chain": Kind(6, True, True, False, False, "a link of a successor chain (after=[...])"),
     # created by a workflow (tools.chaos.flows), not submitted; cancelled with it
     "wf": Kind(0, True, True, False, False, "a task of a workflow (chaos.wf handler)"),
+    # submitted by the hostile mix (tools.chaos.hostile) to queues no worker reads: a
+    # pause/resume storm's task, a queue flood's; cancelled once it is done with them
+    "hostile": Kind(0, False, False, False, True, "a hostile client's task; cancelled"),
 }
 
 
@@ -357,4 +360,60 @@ def plan_poison(seed: int, n: int, active_s: float, *, http: bool) -> list[Poiso
         count = rng.randint(1000, 3000) if kind.startswith("flood") else 0
         at = round(rng.uniform(min(2.0, active_s / 2), active_s), 3)
         out.append(PoisonSpec(seq=2_000_000 + i, kind=kind, channel=channel, at_s=at, count=count))
+    return sorted(out, key=lambda s: (s.at_s, s.seq))
+
+
+# -- the hostile-client mix ---------------------------------------------------------------
+
+#: what a hostile client tries (``tools.chaos.hostile``), through which channels
+HOSTILE_KINDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "cb_cross_job": (("http",), "callbacks signed for another outside job"),
+    "cb_stale": (("http",), "callbacks signed past the tolerance (old or future time)"),
+    "cb_altered": (("http",), "callbacks whose body was changed after signing"),
+    "pause_storm": (("client", "http"), "150-400 pause/resume cycles of one PENDING task"),
+    "queue_flood": (("client", "http"), "one owner submitting to new queue names past its quota"),
+    "cursor_probe": (("client", "http"), "crafted, altered, cross-owner and cross-filter cursors"),
+}
+#: the queue of the hostile mix's tasks (no worker reads it)
+HOLD_QUEUE = "chaos.hold"
+#: the queues one owner may make in a chaos run (Settings.queue_quota; small, so a flood
+#: reaches it at once)
+QUEUE_QUOTA = 8
+
+
+class HostileSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """One planned hostile action."""
+
+    seq: int
+    kind: str
+    channel: str
+    at_s: float
+    #: callbacks sent, storm cycles, or queue names past the quota
+    count: int = 0
+
+    @property
+    def marker(self) -> str:
+        """Carried by what it sends: a task holding it was written by it."""
+        return f"hostile-{self.seq}"
+
+
+def plan_hostile(seed: int, n: int, active_s: float, *, http: bool) -> list[HostileSpec]:
+    """``n`` hostile actions (every kind at least once when ``n`` allows; the callbacks
+    need the web app), between 30% and 95% of ``active_s`` (deferred tasks wait on their
+    outside jobs, owners have tasks to list by then); seq numbers from 3,000,000."""
+    rng = random.Random(f"{seed}:hostile")
+    kinds = [k for k, (ch, _) in HOSTILE_KINDS.items() if http or "client" in ch]
+    chosen = kinds[:n] + rng.choices(kinds, k=max(0, n - len(kinds)))
+    out = []
+    for i, kind in enumerate(chosen):
+        channels = [c for c in HOSTILE_KINDS[kind][0] if http or c == "client"]
+        count = {"pause_storm": rng.randint(150, 400), "queue_flood": rng.randint(4, 12)}.get(
+            kind, rng.randint(3, 6)
+        )
+        at = round(rng.uniform(0.3 * active_s, 0.95 * active_s), 3)
+        out.append(
+            HostileSpec(
+                seq=3_000_000 + i, kind=kind, channel=rng.choice(channels), at_s=at, count=count
+            )
+        )
     return sorted(out, key=lambda s: (s.at_s, s.seq))
