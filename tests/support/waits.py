@@ -92,14 +92,18 @@ async def poll_until(
 async def keyspace(redis: Redis, flags: str, *channels: str) -> AsyncIterator[PubSub]:
     """Subscribed to keyspace notifications (``CONFIG SET notify-keyspace-events flags``)
     of ``redis`` on ``channels`` (e.g. ``__keyevent@0__:expired``): what Redis does to its
-    keys, told as it happens. Subscribed before the body runs: nothing is missed."""
-    await redis.config_set("notify-keyspace-events", flags)
+    keys, told as it happens. Subscribed before the body runs: nothing is missed. The
+    server's setting is put back afterwards (notifications cost Redis a little on every
+    write)."""
+    before = (await redis.config_get("notify-keyspace-events"))["notify-keyspace-events"]
+    await redis.config_set("notify-keyspace-events", "".join(sorted(set(before + flags))))
     pubsub = redis.pubsub()
-    await pubsub.subscribe(*channels)
     try:
+        await pubsub.subscribe(*channels)
         yield pubsub
     finally:
         await pubsub.aclose()
+        await redis.config_set("notify-keyspace-events", before)
 
 
 async def notified(pubsub: PubSub, count: Callable[[str], int], n: int, timeout: float) -> None:
