@@ -20,6 +20,7 @@ from rsjobs.model import TERMINAL
 from rsjobs.reaper import Reaper, ReaperConfig
 from rsjobs.store.cluster import ClusterRedis
 from tests.support.processes import ROOT, spawn_worker
+from tests.support.waits import keyspace
 
 APP = "tests.support.reaper_apps:tasks"
 
@@ -48,18 +49,18 @@ async def wait_registered(client: Client, names: list[str], timeout: float = 20.
     key = client.keys.workers
     r = client.redis
     node = await r.node_for(key) if isinstance(r, ClusterRedis) else r
-    await node.config_set("notify-keyspace-events", "Kh")  # hash writes, by key
     db = node.connection_pool.connection_kwargs.get("db", 0)
-    pubsub = r.pubsub()
-    await pubsub.subscribe(f"__keyspace@{db}__:{key}")
-    try:
+
+    async def registered() -> bool:
+        return set(names) <= set(await r.hkeys(key))
+
+    # (on a cluster, the notifications come from the node that holds the hash)
+    async with keyspace(node, "Kh", f"__keyspace@{db}__:{key}") as told:
         deadline = time.monotonic() + timeout
-        while not set(names) <= set(await r.hkeys(key)):
+        while not await registered():
             left = deadline - time.monotonic()
             assert left > 0, f"workers {names} did not register"
-            await pubsub.get_message(ignore_subscribe_messages=True, timeout=left)
-    finally:
-        await pubsub.aclose()
+            await told.get_message(ignore_subscribe_messages=True, timeout=left)
 
 
 async def wait_history(

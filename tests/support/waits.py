@@ -24,7 +24,7 @@ from rsjobs.store.events import Events
 
 T = TypeVar("T")
 
-__all__ = ["keyspace", "notified", "on_events", "poll_until", "wait_for_state"]
+__all__ = ["keyspace", "notified", "on_events", "on_keys", "poll_until", "wait_for_state"]
 
 
 async def on_events(
@@ -92,14 +92,18 @@ async def poll_until(
 async def keyspace(redis: Redis, flags: str, *channels: str) -> AsyncIterator[PubSub]:
     """Subscribed to keyspace notifications (``CONFIG SET notify-keyspace-events flags``)
     of ``redis`` on ``channels`` (e.g. ``__keyevent@0__:expired``): what Redis does to its
-    keys, told as it happens. Subscribed before the body runs: nothing is missed."""
-    await redis.config_set("notify-keyspace-events", flags)
+    keys, told as it happens. Subscribed before the body runs: nothing is missed. The
+    server's setting is put back afterwards (notifications cost Redis a little on every
+    write)."""
+    before = (await redis.config_get("notify-keyspace-events"))["notify-keyspace-events"]
+    await redis.config_set("notify-keyspace-events", "".join(sorted(set(before + flags))))
     pubsub = redis.pubsub()
-    await pubsub.subscribe(*channels)
     try:
+        await pubsub.subscribe(*channels)
         yield pubsub
     finally:
         await pubsub.aclose()
+        await redis.config_set("notify-keyspace-events", before)
 
 
 async def notified(pubsub: PubSub, count: Callable[[str], int], n: int, timeout: float) -> None:
@@ -115,3 +119,29 @@ async def notified(pubsub: PubSub, count: Callable[[str], int], n: int, timeout:
         if msg is not None:
             data = msg["data"]
             seen += count(data.decode() if isinstance(data, bytes) else str(data))
+
+
+async def on_keys(
+    redis: Redis,
+    keys: Sequence[str],
+    check: Callable[[], Awaitable[T | None]],
+    timeout: float,
+    what: str = "condition",
+) -> T:
+    """The first truthy value of ``check()``, evaluated now and again each time Redis
+    tells of a write to one of ``keys`` (keyspace notifications, all events): for what
+    the events stream does not mark (a hook's runs, a registration)."""
+    db = redis.connection_pool.connection_kwargs.get("db", 0)
+    channels = [f"__keyspace@{db}__:{key}" for key in keys]
+    deadline = time.monotonic() + timeout
+    async with keyspace(redis, "KA", *channels) as told:
+        while True:
+            value = await check()
+            if value:
+                return value
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{what}: not reached in {timeout} s")
+            if await told.get_message(ignore_subscribe_messages=True, timeout=left):
+                while await told.get_message(ignore_subscribe_messages=True, timeout=0):
+                    pass  # (the batch so far: one check for all of them)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,6 +19,7 @@ from rsjobs.store.layout import Ending
 from rsjobs.store.record import field
 from tests.support.lua import long_names
 from tests.support.processes import wait_for_state
+from tests.support.waits import on_keys
 
 pytestmark = pytest.mark.integration
 
@@ -31,9 +33,13 @@ async def noop(ctx: Context, payload: Any) -> Any:
     return payload
 
 
+#: the "hold" tasks run until the test sets this (work whose end the test decides)
+RELEASE: dict[str, asyncio.Event] = {}
+
+
 @tasks.handler("hold")
 async def hold(ctx: Context, payload: Any) -> Any:
-    await asyncio.sleep(float(payload["s"]))
+    await RELEASE.setdefault(str(payload["gate"]), asyncio.Event()).wait()
     return "held"
 
 
@@ -113,12 +119,23 @@ async def test_a_task_hash_without_its_queue_does_not_stop_the_batch(
 async def test_a_task_corrupted_while_it_runs_costs_no_other_its_lease(
     wc: Client, redis_url: str
 ) -> None:
-    ids = [await wc.enqueue("hold", {"s": 1.5}) for _ in range(4)]
+    gate = f"bad-data-{uuid.uuid4().hex}"
+    ids = [await wc.enqueue("hold", {"gate": gate}) for _ in range(4)]
     bad = ids[0]
-    async with worker(redis_url, lease_ms=600):
+    lease_ms = 600
+    async with worker(redis_url, lease_ms=lease_ms):
         for tid in ids:
             await wait_for_state(wc, tid, "RUNNING")
         await wc.redis.hdel(wc.keys.task(bad), field("queue"))  # its heartbeats now fail
+        past = await wc.store.reaper.now_ms() + 2 * lease_ms
+
+        async def renewed() -> bool:  # the others' leases, renewed past two more leases
+            infos = await wc.get_many(ids[1:])
+            return all(i is not None and i.lease_expires_at > past for i in infos)
+
+        # (looked at again at each write to their hashes: the heartbeats themselves)
+        await on_keys(wc.redis, [wc.keys.task(t) for t in ids[1:]], renewed, 15)
+        RELEASE.setdefault(gate, asyncio.Event()).set()
         for tid in ids[1:]:
             info = await wc.wait(tid, timeout_ms=10_000)
             assert (info.state, info.attempt) == ("SUCCEEDED", 1)
