@@ -29,6 +29,7 @@ from rsjobs import Client, Settings, connect
 from rsjobs.server import EmbeddedRedis
 from rsjobs.workflows import WorkflowClient
 from tests.support.browser import launch
+from tests.support.lua import CLOCK
 from tests.support.wf_fixtures import NS
 from tests.support.workflows import character
 from tools.topology import Cluster
@@ -63,6 +64,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.get_closest_marker("integration") is None:
             lua = _uses_fakeredis(getattr(item, "module", None))
             item.add_marker(pytest.mark.lua if lua else pytest.mark.unit)
+
+
+@pytest.fixture(autouse=True)
+def _fakeredis_clock() -> Iterator[None]:
+    """fakeredis's clock back to the real time after each test (a Lua-tier test moves it
+    on with ``LuaHarness.advance``)."""
+    yield
+    CLOCK.offset_s = 0.0
 
 
 @pytest.fixture(scope="session")

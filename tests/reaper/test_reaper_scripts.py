@@ -87,7 +87,7 @@ def assert_table_only(h: Reaper, tid: str) -> None:
 
 def test_expired_lease_is_reclaimed_once_with_the_lost_worker_in_history(h: Reaper) -> None:
     entry, _ = h.running("a" * 32)
-    time.sleep(0.005)
+    h.advance(5)
     assert h.reclaim([("a" * 32, entry)]) == ["RETRIED"]
     t = h.task("a" * 32)
     assert t["state"] == "PENDING" and t["failures"] == "1" and t["deliveries"] == "1"
@@ -109,7 +109,7 @@ def test_expired_lease_is_reclaimed_once_with_the_lost_worker_in_history(h: Reap
 
 def test_live_lease_is_never_reclaimed_however_idle(h: Reaper) -> None:
     entry, _ = h.running("b" * 32, lease_ms=60_000)
-    time.sleep(0.005)
+    h.advance(5)
     assert h.reclaim([("b" * 32, entry)]) == ["ALIVE"]
     assert h.task("b" * 32)["state"] == "RUNNING" and entry in h.pel()
     assert h.events("b" * 32) == ["ENQUEUE", "START"]
@@ -117,7 +117,7 @@ def test_live_lease_is_never_reclaimed_however_idle(h: Reaper) -> None:
 
 def test_entry_not_idle_enough_is_left_alone(h: Reaper) -> None:
     entry, _ = h.running("c" * 32)
-    time.sleep(0.005)
+    h.advance(5)
     assert h.reclaim([("c" * 32, entry)], min_idle=60_000) == ["BUSY"]
     assert h.task("c" * 32)["state"] == "RUNNING"
 
@@ -125,7 +125,7 @@ def test_entry_not_idle_enough_is_left_alone(h: Reaper) -> None:
 def test_exhausted_attempts_fail_and_expire(h: Reaper) -> None:
     tid = "d" * 32
     entry, _ = h.running(tid, max_attempts=1, dedup="k1")
-    time.sleep(0.005)
+    h.advance(5)
     assert h.reclaim([(tid, entry)], dedup="k1") == ["FAILED"]
     t = h.task(tid)
     assert t["state"] == "FAILED" and t["error_type"] == "WorkerLost"
@@ -139,7 +139,7 @@ def test_exhausted_attempts_fail_and_expire(h: Reaper) -> None:
 def test_late_completion_after_reclaim_is_refused_and_recorded(h: Reaper) -> None:
     tid = "e" * 32
     entry, lease = h.running(tid)
-    time.sleep(0.005)
+    h.advance(5)
     assert h.reclaim([(tid, entry)]) == ["RETRIED"]
     code, state = h.finish(tid, "COMPLETE", lease, '"late"')
     assert (code, state) == (-2, "PENDING")
@@ -151,7 +151,7 @@ def test_unstarted_delivery_of_a_dead_consumer_is_put_back(h: Reaper) -> None:
     h.enqueue(tid)
     h.group()
     entry = h.deliver()[-1]
-    time.sleep(0.005)
+    h.advance(5)
     # w1 is not registered: gone
     assert h.reclaim([(tid, entry)]) == ["REDELIVERED"]
     t = h.task(tid)
@@ -168,7 +168,7 @@ def test_unstarted_delivery_of_a_live_consumer_is_kept(h: Reaper) -> None:
     h.group()
     entry = h.deliver()[-1]
     h.register("w1", now_ms())
-    time.sleep(0.005)
+    h.advance(5)
     assert h.reclaim([(tid, entry)]) == ["ALIVE"]
     assert h.task(tid)["entry"] == entry and entry in h.pel()
     # ... until its beat is older than 3 leases
@@ -184,7 +184,7 @@ def test_poison_task_is_deadlettered_after_max_deliveries(h: Reaper) -> None:
     for _ in range(3):
         entry = h.deliver()[-1]
         assert h.start(tid, entry, lease_ms=1)[0] == 1
-        time.sleep(0.005)
+        h.advance(5)
         outcomes += h.reclaim([(tid, entry)], max_deliveries=3)
     assert outcomes == ["RETRIED", "RETRIED", "DEADLETTERED"]
     t = h.task(tid)
@@ -203,7 +203,7 @@ def test_unstarted_poison_is_deadlettered_from_pending(h: Reaper) -> None:
     h.group()
     for expected in ("REDELIVERED", "DEADLETTERED"):
         entry = h.deliver()[-1]
-        time.sleep(0.002)
+        h.advance(2)
         assert h.reclaim([(tid, entry)], max_deliveries=2) == [expected]
     last = h.history(tid)[-1]
     assert (last.from_state, last.event, last.to_state) == ("PENDING", "DEADLETTER", "FAILED")
@@ -216,7 +216,7 @@ def test_garbage_entries_are_acked_and_deleted(h: Reaper) -> None:
     tid = "4" * 32
     entry, lease = h.running(tid)
     h.finish(tid, "COMPLETE", lease, "1")
-    time.sleep(0.002)
+    h.advance(2)
     assert h.reclaim([("9" * 32, stray)]) == ["STALE"]
     assert h.pel() == [] and h.r.xlen(h.k.queue("q")) == 0
     assert entry not in h.pel()
@@ -229,7 +229,7 @@ def test_running_past_deadline_times_out_with_the_retry_policy(h: Reaper) -> Non
     tid = "5" * 32
     entry, lease = h.running(tid, lease_ms=60_000, timeout_ms=1, max_attempts=2)
     m = f"q:{tid}"
-    time.sleep(0.005)
+    h.advance(5)
     assert h.deadline([m], grace=60_000) == ["LATER"]  # the worker's own timer goes first
     assert h.deadline([m]) == ["RETRY"]
     t = h.task(tid)
@@ -243,7 +243,7 @@ def test_running_past_deadline_times_out_with_the_retry_policy(h: Reaper) -> Non
     h.promote()
     entry2 = h.deliver()[-1]
     assert h.start(tid, entry2, lease_ms=60_000)[0] == 1
-    time.sleep(0.005)
+    h.advance(5)
     assert h.deadline([m]) == ["TIMED_OUT"]
     assert (
         h.task(tid)["state"] == "TIMED_OUT" and "attempts exhausted (2/2)" in h.task(tid)["error"]
@@ -260,7 +260,7 @@ def test_queue_wait_deadline_expires_unstarted_tasks(h: Reaper) -> None:
     h.run(layout.enqueue(h.c, "api", tasks))
     members = h.r.zrange(h.k.deadlines, 0, -1)
     assert sorted(members) == sorted([f"q:{pending}", f"q:{scheduled}"])
-    time.sleep(0.005)
+    h.advance(5)
     assert h.deadline(members) == ["EXPIRED", "EXPIRED"]
     for tid in (pending, scheduled):
         t = h.task(tid)
@@ -311,7 +311,7 @@ def test_workers_are_marked_dead_revived_and_forgotten(h: Reaper) -> None:
     # silent again, then dead for longer than forget_ms: forgotten
     h.register("silent", now_ms() - 10_000)
     h.workers(forget_ms=1)
-    time.sleep(0.005)
+    h.advance(5)
     assert h.workers(forget_ms=1)[1] == ["silent"]
     assert not h.r.hexists(h.k.workers, "silent") and h.r.hlen(h.k.workers_dead) == 0
     assert h.r.hexists(h.k.workers, "alive")
@@ -322,7 +322,7 @@ def test_dead_worker_holding_entries_is_kept_until_they_are_recovered(h: Reaper)
     entry, _ = h.running(tid)  # consumer w1 holds it
     h.register("w1", now_ms() - 10_000)
     h.workers(forget_ms=1)
-    time.sleep(0.005)
+    h.advance(5)
     assert h.workers(forget_ms=1)[1] == []  # still holds an entry
     assert h.reclaim([(tid, entry)]) == ["RETRIED"]
     _, forgotten, _ = h.workers(forget_ms=1)

@@ -5,7 +5,6 @@ longest wait times it out through the retry policy, polls are claimed atomically
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -160,7 +159,7 @@ def test_the_longest_wait_times_out_and_a_later_result_is_refused() -> None:
     h = LuaHarness()
     _defer(h, _running(h, max_attempts=1), wait=1)
     h.r.zadd(h.k.deadlines, {f"q:{A}": 0})
-    time.sleep(0.01)
+    h.advance(10)
     assert _sweep(h) == ["TIMED_OUT"]
     t = h.task(A)
     assert t["state"] == "TIMED_OUT" and t["error_type"] == "DeferTimeout"
@@ -234,7 +233,7 @@ def test_malformed_resolve_writes_nothing() -> None:
 def test_a_result_past_the_longest_wait_times_out_first_without_a_reaper() -> None:
     h = LuaHarness()
     _defer(h, _running(h, max_attempts=2), wait=1)
-    time.sleep(0.01)
+    h.advance(10)
     assert _resolve(h, "COMPLETE", attempt=1) == [-2, "SCHEDULED"]
     t = h.task(A)
     assert t["error_type"] == "DeferTimeout" and "result" not in t

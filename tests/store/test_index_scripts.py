@@ -5,8 +5,6 @@ the owner and label members of tagged tasks only, and the trim with retention.""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from rsjobs.labels import encode_labels
@@ -17,6 +15,8 @@ from rsjobs.store.layout import TrimArgs
 from tests.support.lua import LuaHarness
 
 A, B, C = "a" * 32, "b" * 32, "c" * 32
+#: the retention of the trim tests: the scripts' clock is moved past it (LuaHarness.advance)
+RETENTION_MS = 60_000
 
 
 def index_keys(h: LuaHarness) -> dict[str, object]:
@@ -70,7 +70,7 @@ def test_a_finished_task_is_one_entry_of_its_state_stream(ending: str, state: st
 def test_an_expired_task_is_listed_timed_out() -> None:
     h = LuaHarness()
     h.enqueue(A, wait_timeout_ms=1)
-    time.sleep(0.005)
+    h.advance(5)
     h.group()
     (entry,) = h.deliver()
     assert h.start(A, entry)[0] == -4  # EXPIRE at START
@@ -158,7 +158,7 @@ def test_labels_the_scripts_refuse_write_nothing(labels: str) -> None:
 
 
 def test_trim_removes_what_retention_expired_and_deletes_emptied_keys() -> None:
-    h = LuaHarness(retention_ms=50)
+    h = LuaHarness(retention_ms=RETENTION_MS)
     labels = encode_labels({"user": "u_9"})
     h.run(layout.enqueue(h.c, "api", [(h.tk(A), h.new_task(A, owner="bob", labels=labels))]))
     h.enqueue(B)
@@ -168,14 +168,14 @@ def test_trim_removes_what_retention_expired_and_deletes_emptied_keys() -> None:
     trim = layout.trim(h.c, "reaper", TrimArgs(100))
     assert h.run(trim) == [0, 0, 0, 0]  # not yet past the retention period
     assert len(done(h, "SUCCEEDED")) == 2 and h.r.zcard(h.k.tags) == 2
-    time.sleep(0.08)
+    h.advance(RETENTION_MS + 1)
     h.enqueue(C, owner="bob")  # live: its member stays
     assert h.run(trim) == [1, 2, 2, 0]
     assert index_keys(h) == {h.k.tags: [(f"o3:bob|{int(h.task(C)['created_at']):013d}|{C}", 0.0)]}
 
 
 def test_one_finish_call_writes_one_trim_entry_naming_each_tagged_task() -> None:
-    h = LuaHarness(retention_ms=50)
+    h = LuaHarness(retention_ms=RETENTION_MS)
     labels = encode_labels({"user": "u_9"})
     tasks = [
         (h.tk(A), h.new_task(A, owner="bob")),
@@ -197,13 +197,13 @@ def test_one_finish_call_writes_one_trim_entry_naming_each_tagged_task() -> None
         "id", C, "c", created[C], "o", "al", "l", labels,
     ]  # fmt: skip
     assert h.r.zcard(h.k.tags) == 3
-    time.sleep(0.08)
+    h.advance(RETENTION_MS + 1)
     assert h.run(layout.trim(h.c, "reaper", TrimArgs(100))) == [1, 3, 3, 0]
     assert index_keys(h) == {}
 
 
 def test_a_big_finish_call_writes_bounded_trim_entries_and_the_trim_counts_tasks() -> None:
-    h = LuaHarness(retention_ms=10)
+    h = LuaHarness(retention_ms=RETENTION_MS)
     ids = [f"{i:032x}" for i in range(60)]
     h.run(layout.enqueue(h.c, "api", [(h.tk(t), h.new_task(t, owner="bob")) for t in ids]))
     h.group()
@@ -213,7 +213,7 @@ def test_a_big_finish_call_writes_bounded_trim_entries_and_the_trim_counts_tasks
     # 6 fields a task, at most 192 an entry: 32 tasks, then 28
     entries = [f for _, f in h.r.xrange(h.k.tags_trim)]
     assert len(entries) == 2
-    time.sleep(0.03)
+    h.advance(RETENTION_MS + 1)
     # a call handles whole entries until `most` tasks were handled, then says more
     assert h.run(layout.trim(h.c, "reaper", TrimArgs(10))) == [1, 32, 60, 1]
     assert h.r.zcard(h.k.tags) == 28
@@ -222,18 +222,18 @@ def test_a_big_finish_call_writes_bounded_trim_entries_and_the_trim_counts_tasks
 
 
 def test_trim_reads_its_entries_a_page_at_a_time_to_the_end() -> None:
-    h = LuaHarness(retention_ms=10)
+    h = LuaHarness(retention_ms=RETENTION_MS)
     ids = [f"{i:032x}" for i in range(40)]
     h.run(layout.enqueue(h.c, "api", [(h.tk(t), h.new_task(t, owner="bob")) for t in ids]))
     for t in ids:  # one-task entries: more than one page of them
         h.r.xadd(h.k.tags_trim, {"id": t, "c": h.task(t)["created_at"], "o": "bob"})
-    time.sleep(0.03)
+    h.advance(RETENTION_MS + 1)
     assert h.run(layout.trim(h.c, "reaper", TrimArgs(100))) == [40, 40, 0, 0]
     assert h.r.zcard(h.k.tags) == 0 and h.r.exists(h.k.tags_trim) == 0
 
 
 def test_trim_reads_the_one_task_entries_of_older_releases_and_skips_foreign_fields() -> None:
-    h = LuaHarness(retention_ms=10)
+    h = LuaHarness(retention_ms=RETENTION_MS)
     for tid, owner in ((A, "bob"), (B, "al")):
         h.run(layout.enqueue(h.c, "api", [(h.tk(tid), h.new_task(tid, owner=owner))]))
     created = {tid: h.task(tid)["created_at"] for tid in (A, B)}
@@ -242,17 +242,17 @@ def test_trim_reads_the_one_task_entries_of_older_releases_and_skips_foreign_fie
     h.r.xadd(h.k.tags_trim, {"id": A, "c": created[A], "o": "bob"})
     h.r.execute_command("XADD", h.k.tags_trim, "*", "x", "1", "id", B, "c", created[B], "o", "al")
     h.r.xadd(h.k.tags_trim, {"x": "1"})
-    time.sleep(0.03)
+    h.advance(RETENTION_MS + 1)
     assert h.run(layout.trim(h.c, "reaper", TrimArgs(100))) == [3, 2, 0, 0]
     assert h.r.zcard(h.k.tags) == 0 and h.r.exists(h.k.tags_trim) == 0
 
 
 def test_trim_handles_at_most_what_it_is_asked_and_says_more() -> None:
-    h = LuaHarness(retention_ms=10)
+    h = LuaHarness(retention_ms=RETENTION_MS)
     for tid in (A, B):
         h.run(layout.enqueue(h.c, "api", [(h.tk(tid), h.new_task(tid, owner="bob"))]))
         h.control(tid, "CANCEL")
-    time.sleep(0.03)
+    h.advance(RETENTION_MS + 1)
     assert h.run(layout.trim(h.c, "reaper", TrimArgs(1))) == [1, 1, 2, 1]
     assert h.run(layout.trim(h.c, "reaper", TrimArgs(1))) == [1, 1, 0, 1]
     assert h.run(layout.trim(h.c, "reaper", TrimArgs(1))) == [0, 0, 0, 0]

@@ -8,7 +8,6 @@ texts in it. A task that cannot be converted is left whole; a second run changes
 from __future__ import annotations
 
 import re
-import time
 from importlib import resources
 from typing import Any
 
@@ -146,12 +145,12 @@ def test_every_state_reads_back_as_it_was(h: Layout1Harness) -> None:
     h.control(ids["cancelled"], "CANCEL", message="again")
     h.control(ids["cancelled"], "RESUME")
     h.enqueue(ids["timed_out"], wait_timeout_ms=1)
-    time.sleep(0.005)
+    h.advance(5)
     h.deliver()
     h.start(ids["timed_out"], h.task(ids["timed_out"])["entry"])  # EXPIRE at START
     lease = _running(h, ids["retried"], consumer="gpu 7|a%b")
     h.finish(ids["retried"], "FAIL", lease, body="flaky")  # SCHEDULED, backoff 0
-    time.sleep(0.002)
+    h.advance(2)
     h.promote()
     lease = _running(h, ids["retried"], consumer="w2")
     h.finish(ids["retried"], "COMPLETE", lease, body="null")
@@ -348,7 +347,7 @@ def _apply(h: Layout1Harness, op: tuple[Any, ...], leases: list[str]) -> None:
     kind = op[0]
     t = h.task(TID)
     if kind == "start" and t["state"] == "SCHEDULED":  # due at once (delays are 1 ms)
-        time.sleep(0.002)
+        h.advance(2)
         h.promote()
         t = h.task(TID)
     if kind == "start" and t["state"] == "PENDING":
@@ -374,7 +373,7 @@ def _apply(h: Layout1Harness, op: tuple[Any, ...], leases: list[str]) -> None:
     elif kind == "control":
         h.control(TID, op[1], message=op[2])
     elif kind == "promote" and t["state"] == "SCHEDULED":
-        time.sleep(0.002)
+        h.advance(2)
         h.promote()
 
 

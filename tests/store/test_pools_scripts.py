@@ -87,12 +87,11 @@ def test_aging_takes_an_old_low_priority_task_before_newer_high_ones() -> None:
     """Effective priority = level + one per age_ms waited: a priority-0 task queued 30 ms
     before a priority-5 one goes first with 1 ms periods (0 + 30 > 5 + 0), second
     without aging."""
-    import time
 
     for age_ms, first in ((1, "old"), (0, "new")):
         p = Pool()
         old = p.add(1)
-        time.sleep(0.03)
+        p.h.advance(30)
         new = p.add(2, priority=5)
         got, _ = p.take(1, age_ms=age_ms)
         assert [t for _, _, t in got] == [old if first == "old" else new]
@@ -106,7 +105,6 @@ def test_a_parked_task_that_waited_long_goes_before_newer_higher_ones(
     before bob's priority-5 task was queued, goes first with 1 ms periods once she has room
     (its entry stays on its stream, whose oldest entry the short way checks: the call
     goes the long way, which orders by effective priority), second without aging."""
-    import time
 
     for age_ms, first in ((1, "alice"), (0, "bob")):
         p = Pool(queues)
@@ -116,7 +114,7 @@ def test_a_parked_task_that_waited_long_goes_before_newer_higher_ones(
         assert [t for _, _, t in got] == [alice[0]] and len(p.waiting()) == 1
         started = p.start(got)
         assert p.complete(alice[0], started[0][5]) == [1, "SUCCEEDED"]
-        time.sleep(0.03)
+        p.h.advance(30)
         bob = p.add(10, priority=5, owner="bob")
         got, _ = p.take(1, age_ms=age_ms)
         assert [t for _, _, t in got] == [alice[1] if first == "alice" else bob]

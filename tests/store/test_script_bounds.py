@@ -4,7 +4,6 @@ refused before any write (fakeredis)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -157,7 +156,7 @@ def test_start_expires_a_task_past_its_queue_wait_deadline() -> None:
     h.group()
     h.enqueue(A, wait_timeout_ms=1)
     entry = h.deliver()[0]
-    time.sleep(0.005)
+    h.advance(5)
     assert list(h.start(A, entry)) == [-4, "TIMED_OUT"]
     t = h.record(A)
     assert t.state == "TIMED_OUT" and t.error_type == "WaitTimeout"
@@ -187,7 +186,7 @@ def test_promote_expires_a_scheduled_task_past_its_queue_wait_deadline() -> None
     h.group()
     h.enqueue(A, delay_ms=1, wait_timeout_ms=1)
     h.enqueue(B, delay_ms=1)
-    time.sleep(0.005)
+    h.advance(5)
     promoted, next_due = h.promote()
     assert (promoted, next_due) == (1, -1)
     assert h.task(A)["state"] == "TIMED_OUT" and h.task(B)["state"] == "PENDING"
@@ -206,7 +205,7 @@ def test_a_pause_does_not_stop_the_queue_wait_clock() -> None:
     h.enqueue(A, wait_timeout_ms=1)
     h.control(A, "PAUSE")
     h.r.zrem(h.k.deadlines, f"q:{A}")  # as the reaper does for a PAUSED task
-    time.sleep(0.005)
+    h.advance(5)
     h.control(A, "RESUME")
     assert h.r.zscore(h.k.deadlines, f"q:{A}") == float(h.task(A)["expires_at"])
     assert list(h.start(A, h.deliver()[0])) == [-4, "TIMED_OUT"]

@@ -7,9 +7,15 @@ here: a packing mistake shows in this tier as in production. ``run`` takes any p
 
 from __future__ import annotations
 
+import time
+import types
 from typing import Any
 
 import fakeredis
+from fakeredis import _helpers as _fr_helpers
+from fakeredis._socket import _base as _fr_socket
+from fakeredis.commands_mixins import server_mixin as _fr_server
+from fakeredis.model import _stream as _fr_stream
 
 from rsjobs.schemas import HistoryEntry
 from rsjobs.store import layout
@@ -42,16 +48,47 @@ def long_names(h: dict[str, str]) -> dict[str, str]:
     return {back.get(k, k): v for k, v in h.items()}
 
 
+class FakeClock(types.ModuleType):
+    """fakeredis's clock (``TIME``, which the scripts read into ``NOW``; key expiry; stream
+    ids), moved on by the test instead of waited for: the real time plus an offset.
+    Installed once for the process in fakeredis's modules that read ``time.time``; every
+    other ``time`` function is the real one."""
+
+    def __init__(self) -> None:
+        super().__init__("time")
+        self.offset_s = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.offset_s
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+CLOCK = FakeClock()
+for _module in (_fr_helpers, _fr_socket, _fr_server, _fr_stream):
+    _module.time = CLOCK  # type: ignore[attr-defined]
+
+
 class LuaHarness:
-    """The scripts on fakeredis, or on the Redis client ``redis`` (sync, text replies)."""
+    """The scripts on fakeredis, or on the Redis client ``redis`` (sync, text replies).
+    On fakeredis the scripts' clock is the test's: :meth:`advance` moves it on."""
 
     def __init__(self, namespace: str = "t", retention_ms: int = 0, redis: Any = None) -> None:
+        self.fake = redis is None
+        if self.fake:
+            CLOCK.offset_s = 0.0
         self.r = redis if redis is not None else fakeredis.FakeRedis(decode_responses=True)
         self.k = Keys(namespace)
         self.c = Common.of(self.k, 1000, retention_ms)
         self.sha = {n: self.r.script_load(script_source(n)) for n in SCRIPT_NAMES}
         #: the priority of each task enqueued here (its keys name its level's stream)
         self.priorities: dict[str, int] = {}
+
+    def advance(self, ms: int) -> None:
+        """Move the scripts' clock on by ``ms`` (fakeredis only: a real server's is its own)."""
+        assert self.fake, "a real Redis keeps its own time"
+        CLOCK.offset_s += ms / 1000
 
     def run(self, call: Packed) -> Any:
         """Run one packed call, as the store does (EVALSHA)."""
