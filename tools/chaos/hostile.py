@@ -67,6 +67,11 @@ def _payload(spec: HostileSpec) -> dict[str, Any]:
     return {"k": "hostile", "seq": spec.seq, "hostile": spec.marker}
 
 
+#: the longest a pause/resume storm goes on (a loaded machine answers slowly: the storm
+#: stops early rather than outlast the run)
+STORM_MAX_S = 30.0
+
+
 class HostileSender:
     """Sends the planned hostile actions; its lists are what the checker gets, and its
     tasks (``submissions``, ``cancels``) join the producer's."""
@@ -268,35 +273,42 @@ class HostileSender:
         )
         first_error = ""
         first = now_ms()
-        for _ in range(spec.count):
-            for event, want in (("PAUSE", "PAUSED"), ("RESUME", "PENDING")):
-                got = await self._control(spec.channel, event, tid)
-                if got == want:
-                    n[event] += 1
-                elif got in ("refused", "unknown"):
-                    n["refused" if got == "refused" else f"u_{event}"] += 1
-                else:
-                    n["errors"] += 1
-                    first_error = first_error or f"{event} answered {got}"
-        last = now_ms()
-        await self._cancel(tid)
-        self.storms.append(
-            PauseStorm(
-                seq=spec.seq,
-                channel=spec.channel,
-                task_id=tid,
-                cycles=spec.count,
-                paused=n["PAUSE"],
-                resumed=n["RESUME"],
-                refused=n["refused"],
-                unknown_pause=n["u_PAUSE"],
-                unknown_resume=n["u_RESUME"],
-                errors=n["errors"],
-                error=first_error,
-                first_ms=first,
-                last_ms=last,
+        cycles = 0
+        loop = asyncio.get_running_loop()
+        end = loop.time() + STORM_MAX_S
+        try:
+            while cycles < spec.count and loop.time() < end:
+                cycles += 1
+                for event, want in (("PAUSE", "PAUSED"), ("RESUME", "PENDING")):
+                    got = await self._control(spec.channel, event, tid)
+                    if got == want:
+                        n[event] += 1
+                    elif got in ("refused", "unknown"):
+                        n["refused" if got == "refused" else f"u_{event}"] += 1
+                    else:
+                        n["errors"] += 1
+                        first_error = first_error or f"{event} answered {got}"
+        finally:
+            # ended also when the run ends mid-storm (cancelled): the task is not left PAUSED
+            last = now_ms()
+            await self._cancel(tid)
+            self.storms.append(
+                PauseStorm(
+                    seq=spec.seq,
+                    channel=spec.channel,
+                    task_id=tid,
+                    cycles=cycles,
+                    paused=n["PAUSE"],
+                    resumed=n["RESUME"],
+                    refused=n["refused"],
+                    unknown_pause=n["u_PAUSE"],
+                    unknown_resume=n["u_RESUME"],
+                    errors=n["errors"],
+                    error=first_error,
+                    first_ms=first,
+                    last_ms=last,
+                )
             )
-        )
 
     async def _control(self, channel: str, event: str, tid: str) -> str:
         """One PAUSE or RESUME: the state it moved the task to, "refused" (refused, or
