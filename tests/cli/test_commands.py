@@ -5,7 +5,6 @@ worker started without -q serves the queues its handlers declare."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import time
@@ -17,6 +16,7 @@ import redis as sync_redis
 from rsjobs import Client
 from tests.cli.support import rsjobs
 from tests.support.processes import ROOT, spawn_worker, stop_process
+from tests.support.waits import poll_until, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -29,10 +29,7 @@ def worker(redis_url: str) -> Iterator[None]:
     proc = spawn_worker(redis_url, "default", app=APP)
     try:
         r = sync_redis.Redis.from_url(redis_url, decode_responses=True)
-        deadline = time.monotonic() + 20
-        while not r.hlen("rsjobs:{default}:workers"):
-            assert time.monotonic() < deadline, "the worker did not register"
-            time.sleep(0.05)
+        wait_until(lambda: r.hlen("rsjobs:{default}:workers"), 20, "the worker registered")
         r.close()
         yield
     finally:
@@ -127,10 +124,11 @@ async def test_queues_flags_work_that_no_live_worker_serves(redis_url: str) -> N
     proc = spawn_worker(redis_url, "default", "-q", "lonely", app=APP)
     try:
         async with Client.from_url(redis_url) as client:
-            deadline = time.monotonic() + 20
-            while (await client.stats())["lonely"].get("SUCCEEDED", 0) < 2:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.05)
+
+            async def two_done() -> bool:
+                return (await client.stats())["lonely"].get("SUCCEEDED", 0) >= 2
+
+            await poll_until(two_done, 20, "two lonely tasks SUCCEEDED")
         served = rsjobs(redis_url, "queues")
         assert served.stdout.splitlines()[1].split()[:2] == ["lonely", "1"]
         assert "NO LIVE WORKER" not in served.stdout and served.stderr == ""

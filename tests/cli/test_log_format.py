@@ -9,7 +9,6 @@ import logging
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -21,6 +20,7 @@ from rsjobs.logfmt import JsonFormatter, TaskFields, task_scope
 from rsjobs.server import free_port
 from tests.cli.support import Dev
 from tests.support.processes import ROOT, stop_process
+from tests.support.waits import wait_until
 from tests.support.web import wait_healthy, web
 
 APP = "tests.cli.apps:tasks"
@@ -141,9 +141,7 @@ def test_reaper_lines_are_json_through_the_env(redis_url: str, tmp_path: Path) -
     with log.open("wb") as out:
         proc = _spawn(redis_url, out, "reaper", "--interval-ms", "100", RSJOBS_LOG_FORMAT="json")
         try:
-            deadline = time.monotonic() + 20
-            while b'"sweep"' not in log.read_bytes() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_until(lambda: b'"sweep"' in log.read_bytes(), 20, "a sweep line")
         finally:
             stop_process(proc, 15)
             proc.wait(timeout=20)

@@ -28,9 +28,10 @@ import re
 import signal
 import subprocess
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.support.waits import wait_until
 
 __all__ = ["Block", "Session", "parse", "section"]
 
@@ -135,14 +136,20 @@ class Background:
         return "\n".join(self.lines)
 
     def wait_for(self, text: str) -> None:
-        deadline = time.monotonic() + TIMEOUT
-        while not any(text in line for line in self.lines):
-            if self.proc.poll() is not None and not self.reader.is_alive():
-                raise AssertionError(f"{self.block.where()} ended before printing {text!r}:\n"
-                                     f"{self.output[-4000:]}")  # fmt: skip
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.block.where()}: no {text!r}:\n{self.output[-4000:]}")
-            time.sleep(0.05)
+        def printed_or_ended() -> bool:
+            return any(text in line for line in self.lines) or (
+                self.proc.poll() is not None and not self.reader.is_alive()
+            )
+
+        try:
+            wait_until(printed_or_ended, TIMEOUT, f"{self.block.where()}: {text!r}")
+        except AssertionError:
+            raise AssertionError(
+                f"{self.block.where()}: no {text!r}:\n{self.output[-4000:]}"
+            ) from None
+        if not any(text in line for line in self.lines):
+            raise AssertionError(f"{self.block.where()} ended before printing {text!r}:\n"
+                                 f"{self.output[-4000:]}")  # fmt: skip
 
     def interrupt(self) -> int:
         """Ctrl-C: SIGINT to its process group, as a terminal sends it."""

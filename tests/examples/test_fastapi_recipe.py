@@ -3,8 +3,6 @@ process: the host app's users become task owners, who see only their own tasks."
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ pytest.importorskip("fastapi")
 
 from examples.fastapi_app import create_app
 from tests.support.processes import spawn_worker, stop_process
+from tests.support.waits import poll_until
 
 pytestmark = pytest.mark.integration
 
@@ -58,12 +57,12 @@ async def test_users_submit_follow_and_cancel_their_own_jobs(
 
     worker = spawn_worker(redis_url, "default", "-q", "gpu", app="examples.demo_tasks:tasks")
     try:
-        deadline = time.monotonic() + 30
-        while (doc := (await call(http, "GET", f"/jobs/{tid}", headers=ALICE))[1])[
-            "state"
-        ] != "SUCCEEDED":
-            assert time.monotonic() < deadline, doc
-            await asyncio.sleep(0.05)
+
+        async def succeeded() -> dict[str, Any] | None:
+            doc = (await call(http, "GET", f"/jobs/{tid}", headers=ALICE))[1]
+            return doc if doc["state"] == "SUCCEEDED" else None
+
+        doc = await poll_until(succeeded, 30, "the job SUCCEEDED")
         assert doc["progress"] == 100 and doc["result"]["prompt"] == "a fox"
         assert Path(doc["result"]["image"]).parent == tmp_path
         _, history = await call(http, "GET", f"/jobs/{tid}/history", headers=ALICE)

@@ -5,8 +5,10 @@ exactly as long as the thing it waits for takes, and burns no fixed sleep.
 Every task transition (enqueue, start, finish, retry, reclaim, cancel...) adds an entry
 to the events stream of the task's shard, so a condition on tasks' states, counts or
 histories becomes true right after such an entry. For a condition that no event marks,
-use :func:`poll_until`: it polls with short sleeps, and those are counted as the test's
-sleeping, as they should be."""
+use :func:`poll_until` (:func:`wait_until` in synchronous code): it polls with short
+sleeps, bounded by a timeout. These helpers are the suite's one way to wait on a condition
+(the real-time sleep check, ``tests/support/sleeps.py``, counts the sleeps of test modules,
+not theirs): a test never sleeps a fixed time in their place."""
 
 from __future__ import annotations
 
@@ -24,7 +26,15 @@ from rsjobs.store.events import Events
 
 T = TypeVar("T")
 
-__all__ = ["keyspace", "notified", "on_events", "on_keys", "poll_until", "wait_for_state"]
+__all__ = [
+    "keyspace",
+    "notified",
+    "on_events",
+    "on_keys",
+    "poll_until",
+    "wait_for_state",
+    "wait_until",
+]
 
 
 async def on_events(
@@ -145,3 +155,17 @@ async def on_keys(
             if await told.get_message(ignore_subscribe_messages=True, timeout=left):
                 while await told.get_message(ignore_subscribe_messages=True, timeout=0):
                     pass  # (the batch so far: one check for all of them)
+
+
+def wait_until(check: Callable[[], T | None], timeout: float, what: str = "condition") -> T:
+    """The first truthy value of ``check()``, polled every 20 ms (synchronous code: a
+    process's registration, a line in its log); AssertionError naming ``what`` after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not reached in {timeout} s")
+        time.sleep(0.02)

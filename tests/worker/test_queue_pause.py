@@ -28,6 +28,14 @@ def _calls(r: sync_redis.Redis) -> dict[str, int]:
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
 
 
+async def no_blocked_read(r: sync_redis.Redis) -> None:
+    """Until no client is blocked in a read: a worker's XREADGROUP begun before it saw the
+    pause ends within its block time, and would count in the window that follows."""
+    await eventually(
+        lambda: not any("b" in c["flags"] for c in r.client_list()), 5, "no blocked read"
+    )
+
+
 async def test_a_paused_queue_costs_nothing_per_task_and_resumes_at_once(
     client: Client, redis_url: str
 ) -> None:
@@ -38,7 +46,7 @@ async def test_a_paused_queue_costs_nothing_per_task_and_resumes_at_once(
         tids = [await client.enqueue("noop", {"i": i}, queue="gpu") for i in range(50)]
         # the worker is up (registered: it read the pause before) and done starting
         await wait_registered(client, ["pw"])
-        await asyncio.sleep(0.2)
+        await no_blocked_read(r)
         r.config_resetstat()
         await asyncio.sleep(WINDOW_S)  # what the worker does over a span of time
         calls = _calls(r)
@@ -77,6 +85,7 @@ async def test_a_worker_that_missed_the_pause_is_stopped_by_start(
         # its delivery was handed back: a fresh entry waits, nothing in anyone's hands
         assert r.xlen("rsjobs:{t}:queue:gpu") == 1
         assert r.xpending("rsjobs:{t}:queue:gpu", "workers")["pending"] == 0
+        await no_blocked_read(r)
         r.config_resetstat()
         await asyncio.sleep(WINDOW_S)  # over a span of its reads (200 ms each)
         assert _calls(r).get("xreadgroup", 0) == 0  # no busy loop on the paused queue
