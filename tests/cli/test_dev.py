@@ -215,9 +215,8 @@ async def test_configured_webhooks_get_a_hook_runner_and_none_without(redis_url:
         def flush(self) -> None:
             pass
 
-    stack = DevStack(
-        tasks, (), DevOptions(settings=Settings(namespace="t")), Out(), socket.socket()
-    )  # type: ignore[arg-type]
+    opts = DevOptions(settings=Settings(namespace="t"))
+    stack = DevStack(tasks, (), opts, Out(), socket.socket())  # type: ignore[arg-type]
     async with Client.from_url(redis_url, namespace="t") as client:
         assert await stack.hooks(client) is None  # no hooks, no webhooks: no runner
         await client.store.hooks.put_webhook(

@@ -70,8 +70,12 @@ async def test_reads_and_enqueues_ride_through_a_slot_migration(
             except RedisUnavailable as exc:
                 refused.append((time.monotonic() - t0, exc))
             r = reads
+
+            def read_since() -> bool:
+                return reads > r or stop.is_set()  # noqa: B023 - awaited right here
+
             await moved_on()
-            await _until(progress, lambda r=r: reads > r or stop.is_set(), 10, "reader stalled")
+            await _until(progress, read_since, 10, "reader stalled")
 
     async def read() -> None:
         nonlocal reads
