@@ -51,28 +51,44 @@ class Dev:
             stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )  # fmt: skip
         self.lines: list[str] = []
+        #: notified at each line the child writes, and at the end of its output
+        self._said = threading.Condition()
+        self._ended = False
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
+        try:
+            for line in self.proc.stdout:
+                with self._said:
+                    self.lines.append(line.rstrip("\n"))
+                    self._said.notify_all()
+        finally:
+            with self._said:
+                self._ended = True
+                self._said.notify_all()
 
     @property
     def output(self) -> str:
         return "\n".join(self.lines)
 
     def expect(self, pattern: str, timeout: float = 30) -> re.Match[str]:
+        """The first line of the output so far that matches ``pattern``, waiting for the
+        child to write it (woken at each line it writes; no polling)."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for line in list(self.lines):
-                m = re.search(pattern, line)
-                if m:
-                    return m
-            if self.proc.poll() is not None and not self._reader.is_alive():
-                break
-            time.sleep(0.02)
+        seen = 0
+        with self._said:
+            while True:
+                for line in self.lines[seen:]:
+                    m = re.search(pattern, line)
+                    if m:
+                        return m
+                seen = len(self.lines)
+                left = deadline - time.monotonic()
+                if self._ended or left <= 0:
+                    break
+                self._said.wait(left)
         raise AssertionError(f"no line matches {pattern!r}:\n{self.output[-4000:]}")
 
     def started(self) -> tuple[str, int, str]:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import signal
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,6 +19,7 @@ from rsjobs import Client
 from rsjobs.server import EmbeddedRedis
 from tests.cli.support import Dev, gone, rsjobs
 from tests.support.processes import wait_for_state
+from tests.support.waits import on_keys
 
 pytestmark = pytest.mark.integration
 
@@ -153,22 +154,28 @@ async def test_workflows_are_served_with_their_stage_queues(tmp_path: Path) -> N
         RSJOBS_DEMO_OUT=str(tmp_path),
     )  # fmt: skip
     try:
-        dev.started()
+        url, _, _ = dev.started()
         dev.expect(r"worker queues actions, default, emotions, images, params ")
         dev.expect(r"workflows character")
         port = int(dev.expect(r"web    http://127\.0\.0\.1:(\d+)/").group(1))
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
+        async with (
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as http,
+            Client.from_url(url) as client,
+        ):
             r = await http.post(
                 "/workflows", json={"definition": "character", "input": {"name": "Mei"}}
             )
             assert r.status_code == 202, r.text
             wid = r.json()["id"]
-            deadline = time.monotonic() + 30
-            while (doc := (await http.get(f"/workflows/{wid}")).json())[
-                "status"
-            ] != "WAITING_CONFIRMATION":
-                assert time.monotonic() < deadline, json.dumps(doc)
-                await asyncio.sleep(0.1)
+
+            async def waiting() -> dict[str, Any] | None:
+                doc: dict[str, Any] = (await http.get(f"/workflows/{wid}")).json()
+                return doc if doc["status"] == "WAITING_CONFIRMATION" else None
+
+            # read again each time the dev's Redis tells of a write to the workflow
+            doc = await on_keys(
+                client.redis, [client.keys.workflow(wid)], waiting, 30, f"workflow {wid} waiting"
+            )
             assert doc["stage"] == "params"  # the params stage ran on its own queue
         assert dev.stop(signal.SIGTERM) == 0, dev.output[-4000:]
     finally:
@@ -208,9 +215,8 @@ async def test_configured_webhooks_get_a_hook_runner_and_none_without(redis_url:
         def flush(self) -> None:
             pass
 
-    stack = DevStack(
-        tasks, (), DevOptions(settings=Settings(namespace="t")), Out(), socket.socket()
-    )  # type: ignore[arg-type]
+    opts = DevOptions(settings=Settings(namespace="t"))
+    stack = DevStack(tasks, (), opts, Out(), socket.socket())  # type: ignore[arg-type]
     async with Client.from_url(redis_url, namespace="t") as client:
         assert await stack.hooks(client) is None  # no hooks, no webhooks: no runner
         await client.store.hooks.put_webhook(

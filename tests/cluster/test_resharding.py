@@ -24,11 +24,15 @@ NS = "t"
 ENQUEUE_BOUND = 2.0
 
 
-async def _until(ok: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not ok():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.01)
+async def _until(
+    progress: asyncio.Condition, ok: Callable[[], bool], timeout: float, what: str
+) -> None:
+    """Until ``ok()``, rechecked each time ``progress`` is notified (bounded)."""
+    async with progress:
+        try:
+            await asyncio.wait_for(progress.wait_for(ok), timeout)
+        except TimeoutError:
+            raise AssertionError(what) from None
 
 
 async def test_reads_and_enqueues_ride_through_a_slot_migration(
@@ -44,8 +48,19 @@ async def test_reads_and_enqueues_ride_through_a_slot_migration(
     enqueued = 0
     refused: list[tuple[float, BaseException]] = []
     stop = asyncio.Event()
+    #: notified when the reader or the producer ends a call, and at the stop
+    progress = asyncio.Condition()
+
+    async def moved_on() -> None:
+        async with progress:
+            progress.notify_all()
+
+    async def halt() -> None:
+        stop.set()
+        await moved_on()
 
     async def produce() -> None:
+        """One enqueue per read of the reader: paced by the reader's progress."""
         nonlocal enqueued
         while not stop.is_set():
             t0 = time.monotonic()
@@ -54,7 +69,13 @@ async def test_reads_and_enqueues_ride_through_a_slot_migration(
                 enqueued += 1
             except RedisUnavailable as exc:
                 refused.append((time.monotonic() - t0, exc))
-            await asyncio.sleep(0.005)
+            r = reads
+
+            def read_since() -> bool:
+                return reads > r or stop.is_set()  # noqa: B023 - awaited right here
+
+            await moved_on()
+            await _until(progress, read_since, 10, "reader stalled")
 
     async def read() -> None:
         nonlocal reads
@@ -67,12 +88,15 @@ async def test_reads_and_enqueues_ride_through_a_slot_migration(
             except (RedisUnavailable, AssertionError) as exc:
                 read_failures.append(exc)
             reads += 1
-            await asyncio.sleep(0.005)
+            await moved_on()
+            await asyncio.sleep(0)  # a yield: a failing call may not have waited
 
     async def both_moved_on() -> None:
         """Until the reader and the producer each finished calls since now."""
         r, e = reads, enqueued + len(refused)
-        await _until(lambda: reads >= r + 2 and enqueued + len(refused) > e, 10, "stalled")
+        await _until(
+            progress, lambda: reads >= r + 2 and enqueued + len(refused) > e, 10, "stalled"
+        )
 
     tasks = [asyncio.create_task(produce()), asyncio.create_task(read())]
     try:
@@ -88,7 +112,7 @@ async def test_reads_and_enqueues_ride_through_a_slot_migration(
         await asyncio.to_thread(redis_cluster.end_migration, slot, target)
         await both_moved_on()
         await both_moved_on()
-        stop.set()
+        await halt()
         await asyncio.gather(*tasks)
 
         assert moved > 40  # the tasks' hashes, streams and indexes went over
@@ -103,7 +127,7 @@ async def test_reads_and_enqueues_ride_through_a_slot_migration(
         for info in await client.get_many(acked):  # nothing acknowledged was lost
             assert info is not None
     finally:
-        stop.set()
+        await halt()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

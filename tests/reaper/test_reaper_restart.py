@@ -4,7 +4,6 @@ the reaper reconnect, and every task still ends in exactly one terminal state.""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,15 +14,21 @@ from tests.support.processes import stop_process
 from tests.support.reaper import (
     reaper_loop,
     spawn,
+    sweeps_past,
     terminal_transitions,
     wait_registered,
     wait_terminal,
 )
 from tests.support.reference import replay
+from tests.support.waits import on_events
 
 pytestmark = pytest.mark.integration
 
-LEASE_MS = 1500
+#: short, so that Redis can stay down longer than a lease within the test's second of sleeping
+LEASE_MS = 600
+#: how long Redis stays down: longer than a lease (the leases' deadlines are at most a lease
+#: after the kill, so every lease has lapsed by Redis's clock when it comes back)
+DOWN_MS = LEASE_MS + 100
 
 
 @pytest.fixture
@@ -49,12 +54,13 @@ async def test_tasks_in_flight_survive_a_redis_restart(aof_server: EmbeddedRedis
                 for n in range(16)
             ]
             delayed = await client.enqueue("noop", {"d": 1}, delay_ms=800)
+
             # restart while some run, some wait, one is delayed
-            deadline = time.monotonic() + 10
-            while sum(1 for i in await client.get_many(ids) if i and i.state == "RUNNING") < 4:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.02)
-            sweeps_before = reaper.sweeps
+            async def four_running() -> bool:
+                infos = await client.get_many(ids)
+                return sum(1 for i in infos if i and i.state == "RUNNING") >= 4
+
+            await on_events(client.store.events, four_running, 10, "four tasks running")
             # worker r1 dies, then Redis goes down for longer than a lease: on its return,
             # r2's heartbeats renew its leases and r1's tasks are left to the reaper
             stop_process(procs[0])
@@ -64,14 +70,11 @@ async def test_tasks_in_flight_survive_a_redis_restart(aof_server: EmbeddedRedis
                 if i and i.state == "RUNNING" and i.worker == "r1"
             ]
             aof_server.stop(kill=True)
-            await asyncio.sleep((LEASE_MS + 300) / 1000)
+            await asyncio.sleep(DOWN_MS / 1000)  # the outage itself: no condition to wait on
             aof_server.start()
             infos = [await wait_terminal(client, tid, 45) for tid in [*ids, delayed]]
-            # the reaper rode it out and kept sweeping
-            deadline = time.monotonic() + 10
-            while reaper.sweeps < sweeps_before + 3:
-                assert time.monotonic() < deadline, "the reaper did not come back"
-                await asyncio.sleep(0.05)
+            # the reaper rode it out and kept sweeping: whole sweeps begun after now
+            await sweeps_past(reaper, await reaper.store.reaper.now_ms(), timeout=10)
         assert all(i.state == "SUCCEEDED" for i in infos), [(i.id, i.state) for i in infos]
         assert reaper.totals["retried"] >= len(orphans)
         for tid in [*ids, delayed]:
