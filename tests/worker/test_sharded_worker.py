@@ -195,8 +195,9 @@ async def test_a_backlog_on_one_shard_does_not_starve_another(
     (k0,) = _keys_on(client, 0, 1)
     others = _keys_on(client, 2, 3)
     backlog = await client.enqueue_many(
-        # (5 ms of handler each: 120 x 5 ms in this process, the rest is the calls' own time)
-        [EnqueueRequest(type="sleep", payload={"s": 0.005, "steps": 1}) for _ in range(120)],
+        # (20 ms of handler each: 120 x 20 ms over 4 slots in this process, so the backlog
+        # outlasts the late tasks by far even on a loaded machine)
+        [EnqueueRequest(type="sleep", payload={"s": 0.02, "steps": 1}) for _ in range(120)],
         shard_key=k0,
     )
     assert {shard_of(t) for t in backlog} == {0}
