@@ -174,9 +174,9 @@ async def test_status_within_status_ms_of_progress(
         started = time.monotonic()
         # reports go on until DURING statuses came (a stream that waited for the
         # reports to stop would show none: the bound of 100 reports ends it)
-        for p in range(1, 101):
-            written[float(p)] = time.monotonic()
-            await hand.progress(task, p)
+        for n in range(1, 101):
+            written[float(n)] = time.monotonic()
+            await hand.progress(task, n)
             if count >= DURING:
                 break
             await asyncio.sleep(0.01)
