@@ -21,7 +21,7 @@ from rsjobs.reaper import Reaper, ReaperConfig
 from rsjobs.server import free_port
 from rsjobs.workflows import WorkflowClient
 from tests.support.apps import tasks
-from tests.support.processes import spawn_worker, stop_process
+from tests.support.processes import said, spawn_worker, stop_process
 from tests.support.reaper import spawn_reaper
 from tests.support.web import ROOT, TestClient, make_app
 from tests.support.wf_fixtures import NS
@@ -142,35 +142,27 @@ async def test_a_reaper_serves_the_namespace_and_its_sweeps(
     assert get(m, "rsjobs_tasks_finished_total", queue="wf", state="CANCELLED") == 1
 
 
-def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        assert proc.poll() is None, "the process exited"
-        try:
-            r = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
-            if r.status_code == 200:
-                return r.text
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "no metrics served"
-        time.sleep(0.1)
-
-
-def test_the_cli_processes_serve_metrics_on_loopback(redis_url: str, tmp_path: Any) -> None:
+async def test_the_cli_processes_serve_metrics_on_loopback(redis_url: str) -> None:
+    """Each process is scraped once its log (read as it writes it) says where it serves."""
     wport, rport = free_port(), free_port()
     procs = [
-        spawn_worker(redis_url, "t", "--metrics-port", str(wport)),
-        spawn_reaper(redis_url, "t", str(tmp_path / "reaper.log"), "--interval-ms", "100",
-                     "--metrics-port", str(rport)),
+        spawn_worker(redis_url, "t", "--metrics-port", str(wport), stderr=subprocess.PIPE,
+                     log_level="INFO"),
+        spawn_reaper(redis_url, "t", None, "--interval-ms", "100", "--metrics-port", str(rport)),
     ]  # fmt: skip
     try:
-        w = samples(_wait_port(wport, procs[0]))
+        async with asyncio.timeout(30):
+            await said(procs[0], b"metrics at http://127.0.0.1:%d/metrics" % wport)
+            await said(procs[1], b'"url":"http://127.0.0.1:%d/metrics"' % rport)
+        w = await scrape(wport)
         assert get(w, "rsjobs_redis_up") == 1 and ("rsjobs_worker_slots", ()) in w
-        r = samples(_wait_port(rport, procs[1]))
+        r = await scrape(rport)
         assert get(r, "rsjobs_redis_up") == 1 and ("rsjobs_reaper_sweeps_total", ()) in r
     finally:
         for p in procs:
             stop_process(p)
+            if p.stderr is not None:
+                p.stderr.close()
 
 
 async def test_the_web_metrics_have_the_same_namespace_figures(

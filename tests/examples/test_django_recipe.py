@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -90,10 +89,10 @@ def test_a_view_submits_and_a_template_shows_the_status(
     monkeypatch.setenv("RSJOBS_DEMO_OUT", str(tmp_path))
     worker = spawn_worker(redis_url, "default", "-q", "gpu", app="examples.demo_tasks:tasks")
     try:
-        deadline = time.monotonic() + 30
-        while "SUCCEEDED" not in (page := alice.get(f"/jobs/{tid}/").content.decode()):
-            assert time.monotonic() < deadline, page
-            time.sleep(0.05)
+        with SyncClient(redis_url) as check:  # the task's end, then its page
+            assert check.wait(tid, timeout_ms=30_000).state == "SUCCEEDED"
+        page = alice.get(f"/jobs/{tid}/").content.decode()
+        assert '<strong class="state">SUCCEEDED</strong>' in page, page
         image = re.search(r'<code class="result">([^<]+)</code>', page)
         assert image and Path(image.group(1)).parent == tmp_path
         assert 'http-equiv="refresh"' not in page  # a finished job stops refreshing

@@ -6,7 +6,7 @@ split between them and read back whole, and an owner's limit holds on the owner'
 from __future__ import annotations
 
 import asyncio
-import time
+import itertools
 
 import pytest
 import redis as sync_redis
@@ -39,23 +39,19 @@ async def test_limits_go_to_every_shard_and_hold_on_the_owners_shard(redis_url: 
         assert all(r.hget(c.store.shard(k).keys.limits, "r|gpu") is None for k in range(S))
 
         owner = next(f"o{i}" for i in range(100) if shards.place(owner=f"o{i}") != 0)
-        ids = [await c.enqueue("sleep", {"s": 0.3, "steps": 1}, queue="gpu", owner=owner)
+        ids = [await c.enqueue("sleep", {"s": 0.1, "steps": 1}, queue="gpu", owner=owner)
                for _ in range(3)]  # fmt: skip
         assert {shard_of(t) for t in ids} == {shards.place(owner=owner)} != {0}
         w = Worker(tasks, url=redis_url, settings=Settings(namespace=NS), queues=["gpu"],
                    concurrency=4, lease_ms=2000, handle_signals=False)  # fmt: skip
         run = asyncio.create_task(w.run())
         try:
-            most = 0
-            deadline = time.monotonic() + 20
-            while True:
-                states = [(await c.get(t)).state for t in ids]
-                most = max(most, states.count("RUNNING"))
-                if all(s == "SUCCEEDED" for s in states):
-                    break
-                assert time.monotonic() < deadline, states
-                await asyncio.sleep(0.02)
-            assert most == 1  # the owner's limit held on its shard
+            for t in ids:
+                assert (await c.wait(t, timeout_ms=20_000)).state == "SUCCEEDED"
+            # the owner's limit held on its shard: no two runs overlap (Redis time)
+            runs = sorted([await running(c, t) for t in ids])
+            for (_, end), (start, _) in itertools.pairwise(runs):
+                assert end <= start, runs
         finally:
             w.stop()
             await asyncio.wait_for(run, 20)
@@ -63,3 +59,11 @@ async def test_limits_go_to_every_shard_and_hold_on_the_owners_shard(redis_url: 
     finally:
         r.close()
         await c.close()
+
+
+async def running(c: Client, tid: str) -> tuple[int, int]:
+    """When the task's (only) run started and ended, from its history (Redis time, ms)."""
+    entries = [e for e in await c.history(tid) if not e.rejected]
+    start = next(e.ts for e in entries if e.to_state == "RUNNING")
+    end = next(e.ts for e in entries if e.from_state == "RUNNING" and e.to_state != "RUNNING")
+    return start, end

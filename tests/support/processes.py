@@ -24,9 +24,10 @@ def spawn_worker(
     *args: str,
     app: str = "tests.support.apps:tasks",
     stderr: int | IO[bytes] | None = None,
+    log_level: str = "WARNING",
 ) -> subprocess.Popen[bytes]:
-    """Start ``rsjobs worker`` as a child process (its own process group); its log goes to
-    ``stderr`` (default: the test's)."""
+    """Start ``rsjobs worker`` as a child process (its own process group); its log, from
+    ``log_level`` up, goes to ``stderr`` (default: the test's)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [
@@ -38,7 +39,7 @@ def spawn_worker(
         "--namespace",
         namespace,
         "--log-level",
-        "WARNING",
+        log_level,
         "worker",
         app,
         *args,

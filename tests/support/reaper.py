@@ -33,11 +33,16 @@ def spawn(
     return spawn_worker(url, ns, *args, app=APP)
 
 
-def spawn_reaper(url: str, ns: str, log_path: str, *args: str) -> subprocess.Popen[bytes]:
-    """``rsjobs reaper`` as a child process, its JSON log lines written to ``log_path``."""
+def spawn_reaper(url: str, ns: str, log_path: str | None, *args: str) -> subprocess.Popen[bytes]:
+    """``rsjobs reaper`` as a child process, its JSON log lines written to ``log_path`` (None:
+    to a pipe, ``proc.stderr``, for :func:`tests.support.processes.said`)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [sys.executable, "-m", "rsjobs", "--url", url, "--namespace", ns, "reaper", *args]
+    if log_path is None:
+        return subprocess.Popen(
+            cmd, env=env, cwd=ROOT, stderr=subprocess.PIPE, start_new_session=True
+        )
     with open(log_path, "wb") as log:
         return subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=log, start_new_session=True)
 

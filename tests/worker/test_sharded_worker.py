@@ -136,7 +136,11 @@ async def test_a_cancel_of_a_task_on_shard_3_reaches_the_worker(
     client: Client, redis_url: str
 ) -> None:
     (key,) = _keys_on(client, 3, 1)
-    async with running_worker(redis_url, lease_ms=30_000) as w:
+    keys = [_keys_on(client, k, 1)[0] for k in range(S)]  # one per shard
+    # (block_ms: a lane blocked on "other" reads "default" again within it once resumed)
+    async with running_worker(
+        redis_url, lease_ms=30_000, queues=["default", "other"], block_ms=100
+    ) as w:
         tid = await client.enqueue("sleep", {"s": 30}, shard_key=key)
         assert shard_of(tid) == 3
         await wait_for_state(client, tid, "RUNNING", timeout=15)
@@ -148,11 +152,14 @@ async def test_a_cancel_of_a_task_on_shard_3_reaches_the_worker(
             assert time.monotonic() - t0 < 1.0, "the cancel on shard 3 did not reach the worker"
         # a pause of the queue on every shard: the worker takes nothing from any shard
         await client.pause_queue("default")
-        await asyncio.sleep(0.3)
+        await eventually(
+            lambda: all(lane.paused == {"default"} for lane in w._lanes), 10, "heard on every shard"
+        )
         assert w.paused == {"default"}
-        assert all(lane.paused == {"default"} for lane in w._lanes)
-        held = [await client.enqueue("noop", {"i": i}) for i in range(S)]
-        await asyncio.sleep(0.5)
+        held = [await client.enqueue("noop", {"i": i}, shard_key=k) for i, k in enumerate(keys)]
+        # every shard's lane read again after them: a task of another queue on each ran
+        for k in keys:
+            await _assert_ran_once(client, await client.enqueue("noop", queue="other", shard_key=k))
         assert [(await client.get(t)).state for t in held] == ["PENDING"] * S
         await client.resume_queue("default")
         for t in held:

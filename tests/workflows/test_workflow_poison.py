@@ -11,12 +11,10 @@ third workflow's stored plan does not decode.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +22,8 @@ import pytest
 from rsjobs import Client, Settings, connect
 from rsjobs.workflows import Stage, TaskSpec, WorkflowClient, WorkflowDefinition, fan_out
 from tests.support.processes import ROOT, spawn_worker, start_as, stop_process
-from tests.support.reaper import spawn_reaper
+from tests.support.reaper import spawn_reaper, wait_history
+from tests.support.waits import on_keys
 from tests.support.wf_fixtures import wait_status
 from tests.support.workflows import raw_start, replay
 
@@ -54,10 +53,10 @@ def spawn_driver(url: str, log_path: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=log, start_new_session=True)
 
 
-async def ghost_task(c: Client) -> str:
+async def ghost_task(c: Client, queue: str = "default") -> str:
     """A plain task started by a consumer that vanished: only the reaper brings it back."""
-    tid = await c.enqueue("echo", {"hello": 1}, max_attempts=3)
-    (reply,) = await start_as(c, "ghost", lease_ms=500, nonce="g", count=1)
+    tid = await c.enqueue("echo", {"hello": 1}, queue=queue, max_attempts=3)
+    (reply,) = await start_as(c, "ghost", lease_ms=500, nonce="g", queue=queue, count=1)
     assert reply.code == 1 and reply.id == tid
     return tid
 
@@ -91,11 +90,12 @@ async def test_reaper_and_driver_survive_poison_workflows(redis_url: str, tmp_pa
         info = await wf.get(second)
         assert "of stage 'two'" in info.reason and "over the limit of 1048576 bytes" in info.reason
         assert len(await wf.assets(second)) == 1  # stage one completed before
-        for _ in range(150):
-            h = await wf.redis.hgetall(wf.keys.workflow(broken))
-            if h["status"] != "RUNNING":
-                break
-            await asyncio.sleep(0.1)
+
+        async def ended() -> dict[str, str] | None:
+            h: dict[str, str] = await wf.redis.hgetall(wf.keys.workflow(broken))
+            return h if h["status"] != "RUNNING" else None
+
+        h = await on_keys(wf.redis, [wf.keys.workflow(broken)], ended, 30, "broken ended")
         assert h["status"] == "FAILED" and "its plan does not decode" in h["reason"]
 
         # the rest of the namespace went on: the good workflow, the lost plain task
@@ -104,15 +104,15 @@ async def test_reaper_and_driver_survive_poison_workflows(redis_url: str, tmp_pa
         assert g.state == "SUCCEEDED" and g.attempt == 2
         assert "RECLAIM" in [e.event for e in await tasks.history(ghost)]
 
-        # and they are still up a few sweeps later
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 2:
-            assert reaper.poll() is None, (tmp_path / "reaper.log").read_text()[-2000:]
-            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-2000:]
-            await asyncio.sleep(0.2)
-        # more work after the poison: still driven
+        # and they are still at work sweeps later: a task lost after the poison is
+        # reclaimed (its lease ends after two more sweeps at least; no worker serves its
+        # queue, so the reaper's RECLAIM is what brings it back), more work is driven
+        lost = await ghost_task(tasks, queue="spare")
         later = await wf.start("flat", {"name": "Lin"})
+        await wait_history(tasks, lost, lambda e: e.event == "RECLAIM", timeout=30)
         await wait_status(wf, later, "READY_TO_PUBLISH", timeout=30)
+        assert reaper.poll() is None, (tmp_path / "reaper.log").read_text()[-2000:]
+        assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-2000:]
         for p in (reaper, driver):
             p.send_signal(signal.SIGTERM)
             assert p.wait(15) == 0
@@ -137,11 +137,11 @@ async def test_a_repeated_start_of_a_workflow_that_cannot_go_on_answers_its_id(
     wid = "ab" * 16
     try:
         assert await wf.start("chain", {"blob": "b" * 600_000}, workflow_id=wid) == wid
-        for _ in range(300):
-            if len(await wf.assets(wid)) == 1:  # stage one done; stage two was refused
-                break
-            await asyncio.sleep(0.1)
-        assert len(await wf.assets(wid)) == 1
+
+        async def stage_one_done() -> bool:  # stage one done; stage two was refused
+            return len(await wf.assets(wid)) == 1
+
+        await on_keys(wf.redis, [wf.keys.workflow_assets(wid)], stage_one_done, 30, "asset")
         assert await wf.start("chain", {"blob": "b" * 600_000}, workflow_id=wid) == wid
         assert (await wf.get(wid)).status == "RUNNING"  # no driver here: left for its ABORT
     finally:
