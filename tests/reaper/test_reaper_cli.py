@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -16,6 +14,7 @@ from rsjobs import Client, Settings
 from rsjobs.reaper import Reaper, ReaperConfig
 from tests.support.processes import ROOT, stop_process, wait_for_state
 from tests.support.reaper import spawn, wait_registered
+from tests.support.waits import poll_until
 
 pytestmark = pytest.mark.integration
 
@@ -45,13 +44,14 @@ async def test_workers_memory_and_one_sweep_from_the_cli(cclient: Client, redis_
         gone.wait(10)
         # mark it dead without recovering its task yet (a long min idle), so that
         # `rsjobs workers` shows what the dead worker still holds
-        config = ReaperConfig(lease_ms=1000, dead_after_leases=1, min_idle_ms=60_000, guard=False)
+        config = ReaperConfig(lease_ms=200, dead_after_leases=1, min_idle_ms=60_000, guard=False)
         reaper = Reaper(url=redis_url, settings=Settings(namespace="cl"), config=config)
         try:
-            deadline = time.monotonic() + 10
-            while "gone" not in (await reaper.sweep_once()).workers_dead:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.1)
+
+            async def found_dead() -> bool:
+                return "gone" in (await reaper.sweep_once()).workers_dead
+
+            await poll_until(found_dead, 10, "the killed worker found dead")
         finally:
             await reaper.close()
 
