@@ -619,7 +619,8 @@ class ClusterRedis(Redis):  # type: ignore[misc]  # redis-py is untyped here
         do: a ``MULTI`` refused as a whole is sent again as a whole (after ``ASKING`` to
         the node an ``ASK`` names), and of a plain pipeline, the commands answered with a
         redirect (they did not run; the others did, and are not sent again) are sent
-        again together, each after an ``ASKING`` for an ``ASK``."""
+        again together, each after an ``ASKING`` for an ``ASK``, with the keyless commands
+        that followed the first of them (a ``WAIT`` after a write is about that write)."""
         keys = [command_key(args) for args, _ in stack]
         slots = {slot_of(k) for k in keys if k is not None}
         if len(slots) > 1:  # Redis would refuse a MULTI, and answer MOVED to a pipeline
@@ -657,6 +658,9 @@ class ClusterRedis(Redis):  # type: ignore[misc]  # redis-py is untyped here
             moved = [i for i in pending if _redirected(replies[i])]
             if not moved:
                 break
+            # a keyless command after a redirected one goes with it: it is about the
+            # connection's own writes (WAIT counts them), which now go to the other node
+            moved = [i for i in pending if i in moved or (keys[i] is None and i > moved[0])]
             first = replies[moved[0]]
             redirect = redirect_of(first)
             assert redirect is not None

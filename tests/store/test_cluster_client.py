@@ -364,3 +364,30 @@ async def test_time_is_read_from_the_namespaces_master(fc: FakeCluster) -> None:
     assert fc.fakes[A].calls == [("pool", ("TIME",))] and fc.fakes[C].calls == []
     await fc.execute_command("TIME")  # without a key: the first master
     assert fc.fakes[C].calls == [("pool", ("TIME",))]
+
+
+async def test_a_wait_after_a_redirected_write_goes_with_it(fc: FakeCluster) -> None:
+    """Durable mode's EVALSHA then WAIT: when the write is redirected (the master failed
+    over), the WAIT is sent again with it to the new master. Left on the old node (a
+    replica now) it would answer "WAIT cannot be used with replica instances" about a
+    write that went elsewhere."""
+    await fc.execute_command("PING")  # the slot table says A
+    sent: list[tuple[tuple[str, int], list[tuple[Any, ...]]]] = []
+
+    async def run_on(node: Any, stack: Any, transaction: bool, asking: bool) -> Any:
+        sent.append((node.address, [args for args, _ in stack]))
+        if node.address == A:
+            moved = classify(f"MOVED {SLOT} {B[0]}:{B[1]}")
+            return [moved, rx.ResponseError("WAIT cannot be used with replica instances")], None
+        return ["reply", 1][-len(stack) :], None
+
+    fc._run_on = run_on  # type: ignore[method-assign]
+    fc.owner = B  # the cluster failed over
+    async with fc.pipeline(transaction=False) as pipe:
+        pipe.execute_command("EVALSHA", "sha", 1, KEY)
+        pipe.execute_command("WAIT", 1, 100)
+        assert await pipe.execute() == ["reply", 1]
+    assert sent == [
+        (A, [("EVALSHA", "sha", 1, KEY), ("WAIT", 1, 100)]),
+        (B, [("EVALSHA", "sha", 1, KEY), ("WAIT", 1, 100)]),
+    ]
