@@ -18,7 +18,6 @@ of the page's ids nor A's name; the cursor text itself must not hold them either
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import os
@@ -33,7 +32,7 @@ from rsjobs.errors import ConfigError
 
 from .records import CursorProbe
 from .supervisor import now_ms
-from .transient import TRANSIENT
+from .transient import answer
 
 __all__ = ["CursorProber", "cursor_leaks", "text_leaks"]
 
@@ -95,20 +94,7 @@ class CursorProber:
         self.probes: list[CursorProbe] = []
 
     async def _retry(self, call: Callable[[], Awaitable[Any]]) -> tuple[bool, Any]:
-        loop = asyncio.get_running_loop()
-        end = loop.time() + RETRY_S
-        while True:
-            try:
-                got = await call()
-            except TRANSIENT:
-                got = None
-            except Exception as exc:
-                return True, exc
-            if got is not None and not (isinstance(got, httpx.Response) and got.status_code == 503):
-                return True, got
-            if loop.time() > end:
-                return False, None
-            await asyncio.sleep(0.3)
+        return await answer(call, RETRY_S)
 
     def _note(
         self,

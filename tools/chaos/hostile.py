@@ -39,7 +39,7 @@ from rsjobs.web.config import WebConfig
 from .cursors import CursorProber
 from .records import CallbackProbe, CancelAck, PauseStorm, QueueFlood, Submission
 from .supervisor import now_ms
-from .transient import TRANSIENT
+from .transient import TRANSIENT, answer
 from .workload import HOLD_QUEUE, HostileSpec
 
 __all__ = ["PROVIDER", "HostileSender", "error_code"]
@@ -116,22 +116,7 @@ class HostileSender:
             self.unanswered.append(f"{spec.kind} {spec.seq}: harness: {type(exc).__name__}: {exc}")
 
     async def _retry(self, call: Callable[[], Awaitable[Any]]) -> tuple[bool, Any]:
-        """(True, result or the exception it raised), or (False, None) when only
-        transient errors (and 503s) came back within RETRY_S."""
-        loop = asyncio.get_running_loop()
-        end = loop.time() + RETRY_S
-        while True:
-            try:
-                got = await call()
-            except TRANSIENT:
-                got = None
-            except Exception as exc:
-                return True, exc
-            if got is not None and not (isinstance(got, httpx.Response) and got.status_code == 503):
-                return True, got
-            if loop.time() > end:
-                return False, None
-            await asyncio.sleep(0.3)
+        return await answer(call, RETRY_S)
 
     # -- callbacks ---------------------------------------------------------------------------
 
