@@ -234,9 +234,13 @@ async def test_a_rate_limit_holds_its_rate(client: Client, redis_url: str) -> No
     in_window = [s for s in starts if t0 <= s < t0 + WINDOW_S * 1000]
     print(f"rate {RATE}/s: {len(in_window)} STARTs in the first {WINDOW_S} s (100 +- 10)")
     assert 90 <= len(in_window) <= 110, len(in_window)
-    # no second holds more than the bucket's burst (5) and its refill (RATE)
+    # no second holds more than the bucket's burst (5) and its refill (RATE). A token is
+    # taken by the take call and the START written by the next call, a round trip later:
+    # a second of STARTs spans the tokens of a second plus that lag (bounded here at
+    # 100 ms, RATE / 10 more tokens; a limiter that did not hold would let the 8 slots
+    # run several hundred a second)
     per_second = [sum(1 for s in starts if t <= s < t + 1000) for t in starts]
-    assert max(per_second) <= RATE + 5, max(per_second)
+    assert max(per_second) <= 5 + RATE + RATE // 10, max(per_second)
     (limits,) = await client.limits("gpu")
     assert [(r.per_second, r.burst) for r in limits.rates] == [(float(RATE), 5)]
 
