@@ -85,6 +85,15 @@ async def test_a_worker_that_missed_the_pause_is_stopped_by_start(
         # its delivery was handed back: a fresh entry waits, nothing in anyone's hands
         assert r.xlen("rsjobs:{t}:queue:gpu") == 1
         assert r.xpending("rsjobs:{t}:queue:gpu", "workers")["pending"] == 0
+        # the worker's fetch loop is parked (no stream left to read) and no start is in
+        # flight: a read it had sent beside the refused START (the loop reads on while a
+        # batch starts) has come back, with the handed-back entry or empty, and been dealt
+        # with; the window counts only what the paused worker does from here
+        await eventually(
+            lambda: bool(w._slot_free._waiters) and not w._start_tasks and not w._starting,  # type: ignore[attr-defined]
+            5,
+            "the fetch loop parked",
+        )
         await no_blocked_read(r)
         r.config_resetstat()
         await asyncio.sleep(WINDOW_S)  # over a span of its reads (200 ms each)
