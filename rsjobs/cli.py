@@ -27,7 +27,7 @@ from .errors import (
     WaitTimeout,
 )
 from .logfmt import FORMATS, setup_logging
-from .settings import Settings
+from .settings import Settings, queue_quota_from_env
 from .store import Store
 from .store.connection import moved_hint, redact_url
 from .worker import Registry, Worker
@@ -73,8 +73,9 @@ def _log_format_default() -> str:
 
 
 def settings_from_args(args: argparse.Namespace, **more: Any) -> Settings:
-    """The :class:`Settings` the global options name (namespace, durable mode), plus
-    ``more``; a bad value is a one-line CLI error."""
+    """The :class:`Settings` the global options name (namespace, durable mode), the
+    owners' queue quota (``RSJOBS_QUEUE_QUOTA``), plus ``more``; a bad value is a
+    one-line CLI error."""
     raw = getattr(args, "shards", None)
     shards: int | None = None
     if raw not in (None, ""):
@@ -83,6 +84,7 @@ def settings_from_args(args: argparse.Namespace, **more: Any) -> Settings:
         except ValueError:
             raise CliError(f"--shards must be an integer between 1 and 256, not {raw!r}") from None
     try:
+        more.setdefault("queue_quota", queue_quota_from_env(os.environ))
         return Settings(
             namespace=args.namespace,
             wait_replicas=args.wait_replicas,

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import msgspec
 
 from .codec import DEFAULT_PAYLOAD_LIMIT
 from .errors import ConfigError
 from .names import validate_name
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "queue_quota_from_env"]
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -58,3 +60,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             from .store.shards import check_count
 
             check_count(self.shards)
+
+
+def queue_quota_from_env(env: Mapping[str, str]) -> int:
+    """``RSJOBS_QUEUE_QUOTA``: the most queues one owner may make (0 = no quota)."""
+    raw = env.get("RSJOBS_QUEUE_QUOTA", "")
+    if not raw:
+        return Settings().queue_quota
+    if not (raw.isascii() and raw.isdigit()):
+        raise ConfigError(f"RSJOBS_QUEUE_QUOTA must be a whole number, not {raw!r}")
+    return int(raw)

@@ -33,7 +33,6 @@ from .. import tracing
 from ..callbacks import SECRET_ENV
 from ..client import Client
 from ..errors import (
-    ConfigError,
     CorruptData,
     NotMigrated,
     NotReplicated,
@@ -41,7 +40,7 @@ from ..errors import (
     RsjobsError,
     StoreError,
 )
-from ..settings import Settings
+from ..settings import Settings, queue_quota_from_env
 from ..store.connection import connect, describe
 from ..workflows import WorkflowClient, WorkflowDefinition
 from .actions import action_routes
@@ -60,7 +59,7 @@ from .service import Service
 from .tracectx import TraceContextMiddleware
 from .workflows import workflow_routes
 
-__all__ = ["create_app", "queue_quota_from_env"]
+__all__ = ["create_app"]
 
 log = logging.getLogger("rsjobs.web")
 
@@ -223,13 +222,3 @@ async def _store_error(request: Request, exc: Exception) -> Response:
     answer = store_error(exc)
     assert answer is not None
     return error_response(answer)
-
-
-def queue_quota_from_env(env: Mapping[str, str]) -> int:
-    """``RSJOBS_QUEUE_QUOTA``: the most queues one owner may make (0 = no quota)."""
-    raw = env.get("RSJOBS_QUEUE_QUOTA", "")
-    if not raw:
-        return Settings().queue_quota
-    if not (raw.isascii() and raw.isdigit()):
-        raise ConfigError(f"RSJOBS_QUEUE_QUOTA must be a whole number, not {raw!r}")
-    return int(raw)

@@ -99,7 +99,7 @@ def load_definitions(specs: Iterable[str]) -> list[WorkflowDefinition]:
 async def cmd_web(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .app import create_app, queue_quota_from_env
+    from .app import create_app
     from .config import WebConfig
     from .server import protocol
 
@@ -112,21 +112,17 @@ async def cmd_web(args: argparse.Namespace) -> int:
         cors_origins=tuple(args.cors_origin),
         keepalive_ms=args.keepalive_ms,
     )
-    from ..cli import CliError, settings_from_args
-    from ..errors import ConfigError, RedisUnavailable
+    from ..cli import settings_from_args
+    from ..errors import RedisUnavailable
     from ..logfmt import setup_logging, uvicorn_log_config
 
-    try:
-        quota = queue_quota_from_env(os.environ)
-    except ConfigError as exc:
-        raise CliError(str(exc)) from None
     if args.log_format == "json":  # uvicorn's own lines go to the root handler then
         setup_logging(args.log_level, "json", "")
     app = create_app(
         args.url,
-        # the global options: namespace and durable mode (--wait-replicas / env), and
-        # the owners' queue quota (RSJOBS_QUEUE_QUOTA)
-        settings=settings_from_args(args, queue_quota=quota),
+        # the global options: namespace, durable mode (--wait-replicas / env) and the
+        # owners' queue quota (RSJOBS_QUEUE_QUOTA)
+        settings=settings_from_args(args),
         dev=args.dev,
         config=config,
         definitions=load_definitions(args.workflows),

@@ -4,6 +4,7 @@ everything it left behind (``rsjobs queue delete``)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from collections.abc import AsyncIterator
@@ -25,7 +26,7 @@ from rsjobs import (
     UnknownQueue,
     connect,
 )
-from rsjobs.cli import main
+from rsjobs.cli import CliError, main, settings_from_args
 from rsjobs.store.keys import Keys
 from rsjobs.web import WebConfig, create_app
 from tests.support.web import ADMIN, ALICE, BOB, NAMESPACE, ROOT, TOKENS, redis_state
@@ -290,3 +291,19 @@ async def test_a_sharded_namespace_registers_and_deletes_on_every_shard(
         await c.enqueue("t", queue="other", owner="o0")  # o0's place is back
     finally:
         await c.close()
+
+
+def test_every_command_reads_the_quota_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``settings_from_args`` (every CLI command, ``rsjobs web`` among them) takes
+    ``RSJOBS_QUEUE_QUOTA``; a bad value is a one-line CLI error."""
+    args = argparse.Namespace(namespace="q", wait_replicas=0, wait_timeout_ms=1000, shards=None)
+    monkeypatch.setenv("RSJOBS_QUEUE_QUOTA", "7")
+    assert settings_from_args(args).queue_quota == 7
+    assert settings_from_args(args, queue_quota=3).queue_quota == 3
+    monkeypatch.setenv("RSJOBS_QUEUE_QUOTA", "many")
+    with pytest.raises(CliError, match="RSJOBS_QUEUE_QUOTA"):
+        settings_from_args(args)
+    monkeypatch.delenv("RSJOBS_QUEUE_QUOTA")
+    assert settings_from_args(args).queue_quota == 100
