@@ -22,6 +22,7 @@ from tools.chaos.records import (
     CallbackProbe,
     CancelAck,
     CursorProbe,
+    FaultEvent,
     HostileTraces,
     PauseStorm,
     QueueFlood,
@@ -126,6 +127,22 @@ def test_storm_corruptions_are_reported() -> None:
     # a command answered with an error, or refused while the storm knew the state
     assert "HOSTILE_MISHANDLED" in kinds(storm_run(150, errors=1, error="HTTP 500"))
     assert "HOSTILE_MISHANDLED" in kinds(storm_run(150, refused=1))
+
+
+def test_a_storm_command_lost_in_an_aof_window_is_reported_apart() -> None:
+    """Redis SIGKILLed under appendfsync everysec mid-storm loses the last applied PAUSE:
+    the history holds one fewer and the next RESUME is refused (the task was PENDING) —
+    an AOF-window loss, reported apart with the kill; the same run under fsync always, or
+    with the kill long after the storm, is a violation."""
+    kill = FaultEvent(at_ms=ACK + 200, kind="redis_kill", target="redis")
+    lost = storm_run(150, paused=151, refused=1, last_ms=ACK + 400)
+    res = check(_with(lost, fsync="everysec", faults=[kill]))
+    assert res.violations == []
+    assert {v.kind for v in res.aof_window_losses} == {"STORM_UNACCOUNTED", "HOSTILE_MISHANDLED"}
+    assert all("Redis SIGKILLed" in v.detail for v in res.aof_window_losses)
+    assert "HOSTILE_MISHANDLED" in kinds(_with(lost, faults=[kill]))  # fsync always
+    late = FaultEvent(at_ms=ACK + 60_000, kind="redis_kill", target="redis")
+    assert "HOSTILE_MISHANDLED" in kinds(_with(lost, fsync="everysec", faults=[late]))
 
 
 def test_an_elided_entry_must_chain() -> None:

@@ -35,7 +35,16 @@ def run_chaos(tmp_path: Path, *args: str, timeout: float) -> tuple[int, dict[str
     )
     out = proc.stdout + proc.stderr
     data = json.loads(report.read_text()) if report.exists() else {}
-    return proc.returncode, data, out
+    return proc.returncode, data, summary(out)
+
+
+def summary(out: str) -> str:
+    """The run's output for an assertion message: the report (from its heading on, where
+    the violations are named) first, so that a long log does not push it out of view."""
+    at = out.rfind("== rsjobs chaos report")
+    return (
+        out if at < 0 else out[at:] + "\n-- the run's log, its last lines --\n" + out[:at][-3000:]
+    )
 
 
 @pytest.mark.timeout(300)
@@ -55,8 +64,8 @@ def test_short_run_everysec_has_no_violation(tmp_path: Path) -> None:
         "--drain-timeout", "150", "--poison-inputs", "10",
         timeout=280,
     )  # fmt: skip
-    assert rc == 0, out[-6000:]
-    assert rep["passed"] and rep["violations"] == [], out[-6000:]
+    assert rc == 0, out[:8000]
+    assert rep["passed"] and rep["violations"] == [], out[:8000]
     counts = rep["counts"]
     assert isinstance(counts, dict)
     # total accounting: every accepted task was found and is terminal, but for a write
@@ -127,8 +136,8 @@ def test_short_run_sentinel_durable_fsync_always_loses_nothing(tmp_path: Path) -
         "--hostile", "0",
         timeout=280,
     )  # fmt: skip
-    assert rc == 0, out[-6000:]
-    assert rep["violations"] == [] and rep["aof_window_losses"] == [], out[-6000:]
+    assert rc == 0, out[:8000]
+    assert rep["violations"] == [] and rep["aof_window_losses"] == [], out[:8000]
     faults = rep["fault_counts"]
     assert isinstance(faults, dict)
     kinds = ("redis_kill", "redis_term", "redis_freeze", "redis_failover", "worker_kill")

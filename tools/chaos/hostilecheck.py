@@ -120,12 +120,21 @@ def _storms(
         what = f"storm of {s.cycles} cycles via {s.channel}"
         if s.errors:
             bad("HOSTILE_MISHANDLED", s.task_id, f"{what}: {s.errors} wrong answers ({s.error})")
+        # a refusal follows a lost answer (the storm lost track of the state), or an applied
+        # command that Redis lost in its AOF window (SIGKILLed under appendfsync everysec:
+        # the next command finds the state before it)
+        at_risk_here = (
+            {"written_ms": risk_point(s.first_ms, s.last_ms)}
+            if at_risk(s.first_ms, s.last_ms)
+            else {}
+        )
         if s.refused > s.unknown_pause + s.unknown_resume:
             bad(
                 "HOSTILE_MISHANDLED",
                 s.task_id,
                 f"{what}: {s.refused} commands refused, but the storm never lost track of "
                 f"the task's state ({s.unknown_pause + s.unknown_resume} unanswered)",
+                **at_risk_here,
             )
         rec = d.tasks.get(s.task_id)
         if rec is None or not rec.fields:
@@ -159,11 +168,7 @@ def _storms(
                 s.task_id,
                 f"{what}: {done} {event}s answered as applied (+{unknown} unanswered), the "
                 f"history accounts for {got} ({per[event]} of them elided)",
-                **(
-                    {"written_ms": risk_point(s.first_ms, s.last_ms)}
-                    if at_risk(s.first_ms, s.last_ms)
-                    else {}
-                ),
+                **at_risk_here,
             )
 
 

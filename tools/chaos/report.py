@@ -57,6 +57,22 @@ def format_history(rec: TaskRecord) -> list[str]:
     return lines
 
 
+#: entries of an evidence history printed at each end (the JSON report keeps them all)
+EVIDENCE_ENDS = 12
+
+
+def _ends(lines: list[str]) -> list[str]:
+    """A long history's first and last entries, with how many were left out between."""
+    if len(lines) <= 2 * EVIDENCE_ENDS + 1:
+        return lines
+    cut = len(lines) - 2 * EVIDENCE_ENDS
+    return [
+        *lines[:EVIDENCE_ENDS],
+        f"... {cut} entries (all in the JSON report)",
+        *lines[-EVIDENCE_ENDS:],
+    ]
+
+
 def _kinds(vs: list[Violation]) -> str:
     return ", ".join(f"{k}={n}" for k, n in sorted(Counter(v.kind for v in vs).items()))
 
@@ -162,7 +178,7 @@ def format_report(r: ChaosReport) -> str:
             out.append(f"  ? {v.kind} {v.task_id} {v.detail}")
     for tid, lines in list(r.evidence.items())[:3]:
         out.append(f"history of {tid}:")
-        out.extend(f"    {line}" for line in lines)
+        out.extend(f"    {line}" for line in _ends(lines))
     out.append(f"replay     {r.replay}")
     out.append(f"run dir    {r.run_dir}")
     return "\n".join(out)
