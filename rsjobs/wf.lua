@@ -78,11 +78,18 @@ local WF_TRANSITIONS = {
 }
 
 local WF_NKEYS = 7
-local WF_KEY, WF_HKEY = KEYS[#KEYS - 6], KEYS[#KEYS - 5]
-local WF_TASKS, WF_ASSETS, WF_OPEN = KEYS[#KEYS - 4], KEYS[#KEYS - 3], KEYS[#KEYS - 2]
-local WF_ACTIVE, WF_INDEX = KEYS[#KEYS - 1], KEYS[#KEYS]
-local CHANNEL = ARGV[5]
-local WF_HISTORY_MAX = tonumber(ARGV[6])
+-- The workflow keys and values of the call, set by begin_wf (a workflow script's call
+-- begins with fsm.lua's begin_call, then begin_wf)
+local WF_KEY, WF_HKEY, WF_TASKS, WF_ASSETS, WF_OPEN, WF_ACTIVE, WF_INDEX
+local CHANNEL, WF_HISTORY_MAX
+
+local function begin_wf()
+  local n = #KEYS
+  WF_KEY, WF_HKEY = KEYS[n - 6], KEYS[n - 5]
+  WF_TASKS, WF_ASSETS, WF_OPEN = KEYS[n - 4], KEYS[n - 3], KEYS[n - 2]
+  WF_ACTIVE, WF_INDEX = KEYS[n - 1], KEYS[n]
+  CHANNEL, WF_HISTORY_MAX = ARGV[5], tonumber(ARGV[6])
+end
 local NWARG = 6
 
 -- Task hash fields a workflow script reads besides fsm.lua's ATTEMPT_FIELDS.

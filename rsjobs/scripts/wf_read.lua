@@ -4,8 +4,8 @@ The readers that need several of a workflow's keys consistent with each other (t
 status document: its hash with the slots and assets of the same moment; a retry: which
 slots' tasks are still open) read them in one call here rather than in a MULTI: a
 script runs where its keys' slot lives on a cluster, like every other. The store calls it
-read-only (EVALSHA_RO on Redis >= 7.0, where the server refuses any write from it; a
-plain EVALSHA before 7.0, see rsjobs/store/scripts.py): it reads, and fsm.lua's
+read-only (FCALL_RO of its function, flagged no-writes, on Redis >= 7.0, where the server
+refuses any write from it; a plain EVALSHA before 7.0, see rsjobs/store/scripts.py): it reads, and fsm.lua's
 finish_call has nothing to write after it (no counter, event or history entry).
 
 KEYS: common (see fsm.lua), then

@@ -15,11 +15,11 @@ each command itself:
   into shards (one hash tag each) needs nothing else here. Keyless commands go to the
   first master, or to the master of the key given as redis-py's ``keys=[...]`` option
   (the store reads ``TIME`` from the namespace's master so); ``FLUSHALL``, ``FLUSHDB``,
-  ``SCRIPT LOAD`` / ``FLUSH`` go to every master; ``SCAN`` goes where its ``MATCH``
-  pattern's hash tag lives.
+  ``SCRIPT`` / ``FUNCTION`` ``LOAD`` / ``FLUSH`` go to every master; ``SCAN`` goes where
+  its ``MATCH`` pattern's hash tag lives.
 * **How.** Each master has a :class:`~rsjobs.store.lane.LaneRedis` (made with the URL's
   settings: bounded timeouts, no handshake, no redis-py retry). Scripts (``EVALSHA`` /
-  ``EVAL``, and the read-only ``EVALSHA_RO`` / ``EVAL_RO``, sent to the master too) travel
+  ``EVAL``, ``FCALL`` and the read-only ``FCALL_RO``, sent to the master too) travel
   over its lane, the pipelined connection of the hot path; everything else through its
   pool. Pipelines (``MULTI`` ones included) run on one connection of the master that owns
   their keys, so a ``MULTI`` is as atomic as on a standalone server, and durable mode's
@@ -130,9 +130,11 @@ _NUMKEYS_AT = {
     "BZMPOP": 2,
 }
 #: commands sent to every master (the first one's reply is returned)
-_EVERY_MASTER = frozenset({"FLUSHALL", "FLUSHDB", "SCRIPT FLUSH", "SCRIPT LOAD"})
+_EVERY_MASTER = frozenset(
+    {"FLUSHALL", "FLUSHDB", "SCRIPT FLUSH", "SCRIPT LOAD", "FUNCTION LOAD", "FUNCTION FLUSH"}
+)
 #: the transition scripts' commands: over the master's lane
-_SCRIPTS = frozenset({"EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO"})
+_SCRIPTS = frozenset({"FCALL", "FCALL_RO", "EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO"})
 
 
 def _word(arg: Any) -> str:
@@ -472,7 +474,7 @@ class ClusterRedis(Redis):  # type: ignore[misc]  # redis-py is untyped here
         if script:  # the hot path: EVALSHA sha numkeys key...
             slot = slot_of(args[3]) if len(args) > 3 and args[2] else None
         else:
-            if name in _EVERY_MASTER or (name == "SCRIPT" and len(args) > 1 and
+            if name in _EVERY_MASTER or (name in ("SCRIPT", "FUNCTION") and len(args) > 1 and
                                          _word(args[1]) in ("FLUSH", "LOAD")):  # fmt: skip
                 return await self._every_master(*args, **options)
             if name in ("DBSIZE", "KEYS"):

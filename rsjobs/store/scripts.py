@@ -1,13 +1,15 @@
-"""The scripts: their sources, registered once, and the one call every script goes through.
+"""The scripts: their sources, loaded once, and the one call every script goes through.
 
-Each script in ``scripts/`` is shipped as package data and loaded as ``fsm.lua`` (the table
-and shared helpers; workflow scripts also ``wf.lua``) followed by the script itself. A call
-(:meth:`Scripts.run`, packed by :mod:`rsjobs.store.layout`) is an EVALSHA, loading the
-script on NOSCRIPT (a restarted or failed-over Redis) as redis-py's registered scripts do,
-without their per-call overhead. A read-only call (``readonly``: a script that writes
-nothing, such as ``wf_read.lua``) is an EVALSHA_RO where the server has it (Redis >= 7.0,
-which then refuses any write from the script), a plain EVALSHA where it has not (6.2: told
-once by its "unknown command" reply, see :meth:`Scripts.run`). It goes over the client's
+Each script in ``scripts/`` is shipped as package data. Together with ``fsm.lua`` (the
+table and the shared helpers) and ``wf.lua`` (the workflows') they form one function
+library (:func:`library`): ``FUNCTION LOAD`` defines the state machine once, and each call
+is an ``FCALL`` of one script's function (``FCALL_RO`` for a script that writes nothing,
+such as ``wf_read.lua``) that begins with ``fsm.lua``'s ``begin_call``: nothing is defined
+again per call. Redis >= 7.0 and Valkey have functions, persist them and replicate them
+(on a cluster the library is loaded into every master). On a server without them (Redis
+6.2) each script is ``fsm.lua`` (and ``wf.lua``) followed by the script
+(:func:`script_source`), run by EVALSHA (EVAL on NOSCRIPT, as redis-py's registered
+scripts do, without their per-call overhead). A call goes over the client's
 :class:`~rsjobs.store.lane.Lane` (one pipelined connection) when it has one (clients made
 by :func:`rsjobs.connect`), else through redis-py. Durable mode (``Settings.wait_replicas``)
 follows a write with WAIT. Errors leave as rsjobs's (:mod:`rsjobs.store.transient`).
@@ -38,7 +40,16 @@ from .transient import translate
 if TYPE_CHECKING:
     from . import Store
 
-__all__ = ["SCRIPT_NAMES", "UNGATED", "Scripts", "script_sha", "script_source"]
+__all__ = [
+    "READ_ONLY",
+    "SCRIPT_NAMES",
+    "UNGATED",
+    "Scripts",
+    "function_name",
+    "library",
+    "script_sha",
+    "script_source",
+]
 
 SCRIPT_NAMES = (
     "enqueue",
@@ -101,26 +112,73 @@ UNGATED = frozenset({"marker", "shards", "migrate"})
 
 
 @cache
-def script_source(name: str) -> str:
-    """The full text of a transition script: ``fsm.lua``, then ``scripts/<name>.lua`` as the
-    body of a function that ``fsm.lua``'s ``finish_call`` runs.
+def _text(path: str) -> str:
+    return (resources.files("rsjobs") / path).read_text(encoding="utf-8")
 
-    Workflow scripts (``wf_*``) also get ``wf.lua``, the workflow state machine, between the
-    two (see ``rsjobs.workflows``).
-    """
-    pkg = resources.files("rsjobs")
-    fsm = (pkg / "fsm.lua").read_text(encoding="utf-8")
-    body = (pkg / "scripts" / f"{name}.lua").read_text(encoding="utf-8")
-    if name.startswith("wf_"):
-        fsm += "\n" + (pkg / "wf.lua").read_text(encoding="utf-8")
-    # the body runs as a function, so that fsm.lua's finish_call can write the counters
-    # it summed after the body returns (or raises)
-    return f"{fsm}\nlocal function main()\n{body}\nend\nreturn finish_call(main)\n"
+
+def _prelude(name: str) -> str:
+    """``fsm.lua``, and ``wf.lua`` after it for a workflow script (``wf_*``)."""
+    fsm = _text("fsm.lua")
+    return f"{fsm}\n{_text('wf.lua')}" if name.startswith("wf_") else fsm
+
+
+def _begin(name: str, keys: str, argv: str) -> str:
+    """The statements that begin a call of ``name`` with these KEYS and ARGV."""
+    wf = "begin_wf()\n" if name.startswith("wf_") else ""
+    return f"begin_call({keys}, {argv})\n{wf}"
+
+
+@cache
+def script_source(name: str) -> str:
+    """The full text of transition script ``name`` as one script (EVAL): ``fsm.lua`` (and
+    ``wf.lua`` for a workflow script), then ``scripts/<name>.lua`` as the body of a function
+    that ``fsm.lua``'s ``finish_call`` runs after ``begin_call`` took the call's KEYS and
+    ARGV. What a server without functions runs (Redis 6.2), and the fallback on any server
+    (see :meth:`Scripts.run`)."""
+    body = _text(f"scripts/{name}.lua")
+    # fsm.lua declares its own KEYS and ARGV (set by begin_call): the script's are kept first
+    return (
+        f"local CALL_KEYS, CALL_ARGV = KEYS, ARGV\n{_prelude(name)}\n"
+        f"{_begin(name, 'CALL_KEYS', 'CALL_ARGV')}"
+        # the body runs as a function, so that finish_call can write the counters it
+        # summed after the body returns (or raises)
+        f"return finish_call(function()\n{body}\nend)\n"
+    )
 
 
 @cache
 def script_sha(name: str) -> str:
     return hashlib.sha1(script_source(name).encode()).hexdigest()
+
+
+#: scripts that write nothing: registered with the ``no-writes`` flag (FCALL_RO runs them)
+READ_ONLY = frozenset({"wf_read"})
+
+
+@cache
+def library() -> tuple[str, str]:
+    """The function library: its name and its text (``FUNCTION LOAD``). ``fsm.lua`` and
+    ``wf.lua`` once, then each script registered as a function ``<library>_<script>`` whose
+    body runs as in :func:`script_source`. The name carries a digest of the text, so that
+    two versions of rsjobs on one Redis (a rolling deploy) each call their own."""
+    parts = [f"{_prelude('wf_')}\n"]
+    for name in SCRIPT_NAMES:
+        body = _text(f"scripts/{name}.lua")
+        flags = ", flags = {'no-writes'}" if name in READ_ONLY else ""
+        parts.append(
+            f"redis.register_function{{function_name = '@_{name}'{flags}, callback = (function()\n"
+            f"local function main()\n{body}\nend\n"
+            f"return function(keys, argv)\n{_begin(name, 'keys', 'argv')}"
+            f"return finish_call(main)\nend\nend)()}}\n"
+        )
+    text = "".join(parts)
+    lib = "rsjobs_" + hashlib.sha1(text.encode()).hexdigest()[:16]
+    return lib, f"#!lua name={lib}\n" + text.replace("'@_", f"'{lib}_")
+
+
+def function_name(name: str) -> str:
+    """The name of script ``name``'s function in :func:`library`."""
+    return f"{library()[0]}_{name}"
 
 
 class Scripts:
@@ -146,9 +204,9 @@ class Scripts:
         self.layout_ok = False
         #: the store these scripts serve (set by it): parts route an id to its shard's
         self.store: Store | None = None
-        #: read-only calls are sent as EVALSHA_RO (False once the server answered that it
-        #: has no such command: Redis < 7.0; see run)
-        self.read_only_calls = True
+        #: calls are sent as FCALL of the library (False once the server answered that it
+        #: has no functions: Redis < 7.0; see run)
+        self.functions = True
 
     async def elsewhere(self, an_id: str) -> Store | None:
         """The store of the shard of task or workflow id ``an_id``, when that is not the
@@ -177,47 +235,85 @@ class Scripts:
     async def run(self, call: Packed, *, durable: bool = False, readonly: bool = False) -> Any:
         """Run one packed script call; its raw reply.
 
+        The call is an FCALL of the script's function in :func:`library` (FCALL_RO for a
+        ``readonly`` one: a script that writes nothing, which the server then runs refusing
+        any write); when the server holds no such function (a new server, or one emptied)
+        the library is loaded and the call sent again. On a server without functions
+        (Redis 6.2: "unknown command") it is an EVALSHA of :func:`script_source` (EVAL on
+        NOSCRIPT), as every later call of these scripts is (``functions``).
+
         ``durable``: the call is a write a caller acknowledges; in durable mode it is
         followed by WAIT on the same connection, and :class:`rsjobs.NotReplicated` is raised
-        when too few replicas confirmed it. ``readonly``: the script writes nothing; it is
-        sent as EVALSHA_RO (EVAL_RO on NOSCRIPT), which Redis >= 7.0 runs refusing any
-        write; a server without the command (Redis 6.2) answers "unknown command", and the
-        call is sent again as EVALSHA, as every later read-only call of these scripts is
-        (``read_only_calls``). Raises :class:`rsjobs.RedisUnavailable` on a
+        when too few replicas confirmed it. Raises :class:`rsjobs.RedisUnavailable` on a
         passing error, :class:`rsjobs.StoreError` on any other error reply, and
         :class:`rsjobs.NotMigrated` (nothing run) while the namespace is not in this layout
         (checked before the first call, see :meth:`require_layout`)."""
         name = call.script
         if not self.layout_ok and name not in UNGATED:
             await self.require_layout()
-        cmd = ("EVALSHA", script_sha(name), len(call.keys), *call.keys, *call.argv)
+        wait = durable and not readonly and bool(self.settings.wait_replicas)
         try:
-            if durable and self.settings.wait_replicas and not readonly:
-                return await self._run_durable(name, cmd)
-            lane = self.lane
-            send = lane.call if lane is not None else self.redis.execute_command
-            if readonly and self.read_only_calls:
+            if self.functions:
+                fcall = "FCALL_RO" if readonly else "FCALL"
+                cmd = (fcall, function_name(name), len(call.keys), *call.keys, *call.argv)
                 try:
-                    return await _send(send, ("EVALSHA_RO", *cmd[1:]), name)
+                    if wait:
+                        return await self._run_durable(name, cmd)
+                    lane = self.lane
+                    if lane is not None:  # (inline: the hot path)
+                        return await lane.call(*cmd)
+                    return await self.redis.execute_command(*cmd)
                 except ResponseError as exc:
-                    if not _no_read_only_command(exc):
+                    if _no_function(exc):
+                        # not run: load the library, then send the call again
+                        await self.load_library()
+                        return await self._send(name, cmd, wait)
+                    if not _no_functions(exc):
                         raise
-                    # Redis < 7.0: the command did not run; a plain EVALSHA from now on
-                    # (the script writes nothing either way)
-                    self.read_only_calls = False
-            try:  # (inline, not _send: the hot path)
-                return await send(*cmd)
-            except NoScriptError:
-                return await send(*_as_eval(cmd, name))
+                    # Redis < 7.0: the command did not run; EVALSHA from now on
+                    self.functions = False
+            cmd = ("EVALSHA", script_sha(name), len(call.keys), *call.keys, *call.argv)
+            return await self._send(name, cmd, wait)
         except (RedisError, OSError) as exc:
             raise translate(exc, f"{name}.lua") from exc
 
+    async def _send(self, name: str, cmd: tuple[Any, ...], wait: bool) -> Any:
+        """Send ``cmd`` (an FCALL, or an EVALSHA and then an EVAL on NOSCRIPT) over the
+        lane, or with WAIT after it (``wait``)."""
+        if wait:
+            return await self._run_durable(name, cmd)
+        lane = self.lane
+        send = lane.call if lane is not None else self.redis.execute_command
+        try:
+            return await send(*cmd)
+        except NoScriptError:
+            # EVAL over the same path, not SCRIPT LOAD then EVALSHA: after a failover the
+            # load could reach the new primary while the call's connection still reaches
+            # the old node (then NOSCRIPT again, forever); EVAL runs where the call goes
+            # and caches the script there (a replica answers READONLY, a failover error
+            # the caller handles)
+            return await send(*_as_eval(cmd, name))
+
+    async def load_library(self) -> None:
+        """FUNCTION LOAD the library (REPLACE: another client may have loaded the same
+        text meanwhile; on a cluster, into every master)."""
+        await self.redis.execute_command("FUNCTION", "LOAD", "REPLACE", library()[1])
+
     async def preload(self, names: Sequence[str]) -> None:
-        """Load these scripts into Redis now (SCRIPT LOAD), so that their first calls find
-        them: a first call that meets NOSCRIPT is sent again as EVAL, after calls sent
-        behind it on the lane have run (a worker relies on its ends running before its
-        next take). Best effort: a failure here only costs that EVAL later."""
+        """Load the library now (or, on a server without functions, these scripts: SCRIPT
+        LOAD), so that the first calls find it: a first call that finds no function (or
+        NOSCRIPT) is sent again after calls sent behind it on the lane have run (a worker
+        relies on its ends running before its next take). Best effort: a failure here
+        only costs that later load."""
         with contextlib.suppress(RedisError, OSError):
+            if self.functions:
+                try:
+                    await self.load_library()
+                    return
+                except ResponseError as exc:
+                    if not _no_functions(exc):
+                        raise
+                    self.functions = False
             for name in names:
                 await self.redis.script_load(script_source(name))
 
@@ -245,7 +341,7 @@ class Scripts:
         return state
 
     async def _run_durable(self, name: str, cmd: tuple[Any, ...]) -> Any:
-        """EVALSHA then WAIT on one pooled connection (WAIT counts that connection's
+        """``cmd`` then WAIT on one pooled connection (WAIT counts that connection's
         writes; the lane is shared and must not block on it)."""
         s = self.settings
         for attempt in (1, 2):
@@ -266,30 +362,27 @@ class Scripts:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def _send(send: Any, cmd: tuple[Any, ...], name: str) -> Any:
-    """Send the EVALSHA (or EVALSHA_RO) ``cmd``; on NOSCRIPT, as an EVAL of the source."""
-    try:
-        return await send(*cmd)
-    except NoScriptError:
-        # EVAL over the same path, not SCRIPT LOAD then EVALSHA: after a failover the load
-        # could reach the new primary while the call's connection still reaches the old
-        # node (then NOSCRIPT again, forever); EVAL runs where the call goes and caches the
-        # script there (a replica answers READONLY, a failover error the caller handles)
-        return await send(*_as_eval(cmd, name))
-
-
 def _as_eval(cmd: tuple[Any, ...], name: str) -> tuple[Any, ...]:
-    """The EVALSHA (EVALSHA_RO) call ``cmd`` as an EVAL (EVAL_RO) of the script's source
-    (same keys and args)."""
-    return ("EVAL_RO" if cmd[0] == "EVALSHA_RO" else "EVAL", script_source(name), *cmd[2:])
+    """The EVALSHA call ``cmd`` as an EVAL of the script's source (same keys and args)."""
+    return ("EVAL", script_source(name), *cmd[2:])
 
 
-#: the reply of a server without the read-only script commands (Redis < 7.0; fakeredis):
-#: "unknown command `EVALSHA_RO`, with args beginning with: ..." (quotes vary by version)
-_NO_RO = re.compile(r"^(?:ERR )?unknown command\W+eval(?:sha)?_ro\b", re.IGNORECASE)
+#: the reply of a server without functions (Redis < 7.0; a fakeredis without them) to
+#: FCALL, FCALL_RO or FUNCTION: "unknown command `FCALL`, with args beginning with: ..."
+#: (quotes vary by version)
+_NO_FUNCTIONS = re.compile(r"^(?:ERR )?unknown command\W+(?:fcall(?:_ro)?|function)\b", re.I)
 
 
-def _no_read_only_command(exc: ResponseError) -> bool:
-    """Whether ``exc`` is the server's "unknown command" reply to EVALSHA_RO / EVAL_RO (the
-    command did not run), not an error of the script."""
-    return _NO_RO.match(str(exc)) is not None
+def _no_functions(exc: ResponseError) -> bool:
+    """Whether ``exc`` is the server's "unknown command" reply to FCALL / FCALL_RO /
+    FUNCTION (the command did not run), not an error of the script."""
+    return _NO_FUNCTIONS.match(str(exc)) is not None
+
+
+#: FCALL's reply when the server holds no such function (the library not loaded: the
+#: call did not run)
+_NO_FUNCTION = re.compile(r"^(?:ERR )?function not found", re.I)
+
+
+def _no_function(exc: ResponseError) -> bool:
+    return _NO_FUNCTION.match(str(exc)) is not None

@@ -231,8 +231,8 @@ async def test_workflows_run_on_their_shard(client: Client, cluster_url: str) ->
                 wfs = (await client.store.at(wid)).workflows
                 slots = (await wfs.slots_and_open(wid))[0]
                 assert {shard_of(t) for t in slots.values()} == {shard_of(wid)}
-                # (wf_read.lua, the read behind both: EVALSHA_RO where the nodes have it)
-                assert wfs.scripts.read_only_calls is (major >= 7)
+                # (wf_read.lua, the read behind both: FCALL_RO where the nodes have it)
+                assert wfs.scripts.functions is (major >= 7)
             owned = await wf.start("two", {"name": "o"}, owner="alice")
             assert shard_of(owned) == (await client.store.open()).place(owner="alice")
         listed = await client.list_workflows(limit=3)

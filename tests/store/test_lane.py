@@ -20,7 +20,7 @@ from redis.exceptions import (
 from rsjobs import Client, Settings
 from rsjobs.client import connect
 from rsjobs.store.lane import Lane, LaneTarget, lane_target
-from rsjobs.store.scripts import Scripts
+from rsjobs.store.scripts import Scripts, library
 
 pytestmark = pytest.mark.integration
 
@@ -197,6 +197,74 @@ async def test_noscript_is_answered_with_eval_where_the_call_goes() -> None:
     node = _TwoNodes()
     scripts = Scripts(node, Settings())  # type: ignore[arg-type]
     scripts.layout_ok = True  # the layout check before a first call is a call of its own
+    scripts.functions = False  # a server without functions (Redis 6.2)
     call = layout.promote(scripts.common, "worker", [])
     assert await scripts.run(call) == [1]
     assert node.sent == ["EVALSHA", "EVAL"]
+
+
+class _Server:
+    """A server that answers FCALL as one without the library does ("Function not found")
+    until FUNCTION LOAD, or, without functions at all, "unknown command"."""
+
+    def __init__(self, *, functions: bool) -> None:
+        self.functions = functions
+        self.loaded = False
+        self.sent: list[str] = []
+
+    async def execute_command(self, *args: object) -> object:
+        self.sent.append(
+            " ".join(str(a) for a in args[:2]) if args[0] == "FUNCTION" else str(args[0])
+        )
+        if args[0] in ("FCALL", "FCALL_RO", "FUNCTION") and not self.functions:
+            raise ResponseError(f"unknown command '{args[0]}', with args beginning with: ")
+        if args[0] == "FUNCTION":
+            assert args[1:3] == ("LOAD", "REPLACE") and str(args[3]).startswith("#!lua name=")
+            self.loaded = True
+            return library()[0]
+        if args[0] == "FCALL" and not self.loaded:
+            raise ResponseError("Function not found")
+        return [1]
+
+
+async def test_a_server_without_the_library_gets_it_and_the_call_is_sent_again() -> None:
+    """FCALL of a function the server lacks did not run: the library is loaded (once) and
+    the call sent again; a server without functions (6.2) gets EVALSHA from then on."""
+    from rsjobs.store import layout
+
+    server = _Server(functions=True)
+    scripts = Scripts(server, Settings())  # type: ignore[arg-type]
+    scripts.layout_ok = True
+    call = layout.promote(scripts.common, "worker", [])
+    assert await scripts.run(call) == [1] and await scripts.run(call) == [1]
+    assert server.sent == ["FCALL", "FUNCTION LOAD", "FCALL", "FCALL"]
+    assert scripts.functions is True
+
+    old = _Server(functions=False)
+    scripts = Scripts(old, Settings())  # type: ignore[arg-type]
+    scripts.layout_ok = True
+    assert await scripts.run(call) == [1] and await scripts.run(call) == [1]
+    assert old.sent == ["FCALL", "EVALSHA", "EVALSHA"]
+    assert scripts.functions is False
+
+
+async def test_a_flushed_library_is_loaded_again(redis_url: str) -> None:
+    """FUNCTION FLUSH (or a server restarted empty) between two calls: the next call loads
+    the library and runs; the server holds one rsjobs library (its name carries a digest
+    of its text)."""
+    c = Client(connect(redis_url), Settings(namespace="flushed"))
+    try:
+        await c.enqueue("noop")
+        info = await c.redis.info("server")
+        if int(str(info["redis_version"]).split(".")[0]) < 7:
+            pytest.skip("a server without functions")
+        await c.redis.execute_command("FUNCTION", "FLUSH")
+        tid = await c.enqueue("noop", {"x": 2})
+        assert (await c.get(tid)).state == "PENDING"
+        libs = [
+            dict(zip(lib[::2], lib[1::2], strict=True)) for lib in await c.redis.function_list()
+        ]
+        names = [lib["library_name"] for lib in libs]
+        assert library()[0] in names
+    finally:
+        await c.close()

@@ -6,6 +6,7 @@ histories kept in their hashes."""
 from __future__ import annotations
 
 import asyncio
+from importlib import resources
 
 import pytest
 from redis.exceptions import ResponseError
@@ -48,10 +49,11 @@ async def test_an_illegal_transition_is_an_error_reply_naming_it(client: Client)
 
 
 def _with_fsm(tail: str) -> str:
-    from importlib import resources
-
+    """``tail`` run as a script's body is (see rsjobs.store.scripts.script_source)."""
     fsm = (resources.files("rsjobs") / "fsm.lua").read_text(encoding="utf-8")
-    return fsm + "\n" + tail
+    return (
+        f"local CALL_KEYS, CALL_ARGV = KEYS, ARGV\n{fsm}\nbegin_call(CALL_KEYS, CALL_ARGV)\n{tail}"
+    )
 
 
 async def test_a_task_history_lives_in_its_hash(client: Client) -> None:

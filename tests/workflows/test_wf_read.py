@@ -1,8 +1,8 @@
 """``wf_read.lua``, the workflow reads that need one consistent view (the status
 document's hash, slots and assets; a retry's slots and open set): on fakeredis its replies,
 its layout and view checks and that it writes nothing; through the store, the same values
-as the keys hold, read-only on a server that has EVALSHA_RO (Redis >= 7.0) and a plain
-EVALSHA on one that has not (6.2, fakeredis)."""
+as the keys hold, read-only (FCALL_RO) on a server that has functions (Redis >= 7.0,
+fakeredis) and a plain EVALSHA on one that has not (6.2)."""
 
 from __future__ import annotations
 
@@ -165,25 +165,23 @@ async def fake() -> AsyncIterator[tuple[WorkflowClient, Hand]]:
     await r.aclose()
 
 
-async def test_the_store_reads_on_a_server_without_evalsha_ro(
-    fake: tuple[WorkflowClient, Hand],
-) -> None:
+async def test_the_store_reads_on_fakeredis(fake: tuple[WorkflowClient, Hand]) -> None:
     wf = await check_reads(*fake)
-    # fakeredis answers "unknown command" to EVALSHA_RO: told once, plain EVALSHA since
-    assert wf.scripts.read_only_calls is False
+    # fakeredis has functions: the library's wf_read, flagged no-writes, by FCALL_RO
+    assert wf.scripts.functions is True
 
 
 async def test_the_store_reads_read_only_where_the_server_can(wf: WorkflowClient) -> None:
-    """On the session's Redis: EVALSHA_RO on >= 7.0 (which refuses any write: the call
-    succeeding shows the script, fsm.lua's prelude and finish_call included, writes
+    """On the session's Redis: FCALL_RO on >= 7.0 (which refuses any write: the call
+    succeeding shows the script, fsm.lua's begin_call and finish_call included, writes
     nothing), EVALSHA on 6.2; a script error is not taken for a missing command."""
     hand = Hand(wf.redis, wf.settings)
     store_wf = await check_reads(wf, hand)
     info = await wf.redis.info("server")
     major = int(str(info["redis_version"]).split(".")[0])
-    assert store_wf.scripts.read_only_calls is (major >= 7)
+    assert store_wf.scripts.functions is (major >= 7)
     broken = "b" * 32
     await wf.redis.set(wf.keys.workflow_tasks(broken), "not a hash")
     with pytest.raises(StoreError, match="WRONGTYPE"):
         await (await wf.store.at(broken)).workflows.slots_and_open(broken)
-    assert store_wf.scripts.read_only_calls is (major >= 7)
+    assert store_wf.scripts.functions is (major >= 7)
