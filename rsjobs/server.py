@@ -9,6 +9,7 @@ the PATH), else an older system server (6.2, which has no functions: see
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import re
@@ -36,6 +37,7 @@ CURRENT_VERSION = (7, 0)
 RECOMMENDED_CONFIG = ["--stream-node-max-bytes", "512"]
 
 
+@functools.cache
 def _version(binary: str) -> tuple[int, ...] | None:
     try:
         out = subprocess.run(
@@ -156,6 +158,7 @@ class EmbeddedRedis:
         extra_args: list[str] | None = None,
         recommended: bool = True,
         own_session: bool = False,
+        debug: bool = False,
     ) -> None:
         self.port = port or free_port()
         # a port we picked may be taken before the server binds it: the first start then
@@ -168,6 +171,11 @@ class EmbeddedRedis:
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="rsjobs-redis-")
         self.extra_args = (RECOMMENDED_CONFIG if recommended else []) + (extra_args or [])
         self.binary = find_redis_server()
+        version = _version(self.binary) or MIN_VERSION
+        if debug and version[:2] >= CURRENT_VERSION:
+            # DEBUG (DIGEST, ...) from loopback clients: tests compare whole datasets so
+            # (off by default since 7.0)
+            self.extra_args += ["--enable-debug-command", "local"]
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property

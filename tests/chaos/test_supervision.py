@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.waits import poll_until
 from tools.chaos.supervisor import Child, Supervisor, now_ms
 from tools.chaos.topology import RedisNode, ask
 
@@ -119,11 +120,11 @@ async def test_waiting_for_redis_to_load_its_aof_does_not_block_the_loop(tmp_pat
 async def on_replica(topo: Any, primary: Any, value: str) -> None:
     """Until the node that is not ``primary`` answers ``value`` for ``k`` (10 s at most)."""
     (replica,) = [n for n in topo.nodes if n is not primary]
-    for _ in range(200):
-        if await ask(replica.port, "GET", "k") == value:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{replica.name} never got k={value}")
+
+    async def has_it() -> bool:
+        return bool(await ask(replica.port, "GET", "k") == value)
+
+    await poll_until(has_it, 10, f"{replica.name} to get k={value}", every=0.05)
 
 
 @pytest.mark.timeout(120)
