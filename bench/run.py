@@ -319,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
 
     meta["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     meta["sources"] = _check_sources(sources, records)
+    if pair is not None:
+        meta["sources"][pair.baseline]["rev"] = args.baseline
     meta["versions"] = {}
     for rec in records:
         if rec.get("versions"):
