@@ -9,7 +9,7 @@ OLDEST_REDIS := redis==5.2.*
 OLDEST_STAMP := $(OLDEST)/.installed
 
 .PHONY: fuzz setup setup-oldest demo test test-all test-newest test-oldest test-unit test-lua \
-	test-integration test-cluster test-slow lint typecheck unit browser bench soak chaos \
+	test-integration test-cluster test-slow lint typecheck unit browser bench bench-baseline soak chaos \
 	schedules-minute clean
 
 setup: $(STAMP)
@@ -103,6 +103,14 @@ bench:
 	.venv-bench/bin/python -m bench.run $(BENCH_ARGS)
 	# the cluster section: sharded namespaces (S = 1, 3, 6) on 3 masters
 	.venv-bench/bin/python -m bench.shards $(BENCH_SHARDS_ARGS)
+
+# The tree's rsjobs against rsjobs at a git revision, paired in every round; medians of the
+# per-round ratios tree / baseline (bench/README.md, "Comparing revisions"). Peers only if
+# asked for: make bench-baseline REV=193c165 BENCH_ARGS="--rounds 6 --systems rsjobs,bullmq"
+bench-baseline:
+	$(if $(REV),,$(error make bench-baseline needs REV=<git revision>))
+	bash bench/setup.sh
+	.venv-bench/bin/python -m bench.run --systems rsjobs --baseline $(REV) $(BENCH_ARGS)
 
 # A million tasks through enqueue, processing and retention expiry (about 9 minutes);
 # short mode: make soak SOAK_ARGS="--tasks 50000"

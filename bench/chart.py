@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display here; must precede pyplot
 import matplotlib.pyplot as plt
 
-from bench.report import BASELINE, METRICS
+from bench.report import BASELINE, all_metrics
 
 _BASE_COLOR = "#c0392b"
 _PEER_COLOR = "#7f8c8d"
@@ -19,10 +19,11 @@ _PEER_COLOR = "#7f8c8d"
 
 def write_chart(path: Path, meta: dict[str, Any], med: dict[str, dict[str, float]]) -> None:
     systems: list[str] = meta["systems"]
+    metrics = all_metrics(meta)
     cols = 3
-    rows = math.ceil(len(METRICS) / cols)
+    rows = math.ceil(len(metrics) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(cols * 4.6, rows * 3.0), squeeze=False)
-    for ax, metric in zip(axes.flat, METRICS, strict=False):
+    for ax, metric in zip(axes.flat, metrics, strict=False):
         names = [s for s in systems if metric.key in med.get(s, {})]
         values = [med[s][metric.key] for s in names]
         colors = [_BASE_COLOR if s == BASELINE else _PEER_COLOR for s in names]
@@ -33,7 +34,7 @@ def write_chart(path: Path, meta: dict[str, Any], med: dict[str, dict[str, float
         labels = [f"{v:,.{metric.digits}f}" for v in values]
         ax.bar_label(bars, labels=labels, fontsize=7, padding=2)
         ax.margins(x=0.25)
-    for ax in list(axes.flat)[len(METRICS) :]:
+    for ax in list(axes.flat)[len(metrics) :]:
         ax.axis("off")
     fig.suptitle(
         f"rsjobs vs peers — Redis {meta['redis_version']}, {meta['tasks']:,} tasks, "

@@ -52,7 +52,7 @@ def _worker_env(concurrency: int, *, gated: bool, record_starts: bool) -> dict[s
     return env
 
 
-def _prepare(driver: Driver, workers: int, concurrency: int) -> None:
+def prepare_driver(driver: Driver, workers: int, concurrency: int) -> None:
     """Tell a driver that sizes its setup by the run's worker slots (``rsjobs-pools``: its
     per-owner limits) how many there are."""
     prepare = getattr(driver, "prepare", None)
@@ -61,7 +61,7 @@ def _prepare(driver: Driver, workers: int, concurrency: int) -> None:
 
 
 @asynccontextmanager
-async def _session(driver: Driver) -> AsyncIterator[Redis]:
+async def session(driver: Driver) -> AsyncIterator[Redis]:
     """An emptied Redis and an open driver; closed afterwards."""
     client = Redis.from_url(redis_url())
     try:
@@ -76,7 +76,7 @@ async def _session(driver: Driver) -> AsyncIterator[Redis]:
 
 
 @asynccontextmanager
-async def _idle_workers(
+async def idle_workers(
     driver: Driver,
     count: int,
     concurrency: int,
@@ -102,7 +102,7 @@ async def _idle_workers(
             group.stop()
 
 
-async def _wait_done(driver: Driver, group: WorkerGroup, timeout: float, poll: float) -> int:
+async def wait_done(driver: Driver, group: WorkerGroup, timeout: float, poll: float) -> int:
     """Poll the system's bookkeeping until nothing is outstanding; returns the polls made."""
     deadline = time.monotonic() + timeout
     polls = 0
@@ -120,7 +120,7 @@ async def _wait_done(driver: Driver, group: WorkerGroup, timeout: float, poll: f
         await asyncio.sleep(poll)
 
 
-async def _check_ran(client: Redis, driver: Driver, n: int) -> list[str]:
+async def check_ran(client: Redis, driver: Driver, n: int) -> list[str]:
     problems = await driver.verify(n)
     ran = int(await client.get(COUNTER_KEY) or 0)
     if ran != n:
@@ -148,10 +148,10 @@ async def processing_run(
     with every task queued and every worker warm.
     """
     result = RunResult()
-    _prepare(driver, workers, concurrency)
+    prepare_driver(driver, workers, concurrency)
     async with (
-        _session(driver) as client,
-        _idle_workers(driver, workers, concurrency, gated=True, record_starts=False) as group,
+        session(driver) as client,
+        idle_workers(driver, workers, concurrency, gated=True, record_starts=False) as group,
     ):
         mem_before = await redis_stats.snapshot(client)
         t0 = time.perf_counter()
@@ -170,13 +170,13 @@ async def processing_run(
         await client.set(GATE_KEY, 1)
         await client.publish(GATE_KEY, 1)
 
-        polls = await _wait_done(driver, group, timeout, DONE_POLL_S)
+        polls = await wait_done(driver, group, timeout, DONE_POLL_S)
 
         window_s = time.perf_counter() - t1
         cpu_after = group.cpu_seconds()
         busy_after, own_after = busy_cpu_s(), own_cpu_s()
         after = await redis_stats.snapshot(client)
-        result.problems = await _check_ran(client, driver, n)
+        result.problems = await check_ran(client, driver, n)
 
     d = redis_stats.delta(before, after)
     # CPU that neither the workers, Redis nor this process used during the window: other
@@ -238,10 +238,10 @@ async def memory_run(
     (bench.keyspace) for the breakdown by key pattern.
     """
     result = RunResult()
-    async with _session(driver) as client:
-        async with _idle_workers(driver, 1, concurrency, gated=False, record_starts=False) as g:
+    async with session(driver) as client:
+        async with idle_workers(driver, 1, concurrency, gated=False, record_starts=False) as g:
             await driver.enqueue_one(n)
-            await _wait_done(driver, g, timeout, DONE_POLL_S)
+            await wait_done(driver, g, timeout, DONE_POLL_S)
         base = await redis_stats.settled(client)
         base_keys = await keyspace.groups(client)
         t0 = time.perf_counter()
@@ -255,13 +255,13 @@ async def memory_run(
         waiting_keys = await keyspace.groups(client)
         # The worker starts next to a full queue. (saq's start-up sweep, which could abort
         # jobs being dequeued at that moment, is still locked out by the warm-up's sweep.)
-        async with _idle_workers(
+        async with idle_workers(
             driver, 1, concurrency, gated=False, record_starts=False, wait_idle=False
         ) as g:
-            await _wait_done(driver, g, timeout, DONE_POLL_S)
+            await wait_done(driver, g, timeout, DONE_POLL_S)
             finished = await redis_stats.settled(client)
             finished_keys = await keyspace.groups(client)
-            result.problems = await _check_ran(client, driver, n + 1)
+            result.problems = await check_ran(client, driver, n + 1)
         # Exact cross-check of the per-task keys (those whose count grew with the tasks),
         # once verified and with no worker left: delete them pattern by pattern.
         finished_growth = keyspace.growth(base_keys, finished_keys)
@@ -304,8 +304,8 @@ async def latency_run(driver: Driver, samples: int, concurrency: int, timeout: f
     result = RunResult()
     latencies: list[float] = []
     async with (
-        _session(driver) as client,
-        _idle_workers(driver, 1, concurrency, gated=False, record_starts=True) as group,
+        session(driver) as client,
+        idle_workers(driver, 1, concurrency, gated=False, record_starts=True) as group,
     ):
         for i in range(samples):
             t0 = time.time()
@@ -317,20 +317,20 @@ async def latency_run(driver: Driver, samples: int, concurrency: int, timeout: f
             latencies.append(started - t0)
             # Let the task finish and the worker settle back into its idle wait. The
             # random pause keeps samples from locking onto a polling worker's period.
-            await _wait_done(driver, group, timeout, 0.001)
+            await wait_done(driver, group, timeout, 0.001)
             await asyncio.sleep(random.uniform(0.005, 0.025))
-        result.problems = await _check_ran(client, driver, samples)
+        result.problems = await check_ran(client, driver, samples)
 
     ms = sorted(x * 1000 for x in latencies)
     result.metrics = {
-        "latency_p50_ms": _percentile(ms, 50),
-        "latency_p99_ms": _percentile(ms, 99),
+        "latency_p50_ms": percentile(ms, 50),
+        "latency_p99_ms": percentile(ms, 99),
     }
     result.raw = {"latency_ms": ms, "mean_ms": statistics.fmean(ms), "max_ms": ms[-1]}
     return result
 
 
-def _percentile(sorted_values: list[float], pct: float) -> float:
+def percentile(sorted_values: list[float], pct: float) -> float:
     """Nearest-rank percentile (no interpolation between samples)."""
     rank = max(1, math.ceil(pct / 100 * len(sorted_values)))
     return sorted_values[rank - 1]

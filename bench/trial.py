@@ -16,10 +16,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench.load import DEFAULT_FRACTIONS, load_run
 from bench.measure import RunResult, latency_run, memory_run, processing_run
 from bench.peers import SYSTEMS, load_driver
 
-EXPERIMENTS = ("process1", "process2", "latency", "memory")
+# "load": latency under load (bench.load), at --load-fractions of the measured peak
+EXPERIMENTS = ("process1", "process2", "latency", "load", "memory")
 
 
 def _versions(system: str) -> dict[str, str]:
@@ -49,7 +51,19 @@ async def _run(args: argparse.Namespace) -> RunResult:
         return await memory_run(
             driver, args.tasks, args.concurrency, bulk=driver.has_bulk, timeout=args.timeout
         )
+    if args.experiment == "load":
+        return await load_run(
+            lambda: load_driver(args.system),
+            args.tasks,
+            args.concurrency,
+            args.load_fractions,
+            timeout=args.timeout,
+        )
     return await latency_run(driver, args.samples, args.concurrency, timeout=10.0)
+
+
+def _fractions(text: str) -> list[int]:
+    return [int(f) for f in text.split(",") if f.strip()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, required=True)
     parser.add_argument("--samples", type=int, required=True)
     parser.add_argument("--timeout", type=float, required=True)
+    parser.add_argument(
+        "--load-fractions",
+        type=_fractions,
+        default=list(DEFAULT_FRACTIONS),
+        help="percent of the peak for the load experiment (default 50,80)",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
 
@@ -73,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         record.update(metrics=result.metrics, problems=result.problems, raw=result.raw)
     except Exception:
         record.update(metrics={}, problems=["run failed:\n" + traceback.format_exc()], raw={})
+    # which rsjobs this process ran (a paired run checks it: bench.peers.base)
+    module = sys.modules.get("rsjobs")
+    if module is not None:
+        record["imported_from"] = str(Path(module.__file__ or "?").parent)
     args.out.write_text(json.dumps(record))
     return 0 if not record["problems"] else 1
 

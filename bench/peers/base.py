@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
 # Every system uses the same number of tasks per bulk call: the peers' bulk APIs all
@@ -35,6 +36,24 @@ def concurrency() -> int:
     The producer imports the same app modules but never runs tasks, so it has none set.
     """
     return int(os.environ.get("BENCH_CONCURRENCY", "1"))
+
+
+# Set by bench.run for rsjobs's trials: the directory whose rsjobs package the trial and
+# its workers must import (the work tree, or a revision exported by bench.revision).
+RSJOBS_ROOT_ENV = "BENCH_RSJOBS_ROOT"
+
+
+def check_import_root(module_file: str | None) -> None:
+    """Refuse to run when rsjobs was imported from elsewhere than the side being measured
+    (a baseline process picking up the work tree's rsjobs would compare the tree with
+    itself)."""
+    expected = os.environ.get(RSJOBS_ROOT_ENV)
+    if not expected:
+        return
+    if module_file is None or not Path(module_file).resolve().is_relative_to(
+        Path(expected).resolve()
+    ):
+        raise RuntimeError(f"rsjobs imported from {module_file}, expected under {expected}")
 
 
 def python() -> str:
