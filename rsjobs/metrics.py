@@ -151,6 +151,9 @@ def _attempt_families(s: Snapshot) -> Iterator[Metric]:
         "rsjobs_charges", "what handlers charged to ended attempts, in their unit",
         labels=["by", "name", "unit", "category"],
     )  # fmt: skip
+    # every series with attempts has its worker time, 0 when none was counted (attempts
+    # that each ran under 1 ms store no run_ms field): a counter never vanishes
+    run_s: dict[tuple[str, str, str], float] = {}
     for field, value in sorted(s.costs.items()):
         parts = split_field(field)
         if parts is None or parts[0] not in _BY:
@@ -158,12 +161,15 @@ def _attempt_families(s: Snapshot) -> Iterator[Metric]:
         dim, name, unit, category = parts
         if unit == "attempts":
             attempts.add_metric([dim, name, category], value)
+            run_s.setdefault((dim, name, category), 0.0)
         elif unit == "run_ms":
-            run.add_metric([dim, name, category], value / 1000)
+            run_s[(dim, name, category)] = value / 1000
         elif unit == "wait_ms":
             wait.add_metric([dim, name, category], value / 1000)
         elif unit not in BUILTIN_UNITS:
             charges.add_metric([dim, name, unit, category], value / SCALE)
+    for (dim, name, category), seconds in sorted(run_s.items()):
+        run.add_metric([dim, name, category], seconds)
     yield from (attempts, run, wait, charges)
     hist = HistogramMetricFamily(
         "rsjobs_attempt_duration_seconds",

