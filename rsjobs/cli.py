@@ -26,6 +26,7 @@ from .errors import (
     StoreError,
     WaitTimeout,
 )
+from .extras import require
 from .logfmt import FORMATS, setup_logging
 from .settings import Settings, queue_quota_from_env
 from .store import Store
@@ -338,6 +339,7 @@ async def cmd_healthcheck(args: argparse.Namespace) -> int:
 
 async def cmd_dev(args: argparse.Namespace) -> int:
     """Everything on an embedded Redis, in one process (see :mod:`rsjobs.dev`)."""
+    require("web", "rsjobs dev", "starlette", "uvicorn")
     from .dev import DevError, DevOptions, run_dev
     from .web.cli import load_definitions
 

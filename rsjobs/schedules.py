@@ -2,7 +2,8 @@
 ``rsjobs schedules add``).
 
 A schedule ticks on a cron expression (UTC; five fields, or six with seconds first as
-croniter reads them) or every ``every_ms`` from the moment it was added. The reaper fires
+croniter reads them: the ``cron`` extra) or every ``every_ms`` from the moment it was
+added. The reaper fires
 due ticks (``schedule.lua``): one script call per tick checks that the schedule is still
 due at that tick and moves it to the next one as it enqueues the task, so however many
 reapers run, each tick enqueues exactly one task. Schedules live in Redis: they survive
@@ -19,9 +20,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import msgspec
-from croniter import croniter
 
 from .errors import ConfigError
+from .extras import MissingExtra
+
+try:  # the cron extra: schedules on a cron expression
+    from croniter import croniter
+except ImportError:  # pragma: no cover - installed without it (every_ms schedules work)
+    croniter = None
 from .names import validate_name
 from .schemas import EnqueueRequest
 
@@ -62,6 +68,8 @@ def check(s: Schedule) -> None:
     if bool(s.cron) == bool(s.every_ms):
         raise ConfigError("a schedule needs exactly one of cron or every_ms")
     if s.cron:
+        if croniter is None:
+            raise MissingExtra("cron", "a schedule on a cron expression")
         if not isinstance(s.cron, str) or len(s.cron) > 200 or not croniter.is_valid(s.cron):
             raise ConfigError(f"bad cron expression {s.cron!r}")
     elif not isinstance(s.every_ms, int) or not 1000 <= s.every_ms <= 366 * 24 * 3600 * 1000:
@@ -76,6 +84,8 @@ def next_tick(s: Schedule, after_ms: int) -> int:
         if after_ms < s.anchor_ms:
             return s.anchor_ms
         return s.anchor_ms + ((after_ms - s.anchor_ms) // s.every_ms + 1) * s.every_ms
+    if croniter is None:
+        raise MissingExtra("cron", f"schedule {s.name} (cron {s.cron!r})")
     start = datetime.fromtimestamp(after_ms / 1000, tz=UTC)
     nxt = int(croniter(s.cron, start).get_next(float) * 1000)
     return max(nxt, after_ms + 1)

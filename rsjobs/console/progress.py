@@ -2,8 +2,9 @@
 
 The end is decided by :meth:`rsjobs.Client.wait` (a blocking read of the task's history,
 no polling); meanwhile the new history entries are read a few times a second and shown:
-on a terminal as a progress bar with the latest message under the transitions, anywhere
-else as one plain line per transition and per progress note. Everything goes to stderr,
+on a terminal as a progress bar with the latest message under the transitions (with the
+``rich`` extra installed: ``pip install 'rsjobs[rich]'``), anywhere else (or without it) as
+one plain line per transition and per progress note. Everything goes to stderr,
 so that stdout keeps only the task id and its final state for scripts.
 """
 
@@ -19,6 +20,12 @@ from typing import IO, Protocol
 from ..client import Client
 from ..schemas import HistoryEntry, TaskInfo
 from .tables import STATE_STYLES, is_terminal
+
+try:  # the rich extra: the progress bar
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+except ImportError:  # pragma: no cover - installed without it: plain lines
+    Console = None  # type: ignore[assignment,misc]
 
 __all__ = ["Display", "follow"]
 
@@ -73,15 +80,6 @@ class BarDisplay:
     transitions are printed above it as they happen."""
 
     def __init__(self, out: IO[str], label: str) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            Progress,
-            TaskProgressColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
         self.console = Console(file=out, highlight=False)
         self.progress = Progress(
             TextColumn("{task.fields[state]}"),
@@ -155,11 +153,12 @@ async def follow(
 ) -> TaskInfo:
     """Show the task's way to a terminal state on ``out`` (stderr) and return it there.
 
-    ``bar``: a progress bar (default: when ``out`` is a terminal) or plain lines. Raises
+    ``bar``: a progress bar (default: when ``out`` is a terminal; plain lines without the
+    rich extra) or plain lines. Raises
     :class:`rsjobs.WaitTimeout` after ``timeout_ms``; the task itself goes on.
     """
     stream = out if out is not None else sys.stderr
-    if bar if bar is not None else is_terminal(stream):
+    if Console is not None and (bar if bar is not None else is_terminal(stream)):
         display = BarDisplay(stream, f"task {tid}")
         with display.shown():
             return await _follow(client, tid, timeout_ms, display)

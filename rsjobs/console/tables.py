@@ -1,21 +1,16 @@
 """One way to print a table, for every command: a header row, text columns aligned left,
 number columns aligned right, two spaces between columns, nothing cut.
 
-On a terminal the header is bold and states are coloured (``rich``); anywhere else the
+On a terminal the header is bold and states are coloured (ANSI escapes); anywhere else the
 same layout is plain text without trailing spaces, so that scripts can split on runs of
 spaces and ``grep`` finds whole task ids.
 """
 
 from __future__ import annotations
 
-import io
 import sys
 from collections.abc import Sequence
 from typing import IO, NamedTuple
-
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 __all__ = ["STATE_STYLES", "Column", "is_terminal", "print_table", "render_table"]
 
@@ -34,8 +29,9 @@ STATE_STYLES = {
 }
 
 
-#: the width tables are laid out in: wide enough that no cell is ever cut or wrapped
-WIDE = 1 << 16
+#: ANSI SGR codes of the styles above (and of the header's bold)
+_SGR = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "blue": "34",
+        "magenta": "35", "cyan": "36"}  # fmt: skip
 
 
 class Column(NamedTuple):
@@ -50,40 +46,49 @@ def is_terminal(stream: IO[str]) -> bool:
     return bool(isatty and isatty())
 
 
-def _cell(value: object, styled: bool) -> Text:
-    text = "-" if value is None or value == "" else str(value)
-    style = STATE_STYLES.get(text, "") if styled else ""
-    return Text(text, style=style)
+def _text(value: object) -> str:
+    return "-" if value is None or value == "" else str(value)
 
 
-def _table(
+def _styled(text: str, style: str) -> str:
+    code = _SGR.get(style)
+    return f"\x1b[{code}m{text}\x1b[0m" if code else text
+
+
+def _lines(
     columns: Sequence[Column], rows: Sequence[Sequence[object]], *, header: bool, styled: bool
-) -> Table:
-    table = Table(
-        box=None,
-        pad_edge=False,
-        show_edge=False,
-        show_header=header,
-        header_style="bold" if styled else "",
-        padding=(0, 1),
-    )
-    for c in columns:
-        table.add_column(c.name, justify="right" if c.numeric else "left", no_wrap=True)
-    for row in rows:
+) -> list[str]:
+    """The table's lines: each column as wide as its widest cell, two spaces between
+    columns, text aligned left and numbers right, no trailing spaces; with ``styled``, the
+    header bold and task states in their colours (escapes add no width)."""
+    cells = [[_text(v) for v in row] for row in rows]
+    for row in cells:
         if len(row) != len(columns):
             raise ValueError(f"a row of {len(row)} cells for {len(columns)} columns")
-        table.add_row(*(_cell(v, styled) for v in row))
-    return table
+    heads = [c.name for c in columns]
+    widths = [
+        max([len(heads[j]) if header else 0, *(len(row[j]) for row in cells)])
+        for j in range(len(columns))
+    ]
+
+    def line(row: list[str], style_of: dict[str, str] | str) -> str:
+        parts = []
+        for j, (c, text) in enumerate(zip(columns, row, strict=True)):
+            pad = " " * (widths[j] - len(text))
+            style = style_of if isinstance(style_of, str) else style_of.get(text, "")
+            shown = _styled(text, style) if styled else text
+            parts.append(pad + shown if c.numeric else shown + pad)
+        return "  ".join(parts).rstrip()
+
+    out = [line(heads, "bold")] if header else []
+    return out + [line(row, STATE_STYLES) for row in cells]
 
 
 def render_table(
     columns: Sequence[Column], rows: Sequence[Sequence[object]], *, header: bool = True
 ) -> str:
     """The table as plain text (the layout of :func:`print_table` off a terminal)."""
-    buf = io.StringIO()
-    table = _table(columns, rows, header=header, styled=False)
-    Console(file=buf, width=WIDE, no_color=True, highlight=False, emoji=False).print(table)
-    return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
+    return "".join(f"{ln}\n" for ln in _lines(columns, rows, header=header, styled=False))
 
 
 def print_table(
@@ -93,12 +98,9 @@ def print_table(
     header: bool = True,
     file: IO[str] | None = None,
 ) -> None:
-    """Print the table to ``file`` (stdout): styled on a terminal, plain otherwise."""
+    """Print the table to ``file`` (stdout): styled on a terminal, plain otherwise (as
+    wide as the table needs: a terminal wraps a long line, no cell is cut)."""
     out = file if file is not None else sys.stdout
-    if not is_terminal(out):
-        out.write(render_table(columns, rows, header=header))
-        out.flush()
-        return
-    table = _table(columns, rows, header=header, styled=True)
-    # as wide as the table needs: the terminal wraps a long line, rich would cut cells
-    Console(file=out, width=WIDE, highlight=False, emoji=False).print(table)
+    styled = is_terminal(out)
+    out.write("".join(f"{ln}\n" for ln in _lines(columns, rows, header=header, styled=styled)))
+    out.flush()

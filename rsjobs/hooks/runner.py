@@ -25,17 +25,23 @@ import logging
 import os
 import random
 import socket
+import time
 from collections.abc import Sequence
 
-import httpx
 import msgspec
 
 from ..errors import ConfigError, CorruptData, RsjobsError
+from ..extras import require
 from ..schemas import TaskInfo
 from ..store import Store
 from ..store.hooks import HookEntry, HookRetry, HookStore
 from .registry import Backoff, Hook, HookEvent, Hooks, call_hook
-from .webhooks import Webhook, post
+from .webhooks import DELIVERY_HEADER, SIGNATURE_HEADER, Delivery, Webhook, body_of, sign
+
+try:  # the hooks extra: webhook deliveries
+    import httpx
+except ImportError:  # pragma: no cover - installed without it (HookRunner says so)
+    httpx = None  # type: ignore[assignment]
 
 __all__ = ["HookRunner"]
 
@@ -85,6 +91,8 @@ class HookRunner:
         self.claim_idle_ms, self.retry_claim_ms = claim_idle_ms, retry_claim_ms
         self.webhooks_refresh_ms = webhooks_refresh_ms
         self._sem = asyncio.Semaphore(concurrency)
+        if http is None:
+            require("hooks", "rsjobs hooks (webhook deliveries)", "httpx")
         self._http = http or httpx.AsyncClient()
         self._own_http = http is None
         self._webhooks: dict[str, Webhook] = {}
@@ -314,5 +322,37 @@ def _retry(listener: str, e: HookEntry, attempts: int, error: str) -> HookRetry:
         event=e.event,
         hid=e.hid,
         attempts=attempts,
+        error=error,
+    )
+
+
+async def post(http: httpx.AsyncClient, hook: Webhook, event: HookEvent) -> Delivery:
+    """Send ``event`` to ``hook`` once; the attempt as logged (ok: a 2xx answer)."""
+    body = body_of(event)
+    now = time.time()
+    headers = {
+        "Content-Type": "application/json",
+        SIGNATURE_HEADER: sign(hook.secret, body, int(now)),
+        DELIVERY_HEADER: event.delivery,
+        "User-Agent": "rsjobs-webhooks",
+    }
+    status, error = 0, ""
+    t0 = time.monotonic()
+    try:
+        r = await http.post(hook.url, content=body, headers=headers, timeout=hook.timeout_ms / 1000)
+        status = r.status_code
+        if not 200 <= status < 300:
+            error = f"HTTP {status}"
+    except httpx.HTTPError as exc:
+        error = f"{type(exc).__name__}: {exc}"[:500]
+    return Delivery(
+        webhook=hook.name,
+        delivery=event.delivery,
+        state=event.state,
+        attempt=event.attempt,
+        at=int(now * 1000),
+        ms=int((time.monotonic() - t0) * 1000),
+        status=status,
+        ok=not error,
         error=error,
     )

@@ -14,10 +14,11 @@ task (``rsjobs webhooks log TASK_ID``). The receiver checks the signature with
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable
+from urllib.parse import urlsplit
 
-import httpx
 import msgspec
 
 from .. import signing
@@ -25,6 +26,9 @@ from ..errors import BadSignature, ConfigError
 from ..names import validate_name
 from ..schemas import WebhookDelivery as Delivery
 from .registry import HookEvent, check_states, check_types, matches
+
+#: a URL's host: a name or an address, no spaces or control characters
+_HOST = re.compile(r"[^\s/?#@\x00-\x1f\x7f]+")
 
 __all__ = [
     "SIGNATURE_HEADER",
@@ -81,10 +85,11 @@ def make_webhook(
     with a host), secret (at least 16 characters), state, pattern or number."""
     validate_name("webhook name", name)
     try:
-        u = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError) as exc:
+        u = urlsplit(url)
+        host, _ = u.hostname, u.port  # (port: ValueError when it is not one)
+    except (ValueError, TypeError, AttributeError) as exc:
         raise ConfigError(f"bad webhook URL {url!r}: {exc}") from None
-    if u.scheme not in ("http", "https") or not u.host:
+    if u.scheme not in ("http", "https") or not host or not _HOST.fullmatch(host):
         raise ConfigError(f"bad webhook URL {url!r}: an http:// or https:// URL with a host")
     if len(secret) < 16:
         raise ConfigError("a webhook secret must have at least 16 characters")
@@ -96,7 +101,7 @@ def make_webhook(
         raise ConfigError("timeout_ms must be between 1 and 120000")
     return Webhook(
         name=name,
-        url=str(u),
+        url=u.geturl(),
         secret=secret,
         on=check_states(on),
         types=check_types(types),
@@ -149,36 +154,4 @@ def body_of(event: HookEvent) -> bytes:
             "result": task.result if task is not None else None,
             "error": task.error if task is not None else "",
         }
-    )
-
-
-async def post(http: httpx.AsyncClient, hook: Webhook, event: HookEvent) -> Delivery:
-    """Send ``event`` to ``hook`` once; the attempt as logged (ok: a 2xx answer)."""
-    body = body_of(event)
-    now = time.time()
-    headers = {
-        "Content-Type": "application/json",
-        SIGNATURE_HEADER: sign(hook.secret, body, int(now)),
-        DELIVERY_HEADER: event.delivery,
-        "User-Agent": "rsjobs-webhooks",
-    }
-    status, error = 0, ""
-    t0 = time.monotonic()
-    try:
-        r = await http.post(hook.url, content=body, headers=headers, timeout=hook.timeout_ms / 1000)
-        status = r.status_code
-        if not 200 <= status < 300:
-            error = f"HTTP {status}"
-    except httpx.HTTPError as exc:
-        error = f"{type(exc).__name__}: {exc}"[:500]
-    return Delivery(
-        webhook=hook.name,
-        delivery=event.delivery,
-        state=event.state,
-        attempt=event.attempt,
-        at=int(now * 1000),
-        ms=int((time.monotonic() - t0) * 1000),
-        status=status,
-        ok=not error,
-        error=error,
     )

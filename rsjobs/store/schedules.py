@@ -9,6 +9,7 @@ import uuid
 import msgspec
 
 from ..codec import encode_payload
+from ..extras import MissingExtra
 from ..schedules import Schedule, ScheduleInfo, missed_ticks, next_tick
 from . import layout
 from .layout import NewTask, ScheduleArgs, task_options
@@ -128,8 +129,17 @@ class Schedules:
                     priority=r.priority,
                 ),
             )
-            nxt = next_tick(s, max(now_ms, at))
-            args = ScheduleArgs(n, settings, at, nxt, missed_ticks(s, at, now_ms))
+            try:
+                nxt = next_tick(s, max(now_ms, at))
+                missed = missed_ticks(s, at, now_ms)
+            except MissingExtra as exc:
+                # (a cron schedule added where croniter is, swept where it is not: it
+                # waits for a reaper that has it; the others fire; told once per schedule)
+                if n not in _UNFIRED:
+                    _UNFIRED.add(n)
+                    log.error("schedule %s: not fired: %s", n, exc)
+                continue
+            args = ScheduleArgs(n, settings, at, nxt, missed)
             call = layout.schedule(
                 self.scripts.common,
                 k,
@@ -141,6 +151,10 @@ class Schedules:
             reply = await self.scripts.run(call)
             fired += int(reply[0])
         return fired
+
+
+#: schedules this process could not fire for want of an extra (logged once each)
+_UNFIRED: set[str] = set()
 
 
 def _labels(labels: dict[str, str] | None) -> str | None:

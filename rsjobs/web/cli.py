@@ -8,6 +8,8 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..extras import require
+
 if TYPE_CHECKING:
     from ..workflows import WorkflowDefinition
 
@@ -97,6 +99,7 @@ def load_definitions(specs: Iterable[str]) -> list[WorkflowDefinition]:
 
 
 async def cmd_web(args: argparse.Namespace) -> int:
+    require("web", "rsjobs web", "starlette", "uvicorn")
     import uvicorn
 
     from .app import create_app
