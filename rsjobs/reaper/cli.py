@@ -59,7 +59,7 @@ async def cmd_reaper(args: argparse.Namespace) -> int:
             batch=args.batch,
             recount_ms=args.recount_ms,
             guard=not args.no_guard,
-            log_idle=not args.quiet,
+            log_idle=args.log_idle,
         )
         settings = settings_from_args(args, retention_ms=args.retention_ms)
     except ConfigError as exc:
@@ -164,7 +164,14 @@ def register(sub: Any) -> None:
         help="sweep even when another reaper just did (no SET NX guard)",
     )
     r.add_argument("--once", action="store_true", help="one sweep, print its report, exit")
-    r.add_argument("--quiet", action="store_true", help="log only sweeps that changed something")
+    r.add_argument(
+        "--log-idle",
+        action="store_true",
+        help="also log the sweeps that changed nothing (by default only those that changed "
+        "something or had errors are logged)",
+    )
+    # (quiet is the default now: kept so that command lines that pass it still work)
+    r.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     r.add_argument("--name", default=None)
     add_metrics_options(r, "this reaper's")
     r.set_defaults(func=cmd_reaper)

@@ -39,8 +39,9 @@ class ReaperConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: take the guard key (SET NX PX) so that concurrent reapers do not repeat one sweep;
     #: correctness never depends on it (every script re-checks what it changes)
     guard: bool = True
-    #: log sweeps that changed nothing too (one JSON line each)
-    log_idle: bool = True
+    #: log sweeps that changed nothing too (one line each; off: a quiet reaper logs only
+    #: sweeps that changed something or had errors)
+    log_idle: bool = False
     #: how often the per-owner RUNNING counts of the queues are recounted from their
     #: pending lists (rsjobs.limits; recount.lua), so that a count a lost task left wrong
     #: heals; 0 = never
