@@ -394,7 +394,11 @@ def build_parser() -> argparse.ArgumentParser:
         "namespace with it; another count than the namespace's is an error; none: read it "
         "(env RSJOBS_SHARDS)",
     )
-    p.add_argument("--log-level", default=os.environ.get("RSJOBS_LOG_LEVEL", "INFO"))
+    p.add_argument(
+        "--log-level",
+        default=os.environ.get("RSJOBS_LOG_LEVEL", "INFO"),
+        help="DEBUG, INFO (the default), WARNING, ERROR or CRITICAL (env RSJOBS_LOG_LEVEL)",
+    )
     p.add_argument(
         "--log-format",
         choices=FORMATS,
@@ -632,6 +636,10 @@ _PLUGINS = (
 )
 
 
+#: the levels --log-level takes (any case)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -641,6 +649,15 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    level = str(args.log_level).upper()
+    if level not in LOG_LEVELS:
+        print(
+            f"rsjobs: log level {args.log_level!r} (--log-level, RSJOBS_LOG_LEVEL): expected "
+            f"one of {', '.join(LOG_LEVELS)}",
+            file=sys.stderr,
+        )
+        return 2
+    args.log_level = level
     try:
         return int(asyncio.run(args.func(args)))
     except KeyboardInterrupt:

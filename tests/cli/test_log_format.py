@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from rsjobs import Client
+from rsjobs.cli import main
 from rsjobs.logfmt import JsonFormatter, TaskFields, task_scope
 from rsjobs.server import free_port
 from tests.cli.support import Dev
@@ -162,6 +163,16 @@ def test_an_unknown_format_is_a_clear_error(redis_url: str) -> None:
             timeout=60, check=False,
         )  # fmt: skip
         assert out.returncode == 2 and "xml" in out.stderr, out.stderr
+
+
+def test_an_unknown_log_level_is_a_clear_error_before_anything_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """(it used to be accepted, and ignored by the commands that log nothing; here no Redis
+    is reached: the URL is of a closed port)"""
+    assert main(["--url", "redis://127.0.0.1:1", "--log-level", "LOUD", "queues"]) == 2
+    assert "log level 'LOUD'" in capsys.readouterr().err
+    assert main(["--url", "redis://127.0.0.1:1", "--log-level", "warning", "queues"]) == 3
 
 
 def test_web_lines_are_json_uvicorn_access_lines_too(redis_url: str) -> None:
