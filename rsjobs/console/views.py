@@ -108,6 +108,15 @@ def tracebacks(entries: Iterable[HistoryEntry]) -> list[str]:
     return lines
 
 
+def error_text(error_type: str, error: str) -> str:
+    """A task's error with its type before it, unless the error names it already
+    ("RuntimeError: boom", "non-retryable: empty prompt" of a NonRetryable)."""
+    said = error.lower().replace("-", "")
+    if not error_type or error_type.lower() in said:
+        return error
+    return f"{error_type}: {error}"
+
+
 def labels_text(labels: Mapping[str, str]) -> str:
     """Labels as ``key=value`` words (what ``--label`` takes)."""
     return " ".join(f"{k}={v}" for k, v in labels.items())
@@ -122,7 +131,7 @@ def tasks_table(items: Iterable[TaskSummary]) -> Table:
     ]  # fmt: skip
     rows: list[list[object]] = []
     for s in items:
-        error = f"{s.error_type}: {s.error}" if s.error_type else s.error
+        error = error_text(s.error_type, s.error)
         rows.append(
             [when(s.listed_at), s.id, s.state, s.queue, s.priority, s.type,
              f"{s.attempt}/{s.max_attempts}", s.owner, labels_text(s.labels),

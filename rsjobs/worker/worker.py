@@ -842,7 +842,10 @@ class Worker:
                     self._stopped(job, ctx)
                     return
                 retryable = not isinstance(exc, (NonRetryable, *handler.non_retryable))
-                error = f"{type(exc).__name__}: {exc}"[:2000]
+                # (NonRetryable's name says no more than the "non-retryable: " the task's
+                # error gets: its message alone; any other exception is "<type>: <message>")
+                plain = isinstance(exc, NonRetryable) and str(exc)
+                error = (str(exc) if plain else f"{type(exc).__name__}: {exc}")[:2000]
                 log_failure(log, self.name, job.id, ttype, job.queue, ctx.attempt, error, exc)
                 job.span.failed(error, exc)
                 self._finish(

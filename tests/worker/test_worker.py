@@ -18,6 +18,7 @@ from unittest.mock import ANY
 import pytest
 
 from rsjobs import Client, Settings, Worker
+from rsjobs.console.views import error_text
 from rsjobs.model import TERMINAL
 from rsjobs.server import EmbeddedRedis
 from rsjobs.store.layout import Ending
@@ -145,6 +146,15 @@ async def test_non_retryable_and_unknown_types_fail_once(client: Client, redis_u
     for info in infos:
         assert info.state == "FAILED" and info.attempt == 1, info
     assert infos[2].error_type == "NoHandler" and "no handler" in infos[2].error
+    # each says what it is once: NonRetryable's message after "non-retryable: ", another
+    # exception with its type (ValueError here, declared non-retryable by its handler)
+    assert infos[0].error == "non-retryable: bad input, retrying cannot help"
+    assert infos[0].error_type == "NonRetryable"
+    assert infos[1].error.startswith("non-retryable: ValueError: ")
+    assert error_text(infos[0].error_type, infos[0].error) == infos[0].error
+    assert error_text("TimeoutError", "execution exceeded 2s") == (
+        "TimeoutError: execution exceeded 2s"
+    )
 
 
 async def test_dedup_returns_the_first_task(client: Client) -> None:
