@@ -667,7 +667,9 @@ def main(argv: list[str] | None = None) -> int:
         if hint is not None:
             print(f"rsjobs: {hint}", file=sys.stderr)
             return 3
-        print(f"rsjobs: cannot reach redis at {redact_url(args.url)}: {exc}", file=sys.stderr)
+        # (what failed underneath, not which of rsjobs's reads met it first)
+        why = exc.__cause__ if exc.__cause__ is not None else exc
+        print(f"rsjobs: cannot reach redis at {redact_url(args.url)}: {why}", file=sys.stderr)
         return 3
     except StoreError as exc:
         print(f"rsjobs: redis error: {exc}", file=sys.stderr)

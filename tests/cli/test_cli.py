@@ -105,6 +105,8 @@ def test_errors_are_one_line_and_write_nothing(
 def test_unreachable_redis_is_a_clear_error() -> None:
     out = rsjobs("redis://127.0.0.1:1/0", "queues")
     assert out.returncode == 3 and "cannot reach redis" in out.stderr
+    # what failed (the connection), not which internal read met it first
+    assert "Connect" in out.stderr and "unavailable" not in out.stderr, out.stderr
 
 
 @pytest.mark.parametrize(
