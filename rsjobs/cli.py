@@ -593,8 +593,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--label", action="append", metavar="KEY=VALUE", help="only tasks with this label"
     )
-    t.add_argument("--since", type=int, default=0, metavar="MS", help="listed at or after")
-    t.add_argument("--until", type=int, default=0, metavar="MS", help="listed at or before")
+    t.add_argument(
+        "--since", metavar="TIME", help="listed at or after: ms, ISO 8601, or a time ago (2h)"
+    )
+    t.add_argument(
+        "--until", metavar="TIME", help="listed at or before: ms, ISO 8601, or a time ago (2h)"
+    )
     t.add_argument("--limit", type=int, default=50, help="tasks per page (1-500)")
     t.add_argument("--cursor", help="the page after the one that printed this cursor")
     t.add_argument("--all", action="store_true", help="every page, not only the first")

@@ -10,6 +10,7 @@ import time
 
 from ..cli import CliError, client_from_args, warn
 from ..client import Client
+from .actions import parse_time
 
 __all__ = [
     "cmd_deadletter_list",
@@ -143,6 +144,9 @@ async def cmd_tasks(args: argparse.Namespace) -> int:
 
     states = [s for v in args.state or () for s in v.split(",") if s]
     queues = [q for v in args.queue or () for q in v.split(",") if q]
+    # the one time syntax of every command: ms, ISO 8601, or a time ago (2h)
+    since = parse_time(args.since) if args.since else 0
+    until = parse_time(args.until) if args.until else 0
     items: list[TaskSummary] = []
     cursor = args.cursor
     async with client_from_args(args) as client:
@@ -153,8 +157,8 @@ async def cmd_tasks(args: argparse.Namespace) -> int:
                 type=args.type,
                 owner=args.owner,
                 label=args.label or None,
-                since=args.since,
-                until=args.until,
+                since=since,
+                until=until,
                 cursor=cursor,
                 limit=args.limit,
             )

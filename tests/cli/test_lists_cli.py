@@ -45,6 +45,13 @@ async def test_tasks_lists_filters_and_pages(redis_url: str) -> None:
     assert cpu in everything.stdout
     none = rsjobs(redis_url, "tasks", "--type", "nothing")
     assert none.returncode == 0 and none.stdout.strip() == "(no tasks)"
+    # --since / --until take the time syntax of every command (ms, ISO 8601, a time ago)
+    recent = rsjobs(redis_url, "tasks", "--since", "1h", "--all", "--json")
+    assert len(recent.stdout.splitlines()) == len(everything.stdout.splitlines()) == 5
+    later = rsjobs(redis_url, "tasks", "--since", "2999-01-01T00:00", "--json")
+    assert later.returncode == 0 and later.stdout == ""
+    old = rsjobs(redis_url, "tasks", "--until", "1h", "--json")
+    assert old.returncode == 0 and old.stdout == ""
 
 
 @pytest.mark.parametrize(
@@ -54,6 +61,7 @@ async def test_tasks_lists_filters_and_pages(redis_url: str) -> None:
         (["tasks", "--label", "user"], "key=value"),
         (["tasks", "--limit", "0"], "limit"),
         (["tasks", "--cursor", "nonsense"], "invalid cursor"),
+        (["tasks", "--since", "soon"], "invalid time"),
         (["tasks", "--cursor", "0-0"], "invalid cursor"),
         (["tasks", "--cursor", "AQ" + "A" * 40], "invalid cursor"),
         (["enqueue", "render", "--label", "user"], "expected KEY=VALUE"),
