@@ -82,9 +82,6 @@ async def test_a_worker_that_missed_the_pause_is_stopped_by_start(
         assert info.state == "PENDING" and [e.event for e in await client.history(tid)] == [
             "ENQUEUE"
         ]
-        # its delivery was handed back: a fresh entry waits, nothing in anyone's hands
-        assert r.xlen("rsjobs:{t}:queue:gpu") == 1
-        assert r.xpending("rsjobs:{t}:queue:gpu", "workers")["pending"] == 0
         # the worker's fetch loop is parked (no stream left to read) and no start is in
         # flight: a read it had sent beside the refused START (the loop reads on while a
         # batch starts) has come back, with the handed-back entry or empty, and been dealt
@@ -94,6 +91,15 @@ async def test_a_worker_that_missed_the_pause_is_stopped_by_start(
             5,
             "the fetch loop parked",
         )
+        # its delivery was handed back (again, if that read had it): a fresh entry
+        # waits, nothing in anyone's hands (checked once the loop is parked: a test
+        # under load saw the read's delivery pending before its START was refused)
+        await eventually(
+            lambda: r.xpending("rsjobs:{t}:queue:gpu", "workers")["pending"] == 0,
+            5,
+            "the delivery handed back",
+        )
+        assert r.xlen("rsjobs:{t}:queue:gpu") == 1
         await no_blocked_read(r)
         r.config_resetstat()
         await asyncio.sleep(WINDOW_S)  # over a span of its reads (200 ms each)
