@@ -35,6 +35,7 @@ __all__ = [
     "DIMENSIONS",
     "MAX_AMOUNT",
     "MAX_UNITS",
+    "NO_OWNER",
     "SCALE",
     "WASTE",
     "AttemptCost",
@@ -60,6 +61,9 @@ WASTE = CATEGORIES[1:]
 #: the dimensions of the costs hash (a workflow's task has a stage; a task an owner when
 #: it was submitted with one)
 DIMENSIONS = ("queue", "type", "owner", "stage")
+#: the row of the owner dimension that sums the tasks submitted without an owner (no owner
+#: name has a space or parentheses: rsjobs.names)
+NO_OWNER = "(no owner)"
 #: the units every attempt has; a charge's unit is none of them
 BUILTIN_UNITS = ("attempts", "run_ms", "wait_ms")
 
@@ -219,10 +223,13 @@ class Tally:
         for unit, micro in a.micro.items():
             self.add(a.category, unit, micro)
 
-    def merge(self, other: Tally) -> None:
+    def merge(self, other: Tally, sign: int = 1) -> None:
         for category, row in other.sums.items():
             for unit, v in row.items():
-                self.add(category, unit, v)
+                self.add(category, unit, sign * v)
+
+    def __bool__(self) -> bool:
+        return any(v for row in self.sums.values() for v in row.values())
 
     def raw(self, categories: Iterable[str] = CATEGORIES) -> dict[str, int]:
         """Unit -> the exact sum over ``categories``."""

@@ -17,6 +17,7 @@ import msgspec
 
 from ..costs import (
     DIMENSIONS,
+    NO_OWNER,
     CostReport,
     CostRow,
     Tally,
@@ -64,6 +65,28 @@ class Costs:
         costs hash; ``name``: that one name only."""
         if by not in DIMENSIONS:
             raise ValueError(f"no cost dimension {by!r} (one of {', '.join(DIMENSIONS)})")
+        rows = await self._rows(by, name)
+        total = Tally()
+        for t in rows.values():
+            total.merge(t)
+        if by == "owner" and name is None:
+            # tasks without an owner are counted per queue (as every task is) and under no
+            # owner: their row is what the queues hold beyond the owners' (the scripts
+            # write nothing more for a task without one)
+            unowned = Tally()
+            for t in (await self._rows("queue", None)).values():
+                unowned.merge(t)
+            unowned.merge(total, -1)
+            if unowned:
+                rows[NO_OWNER] = unowned
+                total.merge(unowned)
+        return CostReport(
+            by=by,
+            rows=[CostRow(name=n, totals=rows[n].totals()) for n in sorted(rows)],
+            total=total.totals(),
+        )
+
+    async def _rows(self, by: str, name: str | None) -> dict[str, Tally]:
         match = f"{by}|{escape_glob(name)}|*" if name is not None else f"{by}|*"
         rows: dict[str, Tally] = {}
         for costs in await self._hashes():
@@ -78,14 +101,7 @@ class Costs:
                     except ValueError:
                         raise CorruptData("costs", text(field), "not an integer") from None
                     rows.setdefault(label, Tally()).add(category, unit, n)
-        total = Tally()
-        for t in rows.values():
-            total.merge(t)
-        return CostReport(
-            by=by,
-            rows=[CostRow(name=n, totals=rows[n].totals()) for n in sorted(rows)],
-            total=total.totals(),
-        )
+        return rows
 
     async def raw(self) -> dict[str, int]:
         """The whole costs hash, field -> value (for the metrics and the tests)."""

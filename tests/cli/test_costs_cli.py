@@ -117,3 +117,34 @@ async def test_cost_of_a_workflow_per_stage_and_task(wf: WorkflowClient, redis_u
     assert task_rows[0][:5] == ["task", "stage", "item", "v", "state"]
     assert task_rows[1][1:5] == ["character/params", "params", "1", "SUCCEEDED"]
     assert lines[-1] == "waste: none"
+
+
+async def test_tasks_without_an_owner_have_a_row_of_their_own(redis_url: str) -> None:
+    """``costs --by owner`` answers for every task: those submitted without an owner are
+    its "(no owner)" row (what the queues hold beyond the owners'), and the total is the
+    queues' total."""
+    client = Client.from_url(redis_url, namespace="nobody")
+    w = Worker(tasks, url=redis_url, settings=Settings(namespace="nobody"), handle_signals=False)
+    run = asyncio.create_task(w.run())
+    try:
+        ids = [
+            await client.enqueue("charge", {"charges": {"gpu_s": 1}}, owner="ana"),
+            await client.enqueue("charge", {"charges": {"gpu_s": 2}}),
+            await client.enqueue("charge", {"charges": {"gpu_s": 4}}),
+        ]
+        for tid in ids:
+            assert (await client.wait(tid, timeout_ms=15_000)).state == "SUCCEEDED"
+        report = await client.costs("owner")
+        queues = await client.costs("queue")
+    finally:
+        w.stop()
+        await asyncio.wait_for(run, 20)
+        await w.redis.aclose()
+        await client.close()
+    rows = {r.name: r.totals for r in report.rows}
+    assert sorted(rows) == ["(no owner)", "ana"]
+    assert rows["(no owner)"].total["attempts"] == 2 and rows["(no owner)"].total["gpu_s"] == 6
+    assert rows["ana"].total["gpu_s"] == 1
+    assert report.total == queues.total
+    r = rsjobs(redis_url, "--namespace", "nobody", "costs", "--by", "owner")
+    assert [row.split()[0] for row in r.stdout.splitlines()[1:3]] == ["(no", "ana"]
