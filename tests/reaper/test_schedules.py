@@ -4,7 +4,9 @@ fire it, the catch-up policy, bad input, and three reaper processes (one SIGKILL
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -15,6 +17,7 @@ from rsjobs import Client
 from rsjobs.errors import ConfigError
 from rsjobs.schedules import Schedule, missed_ticks, next_tick
 from rsjobs.schemas import EnqueueRequest
+from tests.cli.support import rsjobs
 from tests.support.processes import stop_process
 from tests.support.reaper import spawn_reaper
 
@@ -173,3 +176,26 @@ async def test_three_reapers_enqueue_exactly_one_task_per_tick_across_a_sigkill(
     assert len(ids) + info.skipped == (info.next_at - first) // 1000
     assert all((t - first) % 1000 == 0 and first <= t < info.next_at for t in ticks)
     assert len(ids) >= TICKS, ticks
+
+
+def test_the_cli_adds_lists_and_removes_schedules_in_words(redis_url: str) -> None:
+    """``schedules add`` says the first tick as a time, ``list`` prints a table (``--json``:
+    the documents), ``remove`` of a missing one is a one-line error."""
+    add = rsjobs(redis_url, "--namespace", "sch", "schedules", "add", "beat", "tick",
+                 "--every-ms", "60000", "--queue", "cron")  # fmt: skip
+    assert add.returncode == 0, add.stderr
+    assert re.fullmatch(r"schedule beat: first tick at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\n",
+                        add.stdout), add.stdout  # fmt: skip
+    table = rsjobs(redis_url, "--namespace", "sch", "schedules", "list")
+    header, row = table.stdout.splitlines()
+    assert header.split() == ["name", "ticks", "type", "queue", "next", "fired", "skipped",
+                              "last", "last", "task"]  # fmt: skip
+    assert row.split()[:5] == ["beat", "every", "60s", "tick", "cron"]
+    docs = rsjobs(redis_url, "--namespace", "sch", "schedules", "list", "--json")
+    (doc,) = [json.loads(line) for line in docs.stdout.splitlines()]
+    assert doc["schedule"]["every_ms"] == 60000 and doc["fired"] == 0
+    assert rsjobs(redis_url, "--namespace", "sch", "schedules", "remove", "beat").returncode == 0
+    gone = rsjobs(redis_url, "--namespace", "sch", "schedules", "remove", "beat")
+    assert gone.returncode == 2 and "no schedule 'beat'" in gone.stderr
+    empty = rsjobs(redis_url, "--namespace", "sch", "schedules", "list")
+    assert empty.stdout.strip() == "(no schedules)"
