@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -55,6 +56,7 @@ __all__ = [
     "CONTENT_TYPE",
     "DURATION_BUCKETS",
     "NamespaceCollector",
+    "Probes",
     "Snapshot",
     "read_snapshot",
     "serve_metrics",
@@ -312,11 +314,46 @@ class Exporter:
 _MAX_REQUEST = 8192
 
 
+class Probes:
+    """A process's own health, for ``GET /livez`` and ``GET /readyz`` beside its metrics
+    (no Redis read at probe time: what the process last saw). ``live``: its main loop
+    turned within ``stale_s`` (``beat()``; a process whose event loop is blocked does not
+    answer at all); ``ready``: live, and its last Redis contact succeeded within
+    ``stale_s`` (``contact()``; none yet: not ready)."""
+
+    def __init__(self, stale_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stale_s = stale_s
+        self.clock = clock
+        self.beat_at = clock()
+        self.contact_at: float | None = None
+
+    def beat(self) -> None:
+        self.beat_at = self.clock()
+
+    def contact(self) -> None:
+        self.contact_at = self.clock()
+
+    def live(self) -> bool:
+        return self.clock() - self.beat_at <= self.stale_s
+
+    def ready(self) -> bool:
+        at = self.contact_at
+        return self.live() and at is not None and self.clock() - at <= self.stale_s
+
+    def answer(self, path: str) -> tuple[str, bytes]:
+        ok = self.live() if path == "/livez" else self.ready()
+        return ("200 OK", b"ok\n") if ok else ("503 Service Unavailable", b"not ok\n")
+
+
 async def serve_metrics(
-    render: Callable[[], Awaitable[bytes]], port: int, host: str = "127.0.0.1"
+    render: Callable[[], Awaitable[bytes]],
+    port: int,
+    host: str = "127.0.0.1",
+    probes: Probes | None = None,
 ) -> asyncio.Server:
     """An HTTP server for ``GET /metrics`` (and ``/``) on ``host:port``: the text
-    ``render()`` returns. Anything else answers 404 (405 for another method); a broken
+    ``render()`` returns; with ``probes``, ``GET /livez`` and ``/readyz`` too (200 or 503,
+    see :class:`Probes`). Anything else answers 404 (405 for another method); a broken
     request is dropped. Close it with ``server.close()``."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -326,6 +363,8 @@ async def serve_metrics(
             path = path.split("?", 1)[0]
             if method not in ("GET", "HEAD"):
                 status, body, ctype = "405 Method Not Allowed", b"GET only\n", "text/plain"
+            elif probes is not None and path in ("/livez", "/readyz"):
+                (status, body), ctype = probes.answer(path), "text/plain"
             elif path not in ("/metrics", "/"):
                 status, body, ctype = "404 Not Found", b"try /metrics\n", "text/plain"
             else:

@@ -35,7 +35,7 @@ from redis.asyncio import Redis
 
 from ..errors import ConfigError, NotMigrated, RedisUnavailable
 from ..logfmt import FIELDS
-from ..metrics import Exporter, serve_metrics
+from ..metrics import Exporter, Probes, serve_metrics
 from ..settings import Settings
 from ..store import Store
 from ..store.connection import connect
@@ -182,6 +182,9 @@ class Reaper:
         self.sweeps = 0
         #: running sums of the numeric fields of every sweep report (for tests, metrics)
         self.totals: Counter[str] = Counter()
+        #: /livez and /readyz beside /metrics: live while the sweep loop turns, ready while
+        #: its sweeps reach Redis (three intervals of slack, at least 10 s)
+        self.probes = Probes(max(3 * self.config.interval_ms / 1000, 10.0))
         self._stopping = asyncio.Event()
         #: per shard, the minute (ms) of the last series sample this reaper took or found
         #: taken, and the queues it sampled
@@ -417,8 +420,10 @@ class Reaper:
             await self._serve_metrics()
             while not self._stopping.is_set():
                 delay = cfg.interval_ms / 1000
+                self.probes.beat()
                 try:
                     report = await self.sweep_once()
+                    self.probes.contact()
                     backoff = 0.1
                     if cfg.log_idle or report.changed or report.workers_dead or report.errors:
                         self._log("sweep", **msgspec.to_builtins(report))
@@ -465,7 +470,9 @@ class Reaper:
             return
         exporter = Exporter(self.store, lambda: reaper_families(self.sweeps, self.totals))
         try:
-            server = await serve_metrics(exporter.render, self.metrics_port, self.metrics_host)
+            server = await serve_metrics(
+                exporter.render, self.metrics_port, self.metrics_host, self.probes
+            )
         except OSError as exc:
             where = f"{self.metrics_host}:{self.metrics_port}"
             raise ConfigError(f"metrics: cannot listen on {where}: {exc}") from None

@@ -537,6 +537,28 @@ def _paths() -> dict[str, Any]:
                                       "content": _json("Health")}},
             }
         },
+        "/livez": {
+            "get": {
+                "summary": "Liveness: the process answers (no token needed, no Redis read)",
+                "operationId": "livez",
+                "security": [],
+                "description": "For a liveness probe: a Redis outage does not fail it (that "
+                "is readiness, /readyz), a process whose event loop is stuck does not answer.",
+                "responses": {"200": {"description": "the process answers", "content": {
+                    "application/json": {"schema": {"type": "object", "properties": {
+                        "status": {"type": "string", "const": "ok"}}, "required": ["status"]}}}}},
+            }
+        },
+        "/readyz": {
+            "get": {
+                "summary": "Readiness: Redis reachable (no token needed); as /healthz",
+                "operationId": "readyz",
+                "security": [],
+                "responses": {"200": {"description": "Redis answers", "content": _json("Health")},
+                              "503": {"description": "Redis does not answer",
+                                      "content": _json("Health")}},
+            }
+        },
         "/metrics": {
             "get": {
                 "summary": "Prometheus metrics (admin token unless metrics are public)",

@@ -281,6 +281,12 @@ class Api(Handlers):
         )
         return json_response(body, 200 if redis_ok else 503)
 
+    async def livez(self, request: Request) -> Response:
+        """Liveness: the process answers (its event loop turns); no Redis read, so that a
+        Redis outage restarts no web process (``/readyz``, as ``/healthz``, reads it)."""
+        check_query(request)
+        return json_response({"status": "ok"})
+
     async def metrics(self, request: Request) -> Response:
         if not self.svc.config.metrics_public:
             who = self.principal(request)
@@ -310,6 +316,8 @@ def task_routes(service: Service) -> list[BaseRoute]:
         Route("/tasks/{task_id}/cancel", api.cancel, methods=["POST"]),
         Route("/tasks/{task_id}/events", api.task_events, methods=["GET"]),
         Route("/healthz", api.healthz, methods=["GET"]),
+        Route("/livez", api.livez, methods=["GET"]),
+        Route("/readyz", api.healthz, methods=["GET"]),
         Route("/metrics", api.metrics, methods=["GET"]),
         Route("/openapi.json", api.openapi, methods=["GET"]),
     ]

@@ -40,7 +40,7 @@ from ..errors import (
     RsjobsError,
 )
 from ..logfmt import TaskFields, bind_task
-from ..metrics import Exporter, serve_metrics
+from ..metrics import Exporter, Probes, serve_metrics
 from ..names import validate_name
 from ..settings import Settings
 from ..store import Beat, Code, Delivery, Started, Store, Suspect, TaskKeys
@@ -290,6 +290,9 @@ class Worker:
         self.metrics_host = metrics_host
         #: the metrics server while it runs (its sockets tell the port it got)
         self.metrics_server: asyncio.Server | None = None
+        #: /livez and /readyz beside /metrics: live while the heartbeat loop turns, ready
+        #: while its registrations reach Redis (three heartbeats of slack, at least 10 s)
+        self.probes = Probes(max(3 * self.heartbeat_ms / 1000, 10.0))
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -374,13 +377,18 @@ class Worker:
             return
         exporter = Exporter(self.store, self.metrics.families)
         try:
-            server = await serve_metrics(exporter.render, self.metrics_port, self.metrics_host)
+            server = await serve_metrics(
+                exporter.render, self.metrics_port, self.metrics_host, self.probes
+            )
         except OSError as exc:
             where = f"{self.metrics_host}:{self.metrics_port}"
             raise ConfigError(f"metrics: cannot listen on {where}: {exc}") from None
         self.metrics_server = server
         port = server.sockets[0].getsockname()[1]
-        log.info("worker %s: metrics at http://%s:%d/metrics", self.name, self.metrics_host, port)
+        log.info(
+            "worker %s: metrics at http://%s:%d/metrics (probes /livez, /readyz)",
+            self.name, self.metrics_host, port,
+        )  # fmt: skip
 
     def _remove_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> None:
         if self.handle_signals:
@@ -1180,6 +1188,7 @@ class Worker:
         next_beat = time.monotonic() + hb
         next_recheck = time.monotonic() + self.lease_ms / 1000
         while not self._closing:
+            self.probes.beat()
             wait = next_beat - time.monotonic()
             if wait > 0:
                 with contextlib.suppress(TimeoutError):
@@ -1327,11 +1336,12 @@ class Worker:
         registration = encode(info)
         if len(self._lanes) == 1:
             await self.store.work.register(self.name, registration)
-            return
-        # on every shard: the reaper's scripts read the registry in the slot they sweep
-        await asyncio.gather(
-            *(lane.store.work.register(self.name, registration) for lane in self._lanes)
-        )
+        else:
+            # on every shard: the reaper's scripts read the registry in the slot they sweep
+            await asyncio.gather(
+                *(lane.store.work.register(self.name, registration) for lane in self._lanes)
+            )
+        self.probes.contact()
 
     async def _unregister(self) -> None:
         for lane in self._lanes:

@@ -75,3 +75,14 @@ def test_deploy_files_run_the_web_app_with_tokens_and_probes() -> None:
     docker = Path(ROOT, "Dockerfile").read_text()
     assert 'CMD ["rsjobs", "healthcheck"]' in docker
     assert "--dev" not in Path(ROOT, "deploy/pod.yaml").read_text()
+    # every rsjobs process of the pod has liveness and readiness probes on its own server
+    pod = yaml.safe_load(Path(ROOT, "deploy/pod.yaml").read_text())
+    for c in pod["spec"]["containers"]:
+        if c["name"] == "redis":
+            continue
+        port = c["args"][c["args"].index("--metrics-port") + 1]
+        assert c["args"][c["args"].index("--metrics-host") + 1] == "0.0.0.0"
+        (named,) = [p for p in c["ports"] if str(p["containerPort"]) == port]
+        assert c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": named["name"]}
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": named["name"]}
+        assert c["resources"]["requests"] and c["resources"]["limits"]

@@ -7,6 +7,8 @@ durations) plus their own counters; ``rsjobs worker|reaper --metrics-port`` serv
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -18,11 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rsjobs import Client, Settings, Worker
 from rsjobs.reaper import Reaper, ReaperConfig
-from rsjobs.server import free_port
+from rsjobs.server import EmbeddedRedis, free_port
 from rsjobs.workflows import WorkflowClient
 from tests.support.apps import tasks
 from tests.support.processes import said, spawn_worker, stop_process
 from tests.support.reaper import spawn_reaper
+from tests.support.waits import poll_until
 from tests.support.web import ROOT, TestClient, make_app
 from tests.support.wf_fixtures import NS
 
@@ -158,11 +161,59 @@ async def test_the_cli_processes_serve_metrics_on_loopback(redis_url: str) -> No
         assert get(w, "rsjobs_redis_up") == 1 and ("rsjobs_worker_slots", ()) in w
         r = await scrape(rport)
         assert get(r, "rsjobs_redis_up") == 1 and ("rsjobs_reaper_sweeps_total", ()) in r
+        # the probes beside: live and ready (each has reached Redis by now)
+        async with httpx.AsyncClient(timeout=2) as http:
+            for port in (wport, rport):
+                for probe in ("/livez", "/readyz"):
+                    got = await http.get(f"http://127.0.0.1:{port}{probe}")
+                    assert got.status_code == 200, (port, probe, got.text)
+            # a worker that does not run (SIGSTOP: as hung as a process can be) answers
+            # no probe, so its liveness probe fails
+            os.kill(procs[0].pid, signal.SIGSTOP)
+            try:
+                with pytest.raises(httpx.TimeoutException):
+                    await http.get(f"http://127.0.0.1:{wport}/livez", timeout=0.5)
+            finally:
+                os.kill(procs[0].pid, signal.SIGCONT)
     finally:
         for p in procs:
             stop_process(p)
             if p.stderr is not None:
                 p.stderr.close()
+
+
+async def test_a_worker_is_live_but_not_ready_while_redis_is_gone() -> None:
+    """Redis stops answering: the worker's loop turns on (live) while its registrations
+    fail (not ready, once the probes' slack has passed: an injected clock); Redis back,
+    ready again."""
+    server = EmbeddedRedis().start()
+    w = Worker(tasks, url=server.url, settings=Settings(namespace="pr"), handle_signals=False,
+               metrics_port=0, heartbeat_ms=50, lease_ms=2000)  # fmt: skip
+    clock = [1000.0]
+    w.probes.clock = lambda: clock[0]
+    w.probes.beat_at = clock[0]
+    run = asyncio.create_task(w.run())
+    try:
+        await poll_until(lambda: _answered(w, "/readyz", 200), 10, "ready")
+        server.stop()
+        clock[0] += w.probes.stale_s + 1  # the slack has passed, Redis still gone
+        await poll_until(lambda: _answered(w, "/readyz", 503), 10, "not ready")
+        assert await _answered(w, "/livez", 200)
+        server.start()
+        await poll_until(lambda: _answered(w, "/readyz", 200), 20, "ready again")
+    finally:
+        w.stop()
+        await asyncio.wait_for(run, 20)
+        await w.redis.aclose()
+        server.cleanup()
+
+
+async def _answered(w: Worker, probe: str, status: int) -> bool:
+    if w.metrics_server is None:
+        return False
+    async with httpx.AsyncClient(timeout=2) as http:
+        got = await http.get(f"http://127.0.0.1:{_port(w.metrics_server)}{probe}")
+    return got.status_code == status
 
 
 async def test_the_web_metrics_have_the_same_namespace_figures(

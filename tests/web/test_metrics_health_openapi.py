@@ -82,6 +82,10 @@ async def test_metrics_and_health_when_redis_is_down() -> None:
     async with httpx.AsyncClient(transport=transport, base_url="http://x") as c:
         r = await c.get("/healthz")
         assert r.status_code == 503 and r.json()["redis"] == "unreachable"
+        # readiness says so too; liveness does not (a Redis outage restarts no web process)
+        r = await c.get("/readyz")
+        assert r.status_code == 503 and r.json()["redis"] == "unreachable"
+        assert (await c.get("/livez")).json() == {"status": "ok"}
         m = samples((await c.get("/metrics")).text)
         assert m[("rsjobs_redis_up", ())] == 0
         r = await c.get("/tasks/" + "0" * 32)
