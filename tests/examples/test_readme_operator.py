@@ -51,12 +51,8 @@ def _run(url: str, line: str, cli: str | None) -> list[str]:
         args = shlex.split(line, comments=True)
         assert args[0] == "redis-cli", line
         with sync_redis.Redis.from_url(url, decode_responses=True) as r:
-            conn = r.connection_pool.get_connection()
-            try:  # the reply as the server sent it (no redis-py reply callback)
-                conn.send_command(*args[1:])
-                out = _raw_lines(conn.read_response())
-            finally:
-                r.connection_pool.release(conn)
+            r.response_callbacks.clear()  # the reply as the server sent it
+            out = _raw_lines(r.execute_command(*args[1:]))
     assert not any(o.startswith("ERR") for o in out), (line, out)
     return out
 
