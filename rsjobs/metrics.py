@@ -12,6 +12,7 @@ namespace figures:
 - ``rsjobs_queue_oldest_pending_age_seconds{queue}``: how long the oldest work entry no
   worker has read yet has waited (0: none)
 - ``rsjobs_queue_paused{queue}``, ``rsjobs_queue_stream_length{queue}``
+- ``rsjobs_queue_workers_wanted{queue}``: the autoscaling signal (rsjobs/scaling.py)
 - ``rsjobs_tasks{queue,state}``, ``rsjobs_tasks_finished_total{queue,state}``
 - ``rsjobs_transitions_total{event}``, ``rsjobs_rejected_total{event}``,
   ``rsjobs_late_results_rejected_total{event}``, ``rsjobs_reclaims_total``
@@ -51,6 +52,7 @@ from prometheus_client.registry import Collector
 from .costs import BUILTIN_UNITS, SCALE, split_field
 from .errors import RsjobsError
 from .model import TERMINAL, State
+from .scaling import slots_per_worker, slots_wanted, workers_wanted
 
 __all__ = [
     "CONTENT_TYPE",
@@ -91,6 +93,8 @@ class Snapshot:
         self.costs: dict[str, int] = {}
         #: queue -> when its oldest unread work entry was queued (ms; 0: none)
         self.oldest: dict[str, int] = {}
+        #: the live workers' registrations (JSON: their queues and concurrency)
+        self.registrations: list[str] = []
         self.now_ms = 0
 
 
@@ -105,6 +109,7 @@ async def read_snapshot(store: Any) -> Snapshot:
     if snap.queues:
         snap.oldest = await store.index.oldest_pending(snap.queues)
     snap.now_ms = await store.reaper.now_ms()
+    snap.registrations = await store.reaper.registrations()
     snap.up = True
     return snap
 
@@ -238,7 +243,17 @@ def namespace_families(s: Snapshot) -> Iterator[Metric]:
         "rsjobs_queue_paused", "1 while the queue is paused (workers start nothing of it)",
         labels=["queue"],
     )  # fmt: skip
+    wanted = GaugeMetricFamily(
+        "rsjobs_queue_workers_wanted",
+        "workers to run every waiting and running task of the queue at once, in slots of "
+        "the live workers serving it (0 when nothing waits or runs; rsjobs/scaling.py)",
+        labels=["queue"],
+    )
     for q in s.queues:
+        workers, slots = slots_per_worker(s.registrations, q)
+        per = round(slots / workers) if workers else 1
+        need = slots_wanted(s.stats.get(f"{q}:PENDING", 0), s.stats.get(f"{q}:RUNNING", 0), 0, 0)
+        wanted.add_metric([q], workers_wanted(need, per))
         paused.add_metric([q], 1 if q in s.paused else 0)
         depth.add_metric([q], max(0, s.stats.get(f"{q}:PENDING", 0)))
         since = s.oldest.get(q, 0)
@@ -265,7 +280,8 @@ def namespace_families(s: Snapshot) -> Iterator[Metric]:
             rej.add_metric([event], value)
     for event in ("COMPLETE", "FAIL"):
         late.add_metric([event], s.stats.get(f"rej:{event}", 0))
-    yield from (depth, oldest, length, paused, live, done, trans, rej, late, _task_durations(s))
+    yield from (depth, oldest, length, paused, wanted, live, done, trans, rej, late)
+    yield _task_durations(s)
     yield from _attempt_families(s)
     yield CounterMetricFamily(
         "rsjobs_reclaims", "tasks taken back from a lost worker", s.stats.get("ev:RECLAIM", 0)

@@ -265,6 +265,18 @@ class Reaping:
             return Registry(regs, marks, queues, holdings)
         return await self._registry_here(limit)
 
+    async def registrations(self) -> list[str]:
+        """The registrations (JSON) of the workers not marked dead, in two reads (shard 0's:
+        a worker registers on every shard)."""
+        k = self.keys
+        with boundary("workers registry"):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.hgetall(k.workers)
+                pipe.hkeys(k.workers_dead)
+                regs, dead = await pipe.execute()
+        gone = {text(n) for n in dead}
+        return [text(v) for n, v in regs.items() if text(n) not in gone]
+
     async def _registry_here(self, limit: int) -> Registry:
         k = self.keys
         holdings: dict[str, list[str]] = {}

@@ -23,6 +23,7 @@ from ..errors import ConfigError, RsjobsError, UnknownQueue
 from ..overview import deadletter_page, queue_series, queue_views
 from ..queries import list_query
 from ..reaper.registry import list_workers
+from ..scaling import scale_signal
 from ..schemas import TaskPage
 from ..store import ListQuery
 from ..store.series import MAX_MINUTES
@@ -167,6 +168,27 @@ class Lists(Handlers):
             raise ApiError(400, "invalid_queue", str(exc)) from None
         return json_response(series)
 
+    async def queue_scale(self, request: Request) -> Response:
+        self.admin(request, ("target_wait_ms", "slots_per_worker"))
+        q = request.query_params
+        target, per = q.get("target_wait_ms", "0"), q.get("slots_per_worker")
+        if not is_ascii_number(target, 10) or (per is not None and not is_ascii_number(per, 6)):
+            raise ApiError(
+                400, "invalid_scale", "target_wait_ms and slots_per_worker: whole numbers"
+            )
+        try:
+            signal = await scale_signal(
+                self.store,
+                request.path_params["queue"],
+                target_wait_ms=int(target),
+                per_worker=int(per) if per is not None else None,
+            )
+        except UnknownQueue as exc:
+            raise ApiError(404, "unknown_queue", str(exc)) from None
+        except ConfigError as exc:
+            raise ApiError(400, "invalid_scale", str(exc)) from None
+        return json_response(signal)
+
     async def workers(self, request: Request) -> Response:
         self.admin(request)
         return json_response(WorkerList(workers=await list_workers(self.store)))
@@ -194,6 +216,7 @@ def list_routes(service: Service) -> list[BaseRoute]:
         Route("/tasks/export", h.export, methods=["GET"]),
         Route("/queues", h.queues, methods=["GET"]),
         Route("/queues/{queue}/series", h.queue_series, methods=["GET"]),
+        Route("/queues/{queue}/scale", h.queue_scale, methods=["GET"]),
         Route("/workers", h.workers, methods=["GET"]),
         Route("/deadletters", h.deadletters, methods=["GET"]),
     ]

@@ -22,6 +22,7 @@ from ..limits import QueueLimits, RateLimit
 from ..model import State
 from ..names import NAME_SCHEMA, TYPE_RULE, TYPE_SCHEMA
 from ..overview import DeadLetterPage, QueueSeries
+from ..scaling import ScaleSignal
 from ..schemas import (
     BulkResult,
     HistoryEntry,
@@ -99,6 +100,7 @@ _STRUCTS = (
     RateLimit,
     DeadLetterPage,
     QueueSeries,
+    ScaleSignal,
     WorkflowPage,
     NamespaceEvent,
     ErrorBody,
@@ -352,6 +354,36 @@ def _list_paths() -> dict[str, Any]:
                     **_AUTH_ERRORS, **_UNAVAILABLE,
                     "400": _error("a malformed queue name (invalid_queue), minutes outside "
                                   "1-1440 (invalid_minutes), or an unknown parameter"),
+                    "403": _error("not an admin token"),
+                    "404": _error("no task was ever submitted to this queue (unknown_queue)"),
+                },
+            }
+        },
+        "/queues/{queue}/scale": {
+            "get": {
+                "summary": "The autoscaling signal: the workers a queue wants now",
+                "description": "Its waiting and running tasks, its oldest wait, the mean run "
+                    "time of its succeeded attempts, the live workers serving it and their "
+                    "slots, and the slots and workers it wants: every running task's, and for "
+                    "the waiting ones enough to start each within target_wait_ms (0: a slot "
+                    "each); 0 when nothing waits or runs (see rsjobs/scaling.py). For KEDA's "
+                    "metrics-api scaler (valueLocation wanted_workers).",
+                "operationId": "queueScale",
+                "parameters": [
+                    {"name": "queue", "in": "path", "required": True,
+                     "schema": {"type": "string", "pattern": _NAME_PATTERN}},
+                    _query("target_wait_ms", "the longest a waiting task should wait",
+                           {"type": "integer", "minimum": 0, "maximum": 9999999999,
+                            "default": 0}),
+                    _query("slots_per_worker", "a worker's concurrency (default: the mean "
+                           "of the live workers serving the queue, 1 when none does)",
+                           {"type": "integer", "minimum": 1, "maximum": 999999}),
+                ],
+                "responses": {
+                    "200": {"description": "the figures", "content": _json("ScaleSignal")},
+                    **_AUTH_ERRORS, **_UNAVAILABLE,
+                    "400": _error("a malformed queue name or number (invalid_scale), or an "
+                                  "unknown parameter"),
                     "403": _error("not an admin token"),
                     "404": _error("no task was ever submitted to this queue (unknown_queue)"),
                 },
