@@ -18,7 +18,8 @@ WORKDIR /app
 # the package (with its Lua scripts as package data) and the example handlers
 COPY pyproject.toml README.md ./
 COPY rsjobs ./rsjobs
-RUN pip install . \
+# the roles of a deployment: the web app, hooks and cron schedules (Redis runs apart)
+RUN pip install ".[web,hooks,cron]" \
     && useradd --system --uid 10001 --home-dir /app --shell /usr/sbin/nologin rsjobs
 COPY examples ./examples
 
