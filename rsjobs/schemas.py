@@ -251,6 +251,13 @@ def repeat_fields(entry_id: str) -> tuple[str, str]:
     return f"rep:{entry_id}", f"rep_ts:{entry_id}"
 
 
+def _float(v: str | None) -> float | None:
+    try:
+        return float(v) if v else None
+    except ValueError:
+        return None
+
+
 class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
     """One entry of a task's history stream: a transition, a progress note or a refusal.
 
@@ -274,6 +281,9 @@ class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
     repeats: int = 0
     #: Redis TIME (ms) of the last of those repeats; 0 when there were none
     last_ts: int = 0
+    #: the percent the entry says the task is at, as a number: a PROGRESS note's (its
+    #: ``extra["p"]``), 100 for the entry that made the task SUCCEEDED; null for the others
+    progress: float | None = None
 
     @property
     def count(self) -> int:
@@ -296,6 +306,13 @@ class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
         if task and f.get("rej") == "1":
             n, ts = repeat_fields(eid)
             repeats, last_ts = _int(task.get(n)), _int(task.get(ts))
+        event, to = f.get("ev", ""), f.get("to", "")
+        progress = None
+        if f.get("rej") != "1":
+            if event == "PROGRESS":
+                progress = _float(f.get("p"))
+            elif to == "SUCCEEDED" and f.get("from") != "SUCCEEDED":
+                progress = 100.0
         return cls(
             id=eid,
             task_id=task_id or f.get("id", ""),
@@ -310,6 +327,7 @@ class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
             extra={k: v for k, v in f.items() if k not in _CORE},
             repeats=repeats,
             last_ts=last_ts,
+            progress=progress,
         )
 
 

@@ -370,11 +370,13 @@ class Health(msgspec.Struct, frozen=True, kw_only=True):
     event_streams: int
 
 
-class StreamEnd(msgspec.Struct, frozen=True, kw_only=True):
+class StreamEnd(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The data of a task event stream's ``end`` event."""
 
     #: the task's final state
     state: str
+    #: 100 when it SUCCEEDED (null otherwise: as far as its last progress note said)
+    progress: float | None = None
 
 
 class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):

@@ -130,7 +130,8 @@ async def snapshot(tasks: Tasks, task_id: str, after: str) -> Snapshot:
 
 
 def _end(state: str) -> bytes:
-    return b"event: end\ndata: %s\n\n" % encode(StreamEnd(state=state))
+    done = 100.0 if state == "SUCCEEDED" else None
+    return b"event: end\ndata: %s\n\n" % encode(StreamEnd(state=state, progress=done))
 
 
 async def events(

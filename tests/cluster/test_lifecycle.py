@@ -219,7 +219,7 @@ async def test_sse_resumes_after_disconnects(client: Client, cluster_url: str) -
     history = await client.history(tid)
     messages = [e for e in got if e.event == "message"]
     assert [e.id for e in messages] == [h.id for h in history]
-    assert got[-1].json() == {"state": "SUCCEEDED"}
+    assert got[-1].json() == {"state": "SUCCEEDED", "progress": 100.0}
 
 
 async def test_a_workflow_runs_to_ready(cluster_url: str) -> None:

@@ -208,7 +208,7 @@ async def test_sse_lists_and_health_on_a_sharded_namespace(
     if finished:
         assert messages[-1].json()["to_state"] == "SUCCEEDED"
     else:
-        assert got[-1].json() == {"state": "SUCCEEDED"}
+        assert got[-1].json() == {"state": "SUCCEEDED", "progress": 100.0}
 
 
 async def test_workflows_run_on_their_shard(client: Client, cluster_url: str) -> None:

@@ -66,3 +66,20 @@ def test_span_reads_what_the_entries_say(worker: str, ending: str) -> None:
     got = span(raw, A)
     assert got == by_entries(raw)
     assert got[2] == worker and got[0] and got[1] >= got[0]
+
+
+def test_progress_is_a_number_on_its_notes_and_100_on_success() -> None:
+    """A PROGRESS note carries the percent as a number (``progress``, beside its text in
+    ``extra["p"]``); the entry that made the task SUCCEEDED says 100; the others null."""
+    h = LuaHarness("prog")
+    tid = "p" * 32
+    h.enqueue(tid)
+    h.group()
+    (entry,) = h.deliver()
+    token = h.start(tid, entry)[5]
+    h.heartbeat(tid, token, entry, progress="42.5")
+    h.finish(tid, "COMPLETE", token)
+    by_event = {e.event: e for e in h.history(tid)}
+    assert by_event["PROGRESS"].progress == 42.5 and by_event["PROGRESS"].extra["p"]
+    assert by_event["COMPLETE"].progress == 100.0 and by_event["COMPLETE"].to_state == "SUCCEEDED"
+    assert by_event["ENQUEUE"].progress is None and by_event["START"].progress is None

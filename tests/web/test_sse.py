@@ -62,7 +62,9 @@ async def assert_is_history(client: Client, tid: str, got: list[SSEEvent]) -> No
     transitions = [e for e in got if e.event == "message"]
     assert [e.id for e in transitions] == [h.id for h in history]  # no gap, no duplicate
     assert [e.json() for e in transitions] == [msgspec.to_builtins(h) for h in history]
-    assert got[-1].event == "end" and got[-1].json() == {"state": history[-1].to_state}
+    final = history[-1].to_state
+    done = {"progress": 100.0} if final == "SUCCEEDED" else {}
+    assert got[-1].event == "end" and got[-1].json() == {"state": final, **done}
     assert [e.event for e in got].count("end") == 1
 
 
