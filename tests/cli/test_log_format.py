@@ -140,7 +140,9 @@ async def test_a_failed_attempt_is_logged_with_its_traceback(
 def test_reaper_lines_are_json_through_the_env(redis_url: str, tmp_path: Path) -> None:
     log = tmp_path / "reaper.log"
     with log.open("wb") as out:
-        proc = _spawn(redis_url, out, "reaper", "--interval-ms", "100", RSJOBS_LOG_FORMAT="json")
+        proc = _spawn(
+            redis_url, out, "reaper", "--interval-ms", "100", "--log-idle", RSJOBS_LOG_FORMAT="json"
+        )
         try:
             wait_until(lambda: b'"sweep"' in log.read_bytes(), 20, "a sweep line")
         finally:
