@@ -385,16 +385,36 @@ class Topology:
             return ""
         return info.split("\n", 1)[0] if not info.startswith("-") else ""
 
+    async def _replica_info(self) -> str:
+        """``INFO all`` of the primary's replica (a cluster: the node replicating it)."""
+        candidates = [n for n in self.nodes if n is not self.primary and n.up]
+        for node in candidates:
+            info = await ask(node.port, "INFO", "all", timeout_s=1.0)
+            if self.kind != "cluster" or f"master_port:{self.primary.port}" in info:
+                return info
+        return ""
+
     async def wait_synced(self, timeout_s: float) -> bool:
-        """Until the primary has its replica online (state=online in INFO replication)."""
+        """Until the primary has its replica online (state=online in INFO replication) and
+        the replica has the data: its link up, no sync in progress, nothing loading. (The
+        primary says online once it has streamed its RDB; a replica that downloads it in
+        the background loads it a moment later, and one promoted in between comes up
+        without it: Valkey 9.1 was seen to lose writes so, WAIT-acknowledged ones too.)"""
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout_s
         while loop.time() < end:
             try:
                 info = await ask(self.primary.port, "INFO", "replication", timeout_s=1.0)
+                mine = await self._replica_info()
             except (OSError, TimeoutError, ConnectionError, ValueError):
-                info = ""
-            if "state=online" in info and "role:master" in info:
+                info = mine = ""
+            if (
+                "state=online" in info
+                and "role:master" in info
+                and "master_link_status:up" in mine
+                and "master_sync_in_progress:0" in mine
+                and "loading:0" in mine
+            ):
                 return True
             await asyncio.sleep(0.1)
         return False
