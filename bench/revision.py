@@ -97,7 +97,8 @@ def _export(sha: str, dest: Path) -> None:
 def _install(src: Path, venv: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
-    pip += ["--disable-pip-version-check", str(src), *_pins()]
+    # (the embedded server: an older revision without that extra only warns)
+    pip += ["--disable-pip-version-check", f"{src}[embedded]", *_pins()]
     out = subprocess.run(pip, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"installing {src} failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}")

@@ -53,7 +53,7 @@ if [[ -f "$REPO_ROOT/pyproject.toml" ]]; then
     want="$(sha256sum "$REPO_ROOT/pyproject.toml" | cut -d' ' -f1)"
     if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
         echo "bench/setup.sh: installing rsjobs (editable) into .venv-bench"
-        pip_install "$VENV" -e "$REPO_ROOT"
+        pip_install "$VENV" -e "$REPO_ROOT[embedded]"
         echo "$want" >"$stamp"
     fi
 else
