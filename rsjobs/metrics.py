@@ -52,7 +52,7 @@ from prometheus_client.registry import Collector
 from .costs import BUILTIN_UNITS, SCALE, split_field
 from .errors import RsjobsError
 from .model import TERMINAL, State
-from .scaling import slots_per_worker, slots_wanted, workers_wanted
+from .scaling import per_worker, serving, slots_wanted, workers_wanted
 
 __all__ = [
     "CONTENT_TYPE",
@@ -249,11 +249,10 @@ def namespace_families(s: Snapshot) -> Iterator[Metric]:
         "the live workers serving it (0 when nothing waits or runs; rsjobs/scaling.py)",
         labels=["queue"],
     )
+    served = serving(s.registrations)
     for q in s.queues:
-        workers, slots = slots_per_worker(s.registrations, q)
-        per = round(slots / workers) if workers else 1
         need = slots_wanted(s.stats.get(f"{q}:PENDING", 0), s.stats.get(f"{q}:RUNNING", 0), 0, 0)
-        wanted.add_metric([q], workers_wanted(need, per))
+        wanted.add_metric([q], workers_wanted(need, per_worker(*served.get(q, (0, 0)))))
         paused.add_metric([q], 1 if q in s.paused else 0)
         depth.add_metric([q], max(0, s.stats.get(f"{q}:PENDING", 0)))
         since = s.oldest.get(q, 0)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -29,7 +29,14 @@ import msgspec
 from .errors import ConfigError, UnknownQueue
 from .names import is_name
 
-__all__ = ["ScaleSignal", "scale_signal", "slots_per_worker", "slots_wanted", "workers_wanted"]
+__all__ = [
+    "ScaleSignal",
+    "per_worker",
+    "scale_signal",
+    "serving",
+    "slots_wanted",
+    "workers_wanted",
+]
 
 
 class ScaleSignal(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,35 +74,46 @@ def workers_wanted(slots: int, per_worker: int) -> int:
     return math.ceil(max(0, slots) / max(1, per_worker))
 
 
-def slots_per_worker(registrations: Iterable[str], queue: str) -> tuple[int, int]:
-    """The live workers serving ``queue`` (from their registrations: JSON with ``queues``
-    and ``concurrency``) and their slots in all."""
-    workers = slots = 0
+def serving(registrations: Iterable[str]) -> dict[str, tuple[int, int]]:
+    """Per queue, the live workers serving it and their slots in all, from the workers'
+    registrations (JSON with ``queues`` and ``concurrency``; an unreadable one is none)."""
+    out: dict[str, tuple[int, int]] = {}
     for raw in registrations:
         try:
             reg = json.loads(raw)
         except ValueError:
             continue
-        if isinstance(reg, dict) and queue in (reg.get("queues") or ()):
-            workers += 1
-            slots += int(reg.get("concurrency") or 0)
-    return workers, slots
+        if not isinstance(reg, dict):
+            continue
+        slots = int(reg.get("concurrency") or 0)
+        for q in set(reg.get("queues") or ()):
+            workers, total = out.get(q, (0, 0))
+            out[q] = (workers + 1, total + slots)
+    return out
 
 
-def _mean_run_ms(costs: Mapping[str, int], queue: str) -> int:
-    attempts = costs.get(f"queue|{queue}|attempts|ok", 0)
-    return costs.get(f"queue|{queue}|run_ms|ok", 0) // attempts if attempts > 0 else 0
+def per_worker(workers: int, slots: int) -> int:
+    """The slots of a worker: their mean over the workers (1 when none serves)."""
+    return max(1, round(slots / workers)) if workers else 1
+
+
+async def _mean_run_ms(store: Any, queue: str) -> int:
+    """The mean run time of the queue's attempts that succeeded (two fields of the costs
+    hash, not the whole of it)."""
+    attempts, run_ms = f"queue|{queue}|attempts|ok", f"queue|{queue}|run_ms|ok"
+    sums = await store.costs.sums([attempts, run_ms])
+    return sums[run_ms] // sums[attempts] if sums[attempts] > 0 else 0
 
 
 async def scale_signal(
-    store: Any, queue: str, *, target_wait_ms: int = 0, per_worker: int | None = None
+    store: Any, queue: str, *, target_wait_ms: int = 0, slots_per_worker: int | None = None
 ) -> ScaleSignal:
     """The figures of ``queue`` now (``store``: a :class:`rsjobs.store.Store`). Raises
     :class:`rsjobs.ConfigError` for a bad queue name, a negative target wait or slots per
     worker below 1, :class:`rsjobs.UnknownQueue` for a queue the namespace never had."""
     if not is_name(queue):
         raise ConfigError("queue: 1-64 letters, digits, '_', '.', '-'")
-    if target_wait_ms < 0 or (per_worker is not None and per_worker < 1):
+    if target_wait_ms < 0 or (slots_per_worker is not None and slots_per_worker < 1):
         raise ConfigError("target_wait_ms must be >= 0 and slots_per_worker >= 1")
     if not await store.series.known(queue):
         raise UnknownQueue(queue)
@@ -104,9 +122,9 @@ async def scale_signal(
     running = max(0, o.counters.get(f"{queue}:RUNNING", 0))
     since = (await store.index.oldest_pending([queue])).get(queue, 0)
     now = await store.reaper.now_ms()
-    workers, slots = slots_per_worker(await store.reaper.registrations(), queue)
-    per = per_worker or (round(slots / workers) if workers else 1) or 1
-    mean = _mean_run_ms(await store.costs.raw(), queue)
+    workers, slots = serving(await store.reaper.registrations()).get(queue, (0, 0))
+    per = slots_per_worker or per_worker(workers, slots)
+    mean = await _mean_run_ms(store, queue)
     wanted = slots_wanted(pending, running, mean, target_wait_ms)
     return ScaleSignal(
         queue=queue,

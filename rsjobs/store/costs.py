@@ -10,7 +10,7 @@ from there).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -102,6 +102,18 @@ class Costs:
                         raise CorruptData("costs", text(field), "not an integer") from None
                     rows.setdefault(label, Tally()).add(category, unit, n)
         return rows
+
+    async def sums(self, fields: Sequence[str]) -> dict[str, int]:
+        """These fields of the costs hash, summed over the shards (one HMGET each; a
+        missing or unreadable field counts 0)."""
+        out = dict.fromkeys(fields, 0)
+        for costs in await self._hashes():
+            with boundary("HMGET costs"):
+                values = await self.redis.hmget(costs, list(fields))
+            for f, v in zip(fields, values, strict=True):
+                if v is not None and text(v).lstrip("-").isdigit():
+                    out[f] += int(text(v))
+        return out
 
     async def raw(self) -> dict[str, int]:
         """The whole costs hash, field -> value (for the metrics and the tests)."""

@@ -176,6 +176,7 @@ def library() -> tuple[str, str]:
     return lib, f"#!lua name={lib}\n" + text.replace("'@_", f"'{lib}_")
 
 
+@cache
 def function_name(name: str) -> str:
     """The name of script ``name``'s function in :func:`library`."""
     return f"{library()[0]}_{name}"

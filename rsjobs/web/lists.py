@@ -181,7 +181,7 @@ class Lists(Handlers):
                 self.store,
                 request.path_params["queue"],
                 target_wait_ms=int(target),
-                per_worker=int(per) if per is not None else None,
+                slots_per_worker=int(per) if per is not None else None,
             )
         except UnknownQueue as exc:
             raise ApiError(404, "unknown_queue", str(exc)) from None

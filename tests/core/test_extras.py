@@ -7,6 +7,7 @@ import pytest
 
 from rsjobs import ConfigError, schedules
 from rsjobs.extras import MissingExtra, require
+from rsjobs.hooks.webhooks import make_webhook
 from rsjobs.schedules import Schedule, check, next_tick
 from rsjobs.schemas import EnqueueRequest
 
@@ -36,8 +37,6 @@ def test_cron_schedules_need_the_cron_extra_and_the_others_do_not(
 
 def test_webhook_urls_are_checked_without_the_hooks_extra() -> None:
     """(the URL check is the standard library's: adding a webhook needs no HTTP client)"""
-    from rsjobs.hooks.webhooks import make_webhook
-
     ok = make_webhook("w", "https://example.test:8443/hook?x=1", "s" * 16)
     assert ok.url == "https://example.test:8443/hook?x=1"
     for bad in ("ftp://example.test/", "http://", "not a url", "http://exa mple.test/",

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from rsjobs import Client, Settings, Worker
-from rsjobs.scaling import scale_signal, slots_per_worker, slots_wanted, workers_wanted
+from rsjobs.scaling import per_worker, scale_signal, serving, slots_wanted, workers_wanted
 from tests.support.apps import tasks
 from tests.support.waits import poll_until
 from tests.support.web import ROOT, TestClient, make_app
@@ -27,9 +27,11 @@ def test_the_slots_and_workers_a_backlog_wants() -> None:
     assert workers_wanted(0, 4) == 0 and workers_wanted(5, 0) == 5
     regs = [json.dumps({"queues": ["gpu", "cpu"], "concurrency": 4}),
             json.dumps({"queues": ["gpu"], "concurrency": 2}), "not json"]  # fmt: skip
-    assert slots_per_worker(regs, "gpu") == (2, 6)
-    assert slots_per_worker(regs, "cpu") == (1, 4)
-    assert slots_per_worker(regs, "video") == (0, 0)
+    served = serving(regs)
+    assert served["gpu"] == (2, 6)
+    assert served["cpu"] == (1, 4)
+    assert served.get("video", (0, 0)) == (0, 0)
+    assert per_worker(*served["gpu"]) == 3 and per_worker(0, 0) == 1
 
 
 @pytest.mark.integration
@@ -39,7 +41,7 @@ async def test_the_figure_rises_with_the_backlog_and_falls_to_zero_as_it_drains(
     ns = "scale"
     client = Client.from_url(redis_url, namespace=ns)
     ids = [await client.enqueue("noop", {"n": i}, queue="render") for i in range(9)]
-    s = await scale_signal(client.store, "render", per_worker=2)
+    s = await scale_signal(client.store, "render", slots_per_worker=2)
     assert (s.pending, s.running, s.workers, s.wanted_slots, s.wanted_workers) == (9, 0, 0, 9, 5)
     assert s.oldest_wait_ms >= 0
     with TestClient(make_app(redis_url, namespace=ns)) as tc:
@@ -52,7 +54,7 @@ async def test_the_figure_rises_with_the_backlog_and_falls_to_zero_as_it_drains(
         metrics = tc.get("/metrics", headers=ROOT).text
         assert 'rsjobs_queue_workers_wanted{queue="render"} 9.0' in metrics
     more = [await client.enqueue("noop", {"n": i}, queue="render") for i in range(3)]
-    assert (await scale_signal(client.store, "render", per_worker=2)).wanted_workers == 6
+    assert (await scale_signal(client.store, "render", slots_per_worker=2)).wanted_workers == 6
     w = Worker(tasks, url=redis_url, settings=Settings(namespace=ns), queues=["render"],
                concurrency=4, handle_signals=False)  # fmt: skip
     run = asyncio.create_task(w.run())
