@@ -85,8 +85,10 @@ def serving(registrations: Iterable[str]) -> dict[str, tuple[int, int]]:
             continue
         if not isinstance(reg, dict):
             continue
-        slots = int(reg.get("concurrency") or 0)
-        for q in set(reg.get("queues") or ()):
+        queues, slots = reg.get("queues"), reg.get("concurrency")
+        if not isinstance(queues, list) or not isinstance(slots, int):
+            continue  # (not a registration a worker wrote)
+        for q in {q for q in queues if isinstance(q, str)}:
             workers, total = out.get(q, (0, 0))
             out[q] = (workers + 1, total + slots)
     return out

@@ -26,7 +26,9 @@ def test_the_slots_and_workers_a_backlog_wants() -> None:
     assert workers_wanted(12, 4) == 3 and workers_wanted(13, 4) == 4
     assert workers_wanted(0, 4) == 0 and workers_wanted(5, 0) == 5
     regs = [json.dumps({"queues": ["gpu", "cpu"], "concurrency": 4}),
-            json.dumps({"queues": ["gpu"], "concurrency": 2}), "not json"]  # fmt: skip
+            json.dumps({"queues": ["gpu"], "concurrency": 2}), "not json", "[1]",
+            json.dumps({"queues": "gpu", "concurrency": 9}),
+            json.dumps({"queues": ["gpu", {"x": 1}], "concurrency": "many"})]  # fmt: skip
     served = serving(regs)
     assert served["gpu"] == (2, 6)
     assert served["cpu"] == (1, 4)
