@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ConfigError, RedisUnavailable
@@ -162,11 +163,15 @@ class EmbeddedRedis:
         recommended: bool = True,
         own_session: bool = False,
         debug: bool = False,
+        repick: Callable[[], int] | None = None,
     ) -> None:
         self.port = port or free_port()
         # a port we picked may be taken before the server binds it: the first start then
         # moves to another; a port the caller named, or one a restart must keep, does not
-        self._may_move = port is None
+        self._may_move = port is None or repick is not None
+        #: how a first start that found its port taken picks another (a cluster node: a
+        #: port whose bus port is free too)
+        self._repick = repick or free_port
         self.own_session = own_session
         self.appendonly = appendonly
         self.appendfsync = appendfsync
@@ -207,7 +212,7 @@ class EmbeddedRedis:
             try:
                 self._start_once(timeout)
             except _PortTaken:
-                self.port = free_port()
+                self.port = self._repick()
                 continue
             self._may_move = False
             return self

@@ -565,6 +565,7 @@ class Cluster:
         self.nodes = [
             EmbeddedRedis(
                 cluster_port(),
+                repick=cluster_port,
                 appendonly=appendonly,
                 appendfsync=appendfsync,
                 extra_args=cluster_args(node_timeout_ms),

@@ -7,6 +7,7 @@ import socket
 import pytest
 
 from rsjobs import server
+from tools.topology import cluster_args, cluster_port
 
 
 def test_ports_are_free_and_below_the_ephemeral_range() -> None:
@@ -68,3 +69,27 @@ def test_a_port_it_picked_and_lost_before_the_bind_moves_to_another(tmp_path: ob
     finally:
         holder.close()
         redis.cleanup()
+
+
+@pytest.mark.integration  # (a real server)
+def test_a_cluster_node_whose_bus_port_is_taken_moves_to_another_pair() -> None:
+    """A cluster node listens on its port and its bus port (+10000): when the bus port was
+    taken between the pick and the start, the first start moves to a new pair (the server
+    exits with "Address already in use"), as a plain server's does."""
+    port = cluster_port()
+    picked: list[int] = []
+
+    def again() -> int:
+        picked.append(cluster_port())
+        return picked[-1]
+
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", port + 10000))
+        blocker.listen()
+        node = server.EmbeddedRedis(port, extra_args=cluster_args(5000), repick=again)
+        try:
+            node.start()
+            assert picked and node.port == picked[-1] != port and node.ping()
+        finally:
+            node.stop()
+            node.cleanup()
